@@ -1,0 +1,3 @@
+"""Kurir application package."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,20 @@
+"""Helpers shared by the CLI commands."""
+
+from __future__ import annotations
+
+import click
+
+from app.config import load_settings
+from app.logs import configure as configure_logging
+from app.runtime import Runtime
+
+
+def make_runtime() -> Runtime:
+    settings = load_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    return Runtime(settings)
+
+
+def fail(message: str, code: int = 1) -> None:
+    click.echo(f"kurir: {message}", err=True)
+    raise SystemExit(code)

@@ -1,0 +1,198 @@
+"""Process commands: `up` for a laptop, `api`/`worker`/`scheduler` one process each."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+import click
+from sqlalchemy import func, select
+
+from app import __version__, migrate
+from app.cli.common import fail, make_runtime
+from app.embedded_redis import EmbeddedRedis, EmbeddedRedisError
+from app.models import ApiKey
+
+CHILD_STOP_TIMEOUT_S = 15.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel send SIGTERM to a child whose `kurir up` parent died."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@click.command("api")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--workers", type=int, default=None,
+              help="gunicorn worker processes [KURIR_API_WORKERS, default 2]")
+@click.option("--threads", type=int, default=None,
+              help="threads per worker [KURIR_API_THREADS, default 8]")
+def api_command(host: str, port: int, workers: int | None, threads: int | None) -> None:
+    """Serve the REST API, UI and inbound receiver with gunicorn."""
+    from gunicorn.app.base import BaseApplication
+
+    runtime = make_runtime()
+    settings = runtime.settings
+
+    class KurirServer(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            self.cfg.set("bind", f"{host}:{port}")
+            self.cfg.set("workers", workers or settings.api_workers)
+            self.cfg.set("threads", threads or settings.api_threads)
+            self.cfg.set("worker_class", "gthread")
+            self.cfg.set("graceful_timeout", 10)
+            self.cfg.set("timeout", 60)
+            self.cfg.set("keepalive", 5)
+            self.cfg.set("accesslog", None)
+            self.cfg.set("loglevel", "warning")
+
+        def load(self) -> Any:
+            from app.web import create_app
+
+            return create_app(settings)
+
+    KurirServer().run()
+
+
+@click.command("worker")
+@click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
+def worker_command(burst: bool) -> None:
+    """Run an RQ worker for deliveries and inbound processing (as many as you like)."""
+    from sender.worker import run_worker
+
+    runtime = make_runtime()
+    run_worker(runtime, burst=burst)
+
+
+@click.command("scheduler")
+def scheduler_command() -> None:
+    """Run the periodic jobs: sweeper, reconciliation, retention (exactly one per deployment)."""
+    from app.scheduling import build_scheduler
+
+    runtime = make_runtime()
+    scheduler = build_scheduler(runtime)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        scheduler.shutdown(wait=False)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    scheduler.start()
+
+
+def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "app.cli", *args], env=env, start_new_session=True,
+        preexec_fn=_die_with_parent)  # noqa: PLW1509
+
+
+def _stop_all(children: dict[str, subprocess.Popen[bytes]]) -> None:
+    for process in children.values():
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + CHILD_STOP_TIMEOUT_S
+    for name, process in children.items():
+        try:
+            process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            click.echo(f"kurir: {name} did not stop in time, killing it", err=True)
+            process.kill()
+            process.wait()
+
+
+@click.command("up")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--workers", default=1, show_default=True, type=int,
+              help="How many `kurir worker` processes to run.")
+def up_command(host: str, port: int, workers: int) -> None:
+    """Migrate, then run api + worker(s) + scheduler until Ctrl-C."""
+    runtime = make_runtime()
+    settings = runtime.settings
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrate.upgrade(settings.resolved_database_url)
+    runtime.secret_box  # noqa: B018 - creates the dev key once, before children race for it
+    env = dict(os.environ)
+    env["KURIR_DATA_DIR"] = str(settings.data_dir.resolve())
+    env["DATABASE_URL"] = settings.resolved_database_url
+    embedded: EmbeddedRedis | None = None
+    if not settings.redis_url:
+        embedded = EmbeddedRedis(settings.data_dir)
+        try:
+            env["REDIS_URL"] = embedded.start()
+        except EmbeddedRedisError as exc:
+            fail(str(exc))
+    with runtime.db.begin() as session:
+        has_keys = bool(session.scalar(select(func.count()).select_from(ApiKey)))
+
+    stopping = False
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+
+    children: dict[str, subprocess.Popen[bytes]] = {
+        "api": _spawn(["api", "--host", host, "--port", str(port)], env),
+        "scheduler": _spawn(["scheduler"], env),
+    }
+    for n in range(workers):
+        children[f"worker-{n + 1}"] = _spawn(["worker"], env)
+
+    url = f"http://{host}:{port}"
+    click.echo(f"Kurir {__version__} is up: {url}  (UI: {url}/ui, health: {url}/readyz)")
+    click.echo(f"  database: {_redact(settings.resolved_database_url)}")
+    redis_url = env["REDIS_URL"] if embedded else settings.resolved_redis_url
+    click.echo(f"  redis:    {'embedded ' if embedded else ''}{_redact(redis_url)}")
+    if not has_keys:
+        click.echo("First run: create an API key with")
+        click.echo("  kurir keys create --name my-service")
+        click.echo("and an operator for the UI with")
+        click.echo("  kurir operators create --email you@example.com")
+    click.echo("Press Ctrl-C to stop.")
+    exit_code = 0
+    try:
+        while not stopping:
+            for name, process in children.items():
+                if process.poll() is not None:
+                    click.echo(f"kurir: {name} exited with {process.returncode}; stopping",
+                               err=True)
+                    stopping = True
+                    exit_code = 1
+                    break
+            time.sleep(0.2)
+    finally:
+        click.echo("Stopping Kurir...")
+        _stop_all(children)
+        if embedded is not None:
+            embedded.stop()
+        runtime.close()
+    click.echo("Kurir stopped.")
+    sys.exit(exit_code)
+
+
+def _redact(url: str) -> str:
+    """Hide a password in a URL before printing it."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        if ":" in creds:
+            return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return url
+
+
+COMMANDS = (up_command, api_command, worker_command, scheduler_command)

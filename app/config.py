@@ -1,0 +1,248 @@
+"""Settings: one frozen object read from the environment, with defaults that work on a laptop.
+
+Every knob Kurir has is a field here, so that the README's configuration table, the CLI and
+the tests all read the same names. Invalid values fail at start with a message that names the
+variable, never later in the middle of a delivery.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_RETRY_SCHEDULE = (5, 300, 1800, 7200, 18000, 36000, 36000, 36000, 36000, 36000, 36000,
+                          36000)
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or malformed; the message names the variable."""
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigError(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+
+
+def _parse_int(name: str, raw: str, minimum: int | None = None,
+               maximum: int | None = None) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def _parse_float(name: str, raw: str, minimum: float = 0.0) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_retry_schedule(name: str, raw: str) -> tuple[int, ...]:
+    """Parse `5,300,1800` into seconds; an empty schedule would mean "never retry" by accident."""
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if not parts:
+        raise ConfigError(f"{name} must be a comma-separated list of seconds, got {raw!r}")
+    steps = tuple(_parse_int(name, p, minimum=0) for p in parts)
+    return steps
+
+
+def _parse_cidrs(name: str, raw: str) -> tuple[str, ...]:
+    cidrs = tuple(p.strip() for p in raw.split(",") if p.strip())
+    for cidr in cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise ConfigError(f"{name} contains an invalid CIDR: {cidr!r}") from None
+    return cidrs
+
+
+def _parse_cron(name: str, raw: str) -> str:
+    fields_ = raw.split()
+    if len(fields_) != 5:
+        raise ConfigError(f"{name} must be a 5-field cron expression, got {raw!r}")
+    try:
+        from apscheduler.triggers.cron import CronTrigger
+
+        CronTrigger.from_crontab(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} is not a valid cron expression: {exc}") from None
+    return raw
+
+
+def _parse_choice(choices: tuple[str, ...]) -> Any:
+    def parse(name: str, raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _str(name: str, raw: str) -> str:
+    return raw
+
+
+def _opt_str(name: str, raw: str) -> str | None:
+    return raw or None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable, read once at start; pass it around, never re-read the env."""
+
+    data_dir: Path = Path("var")
+    database_url: str | None = None
+    redis_url: str | None = None
+    secret_key: str | None = None
+    max_payload_bytes: int = 256 * 1024
+    retry_schedule: tuple[int, ...] = DEFAULT_RETRY_SCHEDULE
+    retry_jitter: float = 0.2
+    disable_after_failures: int = 8
+    disable_after_seconds: int = 86400
+    allow_private_targets: bool = False
+    allowed_cidrs: tuple[str, ...] = ()
+    require_https: bool = False
+    secret_rotation_overlap_seconds: int = 86400
+    default_timeout_s: int = 15
+    connect_timeout_s: float = 5.0
+    idempotency_ttl_seconds: int = 86400
+    delivery_lease_seconds: int = 60
+    sweep_interval_seconds: float = 2.0
+    worker_threads: int = 16
+    endpoint_concurrency: int = 4
+    inbound_tolerance_seconds: int = 300
+    reconcile_cron: str = "0 3 * * *"
+    retention_days: int = 30
+    log_level: str = "info"
+    log_format: str = "text"
+    api_workers: int = 2
+    api_threads: int = 8
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The URL to connect to: DATABASE_URL, or SQLite in the data dir (embedded default)."""
+        if self.database_url:
+            return normalise_database_url(self.database_url)
+        return f"sqlite:///{(self.data_dir / 'kurir.db').resolve()}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def embedded_redis_socket(self) -> Path:
+        return (self.data_dir / "redis.sock").resolve()
+
+    @property
+    def resolved_redis_url(self) -> str:
+        """REDIS_URL, else the embedded server `kurir up` runs in the data dir, else localhost."""
+        if self.redis_url:
+            return self.redis_url
+        url_file = self.data_dir / "redis.url"
+        if url_file.exists():
+            return url_file.read_text().strip()
+        return "redis://127.0.0.1:6379/0"
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+
+def normalise_database_url(url: str) -> str:
+    """Accept the `postgres://` spelling many platforms hand out, and pick the psycopg 3 driver."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    return url
+
+
+# env var -> (field name, parser). The README's configuration table mirrors this.
+_ENV: dict[str, tuple[str, Any]] = {
+    "KURIR_DATA_DIR": ("data_dir", lambda n, r: Path(r)),
+    "DATABASE_URL": ("database_url", _opt_str),
+    "REDIS_URL": ("redis_url", _opt_str),
+    "KURIR_SECRET_KEY": ("secret_key", _opt_str),
+    "KURIR_MAX_PAYLOAD_BYTES": ("max_payload_bytes",
+                                lambda n, r: _parse_int(n, r, 1024, 64 * 1024 * 1024)),
+    "KURIR_RETRY_SCHEDULE": ("retry_schedule", parse_retry_schedule),
+    "KURIR_RETRY_JITTER": ("retry_jitter", lambda n, r: _parse_float(n, r, 0.0)),
+    "KURIR_DISABLE_AFTER_FAILURES": ("disable_after_failures", lambda n, r: _parse_int(n, r, 1)),
+    "KURIR_DISABLE_AFTER_SECONDS": ("disable_after_seconds", lambda n, r: _parse_int(n, r, 0)),
+    "KURIR_ALLOW_PRIVATE_TARGETS": ("allow_private_targets", _parse_bool),
+    "KURIR_ALLOWED_CIDRS": ("allowed_cidrs", _parse_cidrs),
+    "KURIR_REQUIRE_HTTPS": ("require_https", _parse_bool),
+    "KURIR_SECRET_ROTATION_OVERLAP_SECONDS": ("secret_rotation_overlap_seconds",
+                                              lambda n, r: _parse_int(n, r, 0)),
+    "KURIR_DEFAULT_TIMEOUT_S": ("default_timeout_s", lambda n, r: _parse_int(n, r, 1, 30)),
+    "KURIR_CONNECT_TIMEOUT_S": ("connect_timeout_s", lambda n, r: _parse_float(n, r, 0.1)),
+    "KURIR_IDEMPOTENCY_TTL_SECONDS": ("idempotency_ttl_seconds",
+                                      lambda n, r: _parse_int(n, r, 86400)),
+    "KURIR_DELIVERY_LEASE_SECONDS": ("delivery_lease_seconds", lambda n, r: _parse_int(n, r, 5)),
+    "KURIR_SWEEP_INTERVAL_SECONDS": ("sweep_interval_seconds",
+                                     lambda n, r: _parse_float(n, r, 0.1)),
+    "KURIR_WORKER_THREADS": ("worker_threads", lambda n, r: _parse_int(n, r, 1, 512)),
+    "KURIR_ENDPOINT_CONCURRENCY": ("endpoint_concurrency", lambda n, r: _parse_int(n, r, 1, 256)),
+    "KURIR_INBOUND_TOLERANCE_SECONDS": ("inbound_tolerance_seconds",
+                                        lambda n, r: _parse_int(n, r, 1)),
+    "KURIR_RECONCILE_CRON": ("reconcile_cron", _parse_cron),
+    "KURIR_RETENTION_DAYS": ("retention_days", lambda n, r: _parse_int(n, r, 1)),
+    "KURIR_LOG_LEVEL": ("log_level", _parse_choice(("debug", "info", "warning", "error"))),
+    "KURIR_LOG_FORMAT": ("log_format", _parse_choice(("text", "json"))),
+    "KURIR_API_WORKERS": ("api_workers", lambda n, r: _parse_int(n, r, 1, 64)),
+    "KURIR_API_THREADS": ("api_threads", lambda n, r: _parse_int(n, r, 1, 256)),
+}
+
+ENV_VARS: tuple[str, ...] = tuple(_ENV)
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build Settings from an environment mapping (os.environ by default).
+
+    Raises:
+        ConfigError: naming the first variable whose value is invalid.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for var, (attr, parser) in _ENV.items():
+        raw = env.get(var)
+        if raw is None:
+            continue
+        values[attr] = parser(var, raw)
+    values.update(overrides)
+    known = {f.name for f in fields(Settings)}
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+    settings = Settings(**values)
+    if settings.database_url and not normalise_database_url(settings.database_url).startswith(
+        ("sqlite", "postgresql")
+    ):
+        raise ConfigError(
+            f"DATABASE_URL must be a postgresql:// or sqlite:// URL, got {settings.database_url!r}"
+        )
+    if settings.redis_url and not settings.redis_url.startswith(
+        ("redis://", "rediss://", "unix://")
+    ):
+        raise ConfigError(f"REDIS_URL must be a redis://, rediss:// or unix:// URL, got "
+                          f"{settings.redis_url!r}")
+    return settings
+
+

@@ -1,0 +1,115 @@
+"""Engine and session factory for PostgreSQL and the embedded SQLite default.
+
+SQLite is made safe for api + worker + scheduler as separate processes: WAL journal,
+a busy timeout, and `BEGIN IMMEDIATE` so a transaction takes the write lock up front instead of
+failing with "database is locked" when it later tries to upgrade a read lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger(__name__)
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_AFTER_COMMIT = "kurir_after_commit"
+
+
+def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+    """Create an engine with the pragmas and pool settings each backend needs."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+            pool_size=pool_size,
+            max_overflow=pool_size,
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2,
+                         pool_pre_ping=True, pool_recycle=1800)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class Database:
+    """Owns the engine and hands out sessions; the caller owns each transaction."""
+
+    def __init__(self, url: str, *, pool_size: int = 10, engine: Engine | None = None) -> None:
+        self.url = url
+        self.engine = engine or make_engine(url, pool_size=pool_size)
+        self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    @contextmanager
+    def begin(self) -> Iterator[Session]:
+        """One transaction: commit on success, roll back on error, run after-commit hooks."""
+        session = self.Session()
+        try:
+            with session.begin():
+                yield session
+            run_after_commit(session)
+        finally:
+            session.info.pop(_AFTER_COMMIT, None)
+            session.close()
+
+    def ping(self) -> None:
+        with self.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def after_commit(session: Session, hook: Callable[[], None]) -> None:
+    """Run `hook` once this session's transaction has committed (never if it rolls back).
+
+    Used to enqueue work only after the rows it refers to are visible to workers.
+    """
+    session.info.setdefault(_AFTER_COMMIT, []).append(hook)
+
+
+def discard_after_commit(session: Session) -> None:
+    session.info.pop(_AFTER_COMMIT, None)
+
+
+def run_after_commit(session: Session) -> None:
+    """Call the hooks registered with after_commit; a failing hook never undoes the commit."""
+    hooks = session.info.pop(_AFTER_COMMIT, [])
+    for hook in hooks:
+        try:
+            hook()
+        except Exception:
+            log.warning("after-commit hook failed", exc_info=True)

@@ -1,0 +1,82 @@
+"""Kurir's error hierarchy, flat on purpose; the API maps each to `{"error": {...}}`.
+
+KurirError (500 internal_error)
+├── BadRequest            400 bad_request / invalid_json
+├── Unauthorized          401 unauthorized
+├── Forbidden             403 forbidden
+├── NotFound              404 not_found
+├── Conflict              409 conflict / idempotency_key_in_flight
+├── PayloadTooLarge       413 payload_too_large
+├── UnsupportedMediaType  415 unsupported_media_type
+├── ValidationFailed      422 validation_failed / idempotency_key_reused / ...
+└── Unavailable           503 unavailable
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KurirError(Exception):
+    """Base of every error the API turns into a JSON answer."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None,
+                 details: Any = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+
+class BadRequest(KurirError):
+    status = 400
+    code = "bad_request"
+
+
+class Unauthorized(KurirError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(KurirError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(KurirError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(KurirError):
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(KurirError):
+    status = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(KurirError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class ValidationFailed(KurirError):
+    status = 422
+    code = "validation_failed"
+
+
+class Unavailable(KurirError):
+    status = 503
+    code = "unavailable"

@@ -1,0 +1,38 @@
+"""Prefixed, time-sortable identifiers (ULID layout) so that ids double as pagination cursors."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32, sorts like the numbers
+_lock = threading.Lock()
+_last_ms = 0
+_last_rand = 0
+
+
+def _encode(value: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def ulid() -> str:
+    """A 26-character ULID, monotonic within a process even inside one millisecond."""
+    global _last_ms, _last_rand
+    with _lock:
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms <= _last_ms:
+            now_ms = _last_ms
+            _last_rand += 1
+        else:
+            _last_rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+        _last_ms = now_ms
+        return _encode(now_ms, 10) + _encode(_last_rand & ((1 << 80) - 1), 16)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{ulid()}"

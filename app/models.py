@@ -1,0 +1,506 @@
+"""The relational model of every concept in SPEC §2; the database is the source of truth.
+
+Ids are prefixed ULIDs (`app.ids`), so ordering by id is ordering by creation and ids serve as
+pagination cursors. Times are stored as timezone-aware UTC (`UTCDateTime` makes SQLite agree).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+from app.clock import utcnow
+from app.ids import new_id
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Delivery states (SPEC §2).
+PENDING, DELIVERING, SUCCEEDED, RETRYING, DEAD = (
+    "pending", "delivering", "succeeded", "retrying", "dead")
+DELIVERY_STATES = (PENDING, DELIVERING, SUCCEEDED, RETRYING, DEAD)
+FINAL_DELIVERY_STATES = (SUCCEEDED, DEAD)
+
+# Dead-letter states.
+DL_OPEN, DL_RESENT, DL_DISCARDED = "open", "resent", "discarded"
+
+# Inbound statuses (SPEC §6).
+INBOUND_STATUSES = ("received", "processing", "applied", "ignored", "quarantined", "failed")
+
+# API key scopes. `admin` implies every other one; any write scope implies `read`.
+SCOPES = ("admin", "read", "events:write", "endpoints:write", "dlq:write", "sources:write")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in and out, on PostgreSQL and on SQLite (which stores naive text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON, list[Any]: JSON}
+
+
+def _id(prefix: str) -> Any:
+    return mapped_column(String(40), primary_key=True, default=lambda: new_id(prefix))
+
+
+def _created() -> Any:
+    return mapped_column(UTCDateTime(), nullable=False, default=utcnow)
+
+
+def _updated() -> Any:
+    return mapped_column(UTCDateTime(), nullable=False, default=utcnow, onupdate=utcnow)
+
+
+# ---------------------------------------------------------------------------- access control
+
+
+class ApiKey(Base):
+    """A publisher's credential; only a SHA-256 of the key is kept."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = _id("key")
+    name: Mapped[str] = mapped_column(String(200))
+    prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = _created()
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Operator(Base):
+    """A person who logs in to the UI; the password is kept as a salted hash."""
+
+    __tablename__ = "operators"
+
+    id: Mapped[str] = _id("op")
+    email: Mapped[str] = mapped_column(String(320), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(400))
+    created_at: Mapped[datetime] = _created()
+    last_login_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class IdempotencyKey(Base):
+    """The first answer to a keyed publish, replayed for the same key and body for ≥ 24 h."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (UniqueConstraint("api_key_id", "key", name="uq_idempotency_keys_scope"),)
+
+    id: Mapped[str] = _id("idk")
+    api_key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(255))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    response_status: Mapped[int] = mapped_column(Integer)
+    response_body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    event_id: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[datetime] = _created()
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
+# ---------------------------------------------------------------------------- contracts
+
+
+class EventType(Base):
+    """A named, versioned contract; a published version never changes its schema."""
+
+    __tablename__ = "event_types"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_event_types_name_version"),)
+
+    id: Mapped[str] = _id("ety")
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer)
+    schema: Mapped[dict[str, Any]] = mapped_column(JSON)
+    description: Mapped[str | None] = mapped_column(Text)
+    deprecated: Mapped[bool] = mapped_column(Boolean, default=False)
+    deprecated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = _created()
+
+
+# ---------------------------------------------------------------------------- outbound
+
+
+class Partner(Base):
+    """A receiving organisation, addressed by the publisher-chosen `uid`."""
+
+    __tablename__ = "partners"
+
+    id: Mapped[str] = _id("ptn")
+    uid: Mapped[str] = mapped_column(String(200), unique=True)
+    name: Mapped[str] = mapped_column(String(400))
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _updated()
+
+    endpoints: Mapped[list[Endpoint]] = relationship(back_populates="partner")
+
+
+class Endpoint(Base):
+    """A partner URL with its subscription, limits, state and delivery health counters."""
+
+    __tablename__ = "endpoints"
+    __table_args__ = (Index("ix_endpoints_partner_state", "partner_id", "state"),)
+
+    id: Mapped[str] = _id("ep")
+    partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    description: Mapped[str | None] = mapped_column(Text)
+    # None subscribes to every type.
+    event_types: Mapped[list[Any] | None] = mapped_column(JSON)
+    headers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    timeout_s: Mapped[int] = mapped_column(Integer, default=15)
+    rate_limit_per_s: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default="enabled")
+    disabled_reason: Mapped[str | None] = mapped_column(String(200))
+    disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    first_failure_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_failure_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _updated()
+
+    partner: Mapped[Partner] = relationship(back_populates="endpoints")
+    secrets: Mapped[list[EndpointSecret]] = relationship(
+        back_populates="endpoint", order_by="EndpointSecret.created_at.desc()")
+
+
+class EndpointSecret(Base):
+    """One signing secret (encrypted); the newest signs, older ones until `expires_at`."""
+
+    __tablename__ = "endpoint_secrets"
+
+    id: Mapped[str] = _id("whs")
+    endpoint_id: Mapped[str] = mapped_column(
+        ForeignKey("endpoints.id", ondelete="CASCADE"), index=True)
+    secret_encrypted: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    endpoint: Mapped[Endpoint] = relationship(back_populates="secrets")
+
+
+class Event(Base):
+    """One published message for one partner; `payload` is the exact body every attempt sends."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        Index("ix_events_partner_created", "partner_id", "id"),
+        Index("ix_events_partner_type", "partner_id", "type", "id"),
+    )
+
+    id: Mapped[str] = _id("evt")
+    partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"))
+    type: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    payload: Mapped[str] = mapped_column(Text)
+    occurred_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    resource_type: Mapped[str | None] = mapped_column(String(200))
+    resource_id: Mapped[str | None] = mapped_column(String(200))
+    resource_version: Mapped[int | None] = mapped_column(BigInteger)
+    correlation_id: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = _created()
+
+    deliveries: Mapped[list[Delivery]] = relationship(back_populates="event",
+                                                      order_by="Delivery.id")
+
+
+class Delivery(Base):
+    """One event to one endpoint; its state machine drives the workers and the sweeper.
+
+    `attempt_count` counts every attempt ever made; `run_attempts` counts the attempts of the
+    current run (a resend starts a new run with a fresh retry budget).
+    """
+
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        UniqueConstraint("event_id", "endpoint_id", name="uq_deliveries_event_endpoint"),
+        Index("ix_deliveries_due", "state", "next_attempt_at"),
+        Index("ix_deliveries_endpoint_state", "endpoint_id", "state"),
+    )
+
+    id: Mapped[str] = _id("dlv")
+    event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"))
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"))
+    state: Mapped[str] = mapped_column(String(16), default=PENDING)
+    attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+    run_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    run: Mapped[int] = mapped_column(Integer, default=1)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(String(200))
+    succeeded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _updated()
+
+    event: Mapped[Event] = relationship(back_populates="deliveries")
+    endpoint: Mapped[Endpoint] = relationship()
+    attempts: Mapped[list[Attempt]] = relationship(back_populates="delivery",
+                                                   order_by="Attempt.n")
+
+
+class Attempt(Base):
+    """One HTTP try of a delivery, kept whole enough for an operator to see what happened."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("delivery_id", "n", name="uq_attempts_delivery_n"),)
+
+    id: Mapped[str] = _id("att")
+    delivery_id: Mapped[str] = mapped_column(ForeignKey("deliveries.id", ondelete="CASCADE"))
+    n: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    url: Mapped[str] = mapped_column(Text)
+    request_headers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    response_status: Mapped[int | None] = mapped_column(Integer)
+    response_body: Mapped[bytes | None] = mapped_column(LargeBinary)
+    error: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = _created()
+
+    delivery: Mapped[Delivery] = relationship(back_populates="attempts")
+
+
+class OperationalEvent(Base):
+    """Things operators must notice that are not deliveries, e.g. `endpoint.disabled`."""
+
+    __tablename__ = "operational_events"
+
+    id: Mapped[str] = _id("ope")
+    kind: Mapped[str] = mapped_column(String(100), index=True)
+    subject_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = _created()
+
+
+# ---------------------------------------------------------------------------- dead letters
+
+
+class DeadLetter(Base):
+    """A delivery Kurir stopped trying; denormalised columns make the search indexable."""
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (
+        # A dead delivery has exactly one open dead letter.
+        Index("uq_dead_letters_open_delivery", "delivery_id", unique=True,
+              sqlite_where=text("state = 'open'"), postgresql_where=text("state = 'open'")),
+        Index("ix_dead_letters_state_created", "state", "id"),
+        Index("ix_dead_letters_partner", "partner_id", "id"),
+        Index("ix_dead_letters_endpoint", "endpoint_id", "id"),
+        Index("ix_dead_letters_type", "event_type", "id"),
+        Index("ix_dead_letters_reason", "reason", "id"),
+        Index("ix_dead_letters_status_code", "last_status_code", "id"),
+        Index("ix_dead_letters_search_trgm", "search_text", postgresql_using="gin",
+              postgresql_ops={"search_text": "gin_trgm_ops"},
+              info={"dialects": ("postgresql",)}).ddl_if(dialect="postgresql"),
+    )
+
+    id: Mapped[str] = _id("dl")
+    delivery_id: Mapped[str] = mapped_column(ForeignKey("deliveries.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"), index=True)
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"))
+    partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"))
+    event_type: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(String(64))
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(String(200))
+    search_text: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(16), default=DL_OPEN)
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _updated()
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    delivery: Mapped[Delivery] = relationship()
+    audit: Mapped[list[DeadLetterAudit]] = relationship(back_populates="dead_letter",
+                                                        order_by="DeadLetterAudit.id")
+
+
+class DeadLetterAudit(Base):
+    """Who did what to a dead letter, and how it turned out."""
+
+    __tablename__ = "dead_letter_audit"
+
+    id: Mapped[str] = _id("dla")
+    dead_letter_id: Mapped[str] = mapped_column(
+        ForeignKey("dead_letters.id", ondelete="CASCADE"), index=True)
+    actor: Mapped[str] = mapped_column(String(320))
+    action: Mapped[str] = mapped_column(String(32))
+    outcome: Mapped[str] = mapped_column(String(200))
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+
+    dead_letter: Mapped[DeadLetter] = relationship(back_populates="audit")
+
+
+class BulkOperation(Base):
+    """A background resend over many dead letters, with progress an operator can watch."""
+
+    __tablename__ = "bulk_operations"
+
+    id: Mapped[str] = _id("bop")
+    kind: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str] = mapped_column(String(320))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    done: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _updated()
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+# ---------------------------------------------------------------------------- inbound
+
+
+class InboundSource(Base):
+    """A partner that calls us: scheme, field mapping and optional pull API."""
+
+    __tablename__ = "inbound_sources"
+
+    id: Mapped[str] = _id("src")
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    scheme: Mapped[str] = mapped_column(String(32))
+    tolerance_s: Mapped[int] = mapped_column(Integer, default=300)
+    mapping: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    allow_gaps: Mapped[bool] = mapped_column(Boolean, default=True)
+    handlers: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    reconcile_url: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _updated()
+
+    secrets: Mapped[list[InboundSourceSecret]] = relationship(
+        back_populates="source", order_by="InboundSourceSecret.created_at.desc()")
+
+
+class InboundSourceSecret(Base):
+    """One verification secret (encrypted); several may be valid during a rotation."""
+
+    __tablename__ = "inbound_source_secrets"
+
+    id: Mapped[str] = _id("srs")
+    source_id: Mapped[str] = mapped_column(
+        ForeignKey("inbound_sources.id", ondelete="CASCADE"), index=True)
+    secret_encrypted: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    source: Mapped[InboundSource] = relationship(back_populates="secrets")
+
+
+class InboundEvent(Base):
+    """One received callback: raw bytes exactly as they arrived, and what we made of them."""
+
+    __tablename__ = "inbound_events"
+    __table_args__ = (
+        UniqueConstraint("source_id", "event_id", name="uq_inbound_events_source_event"),
+        Index("ix_inbound_events_resource", "source_id", "resource_id", "id"),
+        Index("ix_inbound_events_status", "status", "id"),
+    )
+
+    id: Mapped[str] = _id("ine")
+    source_id: Mapped[str] = mapped_column(ForeignKey("inbound_sources.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(String(255))
+    event_type: Mapped[str | None] = mapped_column(String(200))
+    resource_type: Mapped[str | None] = mapped_column(String(200))
+    resource_id: Mapped[str | None] = mapped_column(String(255))
+    resource_version: Mapped[int | None] = mapped_column(BigInteger)
+    occurred_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    resource_status: Mapped[str | None] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), default="received")
+    reason: Mapped[str | None] = mapped_column(Text)
+    raw_body: Mapped[bytes] = mapped_column(LargeBinary)
+    headers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    received_at: Mapped[datetime] = _created()
+    processed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = _updated()
+
+
+class ResourceState(Base):
+    """The newest applied state of one resource of one source; only ever moves forward."""
+
+    __tablename__ = "resource_states"
+    __table_args__ = (
+        UniqueConstraint("source_id", "resource_type", "resource_id",
+                         name="uq_resource_states_resource"),
+    )
+
+    id: Mapped[str] = _id("rst")
+    source_id: Mapped[str] = mapped_column(ForeignKey("inbound_sources.id", ondelete="CASCADE"))
+    resource_type: Mapped[str] = mapped_column(String(200), default="")
+    resource_id: Mapped[str] = mapped_column(String(255))
+    last_version: Mapped[int | None] = mapped_column(BigInteger)
+    last_occurred_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    status: Mapped[str | None] = mapped_column(String(200))
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    last_event_id: Mapped[str | None] = mapped_column(String(40))
+    placeholder: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _updated()
+
+
+class ReconcileRequest(Base):
+    """A pending pull of a provider's current state, retried with backoff until done or failed."""
+
+    __tablename__ = "reconcile_requests"
+    __table_args__ = (Index("ix_reconcile_requests_due", "state", "next_attempt_at"),)
+
+    id: Mapped[str] = _id("rcn")
+    source_id: Mapped[str] = mapped_column(ForeignKey("inbound_sources.id", ondelete="CASCADE"))
+    resource_id: Mapped[str | None] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _updated()

@@ -1,0 +1,63 @@
+"""`kurir scheduler`: the periodic jobs (sweeper, reconciliation, retention), run exactly once.
+
+Run a single scheduler per deployment; the jobs are idempotent, so an accidental second one
+costs work, not correctness.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+from sqlalchemy import delete
+
+from app.clock import utcnow
+from app.models import IdempotencyKey
+from app.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PeriodicJob:
+    name: str
+    run: Callable[[Runtime], object]
+    trigger: IntervalTrigger | CronTrigger
+
+
+def purge_idempotency_keys(runtime: Runtime) -> int:
+    """Forget idempotency keys past their ≥ 24 h lifetime."""
+    with runtime.db.begin() as session:
+        result = session.execute(delete(IdempotencyKey).where(IdempotencyKey.expires_at < utcnow()))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
+    """Every job the scheduler runs; each later subsystem adds its own here."""
+    return [
+        PeriodicJob("purge-idempotency-keys", purge_idempotency_keys,
+                    IntervalTrigger(hours=1)),
+    ]
+
+
+def _guarded(job: PeriodicJob, runtime: Runtime) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            job.run(runtime)
+        except Exception:
+            # One failing pass must not stop the scheduler; the next pass tries again.
+            log.exception("periodic job failed", extra={"job": job.name})
+
+    return run
+
+
+def build_scheduler(runtime: Runtime) -> BlockingScheduler:
+    scheduler = BlockingScheduler(timezone="UTC")
+    for job in periodic_jobs(runtime):
+        scheduler.add_job(_guarded(job, runtime), job.trigger, id=job.name, name=job.name,
+                          max_instances=1, coalesce=True, misfire_grace_time=30)
+    return scheduler

@@ -1,0 +1,26 @@
+"""The Flask face of Kurir: REST API, operator UI and inbound receiver."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from app.config import Settings, load_settings
+from app.runtime import Runtime
+from app.web import errors, health
+from app.web.api import register_api
+
+
+def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> Flask:
+    """Build the WSGI app; `settings` defaults to the environment, `runtime` to fresh handles."""
+    if runtime is None:
+        runtime = Runtime(settings or load_settings())
+    settings = runtime.settings
+    app = Flask(__name__, template_folder="ui/templates", static_folder="ui/static")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_payload_bytes
+    app.config["JSON_SORT_KEYS"] = False
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["kurir"] = runtime
+    errors.register(app)
+    app.register_blueprint(health.blueprint)
+    register_api(app)
+    return app

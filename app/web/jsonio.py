@@ -1,0 +1,31 @@
+"""Reading JSON requests strictly: the right media type, valid JSON, an object."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import request
+
+from app.errors import BadRequest, UnsupportedMediaType
+
+
+def read_json_object() -> dict[str, Any]:
+    """The request body as a JSON object.
+
+    Raises:
+        UnsupportedMediaType: the content type is not JSON.
+        BadRequest: the body is not valid JSON or not an object.
+    """
+    mimetype = request.mimetype or ""
+    if mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"content type must be application/json, got {request.content_type or 'none'}")
+    raw = request.get_data(cache=True)
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object", code="invalid_json")
+    return body

@@ -1,0 +1,66 @@
+"""Alembic environment: the URL comes from Kurir's Settings, the target from app.models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import context
+from sqlalchemy import Connection
+
+from app.config import load_settings
+from app.db import make_engine
+from app.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
+                   compare_to: Any) -> bool:
+    """Skip objects that exist only on some dialects (e.g. the pg_trgm index) elsewhere."""
+    dialects = getattr(obj, "info", {}).get("dialects")
+    return not dialects or context.get_context().dialect.name in dialects
+
+
+def _url() -> str:
+    return config.attributes.get("url") or load_settings().resolved_database_url
+
+
+def _configure(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        include_object=include_object,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+
+
+def run_offline() -> None:
+    context.configure(url=_url(), target_metadata=target_metadata,
+                      literal_binds=True, include_object=include_object)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    engine = make_engine(_url(), pool_size=1)
+    try:
+        with engine.connect() as connection:
+            _configure(connection)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

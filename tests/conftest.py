@@ -1,0 +1,211 @@
+"""Shared fixtures: real PostgreSQL and SQLite, real Redis, real HTTP.
+
+Database-touching tests take the `runtime` (or `db`) fixture, which is parametrised over both
+backends; PostgreSQL comes from TEST_DATABASE_URL and is skipped, visibly, only when that is
+unset. Each backend is migrated once per session; every test then starts from empty tables
+(TRUNCATE/DELETE), which also works when a test runs workers in other threads or processes.
+Redis comes from TEST_REDIS_URL, else an embedded redis-server started for the session.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import text
+from werkzeug.serving import make_server
+
+from app import migrate
+from app import runtime as runtime_mod
+from app.config import Settings, normalise_database_url
+from app.db import Database
+from app.embedded_redis import EmbeddedRedis
+from app.models import Base
+from app.runtime import Runtime
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------- Redis
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = os.environ.get("TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+# ------------------------------------------------------------------------------- databases
+
+
+class MigratedDatabase:
+    """One migrated database per backend per session, emptied before every test."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.db = Database(url, pool_size=20)
+
+    def empty(self) -> None:
+        tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
+        with self.db.engine.begin() as connection:
+            if self.db.is_postgres:
+                connection.execute(text(f"TRUNCATE {', '.join(tables)} CASCADE"))
+            else:
+                for name in tables:
+                    connection.execute(text(f"DELETE FROM {name}"))  # noqa: S608
+
+
+def _reset_postgres(url: str) -> None:
+    db = Database(url, pool_size=1)
+    with db.engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        connection.execute(text("CREATE SCHEMA public"))
+    db.dispose()
+
+
+@pytest.fixture(scope="session")
+def migrated_databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    created: dict[str, Any] = {}
+    yield created
+    for item in created.values():
+        if isinstance(item, MigratedDatabase):
+            item.db.dispose()
+
+
+def _migrated(backend: str, cache: dict[str, Any], tmp: Path) -> MigratedDatabase:
+    if backend in cache:
+        return cache[backend]  # type: ignore[no-any-return]
+    if backend == "postgresql":
+        raw = os.environ.get("TEST_DATABASE_URL")
+        if not raw:
+            pytest.skip("PostgreSQL: TEST_DATABASE_URL is unset")
+        url = normalise_database_url(raw)
+        _reset_postgres(url)
+    else:
+        url = f"sqlite:///{tmp / 'kurir-test.db'}"
+    migrate.upgrade(url)
+    cache[backend] = MigratedDatabase(url)
+    return cache[backend]  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def migrated(backend: str, migrated_databases: dict[str, Any],
+             tmp_path_factory: pytest.TempPathFactory) -> MigratedDatabase:
+    database = _migrated(backend, migrated_databases, tmp_path_factory.getbasetemp())
+    database.empty()
+    return database
+
+
+@pytest.fixture
+def db(migrated: MigratedDatabase) -> Database:
+    return migrated.db
+
+
+# ------------------------------------------------------------------------------- runtime / app
+
+
+@pytest.fixture
+def settings(migrated: MigratedDatabase, redis_url: str, tmp_path: Path) -> Settings:
+    """Settings for one test: both real stores, private targets allowed (receivers on 127.0.0.1)."""
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=migrated.url,
+        redis_url=redis_url,
+        secret_key="test-secret-key",
+        allow_private_targets=True,
+    )
+
+
+@pytest.fixture
+def runtime(settings: Settings, migrated: MigratedDatabase,
+            redis_client: redis.Redis) -> Iterator[Runtime]:
+    rt = Runtime(settings, database=migrated.db)
+    runtime_mod.install(rt)
+    yield rt
+    rt.close()
+    runtime_mod.install(None)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def app(runtime: Runtime) -> Any:
+    from app.web import create_app
+    from app.web.auth import clear_cache
+
+    clear_cache()
+    flask_app = create_app(runtime=runtime)
+    flask_app.testing = False  # exercise the real error handlers
+    return flask_app
+
+
+@pytest.fixture
+def client(app: Any) -> Any:
+    return app.test_client()
+
+
+class LiveServer:
+    """The Flask app on a real socket, for tests that need concurrent real HTTP clients."""
+
+    def __init__(self, app: Any) -> None:
+        self.server = make_server("127.0.0.1", 0, app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def live_server(app: Any) -> Iterator[LiveServer]:
+    with LiveServer(app) as server:
+        yield server
+
+
+@pytest.fixture
+def admin_token(runtime: Runtime) -> str:
+    from app.accounts import create_api_key
+
+    with runtime.db.begin() as session:
+        _, token = create_api_key(session, "test-admin", ["admin"])
+    return token
+
+
+@pytest.fixture
+def auth(admin_token: str) -> dict[str, str]:
+    """Headers for an admin-scoped API call."""
+    return {"Authorization": f"Bearer {admin_token}"}

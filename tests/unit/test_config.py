@@ -1,0 +1,93 @@
+"""Configuration parsing: defaults that work, and invalid values that fail loudly at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.config import DEFAULT_RETRY_SCHEDULE, ENV_VARS, ConfigError, load_settings
+
+
+def test_defaults_need_no_environment() -> None:
+    settings = load_settings({})
+    assert settings.data_dir == Path("var")
+    assert settings.max_payload_bytes == 256 * 1024
+    assert settings.retry_schedule == DEFAULT_RETRY_SCHEDULE
+    assert len(settings.retry_schedule) + 1 == 13  # first try + 12 retries
+    assert settings.disable_after_failures == 8
+    assert settings.disable_after_seconds == 86400
+    assert settings.secret_rotation_overlap_seconds == 86400
+    assert settings.allow_private_targets is False
+    assert settings.resolved_database_url.startswith("sqlite:///")
+    assert settings.resolved_database_url.endswith("var/kurir.db")
+
+
+def test_every_variable_is_read() -> None:
+    env = {
+        "KURIR_DATA_DIR": "/srv/kurir",
+        "DATABASE_URL": "postgres://u:p@db:5432/kurir",
+        "REDIS_URL": "redis://cache:6379/1",
+        "KURIR_MAX_PAYLOAD_BYTES": "4096",
+        "KURIR_RETRY_SCHEDULE": "1, 2,3",
+        "KURIR_DISABLE_AFTER_FAILURES": "3",
+        "KURIR_DISABLE_AFTER_SECONDS": "60",
+        "KURIR_ALLOW_PRIVATE_TARGETS": "1",
+        "KURIR_ALLOWED_CIDRS": "10.0.0.0/8,fd00::/8",
+        "KURIR_REQUIRE_HTTPS": "true",
+        "KURIR_SECRET_ROTATION_OVERLAP_SECONDS": "10",
+        "KURIR_RECONCILE_CRON": "*/5 * * * *",
+        "KURIR_LOG_FORMAT": "json",
+    }
+    settings = load_settings(env)
+    assert settings.data_dir == Path("/srv/kurir")
+    assert settings.resolved_database_url == "postgresql+psycopg://u:p@db:5432/kurir"
+    assert settings.resolved_redis_url == "redis://cache:6379/1"
+    assert settings.max_payload_bytes == 4096
+    assert settings.retry_schedule == (1, 2, 3)
+    assert settings.disable_after_failures == 3
+    assert settings.disable_after_seconds == 60
+    assert settings.allow_private_targets is True
+    assert settings.allowed_cidrs == ("10.0.0.0/8", "fd00::/8")
+    assert settings.require_https is True
+    assert settings.secret_rotation_overlap_seconds == 10
+    assert settings.reconcile_cron == "*/5 * * * *"
+    assert settings.log_format == "json"
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("KURIR_MAX_PAYLOAD_BYTES", "lots"),
+        ("KURIR_MAX_PAYLOAD_BYTES", "-1"),
+        ("KURIR_RETRY_SCHEDULE", ""),
+        ("KURIR_RETRY_SCHEDULE", "5,x,10"),
+        ("KURIR_RETRY_SCHEDULE", "5,-1"),
+        ("KURIR_DISABLE_AFTER_FAILURES", "0"),
+        ("KURIR_ALLOW_PRIVATE_TARGETS", "maybe"),
+        ("KURIR_ALLOWED_CIDRS", "10.0.0.0/33"),
+        ("KURIR_RECONCILE_CRON", "nightly"),
+        ("KURIR_RECONCILE_CRON", "99 * * * *"),
+        ("KURIR_LOG_FORMAT", "xml"),
+        ("KURIR_DEFAULT_TIMEOUT_S", "31"),
+        ("DATABASE_URL", "mysql://localhost/kurir"),
+        ("REDIS_URL", "http://localhost:6379"),
+    ],
+)
+def test_invalid_value_names_the_variable(var: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=var):
+        load_settings({var: value})
+
+
+def test_env_vars_are_all_documented_in_readme() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    missing = [var for var in ENV_VARS if f"`{var}`" not in readme]
+    assert missing == []
+
+
+def test_redis_url_falls_back_to_embedded_server_file(tmp_path: Path) -> None:
+    (tmp_path / "redis.url").write_text("unix:///tmp/x.sock\n")
+    settings = load_settings({"KURIR_DATA_DIR": str(tmp_path)})
+    assert settings.resolved_redis_url == "unix:///tmp/x.sock"
+    assert load_settings({"KURIR_DATA_DIR": str(tmp_path / "none")}).resolved_redis_url == (
+        "redis://127.0.0.1:6379/0")
