@@ -93,7 +93,7 @@ class Database:
         self.engine.dispose()
 
 
-def after_commit(session: Session, hook: Callable[[], None]) -> None:
+def after_commit(session: Session, hook: Callable[[], object]) -> None:
     """Run `hook` once this session's transaction has committed (never if it rolls back).
 
     Used to enqueue work only after the rows it refers to are visible to workers.
