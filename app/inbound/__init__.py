@@ -1,0 +1,1 @@
+"""Partner callbacks: verify what arrives, extract what matters, never regress resource state."""
