@@ -1,0 +1,15 @@
+"""Audit entries of dead letters: who did what, when, and how it turned out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from app.ids import new_id
+
+
+def audit_row(letter_id: str, actor: str, action: str, outcome: str, now: datetime,
+              note: str | None = None) -> dict[str, Any]:
+    """One `dead_letter_audit` row, ready for a bulk INSERT."""
+    return {"id": new_id("dla"), "dead_letter_id": letter_id, "actor": actor[:320],
+            "action": action, "outcome": outcome[:200], "note": note, "created_at": now}

@@ -1,0 +1,352 @@
+"""Resending dead letters: one, a list of ids, or everything matching a filter.
+
+A resend re-arms the same delivery (same event, so the same `webhook-id`) for a new run with a
+fresh attempt budget; the delivery engine signs it at send time with the endpoint's current
+secret and a fresh timestamp. Whoever flips a letter from `open` to `resent` with a conditional
+UPDATE wins; a concurrent second resend finds nothing to flip, so two operators clicking at
+once produce one new run, not two.
+
+Small resends happen in the caller's transaction. Large ones (a filter, or many ids) become a
+`BulkOperation` processed in pages by an RQ job on the default queue (or in-process by the
+CLI), each page its own transaction, with progress an operator can watch.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import redis
+from sqlalchemy import and_, insert, select, update
+from sqlalchemy.orm import Session
+
+from app.clock import utcnow
+from app.db import after_commit
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.models import (
+    DEAD,
+    DL_OPEN,
+    DL_RESENT,
+    PENDING,
+    BulkOperation,
+    DeadLetter,
+    DeadLetterAudit,
+    Delivery,
+    Endpoint,
+)
+from app.queues import DEFAULT, JobSpec, try_enqueue_many
+from app.runtime import Runtime
+from dlq.audit import audit_row
+from dlq.search import DeadLetterFilter, conditions, count, newest_id
+from sender.dispatch import enqueue_after_commit
+
+log = logging.getLogger(__name__)
+
+# Up to this many ids are resent inside the request; more go to a background job.
+INLINE_LIMIT = 50
+PAGE_SIZE = 200
+MAX_IDS = 10_000
+BULK_JOB = "dlq.resend.run_bulk_job"
+BULK_KIND = "resend"
+
+# Why a letter was not resent (also the API error codes of a single resend).
+NOT_FOUND = "not_found"
+NOT_OPEN = "dead_letter_not_open"
+ENDPOINT_DISABLED = "endpoint_disabled"
+ENDPOINT_DELETED = "endpoint_deleted"
+
+_MESSAGES = {
+    NOT_FOUND: "no such dead letter",
+    NOT_OPEN: "this dead letter is no longer open (already resent or discarded)",
+    ENDPOINT_DISABLED: "the endpoint is disabled: enable it first, or resend with force=true",
+    ENDPOINT_DELETED: "the endpoint was deleted; this letter can only be discarded",
+}
+
+
+@dataclass
+class PageResult:
+    """What one page of a resend did."""
+
+    resent: list[str] = field(default_factory=list)  # dead letter ids
+    delivery_ids: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # dead letter id -> reason code
+
+
+def _tag() -> str:
+    # Part of the delivery job id: a resend must not collide with the job of an earlier run.
+    return "r" + secrets.token_hex(4)
+
+
+def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: bool = False,
+          now: datetime | None = None) -> PageResult:
+    """Flip open letters to `resent` and their deliveries back to `pending`, in this session.
+
+    Letters that are not open, or whose endpoint is disabled (unless `force`) or deleted, are
+    skipped with a reason. Nothing is enqueued here; see `enqueue`.
+    """
+    now = now or utcnow()
+    result = PageResult()
+    ids = list(dict.fromkeys(letter_ids))
+    if not ids:
+        return result
+    rows = session.execute(
+        select(DeadLetter.id, DeadLetter.state, Endpoint.state, Endpoint.deleted_at)
+        .join(Endpoint, Endpoint.id == DeadLetter.endpoint_id)
+        .where(DeadLetter.id.in_(ids))
+    ).all()
+    found = {row[0]: row for row in rows}
+    eligible: list[str] = []
+    forced: set[str] = set()
+    for letter_id in ids:
+        row = found.get(letter_id)
+        if row is None:
+            result.skipped[letter_id] = NOT_FOUND
+        elif row[1] != DL_OPEN:
+            result.skipped[letter_id] = NOT_OPEN
+        elif row[3] is not None:
+            result.skipped[letter_id] = ENDPOINT_DELETED
+        elif row[2] != "enabled" and not force:
+            result.skipped[letter_id] = ENDPOINT_DISABLED
+        else:
+            eligible.append(letter_id)
+            if row[2] != "enabled":
+                forced.add(letter_id)
+    if not eligible:
+        return result
+    # The conditional UPDATE is the lock: a concurrent resend of the same letter waits for this
+    # transaction and then matches nothing, because the letter is no longer open.
+    flipped = session.execute(
+        update(DeadLetter)
+        .where(DeadLetter.id.in_(eligible), DeadLetter.state == DL_OPEN)
+        .values(state=DL_RESENT, resolved_at=now, updated_at=now)
+        .returning(DeadLetter.id, DeadLetter.delivery_id)
+        .execution_options(synchronize_session=False)
+    ).all()
+    won = {letter_id: delivery_id for letter_id, delivery_id in flipped}
+    for letter_id in eligible:
+        if letter_id not in won:
+            result.skipped[letter_id] = NOT_OPEN
+    if not won:
+        return result
+    rearmed = session.execute(
+        update(Delivery)
+        .where(Delivery.id.in_(list(won.values())), Delivery.state == DEAD)
+        .values(state=PENDING, run=Delivery.run + 1, run_attempts=0, next_attempt_at=now,
+                lease_expires_at=None, updated_at=now)
+        .returning(Delivery.id, Delivery.run, Delivery.state)
+        .execution_options(synchronize_session=False)
+    ).all()
+    runs = {delivery_id: run for delivery_id, run, _ in rearmed}
+    audits: list[dict[str, Any]] = []
+    for letter_id, delivery_id in won.items():
+        result.resent.append(letter_id)
+        if delivery_id in runs:
+            result.delivery_ids.append(delivery_id)
+            outcome = f"resent as run {runs[delivery_id]}"
+            if letter_id in forced:
+                outcome += " (forced: endpoint disabled)"
+        else:
+            # Someone already brought the delivery back (e.g. a manual retry): just close.
+            outcome = "closed: delivery was no longer dead"
+        audits.append(audit_row(letter_id, actor, "resend", outcome, now))
+    session.execute(insert(DeadLetterAudit), audits)
+    # The ORM may hold these rows from before the Core UPDATEs; make it re-read them.
+    for obj in list(session.identity_map.values()):
+        if isinstance(obj, DeadLetter | Delivery):
+            session.expire(obj)
+    return result
+
+
+def audit_skips(session: Session, skipped: dict[str, str], *, actor: str,
+                now: datetime | None = None) -> None:
+    """Record, on each letter that exists, why a bulk resend left it alone."""
+    now = now or utcnow()
+    rows = [audit_row(letter_id, actor, "resend", f"skipped: {reason}", now)
+            for letter_id, reason in skipped.items() if reason not in (NOT_FOUND,)]
+    if rows:
+        session.execute(insert(DeadLetterAudit), rows)
+
+
+def enqueue(session: Session, connection: redis.Redis, result: PageResult) -> None:
+    """Queue the re-armed deliveries once the transaction has committed."""
+    enqueue_after_commit(session, connection, result.delivery_ids, tag=_tag())
+
+
+def resend_one(session: Session, connection: redis.Redis, letter_id: str, *, actor: str,
+               force: bool = False, now: datetime | None = None) -> DeadLetter:
+    """Resend one letter or say precisely why not.
+
+    Raises:
+        NotFound: no such letter.
+        Conflict: `dead_letter_not_open`, `endpoint_disabled` (unless `force`),
+            `endpoint_deleted`.
+    """
+    result = rearm(session, [letter_id], actor=actor, force=force, now=now)
+    reason = result.skipped.get(letter_id)
+    if reason == NOT_FOUND:
+        raise NotFound(f"dead letter {letter_id} not found")
+    if reason is not None:
+        raise Conflict(_MESSAGES[reason], code=reason, details={"dead_letter": letter_id})
+    enqueue(session, connection, result)
+    return session.get_one(DeadLetter, letter_id)
+
+
+def resend_ids_inline(session: Session, connection: redis.Redis, letter_ids: Sequence[str], *,
+                      actor: str, force: bool = False,
+                      now: datetime | None = None) -> PageResult:
+    """Resend a short list of letters in the caller's transaction; skips are audited."""
+    result = rearm(session, letter_ids, actor=actor, force=force, now=now)
+    audit_skips(session, result.skipped, actor=actor, now=now)
+    enqueue(session, connection, result)
+    return result
+
+
+# ------------------------------------------------------------------------------ bulk
+
+
+def _validate_ids(ids: Iterable[Any]) -> list[str]:
+    clean = list(dict.fromkeys(str(i).strip() for i in ids if str(i).strip()))
+    if not clean:
+        raise ValidationFailed("ids must be a non-empty list of dead letter ids",
+                               code="invalid_parameter", details={"parameter": "ids"})
+    if len(clean) > MAX_IDS:
+        raise ValidationFailed(f"at most {MAX_IDS} ids per request; use a filter for more",
+                               code="invalid_parameter", details={"parameter": "ids"})
+    return clean
+
+
+def start_bulk(session: Session, *, actor: str, ids: Sequence[str] | None = None,
+               flt: DeadLetterFilter | None = None, force: bool = False,
+               connection: redis.Redis | None = None) -> BulkOperation:
+    """Record a background resend and, if `connection` is given, enqueue it after commit.
+
+    A filter resends only open letters, and only those that exist now: letters parked after
+    this moment are not swept up by it.
+    """
+    if (ids is None) == (flt is None):
+        raise ValidationFailed("give either ids or a filter", code="invalid_parameter")
+    params: dict[str, Any] = {"force": bool(force), "skipped": {}}
+    if flt is not None:
+        if flt.state not in (None, DL_OPEN):
+            raise ValidationFailed("only open dead letters can be resent; drop the state "
+                                   "filter or set it to open", code="invalid_parameter",
+                                   details={"parameter": "state"})
+        flt = flt.with_state(DL_OPEN)
+        max_id = newest_id(session)
+        params.update(filter=flt.to_params(), max_id=max_id)
+        total = count(session, flt, max_id=max_id) if max_id else 0
+    else:
+        clean = _validate_ids(ids or ())
+        params["ids"] = sorted(clean, reverse=True)
+        total = len(clean)
+    op = BulkOperation(kind=BULK_KIND, actor=actor[:320], params=params, total=total)
+    session.add(op)
+    session.flush()
+    if connection is not None:
+        op_id = op.id
+        after_commit(session, lambda: enqueue_bulk(connection, op_id))
+    return op
+
+
+def enqueue_bulk(connection: redis.Redis, op_id: str) -> bool:
+    return try_enqueue_many(connection, [JobSpec(DEFAULT, BULK_JOB, (op_id,),
+                                                 job_id=f"bulk-{op_id}", timeout_s=3600)])
+
+
+def run_bulk_job(op_id: str) -> None:
+    """RQ entry point: ids only in, the process Runtime for the stores."""
+    from app import runtime as runtime_mod
+
+    run_bulk(runtime_mod.current(), op_id)
+
+
+def _next_page(session: Session, op: BulkOperation, cursor: str | None,
+               page_size: int) -> list[str]:
+    params = op.params
+    if "ids" in params:
+        ids = [i for i in params["ids"] if cursor is None or i < cursor]
+        return ids[:page_size]
+    flt = DeadLetterFilter.from_params(params.get("filter") or {})
+    where = conditions(flt)
+    if params.get("max_id"):
+        where.append(DeadLetter.id <= params["max_id"])
+    else:
+        return []
+    if cursor is not None:
+        where.append(DeadLetter.id < cursor)
+    stmt = select(DeadLetter.id).where(and_(*where)).order_by(DeadLetter.id.desc())
+    return list(session.scalars(stmt.limit(page_size)))
+
+
+def run_bulk(runtime: Runtime, op_id: str, *, page_size: int = PAGE_SIZE,
+             progress: Callable[[int], None] | None = None) -> BulkOperation:
+    """Process a bulk resend page by page; safe to run twice (it resumes from its cursor)."""
+    db = runtime.db
+    with db.begin() as session:
+        op = session.get(BulkOperation, op_id)
+        if op is None:
+            raise NotFound(f"bulk operation {op_id} not found")
+        if op.state in ("succeeded", "failed"):
+            return op
+        op.state = "running"
+        cursor = op.params.get("cursor")
+    try:
+        while True:
+            with db.begin() as session:
+                op = session.get_one(BulkOperation, op_id)
+                page = _next_page(session, op, cursor, page_size)
+                if not page:
+                    break
+                result = rearm(session, page, actor=op.actor,
+                               force=bool(op.params.get("force")))
+                audit_skips(session, result.skipped, actor=op.actor)
+                enqueue(session, runtime.redis, result)
+                cursor = page[-1]
+                skipped = Counter(op.params.get("skipped") or {})
+                skipped.update(result.skipped.values())
+                op.params = {**op.params, "cursor": cursor, "skipped": dict(skipped)}
+                op.done += len(result.resent)
+                op.failed += len(result.skipped)
+                op.updated_at = utcnow()
+            if progress is not None:
+                progress(len(page))
+    except Exception as exc:
+        log.exception("bulk resend failed", extra={"bulk_operation_id": op_id})
+        with db.begin() as session:
+            op = session.get_one(BulkOperation, op_id)
+            op.state = "failed"
+            op.error = f"{type(exc).__name__}: {exc}"[:2000]
+            op.finished_at = utcnow()
+        raise
+    with db.begin() as session:
+        op = session.get_one(BulkOperation, op_id)
+        op.state = "succeeded"
+        op.finished_at = utcnow()
+    log.info("bulk resend finished", extra={"bulk_operation_id": op_id, "resent": op.done,
+                                            "skipped": op.failed})
+    return op
+
+
+def stalled_operations(session: Session, older_than: datetime) -> list[str]:
+    """Bulk resends not finished and untouched since `older_than` (e.g. Redis lost the job)."""
+    stmt = select(BulkOperation.id).where(BulkOperation.kind == BULK_KIND,
+                                          BulkOperation.state.in_(("pending", "running")),
+                                          BulkOperation.updated_at < older_than)
+    return list(session.scalars(stmt))
+
+
+STALL_AFTER_S = 300
+
+
+def resume_stalled(runtime: Runtime) -> int:
+    """Periodic job: re-enqueue bulk resends whose job was lost (Redis down, worker killed)."""
+    with runtime.db.begin() as session:
+        ids = stalled_operations(session, utcnow() - timedelta(seconds=STALL_AFTER_S))
+    for op_id in ids:
+        enqueue_bulk(runtime.redis, op_id)
+    return len(ids)
