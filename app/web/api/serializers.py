@@ -1,0 +1,110 @@
+"""The JSON shapes of SPEC §4, in one place so every view (and the OpenAPI test) agrees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.clock import isoformat
+from app.models import Attempt, Delivery, Endpoint, Event, EventType, Partner
+
+
+def event_type_json(row: EventType) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "version": row.version,
+        "schema": row.schema,
+        "description": row.description,
+        "deprecated": bool(row.deprecated),
+        "deprecated_at": isoformat(row.deprecated_at),
+        "created_at": isoformat(row.created_at),
+    }
+
+
+def partner_json(partner: Partner) -> dict[str, Any]:
+    return {
+        "id": partner.id,
+        "uid": partner.uid,
+        "name": partner.name,
+        "created_at": isoformat(partner.created_at),
+        "updated_at": isoformat(partner.updated_at),
+    }
+
+
+def endpoint_json(endpoint: Endpoint, partner_uid: str,
+                  secret: str | None = None) -> dict[str, Any]:
+    """`secret` is given only by create, rotate and GET …/secret (SPEC §4)."""
+    body: dict[str, Any] = {
+        "id": endpoint.id,
+        "partner": partner_uid,
+        "url": endpoint.url,
+        "event_types": endpoint.event_types,
+        "description": endpoint.description,
+        "headers": endpoint.headers or {},
+        "timeout_s": endpoint.timeout_s,
+        "rate_limit_per_s": endpoint.rate_limit_per_s,
+        "state": endpoint.state,
+        "disabled_reason": endpoint.disabled_reason,
+        "disabled_at": isoformat(endpoint.disabled_at),
+        "consecutive_failures": endpoint.consecutive_failures or 0,
+        "last_success_at": isoformat(endpoint.last_success_at),
+        "last_failure_at": isoformat(endpoint.last_failure_at),
+        "created_at": isoformat(endpoint.created_at),
+        "updated_at": isoformat(endpoint.updated_at),
+    }
+    if secret is not None:
+        body["secret"] = secret
+    return body
+
+
+def attempt_json(attempt: Attempt) -> dict[str, Any]:
+    body = attempt.response_body
+    return {
+        "n": attempt.n,
+        "started_at": isoformat(attempt.started_at),
+        "duration_ms": attempt.duration_ms,
+        "response_status": attempt.response_status,
+        "response_body": None if body is None else bytes(body).decode("utf-8", errors="replace"),
+        "error": attempt.error,
+    }
+
+
+def delivery_json(delivery: Delivery, with_attempts: bool = True) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": delivery.id,
+        "event": delivery.event_id,
+        "endpoint": delivery.endpoint_id,
+        "state": delivery.state,
+        "attempt_count": delivery.attempt_count or 0,
+        "next_attempt_at": isoformat(delivery.next_attempt_at),
+        "last_status_code": delivery.last_status_code,
+        "last_error": delivery.last_error,
+        "created_at": isoformat(delivery.created_at),
+        "updated_at": isoformat(delivery.updated_at),
+    }
+    if with_attempts:
+        body["attempts"] = [attempt_json(a) for a in delivery.attempts]
+    return body
+
+
+def event_json(event: Event, partner_uid: str, *,
+               deliveries: list[Delivery] | None = None) -> dict[str, Any]:
+    """The event as published (the fields of its payload) plus, for one event, its deliveries."""
+    resource = None
+    if event.resource_type is not None or event.resource_id is not None:
+        resource = {"type": event.resource_type, "id": event.resource_id,
+                    "version": event.resource_version}
+    body: dict[str, Any] = {
+        "id": event.id,
+        "type": event.type,
+        "version": event.version,
+        "occurred_at": isoformat(event.occurred_at),
+        "partner": partner_uid,
+        "resource": resource,
+        "correlation_id": event.correlation_id,
+        "data": event.data,
+        "created_at": isoformat(event.created_at),
+    }
+    if deliveries is not None:
+        body["deliveries"] = [delivery_json(d) for d in deliveries]
+    return body

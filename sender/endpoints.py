@@ -1,0 +1,350 @@
+"""Partners and their endpoints: validated at the door so a bad URL never reaches a worker.
+
+Every check that can be made before sending is made here, at creation and change: scheme,
+SSRF verdict (SPEC §5), subscribed event types, custom headers, timeout, secret format.
+Secrets are stored only encrypted and are returned to the caller, never logged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from ipaddress import ip_network
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app import contracts
+from app.clock import utcnow
+from app.config import Settings
+from app.crypto import SecretBox
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.models import Endpoint, Partner
+from sender import guard
+from sender.secrets import add_secret, current_secret, rotate
+from sender.signing import generate_secret, is_valid_secret
+
+UID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}$")
+MAX_URL_LENGTH = 2048
+MAX_NAME_LENGTH = 400
+MAX_DESCRIPTION = 1000
+MAX_HEADERS = 20
+MAX_HEADER_VALUE = 4096
+MAX_TIMEOUT_S = 30
+MAX_RATE_LIMIT = 100_000
+MAX_EVENT_TYPES = 500
+
+# Set by Kurir on every request (SPEC §3), or framing that a custom header must not touch.
+RESERVED_HEADERS = frozenset({
+    "content-type", "content-length", "host", "transfer-encoding", "user-agent",
+    "connection", "keep-alive", "te", "trailer", "upgrade", "expect",
+})
+RESERVED_PREFIXES = ("webhook-",)
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 field-name
+_BAD_VALUE_CHARS = re.compile(r"[\r\n\x00]")
+
+ENDPOINT_FIELDS = ("url", "event_types", "description", "headers", "timeout_s",
+                   "rate_limit_per_s", "secret")
+PATCHABLE_FIELDS = ("url", "event_types", "description", "headers", "timeout_s",
+                    "rate_limit_per_s")
+
+ENABLED, DISABLED = "enabled", "disabled"
+
+
+def _invalid(field: str, message: str, code: str = "invalid_field") -> ValidationFailed:
+    return ValidationFailed(message, code=code, details={"field": field})
+
+
+def guard_policy(settings: Settings) -> guard.GuardPolicy:
+    cidrs = tuple(ip_network(cidr, strict=False) for cidr in settings.allowed_cidrs)
+    return guard.GuardPolicy(allow_private=settings.allow_private_targets,
+                             allow_cidrs=cidrs,
+                             require_https=settings.require_https)
+
+
+# ---------------------------------------------------------------------------- partners
+
+
+def create_partner(session: Session, body: dict[str, Any]) -> Partner:
+    """Raises ValidationFailed for a bad uid or name, Conflict when the uid is taken."""
+    unknown = sorted(set(body) - {"uid", "name"})
+    if unknown:
+        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
+                               details={"fields": unknown})
+    uid = body.get("uid")
+    if not isinstance(uid, str) or not UID_PATTERN.match(uid):
+        raise _invalid("uid", "uid must be 1-200 characters of letters, digits, '.', '_', ':' "
+                              "or '-', starting with a letter or digit")
+    name = body.get("name", uid)
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH:
+        raise _invalid("name", f"name must be a non-empty string of at most "
+                               f"{MAX_NAME_LENGTH} characters")
+    if session.scalar(select(Partner.id).where(Partner.uid == uid)) is not None:
+        raise Conflict(f"partner {uid!r} already exists", code="partner_exists",
+                       details={"uid": uid})
+    partner = Partner(uid=uid, name=name.strip())
+    try:
+        with session.begin_nested():
+            session.add(partner)
+    except IntegrityError:
+        raise Conflict(f"partner {uid!r} already exists", code="partner_exists",
+                       details={"uid": uid}) from None
+    return partner
+
+
+def get_partner(session: Session, uid: str) -> Partner:
+    partner = session.scalar(select(Partner).where(Partner.uid == uid))
+    if partner is None:
+        raise NotFound(f"partner {uid!r} does not exist", details={"uid": uid})
+    return partner
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def check_url(url: Any, settings: Settings,
+              resolver: guard.Resolver = guard.default_resolver) -> str:
+    """The SSRF verdict of SPEC §5, made once here and again by the worker at every attempt.
+
+    Raises:
+        ValidationFailed: `invalid_url` (syntax, scheme, https required), `blocked_address`
+            (an internal target) or `unresolvable_host`.
+    """
+    if not isinstance(url, str) or not url:
+        raise _invalid("url", "url is required and must be a string", "invalid_url")
+    if len(url) > MAX_URL_LENGTH:
+        raise _invalid("url", f"url is longer than {MAX_URL_LENGTH} characters", "invalid_url")
+    try:
+        guard.check_url(url, guard_policy(settings), resolver)
+    except guard.InvalidURL as exc:
+        raise _invalid("url", f"url is not acceptable: {exc}", "invalid_url") from None
+    except guard.BlockedAddress as exc:
+        raise ValidationFailed(f"url targets a blocked address: {exc.reason}",
+                               code="blocked_address",
+                               details={"field": "url", "reason": exc.reason}) from None
+    except guard.ResolutionError as exc:
+        raise _invalid("url", f"url host cannot be resolved: {exc}",
+                       "unresolvable_host") from None
+    return url
+
+
+def check_headers(headers: Any) -> dict[str, str]:
+    """Custom headers may add, never override what Kurir sets, nor smuggle a new line."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, dict):
+        raise _invalid("headers", "headers must be an object of name: value strings")
+    if len(headers) > MAX_HEADERS:
+        raise _invalid("headers", f"at most {MAX_HEADERS} custom headers")
+    seen: set[str] = set()
+    clean: dict[str, str] = {}
+    for name, value in headers.items():
+        lower = name.lower()
+        if not _TOKEN.match(name):
+            raise ValidationFailed(f"header name {name!r} is not a valid HTTP field name",
+                                   code="invalid_header", details={"header": name})
+        if lower in RESERVED_HEADERS or lower.startswith(RESERVED_PREFIXES):
+            raise ValidationFailed(f"header {name!r} is set by Kurir and cannot be overridden",
+                                   code="reserved_header", details={"header": name})
+        if lower in seen:
+            raise ValidationFailed(f"header {name!r} is given twice", code="invalid_header",
+                                   details={"header": name})
+        if not isinstance(value, str):
+            raise ValidationFailed(f"header {name!r} must have a string value",
+                                   code="invalid_header", details={"header": name})
+        if _BAD_VALUE_CHARS.search(value):
+            raise ValidationFailed(f"header {name!r} contains CR, LF or NUL",
+                                   code="invalid_header", details={"header": name})
+        if len(value.encode()) > MAX_HEADER_VALUE:
+            raise ValidationFailed(f"header {name!r} is longer than {MAX_HEADER_VALUE} bytes",
+                                   code="invalid_header", details={"header": name})
+        seen.add(lower)
+        clean[name] = value
+    return clean
+
+
+def check_event_types(session: Session, event_types: Any) -> list[str] | None:
+    """None subscribes to every type; a list must name types that are registered."""
+    if event_types is None:
+        return None
+    if (not isinstance(event_types, list) or not event_types
+            or not all(isinstance(t, str) and t for t in event_types)):
+        raise _invalid("event_types", "event_types must be a non-empty list of event type "
+                                      "names, or null for all types")
+    if len(event_types) > MAX_EVENT_TYPES:
+        raise _invalid("event_types", f"at most {MAX_EVENT_TYPES} event types")
+    names = list(dict.fromkeys(event_types))
+    missing = sorted(set(names) - contracts.existing_names(session, names))
+    if missing:
+        raise ValidationFailed(f"unknown event type(s): {', '.join(missing)}",
+                               code="unknown_event_type",
+                               details={"field": "event_types", "unknown": missing})
+    return names
+
+
+def check_timeout(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TIMEOUT_S:
+        raise _invalid("timeout_s", f"timeout_s must be an integer from 1 to {MAX_TIMEOUT_S}")
+    return value
+
+
+def check_rate_limit(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            1 <= value <= MAX_RATE_LIMIT):
+        raise _invalid("rate_limit_per_s", f"rate_limit_per_s must be null or an integer from "
+                                           f"1 to {MAX_RATE_LIMIT}")
+    return value
+
+
+def check_description(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_DESCRIPTION:
+        raise _invalid("description", f"description must be a string of at most "
+                                      f"{MAX_DESCRIPTION} characters")
+    return value
+
+
+def check_secret(value: Any) -> str:
+    if not isinstance(value, str) or not is_valid_secret(value):
+        raise _invalid("secret", "secret must be 'whsec_' followed by the base64 of 24 to 64 "
+                                 "bytes", "invalid_secret")
+    return value
+
+
+def reject_unknown(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
+                               details={"fields": unknown})
+
+
+# ---------------------------------------------------------------------------- endpoints
+
+
+@dataclass(frozen=True)
+class EndpointWithSecret:
+    endpoint: Endpoint
+    secret: str
+
+
+def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], settings: Settings,
+                    box: SecretBox,
+                    resolver: guard.Resolver = guard.default_resolver) -> EndpointWithSecret:
+    """Validate everything, then store the endpoint and its (encrypted) first secret."""
+    reject_unknown(body, ENDPOINT_FIELDS)
+    url = check_url(body.get("url"), settings, resolver)
+    event_types = check_event_types(session, body.get("event_types"))
+    headers = check_headers(body.get("headers"))
+    timeout_s = check_timeout(body.get("timeout_s", settings.default_timeout_s))
+    rate_limit = check_rate_limit(body.get("rate_limit_per_s"))
+    description = check_description(body.get("description"))
+    given = body.get("secret")
+    secret = check_secret(given) if given is not None else generate_secret()
+    endpoint = Endpoint(partner=partner, url=url, event_types=event_types, headers=headers,
+                        timeout_s=timeout_s, rate_limit_per_s=rate_limit,
+                        description=description, state=ENABLED)
+    session.add(endpoint)
+    add_secret(session, endpoint, secret, box)
+    session.flush()
+    return EndpointWithSecret(endpoint, secret)
+
+
+def get_endpoint(session: Session, partner: Partner, endpoint_id: str) -> Endpoint:
+    endpoint = session.scalar(select(Endpoint).where(
+        Endpoint.id == endpoint_id, Endpoint.partner_id == partner.id,
+        Endpoint.deleted_at.is_(None)))
+    if endpoint is None:
+        raise NotFound(f"endpoint {endpoint_id!r} of partner {partner.uid!r} does not exist",
+                       details={"endpoint": endpoint_id, "partner": partner.uid})
+    return endpoint
+
+
+def live_endpoints_query(partner: Partner) -> Any:
+    return select(Endpoint).where(Endpoint.partner_id == partner.id,
+                                  Endpoint.deleted_at.is_(None))
+
+
+def update_endpoint(session: Session, endpoint: Endpoint, body: dict[str, Any],
+                    settings: Settings,
+                    resolver: guard.Resolver = guard.default_resolver) -> Endpoint:
+    """Change only the fields given; each is validated as at creation."""
+    if "secret" in body:
+        raise ValidationFailed("the secret is changed with POST .../secret/rotate",
+                               code="unknown_field", details={"fields": ["secret"]})
+    reject_unknown(body, PATCHABLE_FIELDS)
+    if "url" in body:
+        endpoint.url = check_url(body["url"], settings, resolver)
+    if "event_types" in body:
+        endpoint.event_types = check_event_types(session, body["event_types"])
+    if "headers" in body:
+        endpoint.headers = check_headers(body["headers"])
+    if "timeout_s" in body:
+        endpoint.timeout_s = check_timeout(body["timeout_s"])
+    if "rate_limit_per_s" in body:
+        endpoint.rate_limit_per_s = check_rate_limit(body["rate_limit_per_s"])
+    if "description" in body:
+        endpoint.description = check_description(body["description"])
+    session.flush()
+    return endpoint
+
+
+def delete_endpoint(session: Session, endpoint: Endpoint, now: datetime | None = None) -> None:
+    """Soft delete: history (deliveries, dead letters) stays; the endpoint gets nothing new.
+
+    It is also disabled, so a worker that re-reads it before sending stops there.
+    """
+    now = now or utcnow()
+    endpoint.deleted_at = now
+    if endpoint.state != DISABLED:
+        endpoint.state = DISABLED
+        endpoint.disabled_reason = "deleted"
+        endpoint.disabled_at = now
+    session.flush()
+
+
+def enable_endpoint(session: Session, endpoint: Endpoint) -> Endpoint:
+    """Operator action: deliveries start again; health counters restart from zero."""
+    endpoint.state = ENABLED
+    endpoint.disabled_reason = None
+    endpoint.disabled_at = None
+    endpoint.consecutive_failures = 0
+    endpoint.first_failure_at = None
+    session.flush()
+    return endpoint
+
+
+def disable_endpoint(session: Session, endpoint: Endpoint, reason: str | None = None,
+                     now: datetime | None = None) -> Endpoint:
+    """Operator action: new events for the endpoint are parked as dead letters from now on."""
+    if reason is not None and (not isinstance(reason, str) or not reason.strip()
+                               or len(reason) > 200):
+        raise _invalid("reason", "reason must be a non-empty string of at most 200 characters")
+    if endpoint.state != DISABLED:
+        endpoint.state = DISABLED
+        endpoint.disabled_at = now or utcnow()
+        endpoint.disabled_reason = reason.strip() if reason else "manual"
+    elif reason:
+        endpoint.disabled_reason = reason.strip()
+    session.flush()
+    return endpoint
+
+
+def rotate_secret(session: Session, endpoint: Endpoint, body: dict[str, Any], settings: Settings,
+                  box: SecretBox, now: datetime | None = None) -> str:
+    """Make a new secret current; the old ones keep signing for the configured overlap."""
+    reject_unknown(body, ("secret",))
+    given = body.get("secret")
+    secret = check_secret(given) if given is not None else generate_secret()
+    rotate(session, endpoint, secret, box, now or utcnow(),
+           settings.secret_rotation_overlap_seconds)
+    return secret
+
+
+def read_secret(endpoint: Endpoint, box: SecretBox, now: datetime | None = None) -> str:
+    return current_secret(endpoint, box, now or utcnow())

@@ -1,0 +1,74 @@
+"""Factories for the publish-API tests: build contracts, partners and endpoints over HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+
+from app.db import Database
+from app.models import (
+    DeadLetter,
+    DeadLetterAudit,
+    Delivery,
+    Endpoint,
+    EndpointSecret,
+    Event,
+    EventType,
+    IdempotencyKey,
+    Partner,
+)
+
+ORDER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["order_id", "amount"],
+    "properties": {
+        "order_id": {"type": "string"},
+        "amount": {"type": "integer", "minimum": 0},
+        "currency": {"type": "string", "enum": ["EUR", "USD"]},
+    },
+    "additionalProperties": False,
+}
+
+COUNTED = (Event, Delivery, DeadLetter, DeadLetterAudit, IdempotencyKey, EventType, Partner,
+           Endpoint, EndpointSecret)
+
+
+def error_of(response: Any) -> dict[str, Any]:
+    body = response.get_json()
+    assert set(body) == {"error"}, body
+    return body["error"]
+
+
+def make_event_type(client: Any, auth: dict[str, str], name: str = "order.created",
+                    version: int = 1, schema: dict[str, Any] | None = None,
+                    **extra: Any) -> dict[str, Any]:
+    response = client.post("/v1/event-types", headers=auth, json={
+        "name": name, "version": version, "schema": schema or ORDER_SCHEMA, **extra})
+    assert response.status_code in (200, 201), response.get_json()
+    return response.get_json()
+
+
+def make_partner(client: Any, auth: dict[str, str], uid: str = "acme") -> dict[str, Any]:
+    response = client.post("/v1/partners", headers=auth, json={"uid": uid, "name": uid.title()})
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def make_endpoint(client: Any, auth: dict[str, str], uid: str = "acme",
+                  url: str = "http://127.0.0.1:9/hook", **fields: Any) -> dict[str, Any]:
+    response = client.post(f"/v1/partners/{uid}/endpoints", headers=auth,
+                           json={"url": url, **fields})
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def order(order_id: str = "o-1", amount: int = 100, **extra: Any) -> dict[str, Any]:
+    return {"type": "order.created", "version": 1,
+            "data": {"order_id": order_id, "amount": amount}, **extra}
+
+
+def counts(db: Database) -> dict[str, int]:
+    with db.Session() as session:
+        return {model.__tablename__: int(session.scalar(select(func.count()).select_from(model)))
+                for model in COUNTED}

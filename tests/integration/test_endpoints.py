@@ -1,0 +1,338 @@
+"""Partners and endpoints: every SPEC §4 path, with the validation of issue 3 item 2."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from app.clock import utcnow
+from app.models import Endpoint, EndpointSecret
+from app.runtime import Runtime
+from app.web import create_app
+from sender.secrets import active_secrets
+from sender.signing import generate_secret
+from tests.integration._publish_support import (
+    error_of,
+    make_endpoint,
+    make_event_type,
+    make_partner,
+)
+
+ENDPOINT_KEYS = {"id", "partner", "url", "event_types", "description", "headers", "timeout_s",
+                 "rate_limit_per_s", "state", "disabled_reason", "disabled_at", "created_at",
+                 "updated_at", "consecutive_failures", "last_success_at", "last_failure_at"}
+
+
+@pytest.fixture
+def strict_app(settings, migrated, redis_client):
+    """The app with production SSRF rules: private targets refused, https required."""
+    from app.web.auth import clear_cache
+
+    clear_cache()
+    rt = Runtime(settings.with_overrides(allow_private_targets=False, require_https=True),
+                 database=migrated.db)
+    yield create_app(runtime=rt)
+    rt.close()
+
+
+# ---------------------------------------------------------------------------- partners
+
+
+def test_partner_create_read_list(client, auth):
+    created = make_partner(client, auth, "acme")
+    assert created["id"].startswith("ptn_") and created["uid"] == "acme"
+    assert client.get("/v1/partners/acme", headers=auth).get_json() == created
+    make_partner(client, auth, "globex")
+    listed = client.get("/v1/partners?limit=1", headers=auth).get_json()
+    assert [p["uid"] for p in listed["data"]] == ["globex"]
+    rest = client.get(f"/v1/partners?cursor={listed['next_cursor']}", headers=auth).get_json()
+    assert [p["uid"] for p in rest["data"]] == ["acme"] and rest["next_cursor"] is None
+
+
+def test_duplicate_partner_uid_is_409(client, auth):
+    make_partner(client, auth, "acme")
+    response = client.post("/v1/partners", headers=auth, json={"uid": "acme", "name": "Again"})
+    assert response.status_code == 409
+    assert error_of(response)["code"] == "partner_exists"
+
+
+@pytest.mark.parametrize("body", [{}, {"uid": ""}, {"uid": "has space"}, {"uid": 7},
+                                  {"uid": "ok", "name": ""}, {"uid": "ok", "extra": 1}])
+def test_bad_partner_is_422(client, auth, body):
+    assert client.post("/v1/partners", headers=auth, json=body).status_code == 422
+
+
+def test_unknown_partner_is_404_everywhere(client, auth):
+    assert client.get("/v1/partners/ghost", headers=auth).status_code == 404
+    assert client.get("/v1/partners/ghost/endpoints", headers=auth).status_code == 404
+    response = client.post("/v1/partners/ghost/endpoints", headers=auth,
+                           json={"url": "http://127.0.0.1:9/"})
+    assert response.status_code == 404
+
+
+# ---------------------------------------------------------------------------- creation
+
+
+def test_endpoint_gets_generated_secret_and_defaults(client, auth, runtime):
+    make_partner(client, auth)
+    created = make_endpoint(client, auth)
+    assert set(created) == ENDPOINT_KEYS | {"secret"}
+    assert created["id"].startswith("ep_") and created["partner"] == "acme"
+    assert created["state"] == "enabled" and created["event_types"] is None
+    assert created["timeout_s"] == runtime.settings.default_timeout_s
+    secret = created["secret"]
+    assert secret.startswith("whsec_")
+    assert len(base64.b64decode(secret[len("whsec_"):], validate=True)) == 32
+
+    read = client.get(f"/v1/partners/acme/endpoints/{created['id']}", headers=auth).get_json()
+    assert "secret" not in read and set(read) == ENDPOINT_KEYS
+    assert client.get(f"/v1/partners/acme/endpoints/{created['id']}/secret",
+                      headers=auth).get_json() == {"secret": secret}
+
+
+def test_secret_is_stored_encrypted(client, auth, runtime):
+    make_partner(client, auth)
+    created = make_endpoint(client, auth)
+    with runtime.db.Session() as session:
+        stored = session.scalars(select(EndpointSecret.secret_encrypted)).all()
+    assert len(stored) == 1
+    assert created["secret"] not in stored[0]
+    assert created["secret"][len("whsec_"):] not in stored[0]
+    assert runtime.secret_box.decrypt(stored[0]) == created["secret"]
+
+
+def test_given_secret_is_kept_and_malformed_one_refused(client, auth):
+    make_partner(client, auth)
+    mine = generate_secret()
+    assert make_endpoint(client, auth, secret=mine)["secret"] == mine
+    for bad in ("whsec_short", "not-a-secret", "whsec_" + base64.b64encode(b"x" * 16).decode(),
+                "whsec_%%%%", 42):
+        response = client.post("/v1/partners/acme/endpoints", headers=auth,
+                               json={"url": "http://127.0.0.1:9/", "secret": bad})
+        assert response.status_code == 422, bad
+        assert error_of(response)["code"] == "invalid_secret"
+
+
+def test_all_fields_round_trip(client, auth):
+    make_partner(client, auth)
+    make_event_type(client, auth, "order.created")
+    make_event_type(client, auth, "order.paid")
+    created = make_endpoint(client, auth, url="https://127.0.0.1:8443/in",
+                            event_types=["order.created", "order.paid"],
+                            description="billing", headers={"X-Team": "billing"},
+                            timeout_s=30, rate_limit_per_s=5)
+    assert created["event_types"] == ["order.created", "order.paid"]
+    assert created["headers"] == {"X-Team": "billing"}
+    assert (created["timeout_s"], created["rate_limit_per_s"]) == (30, 5)
+    assert created["description"] == "billing"
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/x", "file:///etc/passwd", "javascript:x",
+                                 "http://", "not a url", "", None, "http://exa mple.com/"])
+def test_bad_url_is_422_invalid_url(client, auth, url):
+    make_partner(client, auth)
+    response = client.post("/v1/partners/acme/endpoints", headers=auth, json={"url": url})
+    assert response.status_code == 422
+    assert error_of(response)["code"] == "invalid_url"
+
+
+@pytest.mark.parametrize("host", [
+    "127.0.0.1", "10.1.2.3", "169.254.169.254", "[::1]", "192.168.0.10", "localhost",
+    "0.0.0.0",  # noqa: S104 - a target to refuse, not a bind address
+    "2130706433",
+])
+def test_internal_target_is_refused_at_creation(strict_app, auth, host):
+    client = strict_app.test_client()
+    make_partner(client, auth)
+    response = client.post("/v1/partners/acme/endpoints", headers=auth,
+                           json={"url": f"https://{host}/hook"})
+    assert response.status_code == 422, response.get_json()
+    assert error_of(response)["code"] == "blocked_address"
+    assert client.get("/v1/partners/acme/endpoints", headers=auth).get_json()["data"] == []
+
+
+def test_require_https_refuses_http(strict_app, auth):
+    client = strict_app.test_client()
+    make_partner(client, auth)
+    response = client.post("/v1/partners/acme/endpoints", headers=auth,
+                           json={"url": "http://93.184.215.14/hook"})
+    assert response.status_code == 422
+    assert error_of(response)["code"] == "invalid_url"
+    ok = client.post("/v1/partners/acme/endpoints", headers=auth,
+                     json={"url": "https://93.184.215.14/hook"})
+    assert ok.status_code == 201, ok.get_json()
+
+
+def test_private_target_allowed_when_configured(client, auth):
+    make_partner(client, auth)  # the default test settings allow private targets
+    assert make_endpoint(client, auth, url="http://127.0.0.1:1/x")["url"] == "http://127.0.0.1:1/x"
+
+
+def test_unknown_subscribed_event_type_is_422(client, auth):
+    make_partner(client, auth)
+    make_event_type(client, auth, "order.created")
+    response = client.post("/v1/partners/acme/endpoints", headers=auth, json={
+        "url": "http://127.0.0.1:9/", "event_types": ["order.created", "order.nope"]})
+    assert response.status_code == 422
+    err = error_of(response)
+    assert err["code"] == "unknown_event_type" and err["details"]["unknown"] == ["order.nope"]
+    for bad in ([], "order.created", [1]):
+        response = client.post("/v1/partners/acme/endpoints", headers=auth,
+                               json={"url": "http://127.0.0.1:9/", "event_types": bad})
+        assert response.status_code == 422
+
+
+@pytest.mark.parametrize("name", ["webhook-id", "Webhook-Signature", "webhook-anything",
+                                  "Content-Type", "content-length", "Host",
+                                  "Transfer-Encoding", "User-Agent"])
+def test_reserved_header_is_422(client, auth, name):
+    make_partner(client, auth)
+    response = client.post("/v1/partners/acme/endpoints", headers=auth,
+                           json={"url": "http://127.0.0.1:9/", "headers": {name: "x"}})
+    assert response.status_code == 422
+    assert error_of(response)["code"] == "reserved_header"
+
+
+@pytest.mark.parametrize("headers", [{"X-A": "one\r\nX-Evil: 1"}, {"X-A": "one\ntwo"},
+                                     {"X-A": "a\rb"}, {"Bad Name": "x"}, {"X-A\r\n": "x"},
+                                     {"X-A": 5}, {"X-A": "x" * 5000}, ["X-A"]])
+def test_header_injection_and_bad_headers_are_422(client, auth, headers):
+    make_partner(client, auth)
+    response = client.post("/v1/partners/acme/endpoints", headers=auth,
+                           json={"url": "http://127.0.0.1:9/", "headers": headers})
+    assert response.status_code == 422
+
+
+@pytest.mark.parametrize(("timeout", "ok"), [(1, True), (30, True), (0, False), (31, False),
+                                             ("5", False), (2.5, False), (True, False)])
+def test_timeout_bounds(client, auth, timeout, ok):
+    make_partner(client, auth)
+    response = client.post("/v1/partners/acme/endpoints", headers=auth,
+                           json={"url": "http://127.0.0.1:9/", "timeout_s": timeout})
+    assert response.status_code == (201 if ok else 422)
+
+
+def test_unknown_field_is_422(client, auth):
+    make_partner(client, auth)
+    response = client.post("/v1/partners/acme/endpoints", headers=auth,
+                           json={"url": "http://127.0.0.1:9/", "retries": 3})
+    assert response.status_code == 422
+    assert error_of(response)["code"] == "unknown_field"
+
+
+# ---------------------------------------------------------------------------- changes
+
+
+def test_patch_changes_only_given_fields_and_validates(client, auth):
+    make_partner(client, auth)
+    make_event_type(client, auth, "order.created")
+    ep = make_endpoint(client, auth, description="one", headers={"X-A": "1"})
+    path = f"/v1/partners/acme/endpoints/{ep['id']}"
+    response = client.patch(path, headers=auth, json={"timeout_s": 5,
+                                                      "event_types": ["order.created"]})
+    assert response.status_code == 200
+    body = response.get_json()
+    assert body["timeout_s"] == 5 and body["event_types"] == ["order.created"]
+    assert body["description"] == "one" and body["headers"] == {"X-A": "1"}
+    assert "secret" not in body
+    assert client.patch(path, headers=auth, json={"event_types": None}).get_json()[
+        "event_types"] is None
+    for bad in ({"headers": {"Host": "x"}}, {"url": "gopher://x"}, {"timeout_s": 99},
+                {"secret": generate_secret()}, {"state": "disabled"}):
+        assert client.patch(path, headers=auth, json=bad).status_code == 422, bad
+    assert client.get(path, headers=auth).get_json()["timeout_s"] == 5
+
+
+def test_patch_url_gets_the_ssrf_verdict_too(strict_app, auth):
+    client = strict_app.test_client()
+    make_partner(client, auth)
+    created = client.post("/v1/partners/acme/endpoints", headers=auth,
+                          json={"url": "https://93.184.215.14/hook"}).get_json()
+    response = client.patch(f"/v1/partners/acme/endpoints/{created['id']}", headers=auth,
+                            json={"url": "https://169.254.169.254/latest/meta-data"})
+    assert response.status_code == 422
+    assert error_of(response)["code"] == "blocked_address"
+
+
+def test_delete_hides_endpoint_but_keeps_row(client, auth, runtime):
+    make_partner(client, auth)
+    ep = make_endpoint(client, auth)
+    path = f"/v1/partners/acme/endpoints/{ep['id']}"
+    assert client.delete(path, headers=auth).status_code == 204
+    assert client.get(path, headers=auth).status_code == 404
+    assert client.delete(path, headers=auth).status_code == 404
+    assert client.get("/v1/partners/acme/endpoints", headers=auth).get_json()["data"] == []
+    with runtime.db.Session() as session:
+        row = session.get(Endpoint, ep["id"])
+        assert row.deleted_at is not None and row.state == "disabled"
+
+
+def test_disable_then_enable(client, auth):
+    make_partner(client, auth)
+    ep = make_endpoint(client, auth)
+    base = f"/v1/partners/acme/endpoints/{ep['id']}"
+    disabled = client.post(f"{base}/disable", headers=auth).get_json()
+    assert disabled["state"] == "disabled" and disabled["disabled_reason"] == "manual"
+    assert disabled["disabled_at"].endswith("Z")
+    reasoned = client.post(f"{base}/disable", headers=auth, json={"reason": "maintenance"})
+    assert reasoned.get_json()["disabled_reason"] == "maintenance"
+    listed = client.get("/v1/partners/acme/endpoints?state=disabled", headers=auth).get_json()
+    assert [e["id"] for e in listed["data"]] == [ep["id"]]
+    enabled = client.post(f"{base}/enable", headers=auth).get_json()
+    assert enabled["state"] == "enabled"
+    assert enabled["disabled_reason"] is None and enabled["disabled_at"] is None
+    assert client.post(f"{base}/disable", headers=auth, json={"why": 1}).status_code == 422
+
+
+def test_rotate_keeps_old_secret_valid_for_the_overlap(client, auth, runtime):
+    make_partner(client, auth)
+    ep = make_endpoint(client, auth)
+    base = f"/v1/partners/acme/endpoints/{ep['id']}"
+    rotated = client.post(f"{base}/secret/rotate", headers=auth)
+    assert rotated.status_code == 200
+    new = rotated.get_json()["secret"]
+    assert new != ep["secret"] and new.startswith("whsec_")
+    assert client.get(f"{base}/secret", headers=auth).get_json() == {"secret": new}
+    overlap = runtime.settings.secret_rotation_overlap_seconds
+    with runtime.db.Session() as session:
+        endpoint = session.get(Endpoint, ep["id"])
+        now = utcnow()
+        assert active_secrets(endpoint, runtime.secret_box, now) == [new, ep["secret"]]
+        later = now + timedelta(seconds=overlap + 5)
+        assert active_secrets(endpoint, runtime.secret_box, later) == [new]
+    mine = generate_secret()
+    again = client.post(f"{base}/secret/rotate", headers=auth, json={"secret": mine})
+    assert again.get_json()["secret"] == mine
+    bad = client.post(f"{base}/secret/rotate", headers=auth, json={"secret": "whsec_x"})
+    assert bad.status_code == 422
+
+
+def test_reading_a_secret_needs_a_write_scope(client, auth, runtime):
+    from app.accounts import create_api_key
+
+    make_partner(client, auth)
+    ep = make_endpoint(client, auth)
+    with runtime.db.begin() as session:
+        _, token = create_api_key(session, "reader", ["read"])
+    reader = {"Authorization": f"Bearer {token}"}
+    base = f"/v1/partners/acme/endpoints/{ep['id']}"
+    assert client.get(base, headers=reader).status_code == 200
+    assert client.get(f"{base}/secret", headers=reader).status_code == 403
+
+
+def test_secrets_are_never_logged(client, auth, caplog):
+    caplog.set_level(logging.DEBUG)
+    make_partner(client, auth)
+    mine = generate_secret()
+    ep = make_endpoint(client, auth, secret=mine)
+    base = f"/v1/partners/acme/endpoints/{ep['id']}"
+    rotated = client.post(f"{base}/secret/rotate", headers=auth).get_json()["secret"]
+    client.get(f"{base}/secret", headers=auth)
+    client.post("/v1/partners/acme/endpoints", headers=auth,
+                json={"url": "http://127.0.0.1:9/", "secret": mine + "broken"})
+    text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
+    assert mine not in text and rotated not in text
