@@ -9,13 +9,14 @@ SQLite a plain `LIKE` (the embedded store is for laptops, not for 100,000 letter
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, func, select
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.base import ExecutableOption
 
 from app.clock import isoformat, parse_time
 from app.errors import BadRequest
@@ -196,11 +197,14 @@ class SearchPage:
     partner_uids: dict[str, str]
 
 
-def search(session: Session, flt: DeadLetterFilter, *, limit: int,
-           cursor: str | None = None) -> SearchPage:
-    """One page of matching letters, newest first, keyed on the (time-sortable) id."""
-    letters, next_cursor = paginate(session, statement(flt), DeadLetter.id, limit=limit,
-                                    cursor=cursor)
+def search(session: Session, flt: DeadLetterFilter, *, limit: int, cursor: str | None = None,
+           options: Sequence[ExecutableOption] = ()) -> SearchPage:
+    """One page of matching letters, newest first, keyed on the (time-sortable) id.
+
+    `options` are loader options (e.g. `selectinload`) for what the caller will render.
+    """
+    stmt = statement(flt).options(*options)
+    letters, next_cursor = paginate(session, stmt, DeadLetter.id, limit=limit, cursor=cursor)
     return SearchPage(letters, next_cursor, partner_uids(session, letters))
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import Flask
 
-from app.web.api import event_types, events, keys, partners
+from app.web.api import dead_letters, event_types, events, keys, partners
 
 
 def register_api(app: Flask) -> None:
-    for module in (keys, event_types, partners, events):
+    for module in (keys, event_types, partners, events, dead_letters):
         app.register_blueprint(module.blueprint, url_prefix="/v1")
