@@ -38,9 +38,15 @@ def purge_idempotency_keys(runtime: Runtime) -> int:
 
 def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
+    from dlq import resend as dlq_resend
+    from dlq import retention as dlq_retention
+
     return [
         PeriodicJob("purge-idempotency-keys", purge_idempotency_keys,
                     IntervalTrigger(hours=1)),
+        PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
+        PeriodicJob("resume-bulk-resends", dlq_resend.resume_stalled,
+                    IntervalTrigger(minutes=1)),
     ]
 
 

@@ -375,3 +375,11 @@ def test_retention_purges_only_closed_letters_past_the_period(runtime):
                                  .where(DeadLetterAudit.dead_letter_id == old_closed))
         assert orphans == 0
         assert session.scalar(select(func.count()).select_from(BulkOperation)) == 0
+
+
+def test_scheduler_runs_retention_and_resumes_stalled_bulk_resends(runtime):
+    from app.scheduling import periodic_jobs
+
+    jobs = {job.name: job.run for job in periodic_jobs(runtime)}
+    assert jobs["purge-dead-letters"] is retention.purge
+    assert jobs["resume-bulk-resends"] is resend.resume_stalled

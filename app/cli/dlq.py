@@ -1,0 +1,161 @@
+"""`kurir dlq`: dead letters for operators without a browser — list, resend, discard."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from app.cli.common import fail, make_runtime
+from app.clock import isoformat
+from app.errors import KurirError
+from dlq import discard as discard_mod
+from dlq import resend as resend_mod
+from dlq.search import DL_STATES, DeadLetterFilter, search
+
+FILTER_OPTIONS: list[tuple[str, str, str]] = [
+    ("--partner", "partner", "partner uid"),
+    ("--endpoint", "endpoint", "endpoint id"),
+    ("--type", "type", "event type name"),
+    ("--reason", "reason", "retries_exhausted, endpoint_disabled, blocked_address, ..."),
+    ("--status-code", "status_code", "last HTTP status, or 'none' for no answer"),
+    ("--error", "error", "text in the last error"),
+    ("--q", "q", "words in the payload"),
+    ("--since", "since", "created at or after (RFC 3339)"),
+    ("--until", "until", "created before (RFC 3339)"),
+]
+
+
+def _default_actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def filter_options(with_state: bool) -> Callable[[Any], Any]:
+    def decorate(func: Any) -> Any:
+        if with_state:
+            func = click.option("--state", type=click.Choice(DL_STATES),
+                                help="open, resent or discarded")(func)
+        for flag, dest, help_text in reversed(FILTER_OPTIONS):
+            func = click.option(flag, dest, default=None, help=help_text)(func)
+        return func
+
+    return decorate
+
+
+def _filter(values: dict[str, Any]) -> DeadLetterFilter:
+    try:
+        return DeadLetterFilter.from_params({k: v for k, v in values.items() if v is not None})
+    except KurirError as exc:
+        fail(exc.message, 2)
+        raise  # unreachable: fail() exits
+
+
+@click.group("dlq")
+def dlq_group() -> None:
+    """Dead letters: list, resend, discard."""
+
+
+@dlq_group.command("ls")
+@filter_options(with_state=True)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 250))
+@click.option("--cursor", default=None, help="Continue from a previous page.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def dlq_ls(limit: int, cursor: str | None, as_json: bool, **values: Any) -> None:
+    """List dead letters, newest first."""
+    flt = _filter(values)
+    runtime = make_runtime()
+    try:
+        with runtime.db.begin() as session:
+            page = search(session, flt, limit=limit, cursor=cursor)
+            rows = [{"id": dl.id, "created_at": isoformat(dl.created_at),
+                     "partner": page.partner_uids.get(dl.partner_id, ""),
+                     "endpoint": dl.endpoint_id, "event": dl.event_id, "type": dl.event_type,
+                     "reason": dl.reason, "last_status_code": dl.last_status_code,
+                     "last_error": dl.last_error, "state": dl.state} for dl in page.letters]
+    except KurirError as exc:
+        fail(exc.message, 2)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    if not rows:
+        click.echo("no dead letters match" + ("" if flt.is_empty() else " this filter"))
+        return
+    header = ("ID", "CREATED", "PARTNER", "TYPE", "REASON", "STATUS", "ERROR", "STATE")
+    table = [header] + [(r["id"], r["created_at"] or "", r["partner"], r["type"], r["reason"],
+                         str(r["last_status_code"] or "-"), (r["last_error"] or "-")[:40],
+                         r["state"]) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths,
+                                                                      strict=True)).rstrip())
+    if page.next_cursor:
+        click.echo(f"more: --cursor {page.next_cursor}")
+
+
+@dlq_group.command("resend")
+@click.option("--id", "ids", multiple=True, help="A dead letter id (repeatable).")
+@filter_options(with_state=False)
+@click.option("--all", "all_open", is_flag=True, help="Resend every open dead letter.")
+@click.option("--force", is_flag=True, help="Resend even to disabled endpoints.")
+@click.option("--actor", default=None, help="Name recorded in the audit trail.")
+def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | None,
+               **values: Any) -> None:
+    """Resend dead letters by id, or every open one matching the filters, with progress."""
+    flt = _filter(values)
+    if ids and not flt.is_empty():
+        fail("give either --id or filters, not both", 2)
+    if not ids and flt.is_empty() and not all_open:
+        fail("nothing selected: give --id, filters, or --all to resend every open letter", 2)
+    actor = actor or _default_actor()
+    runtime = make_runtime()
+    try:
+        with runtime.db.begin() as session:
+            op = resend_mod.start_bulk(session, actor=actor, ids=list(ids) if ids else None,
+                                       flt=None if ids else flt, force=force)
+            op_id, total = op.id, op.total
+        if total == 0:
+            click.echo("no open dead letters match")
+        with click.progressbar(length=total, label="resending", show_pos=True,
+                               file=sys.stderr) as bar:
+            op = resend_mod.run_bulk(runtime, op_id, progress=bar.update)
+    except KurirError as exc:
+        fail(exc.message, 2)
+    skipped = op.params.get("skipped") or {}
+    click.echo(f"resent {op.done} of {op.total} (job {op.id})")
+    if skipped:
+        click.echo("skipped: " + ", ".join(f"{reason} {n}" for reason, n in
+                                           sorted(skipped.items())))
+        if skipped.get(resend_mod.ENDPOINT_DISABLED):
+            click.echo("hint: enable the endpoint first, or pass --force")
+
+
+@dlq_group.command("discard")
+@click.option("--id", "ids", multiple=True, required=True, help="A dead letter id (repeatable).")
+@click.option("--note", default=None, help="Why it will never be resent.")
+@click.option("--actor", default=None, help="Name recorded in the audit trail.")
+def dlq_discard(ids: tuple[str, ...], note: str | None, actor: str | None) -> None:
+    """Discard dead letters: they stay searchable but will not be resent."""
+    actor = actor or _default_actor()
+    runtime = make_runtime()
+    failed = 0
+    for letter_id in ids:
+        try:
+            with runtime.db.begin() as session:
+                discard_mod.discard(session, letter_id, actor=actor, note=note)
+            click.echo(f"discarded {letter_id}")
+        except KurirError as exc:
+            failed += 1
+            click.echo(f"kurir: {letter_id}: {exc.message}", err=True)
+    if failed:
+        raise SystemExit(1)
+
+
+COMMANDS = (dlq_group,)
