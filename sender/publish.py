@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import redis
-from sqlalchemy import and_, delete, insert, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import and_, delete, insert, select, text
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from app import contracts
@@ -41,6 +41,10 @@ MAX_TEXT = 200
 MAX_BIGINT = 2**63 - 1
 ACCEPTED = 202
 REASON_ENDPOINT_DISABLED = "endpoint_disabled"
+# How long a keyed request waits behind an unfinished twin (PostgreSQL) before answering 409.
+IN_FLIGHT_WAIT_MS = 5000
+_PG_LOCK_NOT_AVAILABLE = "55P03"
+_PG_UNIQUE_VIOLATION = "23505"
 
 
 @dataclass(frozen=True)
@@ -258,6 +262,8 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
     if key is not None:
         # First write of the transaction: a concurrent twin blocks here on the unique index
         # (PostgreSQL) or never gets this far (SQLite's single writer), before doing any work.
+        if session.get_bind().dialect.name == "postgresql":
+            session.execute(text(f"SET LOCAL lock_timeout = {int(IN_FLIGHT_WAIT_MS)}"))
         try:
             with session.begin_nested():
                 session.execute(insert(IdempotencyKey), [{
@@ -265,7 +271,9 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
                     "request_hash": digest, "response_status": ACCEPTED,
                     "response_body": response, "event_id": event_id, "created_at": now,
                     "expires_at": now + timedelta(seconds=settings.idempotency_ttl_seconds)}])
-        except IntegrityError:
+        except (IntegrityError, OperationalError) as exc:
+            if not (_lock_timed_out(exc) or _unique_violation(exc)):
+                raise
             stored = _stored_response(session, api_key_id, key, digest, now)
             if stored is not None:
                 return stored
@@ -284,6 +292,18 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
                                         "event_type": req.type, "deliveries": len(answer),
                                         "correlation_id": req.correlation_id})
     return PublishResult(status=ACCEPTED, body=response, enqueued=enqueued)
+
+
+def _lock_timed_out(exc: Exception) -> bool:
+    return isinstance(exc, OperationalError) and (
+        getattr(exc.orig, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE)
+
+
+def _unique_violation(exc: Exception) -> bool:
+    if not isinstance(exc, IntegrityError):
+        return False
+    return (getattr(exc.orig, "sqlstate", None) == _PG_UNIQUE_VIOLATION
+            or "UNIQUE constraint failed" in str(exc.orig))
 
 
 def _park_for_disabled(session: Session, event: Event, parked: list[tuple[str, str]],

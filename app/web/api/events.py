@@ -31,6 +31,10 @@ def publish_event(uid: str) -> Response:
         # Refused on the header alone: the body is never read, let alone parsed.
         raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes",
                               details={"limit": limit})
+    if request.content_length is None and len(request.get_data(cache=True)) >= limit:
+        # A chunked body is cut at the limit by Werkzeug, silently: refuse it whole.
+        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes",
+                              details={"limit": limit})
     body = read_json_object()
     principal = current_principal()
     with rt.db.begin() as session:
