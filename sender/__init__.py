@@ -1,0 +1,1 @@
+"""Outbound delivery building blocks kept free of web-framework and database concerns."""

@@ -1,0 +1,532 @@
+"""Outbound HTTP with the SSRF guard built in: pinned addresses, no redirects, hard deadlines."""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import http.client
+import http.cookiejar
+import itertools
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+import requests.adapters
+import urllib3
+from requests.structures import CaseInsensitiveDict
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import NewConnectionError
+
+from sender import guard
+from sender.guard import GuardPolicy, Resolver
+
+MAX_BODY_BYTES = 4096
+_READ_CHUNK = 1024
+
+ERROR_TIMEOUT = "timeout"
+ERROR_CONNECTION = "connection_error"
+ERROR_BLOCKED = "blocked_address"
+ERROR_TLS = "tls_error"
+ERROR_INVALID_URL = "invalid_url"
+ERROR_INVALID_REQUEST = "invalid_request"
+
+# Framing and routing headers are ours: a caller's value could desynchronise the exchange.
+_OWNED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+
+
+@dataclass
+class HttpResult:
+    """The outcome of one POST, recorded as an attempt; network failures are values, not raises."""
+
+    status: int | None
+    body: bytes
+    duration_ms: int
+    error: str | None
+    request_headers: dict[str, str]
+    response_headers: dict[str, str] = field(default_factory=dict)
+    error_detail: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Delivered means a 2xx that also arrived completely within the deadline."""
+        return self.error is None and self.status is not None and 200 <= self.status <= 299
+
+    @property
+    def retry_after(self) -> str | None:
+        """The raw Retry-After header, which the retry policy parses."""
+        return self.response_headers.get("retry-after")
+
+
+class _Deadline:
+    """One exchange's wall-clock budget; when it passes, its sockets are shut down."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.fired = False
+        self.done = False
+        self._lock = threading.Lock()
+        self._conns: list[Any] = []
+
+    def remaining(self) -> float:
+        """Seconds left, never negative."""
+        return max(0.0, self.at - time.monotonic())
+
+    def track(self, conn: Any) -> None:
+        """Watch a connection used by this exchange (and cut it at once if already late)."""
+        with self._lock:
+            if self.done:
+                return
+            if conn not in self._conns:
+                self._conns.append(conn)
+            late = self.fired
+        if late:
+            _shutdown(conn)
+
+    def fire(self) -> None:
+        """Interrupt whatever read or write the exchange is blocked in."""
+        with self._lock:
+            if self.done:
+                return
+            self.fired = True
+            conns = list(self._conns)
+        for conn in conns:
+            _shutdown(conn)
+
+    def finish(self) -> bool:
+        """Stop watching; returns whether the deadline fired before the exchange ended."""
+        with self._lock:
+            self.done = True
+            self._conns.clear()
+            return self.fired
+
+
+def _shutdown(conn: Any) -> None:
+    """Shut the socket down at the OS level, which wakes a thread blocked on it."""
+    for sock in (getattr(conn, "sock", None), getattr(conn, "_kurir_raw_sock", None)):
+        if sock is None:
+            continue
+        # socket.socket.shutdown, not SSLSocket's: act on the fd, leave TLS state alone.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _Watchdog:
+    """A single timer thread enforcing every exchange's deadline, instead of a thread each."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Deadline]] = []
+        self._counter = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def arm(self, deadline: _Deadline) -> None:
+        """Schedule a deadline, starting the timer thread lazily."""
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                self._closed = False
+                self._thread = threading.Thread(
+                    target=self._run, name="kurir-http-watchdog", daemon=True
+                )
+                self._thread.start()
+            heapq.heappush(self._heap, (deadline.at, next(self._counter), deadline))
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Stop the timer thread."""
+        with self._cond:
+            self._closed = True
+            self._heap.clear()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        """Fire deadlines in order; finished ones are skipped when they come up."""
+        while True:
+            with self._cond:
+                while not self._closed:
+                    while self._heap and self._heap[0][2].done:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    wait = self._heap[0][0] - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                if self._closed:
+                    return
+                _, _, due = heapq.heappop(self._heap)
+            due.fire()
+
+
+_current = threading.local()
+
+
+def _track_current(conn: Any) -> None:
+    """Register a connection with the deadline of the exchange running on this thread."""
+    deadline: _Deadline | None = getattr(_current, "deadline", None)
+    if deadline is not None:
+        deadline.track(conn)
+
+
+class _WatchedMixin:
+    """Hooks that put every socket an exchange touches under its deadline."""
+
+    sock: Any
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()  # type: ignore[misc]
+        self._kurir_raw_sock = sock
+        _track_current(self)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _track_current(self)
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def getresponse(self) -> Any:
+        _track_current(self)
+        return super().getresponse()  # type: ignore[misc]
+
+
+class _WatchedHTTPConnection(_WatchedMixin, HTTPConnection):
+    """Plain connection under deadline watch."""
+
+
+class _WatchedHTTPSConnection(_WatchedMixin, HTTPSConnection):
+    """TLS connection under deadline watch."""
+
+
+class _WatchedHTTPConnectionPool(HTTPConnectionPool):
+    """Pool whose connections are under deadline watch."""
+
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSConnectionPool(HTTPSConnectionPool):
+    """TLS pool whose connections are under deadline watch."""
+
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class PinnedAdapter(requests.adapters.HTTPAdapter):
+    """Connects to the IP put in the URL while TLS uses the original host for SNI and checks."""
+
+    def __init__(self, hostname: str, **kwargs: Any) -> None:
+        self._hostname = hostname
+        super().__init__(**kwargs)
+
+    def init_poolmanager(
+        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
+    ) -> None:
+        """Build the pool manager with watched pools and the hostname TLS must verify."""
+        # SNI and OpenSSL's hostname check use the original name, never the pinned IP
+        # (urllib3 drops this keyword for plain-http pools).
+        pool_kwargs.setdefault("server_hostname", self._hostname)
+        super().init_poolmanager(connections, maxsize, block=block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _WatchedHTTPConnectionPool,
+            "https": _WatchedHTTPSConnectionPool,
+        }
+
+
+class _ResolveTimeout(guard.ResolutionError):
+    """The DNS lookup did not finish within the exchange's deadline."""
+
+
+_SEND_ERRORS = (
+    requests.exceptions.RequestException,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    OSError,
+    ValueError,
+)
+
+
+def _host_header(host: str, scheme: str, port: int) -> str:
+    """The Host header a client would send for the original URL (zone ids never go out)."""
+    bare = host.split("%", 1)[0]
+    shown = f"[{bare}]" if ":" in bare else bare
+    default = guard.ALLOWED_SCHEMES[scheme]
+    return shown if port == default else f"{shown}:{port}"
+
+
+def _pinned_url(url: str, ip: str, port: int) -> str:
+    """Rewrite the URL to the checked address so nothing downstream resolves the name again."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    if ":" in ip:
+        addr, _, zone = ip.partition("%")
+        literal = f"[{addr}%25{zone}]" if zone else f"[{addr}]"
+    else:
+        literal = ip
+    netloc = f"{userinfo}@{literal}:{port}" if userinfo else f"{literal}:{port}"
+    return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", parts.query, ""))
+
+
+def _classify(exc: BaseException) -> str:
+    """Map requests/urllib3 exceptions onto the attempt error classes."""
+    if isinstance(exc, requests.exceptions.SSLError):
+        return ERROR_TLS
+    if isinstance(exc, requests.exceptions.Timeout):
+        return ERROR_TIMEOUT
+    if isinstance(exc, urllib3.exceptions.SSLError):
+        return ERROR_TLS
+    if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
+        return ERROR_TIMEOUT
+    if isinstance(exc, requests.exceptions.InvalidURL):
+        return ERROR_INVALID_URL
+    if isinstance(exc, requests.exceptions.InvalidHeader | ValueError):
+        return ERROR_INVALID_REQUEST
+    return ERROR_CONNECTION
+
+
+def _is_connect_failure(exc: BaseException) -> bool:
+    """Tell whether nothing was sent, so trying the next checked address is safe."""
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return True
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        reason = getattr(exc.args[0], "reason", None) if exc.args else None
+        return isinstance(reason, NewConnectionError)
+    return False
+
+
+class Transport:
+    """Sends webhook POSTs, one requests.Session per endpoint origin for connection reuse."""
+
+    def __init__(
+        self,
+        *,
+        resolver: Resolver = guard.default_resolver,
+        ca_certs: str | None = None,
+        pool_maxsize: int = 10,
+        max_sessions: int = 256,
+        resolver_threads: int = 16,
+    ) -> None:
+        self._resolver = resolver
+        self._verify: bool | str = ca_certs if ca_certs else True
+        self._pool_maxsize = pool_maxsize
+        self._max_sessions = max_sessions
+        self._sessions: OrderedDict[tuple[str, str, int], requests.Session] = OrderedDict()
+        self._lock = threading.Lock()
+        self._watchdog = _Watchdog()
+        self._dns = ThreadPoolExecutor(max_workers=resolver_threads, thread_name_prefix="kurir-dns")
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release pooled connections and helper threads."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+        for session in sessions:
+            session.close()
+        self._watchdog.close()
+        self._dns.shutdown(wait=False, cancel_futures=True)
+
+    def _session(self, scheme: str, host: str, port: int) -> requests.Session:
+        """Return the endpoint origin's session, creating it and evicting the least used."""
+        key = (scheme, host, port)
+        evicted: requests.Session | None = None
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is not None:
+                self._sessions.move_to_end(key)
+                return session
+            session = requests.Session()
+            session.trust_env = False  # no proxies or netrc from the environment
+            session.max_redirects = 0
+            session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+            session.headers = CaseInsensitiveDict({"Accept": "*/*", "Accept-Encoding": "identity"})
+            adapter = PinnedAdapter(
+                host.split("%", 1)[0],
+                pool_connections=4,
+                pool_maxsize=self._pool_maxsize,
+            )
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+            self._sessions[key] = session
+            if len(self._sessions) > self._max_sessions:
+                _, evicted = self._sessions.popitem(last=False)
+        if evicted is not None:
+            evicted.close()
+        return session
+
+    def _bounded_resolver(self, deadline: _Deadline) -> Resolver:
+        """Wrap the resolver so a hanging DNS lookup cannot outlive the deadline."""
+
+        def resolve(host: str, port: int) -> list[str]:
+            future = self._dns.submit(self._resolver, host, port)
+            try:
+                return future.result(timeout=deadline.remaining())
+            except FutureTimeout as exc:
+                future.cancel()
+                raise _ResolveTimeout(f"resolving {host} took too long") from exc
+
+        return resolve
+
+    def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeout_s: float,
+        policy: GuardPolicy,
+        connect_timeout_s: float = 5.0,
+    ) -> HttpResult:
+        """POST once within timeout_s overall; never raises for network problems."""
+        started = time.monotonic()
+        deadline = _Deadline(started + timeout_s)
+        sent_headers = {k: v for k, v in headers.items() if k.lower() not in _OWNED_HEADERS}
+
+        def result(
+            error: str | None,
+            detail: str | None = None,
+            status: int | None = None,
+            data: bytes = b"",
+            request_headers: dict[str, str] | None = None,
+            response_headers: dict[str, str] | None = None,
+        ) -> HttpResult:
+            return HttpResult(
+                status=status,
+                body=data[:MAX_BODY_BYTES],
+                duration_ms=int((time.monotonic() - started) * 1000),
+                error=error,
+                request_headers=request_headers if request_headers is not None else sent_headers,
+                response_headers=response_headers or {},
+                error_detail=detail,
+            )
+
+        try:
+            scheme, host, port = guard.split_url(url, policy)
+            _, _, addresses = guard.check_url(url, policy, self._bounded_resolver(deadline))
+        except guard.InvalidURL as exc:
+            return result(ERROR_INVALID_URL, str(exc))
+        except guard.BlockedAddress as exc:
+            return result(ERROR_BLOCKED, exc.reason)
+        except _ResolveTimeout as exc:
+            return result(ERROR_TIMEOUT, str(exc))
+        except OSError as exc:
+            return result(ERROR_CONNECTION, str(exc))
+
+        session = self._session(scheme, host, port)
+        sent_headers["Host"] = _host_header(host, scheme, port)
+        last: HttpResult | None = None
+        for ip in addresses:
+            if deadline.remaining() <= 0:
+                break
+            outcome, connect_failed = self._exchange(
+                session, url, ip, port, body, sent_headers, deadline, connect_timeout_s, result
+            )
+            if not connect_failed:
+                return outcome
+            last = outcome
+        if last is None:
+            return result(ERROR_TIMEOUT, "deadline passed before connecting")
+        if last.error != ERROR_TIMEOUT and deadline.remaining() <= 0:
+            last.error = ERROR_TIMEOUT
+        return last
+
+    def _exchange(
+        self,
+        session: requests.Session,
+        url: str,
+        ip: str,
+        port: int,
+        body: bytes,
+        headers: dict[str, str],
+        budget: _Deadline,
+        connect_timeout_s: float,
+        result: Callable[..., HttpResult],
+    ) -> tuple[HttpResult, bool]:
+        """One try against one checked address: (result, whether it failed before sending)."""
+        pinned = _pinned_url(url, ip, port)
+        try:
+            prepared = session.prepare_request(
+                requests.Request("POST", pinned, data=body, headers=headers)
+            )
+        except (requests.exceptions.RequestException, ValueError) as exc:
+            return result(_classify(exc), str(exc)), False
+        request_headers = dict(prepared.headers)
+        adapter = session.get_adapter(pinned)
+
+        # A fresh watch per try (same wall-clock end), so a fallback address is watched too.
+        deadline = _Deadline(budget.at)
+        _current.deadline = deadline
+        self._watchdog.arm(deadline)
+        response: requests.Response | None = None
+        try:
+            remaining = deadline.remaining()
+            if remaining <= 0:
+                deadline.finish()
+                late = result(ERROR_TIMEOUT, "deadline passed", request_headers=request_headers)
+                return late, True
+            try:
+                response = adapter.send(
+                    prepared,
+                    stream=True,
+                    timeout=(min(connect_timeout_s, remaining), remaining),
+                    verify=self._verify,
+                    proxies={},
+                )
+            except _SEND_ERRORS as exc:
+                fired = deadline.finish()
+                send_error = ERROR_TIMEOUT if fired else _classify(exc)
+                return (
+                    result(send_error, str(exc), request_headers=request_headers),
+                    not fired and _is_connect_failure(exc),
+                )
+
+            status = response.status_code
+            response_headers = {k.lower(): v for k, v in response.headers.items()}
+            data, complete, read_error = _read_capped(response.raw)
+            fired = deadline.finish()
+            error: str | None = None
+            detail: str | None = None
+            if fired:
+                error, detail = ERROR_TIMEOUT, "deadline passed while reading the response"
+            elif read_error is not None:
+                error, detail = _classify(read_error), str(read_error)
+            if complete and error is None:
+                response.raw.release_conn()
+            else:
+                response.raw.close()
+                response.raw.release_conn()
+            response = None
+            return (
+                result(error, detail, status, data, request_headers, response_headers),
+                False,
+            )
+        finally:
+            deadline.finish()
+            _current.deadline = None
+            if response is not None:
+                response.raw.close()
+                response.raw.release_conn()
+
+
+def _read_capped(raw: urllib3.BaseHTTPResponse) -> tuple[bytes, bool, BaseException | None]:
+    """Read at most MAX_BODY_BYTES undecoded: (data, reached end of body, error if any)."""
+    buf = bytearray()
+    try:
+        while len(buf) <= MAX_BODY_BYTES:
+            chunk = raw.read(_READ_CHUNK, decode_content=False)
+            if not chunk:
+                return bytes(buf[:MAX_BODY_BYTES]), True, None
+            buf += chunk
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError) as exc:
+        return bytes(buf[:MAX_BODY_BYTES]), False, exc
+    return bytes(buf[:MAX_BODY_BYTES]), False, None
