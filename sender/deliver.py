@@ -1,0 +1,105 @@
+"""One delivery attempt: sign at send time, POST through the guarded transport, report.
+
+Everything here is per attempt: a fresh `webhook-timestamp` and signature every time, the same
+`webhook-id` (the event id) every time, so receivers can deduplicate retries and resends.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from app import __version__
+from app.clock import utcnow
+from sender.guard import GuardPolicy
+from sender.http import HttpResult, Transport
+from sender.signing import build_headers
+
+USER_AGENT = f"Kurir/{__version__}"
+
+# Protocol and framing headers a custom header may never replace (SPEC §3). The endpoints API
+# refuses them at creation; this second check keeps a stale or hand-edited row harmless.
+PROTECTED_HEADERS = frozenset({
+    "webhook-id", "webhook-timestamp", "webhook-signature", "user-agent", "content-type",
+    "content-length", "host", "transfer-encoding", "connection",
+})
+_BAD_VALUE = re.compile(r"[\r\n\x00]")
+
+# Request headers are kept with each attempt; credentials a partner asked us to send are not.
+_SENSITIVE = re.compile(r"authorization|cookie|token|secret|password|api[-_]?key", re.I)
+REDACTED = "[redacted]"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is needed to send to one endpoint, read once per batch."""
+
+    endpoint_id: str
+    url: str
+    secrets: tuple[str, ...]
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 15.0
+    rate_limit_per_s: int | None = None
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """One attempt as it will be stored (SPEC §2 Attempt) and judged by the retry policy."""
+
+    started_at: datetime
+    duration_ms: int
+    status: int | None
+    body: bytes
+    error: str | None
+    error_detail: str | None
+    request_headers: dict[str, str]
+    retry_after: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status is not None and 200 <= self.status <= 299
+
+
+def custom_headers(headers: Mapping[str, Any]) -> dict[str, str]:
+    """The endpoint's own headers that may go out: never ours, never with CR/LF."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            continue
+        if name.lower() in PROTECTED_HEADERS or _BAD_VALUE.search(name + value):
+            continue
+        out[name] = value
+    return out
+
+
+def request_headers(event_id: str, body: bytes, secrets: Sequence[str],
+                    endpoint_headers: Mapping[str, Any], timestamp: int) -> dict[str, str]:
+    """Custom headers first, then the signed protocol headers on top (they always win)."""
+    headers = custom_headers(endpoint_headers)
+    headers.update(build_headers(event_id, timestamp, body, secrets, USER_AGENT))
+    return headers
+
+
+def redact(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers as stored with the attempt: credential-looking values hidden."""
+    return {k: (REDACTED if _SENSITIVE.search(k) else v) for k, v in headers.items()}
+
+
+def attempt(transport: Transport, target: Target, event_id: str, body: bytes,
+            policy: GuardPolicy, *, connect_timeout_s: float = 5.0,
+            clock: Callable[[], datetime] = utcnow,
+            unix_time: Callable[[], float] = time.time) -> AttemptResult:
+    """Sign and POST once; network failures come back as values, never as exceptions."""
+    started_at = clock()
+    headers = request_headers(event_id, body, target.secrets, target.headers, int(unix_time()))
+    result: HttpResult = transport.post(target.url, body, headers, float(target.timeout_s),
+                                        policy, connect_timeout_s=connect_timeout_s)
+    return AttemptResult(
+        started_at=started_at, duration_ms=result.duration_ms, status=result.status,
+        body=result.body, error=result.error, error_detail=result.error_detail,
+        request_headers=redact(result.request_headers or headers),
+        retry_after=result.retry_after)
