@@ -40,8 +40,11 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
     from dlq import resend as dlq_resend
     from dlq import retention as dlq_retention
+    from sender import sweeper as delivery_sweeper
 
     return [
+        PeriodicJob("sweep-deliveries", delivery_sweeper.sweep,
+                    IntervalTrigger(seconds=runtime.settings.sweep_interval_seconds)),
         PeriodicJob("purge-idempotency-keys", purge_idempotency_keys,
                     IntervalTrigger(hours=1)),
         PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
