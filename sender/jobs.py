@@ -398,6 +398,10 @@ class Engine:
             if not due:
                 self._set_timers(later, now)
                 return 0
+            with self._lock:
+                # Due now (a manual retry, say): the local timer is no longer needed.
+                for item in due:
+                    self._timed.pop(item.id, None)
             targets, disabled = self._targets(session, {d.endpoint_id for d in due}, now)
             admitted, held = self._admit(due, targets, now)
             claimed = self._claim(session, admitted, targets, now)
@@ -598,7 +602,6 @@ class Engine:
                     continue
                 fire = mono + max(0.0, (at - now).total_seconds())
                 self._timed[delivery_id] = fire
-                self._local.add(delivery_id)
                 heapq.heappush(self._timers, (fire, next(self._seq), "ids", delivery_id))
 
     def _start(self, claimed: list[tuple[Work, float]]) -> None:
@@ -712,7 +715,6 @@ class Engine:
                 if kind == "work":
                     self._enqueue(payload, mono)
                 elif self._timed.pop(payload, None) is not None:
-                    self._local.discard(payload)
                     ids.append(payload)
             for state in self._endpoints.values():
                 while state.queue and state.queue[0].queued_at < mono - MAX_LOCAL_WAIT_S:

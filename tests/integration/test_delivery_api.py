@@ -1,0 +1,124 @@
+"""GET /v1/deliveries/{id} and POST /v1/deliveries/{id}/retry, through the Flask app."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import select
+
+from app.accounts import create_api_key
+from app.clock import utcnow
+from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery
+from dlq.park import park
+from sender.dispatch import enqueue_now
+from tests.factories import (
+    Receiver,
+    WorkerThread,
+    make_endpoint,
+    make_event_with_deliveries,
+    make_partner,
+    wait_for,
+)
+
+
+def _state(runtime, delivery_id):
+    with runtime.db.begin() as session:
+        return session.get(Delivery, delivery_id).state
+
+
+def test_get_delivery_shows_every_attempt_in_the_spec_shape(runtime, client, auth):
+    calls = iter([(500, {}, b"first failed"), (200, {}, b"fine")])
+    rt = runtime
+    with Receiver(lambda r, c: next(calls)) as receiver:
+        with rt.db.begin() as session:
+            partner = make_partner(session)
+            endpoint = make_endpoint(session, partner, receiver.url + "/h", rt.secret_box)
+            event, [delivery] = make_event_with_deliveries(session, partner, [endpoint])
+        enqueue_now(rt.redis, [delivery.id])
+        with WorkerThread(rt):
+            wait_for(lambda: _state(rt, delivery.id) == RETRYING, message="first failure")
+            # Try it now instead of in 5 s (the default schedule's first step).
+            response = client.post(f"/v1/deliveries/{delivery.id}/retry", headers=auth)
+            assert response.status_code == 202, response.get_json()
+            wait_for(lambda: _state(rt, delivery.id) == SUCCEEDED, timeout_s=4,
+                     message="retried now")
+    body = client.get(f"/v1/deliveries/{delivery.id}", headers=auth).get_json()
+    assert {"id", "event", "endpoint", "state", "attempt_count", "next_attempt_at",
+            "attempts"} <= set(body)
+    assert body["id"] == delivery.id and body["event"] == event.id
+    assert body["endpoint"] == endpoint.id and body["state"] == "succeeded"
+    assert body["attempt_count"] == 2 and body["next_attempt_at"] is None
+    first, second = body["attempts"]
+    assert set(first) == {"n", "started_at", "duration_ms", "response_status",
+                          "response_body", "error"}
+    assert (first["n"], first["response_status"], first["response_body"]) == (
+        1, 500, "first failed")
+    assert (second["n"], second["response_status"]) == (2, 200)
+    assert first["started_at"].endswith("Z") and isinstance(first["duration_ms"], int)
+
+
+def test_retry_of_a_dead_delivery_points_to_its_dead_letter(runtime, client, auth):
+    with runtime.db.begin() as session:
+        partner = make_partner(session)
+        endpoint = make_endpoint(session, partner, "http://127.0.0.1:9/h", runtime.secret_box)
+        _, [delivery] = make_event_with_deliveries(session, partner, [endpoint], state=DEAD)
+        row = session.get(Delivery, delivery.id)
+        letter = park(session, row, row.event, row.endpoint, "retries_exhausted")
+        session.flush()
+        letter_id = letter.id
+    response = client.post(f"/v1/deliveries/{delivery.id}/retry", headers=auth)
+    assert response.status_code == 409
+    error = response.get_json()["error"]
+    assert error["code"] == "delivery_dead" and error["details"]["dead_letter"] == letter_id
+
+
+def test_retry_of_a_succeeded_delivery_sends_it_again_as_a_new_run(runtime, client, auth):
+    with Receiver() as receiver:
+        with runtime.db.begin() as session:
+            partner = make_partner(session)
+            endpoint = make_endpoint(session, partner, receiver.url + "/h", runtime.secret_box)
+            _, [delivery] = make_event_with_deliveries(session, partner, [endpoint],
+                                                       state=SUCCEEDED)
+            session.get(Delivery, delivery.id).attempt_count = 1
+        with WorkerThread(runtime):
+            assert client.post(f"/v1/deliveries/{delivery.id}/retry",
+                               headers=auth).status_code == 202
+            wait_for(lambda: len(receiver.requests) == 1, message="sent again")
+            wait_for(lambda: _state(runtime, delivery.id) == SUCCEEDED, message="recorded")
+    with runtime.db.begin() as session:
+        row = session.get(Delivery, delivery.id)
+        assert row.run == 2 and row.attempt_count == 2 and row.run_attempts == 1
+
+
+def test_retry_makes_a_waiting_delivery_due_now(runtime, client, auth):
+    with runtime.db.begin() as session:
+        partner = make_partner(session)
+        endpoint = make_endpoint(session, partner, "http://127.0.0.1:9/h", runtime.secret_box)
+        _, [delivery] = make_event_with_deliveries(
+            session, partner, [endpoint], state=RETRYING,
+            next_attempt_at=utcnow() + timedelta(hours=3))
+    before = utcnow()
+    response = client.post(f"/v1/deliveries/{delivery.id}/retry", headers=auth)
+    assert response.status_code == 202
+    body = response.get_json()
+    assert body["state"] == RETRYING
+    with runtime.db.begin() as session:
+        row = session.get(Delivery, delivery.id)
+        assert row.next_attempt_at <= utcnow() and row.next_attempt_at >= before
+        assert session.scalar(select(DeadLetter.id)) is None
+    # And a job for it is on the queue.
+    assert runtime.redis.llen("rq:queue:kurir-deliveries") == 1
+
+
+def test_unknown_delivery_is_404_and_scopes_are_enforced(runtime, client, auth):
+    assert client.get("/v1/deliveries/dlv_nope", headers=auth).status_code == 404
+    assert client.post("/v1/deliveries/dlv_nope/retry", headers=auth).status_code == 404
+    with runtime.db.begin() as session:
+        _, token = create_api_key(session, "reader", ["read"])
+        partner = make_partner(session)
+        endpoint = make_endpoint(session, partner, "http://127.0.0.1:9/h", runtime.secret_box)
+        _, [delivery] = make_event_with_deliveries(session, partner, [endpoint], state=PENDING)
+    reader = {"Authorization": f"Bearer {token}"}
+    assert client.get(f"/v1/deliveries/{delivery.id}", headers=reader).status_code == 200
+    assert client.post(f"/v1/deliveries/{delivery.id}/retry", headers=reader).status_code == 403
+    assert client.get(f"/v1/deliveries/{delivery.id}").status_code == 401
