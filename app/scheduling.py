@@ -38,6 +38,8 @@ def purge_idempotency_keys(runtime: Runtime) -> int:
 
 def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
+    from app.inbound import process as inbound_process
+    from app.inbound import reconcile as inbound_reconcile
     from dlq import resend as dlq_resend
     from dlq import retention as dlq_retention
     from sender import sweeper as delivery_sweeper
@@ -50,6 +52,12 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
         PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
         PeriodicJob("resume-bulk-resends", dlq_resend.resume_stalled,
                     IntervalTrigger(minutes=1)),
+        PeriodicJob("sweep-inbound-events", inbound_process.sweep,
+                    IntervalTrigger(seconds=15)),
+        PeriodicJob("run-due-reconcile-requests", inbound_reconcile.process_due,
+                    IntervalTrigger(seconds=15)),
+        PeriodicJob("scheduled-reconcile", inbound_reconcile.scheduled_reconcile,
+                    CronTrigger.from_crontab(runtime.settings.reconcile_cron, timezone="UTC")),
     ]
 
 

@@ -179,7 +179,9 @@ class LiveServer:
     def __init__(self, app: Any) -> None:
         self.server = make_server("127.0.0.1", 0, app, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll interval: shutdown() otherwise waits up to 0.5 s per test.
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.02}, daemon=True)
 
     def __enter__(self) -> LiveServer:
         self.thread.start()

@@ -6,7 +6,7 @@ from flask import Flask
 
 from app.config import Settings, load_settings
 from app.runtime import Runtime
-from app.web import errors, health
+from app.web import errors, health, inbound, metrics, ui
 from app.web.api import register_api
 
 
@@ -22,5 +22,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.extensions["kurir"] = runtime
     errors.register(app)
     app.register_blueprint(health.blueprint)
+    app.register_blueprint(inbound.blueprint)
     register_api(app)
+    ui.register(app)
+    app.register_blueprint(metrics.blueprint)
     return app

@@ -1,0 +1,178 @@
+"""Resource state that only moves forward: the ordering rule and its compare-and-set.
+
+Every change to a resource's state goes through :func:`compare_and_set`, one conditional
+``UPDATE … WHERE id = :id AND (last_version IS NULL OR last_version < :v)``. The decision
+taken beforehand on a read (:func:`decide`) is only advice; the database re-checks the
+condition atomically under its row lock, so two workers can never apply out of order: the
+later one updates nothing and its event is classified again against the newer state.
+
+Ordering is by ``resource_version`` when the event has one, else by ``occurred_at``. A
+resource ordered by version is never moved by an event without one (that would compare
+apples with clocks): such an event is a contradiction, quarantined for reconciliation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from app.clock import isoformat, utcnow
+from app.models import ResourceState
+
+# Core table for the conditional statements (typed as a Table for mypy).
+_STATES = cast(Table, ResourceState.__table__)
+
+APPLY, STALE, GAP, CONTRADICTION, ALREADY_APPLIED = (
+    "apply", "stale", "gap", "contradiction", "already_applied")
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """Where an event (or a snapshot) sits in its resource's history, and what it says."""
+
+    version: int | None
+    occurred_at: datetime | None
+    status: str | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str
+    reason: str | None = None
+
+
+def decide(event: Ordering, state: ResourceState, *, allow_gaps: bool,
+           event_id: str | None = None) -> Decision:
+    """Pure: what to do with an event given the resource's current state."""
+    if event.version is not None:
+        last = state.last_version
+        if last is not None:
+            if event.version < last:
+                return Decision(STALE, "stale_event")
+            if event.version == last:
+                if event_id is not None and state.last_event_id == event_id:
+                    return Decision(ALREADY_APPLIED, "already_applied")
+                if event.status is not None and state.status is not None \
+                        and event.status != state.status:
+                    return Decision(CONTRADICTION,
+                                    f"contradiction: version {last} is already applied with "
+                                    f"status {state.status!r}, this event says "
+                                    f"{event.status!r}")
+                return Decision(STALE, "stale_event")
+            if not allow_gaps and event.version > last + 1:
+                return Decision(GAP, f"version_gap: expected version {last + 1}, "
+                                     f"got {event.version}")
+        elif not allow_gaps and event.version > 1:
+            return Decision(GAP, f"version_gap: first version seen is {event.version}, "
+                                 "expected 1 (or 0)")
+        return Decision(APPLY)
+    if state.last_version is not None:
+        return Decision(CONTRADICTION, "contradiction: the event has no resource_version but "
+                                       "the resource is ordered by version")
+    if event.occurred_at is None:
+        # Receive refuses a resource event with neither; a replayed old row may still lack it.
+        return Decision(CONTRADICTION, "contradiction: the event has neither resource_version "
+                                       "nor occurred_at")
+    last_time = state.last_occurred_at
+    if last_time is not None:
+        if event.occurred_at < last_time:
+            return Decision(STALE, "stale_event")
+        if event.occurred_at == last_time:
+            if event_id is not None and state.last_event_id == event_id:
+                return Decision(ALREADY_APPLIED, "already_applied")
+            if event.status is not None and state.status is not None \
+                    and event.status != state.status:
+                return Decision(CONTRADICTION,
+                                f"contradiction: {isoformat(last_time)} is already applied "
+                                f"with status {state.status!r}, this event says "
+                                f"{event.status!r}")
+            return Decision(STALE, "stale_event")
+    return Decision(APPLY)
+
+
+def ensure_state(session: Session, source_id: str, resource_type: str | None,
+                 resource_id: str, *, lock: bool = False) -> ResourceState:
+    """The resource's state row, created as a placeholder if the resource is unknown.
+
+    ``lock`` takes the row lock (PostgreSQL ``FOR UPDATE``) so a source that forbids gaps
+    checks and applies each resource's events one at a time. SQLite serialises writers anyway.
+    """
+    table = _STATES
+    maker = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    session.execute(
+        maker(table)
+        .values(source_id=source_id, resource_type=resource_type or "",
+                resource_id=resource_id, placeholder=True)
+        .on_conflict_do_nothing(index_elements=["source_id", "resource_type", "resource_id"]))
+    stmt = select(ResourceState).where(
+        ResourceState.source_id == source_id,
+        ResourceState.resource_type == (resource_type or ""),
+        ResourceState.resource_id == resource_id,
+    ).execution_options(populate_existing=True)
+    if lock:
+        stmt = stmt.with_for_update()
+    return session.scalars(stmt).one()
+
+
+def reload(session: Session, state_id: str, *, lock: bool = False) -> ResourceState:
+    stmt = select(ResourceState).where(ResourceState.id == state_id) \
+        .execution_options(populate_existing=True)
+    if lock:
+        stmt = stmt.with_for_update()
+    return session.scalars(stmt).one()
+
+
+def compare_and_set(session: Session, state_id: str, event: Ordering, *,
+                    last_event_id: str | None, data: dict[str, Any] | None = None,
+                    allow_equal: bool = False, now: datetime | None = None) -> bool:
+    """Apply ``event`` to the state in ONE conditional UPDATE; False if it is not newer.
+
+    ``allow_equal`` lets a provider snapshot correct the status at the version already
+    applied (reconciliation): the version still never goes backwards.
+    """
+    values: dict[str, Any] = {"placeholder": False, "updated_at": now or utcnow(),
+                              "last_event_id": last_event_id}
+    if event.status is not None:
+        values["status"] = event.status
+    if data is not None:
+        values["data"] = data
+    col = _STATES.c
+    if event.version is not None:
+        values["last_version"] = event.version
+        if event.occurred_at is not None:
+            values["last_occurred_at"] = event.occurred_at
+        newer = col.last_version <= event.version if allow_equal \
+            else col.last_version < event.version
+        condition = or_(col.last_version.is_(None), newer)
+    elif event.occurred_at is not None:
+        values["last_occurred_at"] = event.occurred_at
+        later = col.last_occurred_at <= event.occurred_at if allow_equal \
+            else col.last_occurred_at < event.occurred_at
+        condition = and_(col.last_version.is_(None),
+                         or_(col.last_occurred_at.is_(None), later))
+    else:
+        # An unordered snapshot: the provider's word, but it cannot undo a known version.
+        condition = col.last_version.is_(None)
+    result = session.execute(
+        update(_STATES).where(col.id == state_id, condition).values(**values))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def state_to_dict(state: ResourceState, source_name: str) -> dict[str, Any]:
+    """The API shape of ``GET /v1/sources/{source}/resources/{resource_id}``."""
+    return {
+        "source": source_name,
+        "resource_type": state.resource_type or None,
+        "resource_id": state.resource_id,
+        "status": state.status,
+        "version": state.last_version,
+        "occurred_at": isoformat(state.last_occurred_at),
+        "updated_at": isoformat(state.updated_at),
+        "placeholder": state.placeholder,
+    }
