@@ -74,7 +74,7 @@ def dlq_ls(limit: int, cursor: str | None, as_json: bool, **values: Any) -> None
     try:
         with runtime.db.begin() as session:
             page = search(session, flt, limit=limit, cursor=cursor)
-            rows = [{"id": dl.id, "created_at": isoformat(dl.created_at),
+            rows: list[dict[str, Any]] = [{"id": dl.id, "created_at": isoformat(dl.created_at),
                      "partner": page.partner_uids.get(dl.partner_id, ""),
                      "endpoint": dl.endpoint_id, "event": dl.event_id, "type": dl.event_type,
                      "reason": dl.reason, "last_status_code": dl.last_status_code,
@@ -89,12 +89,13 @@ def dlq_ls(limit: int, cursor: str | None, as_json: bool, **values: Any) -> None
         click.echo("no dead letters match" + ("" if flt.is_empty() else " this filter"))
         return
     header = ("ID", "CREATED", "PARTNER", "TYPE", "REASON", "STATUS", "ERROR", "STATE")
-    table = [header] + [(r["id"], r["created_at"] or "", r["partner"], r["type"], r["reason"],
-                         str(r["last_status_code"] or "-"), (r["last_error"] or "-")[:40],
-                         r["state"]) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths,
+    table: list[tuple[str, ...]] = [header] + [
+        (r["id"], r["created_at"] or "", r["partner"], r["type"], r["reason"],
+         str(r["last_status_code"] or "-"), (r["last_error"] or "-")[:40], r["state"])
+        for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(line, widths,
                                                                       strict=True)).rstrip())
     if page.next_cursor:
         click.echo(f"more: --cursor {page.next_cursor}")

@@ -1,0 +1,81 @@
+"""Turning stored rows into what an operator may see: secrets hidden, JSON made readable."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from app.clock import utcnow
+
+HIDDEN = "•••••• (hidden)"
+# Header names that carry credentials, by exact name or by a telling part of the name.
+_SECRET_NAMES = frozenset({"webhook-signature", "authorization", "proxy-authorization",
+                           "cookie", "set-cookie"})
+_SECRET_PARTS = ("auth", "token", "secret", "signature", "password", "passwd", "key",
+                 "session", "cookie", "credential", "bearer")
+
+
+@dataclass(frozen=True)
+class ShownHeader:
+    name: str
+    value: str
+    hidden: bool
+
+
+def is_secret_header(name: str) -> bool:
+    lower = name.strip().lower()
+    return lower in _SECRET_NAMES or any(part in lower for part in _SECRET_PARTS)
+
+
+def shown_headers(headers: dict[str, object] | None) -> list[ShownHeader]:
+    """Request headers as sent, minus the value of anything that could authenticate."""
+    out = []
+    for name, value in (headers or {}).items():
+        if is_secret_header(name):
+            out.append(ShownHeader(name, HIDDEN, True))
+        else:
+            out.append(ShownHeader(name, str(value), False))
+    return out
+
+
+def pretty_json(raw: str | bytes | None) -> str:
+    """Indented JSON when it parses, else the text as is (bytes decoded leniently)."""
+    if raw is None:
+        return ""
+    text = bytes(raw).decode("utf-8", errors="replace") if isinstance(raw, bytes | bytearray |
+                                                                      memoryview) else raw
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, TypeError):
+        return text
+
+
+def ago(moment: datetime | None, now: datetime | None = None) -> str:
+    """'3 min ago' style, for scanning a list; the exact time goes in a tooltip."""
+    if moment is None:
+        return "never"
+    delta = (now or utcnow()) - moment
+    future = delta < timedelta(0)
+    seconds = int(abs(delta.total_seconds()))
+    if seconds < 60:
+        text = f"{seconds} s"
+    elif seconds < 3600:
+        text = f"{seconds // 60} min"
+    elif seconds < 86400:
+        text = f"{seconds // 3600} h"
+    else:
+        text = f"{seconds // 86400} d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,121 @@
+"""Operator sessions for the UI: a signed cookie, a per-session CSRF token, login required.
+
+The Flask session key is derived from Kurir's master secret (KURIR_SECRET_KEY, or the dev key
+in the data dir) with an HMAC under a fixed label, so every API process agrees on it without
+a new setting, and the master key itself never signs cookies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable
+from datetime import timedelta
+from functools import wraps
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from flask import Flask, abort, g, redirect, request, session, url_for
+
+from app.crypto import DEV_KEY_FILE
+from app.models import Operator
+from app.runtime import Runtime
+from app.web.context import runtime
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SESSION_LABEL = b"kurir/ui-session/v1"
+SESSION_LIFETIME = timedelta(hours=12)
+CSRF_FIELD = "csrf_token"
+
+
+def session_secret(rt: Runtime) -> str:
+    """A stable, purpose-bound key for signing the UI session cookie."""
+    material = rt.settings.secret_key
+    if material:
+        material = material.split(",")[0].strip()
+    else:
+        rt.secret_box  # noqa: B018 - generates the dev key file once if it is missing
+        material = (rt.settings.data_dir / DEV_KEY_FILE).read_text().strip()
+    return hmac.new(material.encode(), SESSION_LABEL, hashlib.sha256).hexdigest()
+
+
+def configure(app: Flask, rt: Runtime) -> None:
+    app.secret_key = session_secret(rt)
+    app.config.update(
+        SESSION_COOKIE_NAME="kurir_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=rt.settings.require_https,
+        SESSION_COOKIE_PATH="/ui",
+        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+    )
+
+
+def csrf_token() -> str:
+    """The session's CSRF token, created on first use (also before login)."""
+    token = session.get("csrf")
+    if not token:
+        token = secrets.token_urlsafe(32)
+        session["csrf"] = token
+    return str(token)
+
+
+def check_csrf() -> None:
+    """Every POST must echo the session's token; a forged cross-site form cannot know it."""
+    if request.method != "POST":
+        return
+    expected = session.get("csrf")
+    sent = request.form.get(CSRF_FIELD, "")
+    if not expected or not sent or not hmac.compare_digest(str(expected).encode(),
+                                                           sent.encode()):
+        abort(400, description="csrf")
+
+
+def start_session(operator: Operator) -> None:
+    # A fresh session at login: nothing from before (incl. the CSRF token) survives it.
+    session.clear()
+    session.permanent = True
+    session["op"] = operator.id
+    session["email"] = operator.email
+    session["csrf"] = secrets.token_urlsafe(32)
+
+
+def end_session() -> None:
+    session.clear()
+
+
+def safe_next(target: str | None) -> str:
+    """Only local UI paths may be redirected to after login (no open redirect)."""
+    if target:
+        parts = urlsplit(target)
+        if not parts.scheme and not parts.netloc and parts.path.startswith("/ui") \
+                and "\\" not in target:
+            return target
+    return url_for("ui.dashboard")
+
+
+def login_required(view: F) -> F:
+    @wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        operator_id = session.get("op")
+        if operator_id:
+            with runtime().db.begin() as db_session:
+                operator = db_session.get(Operator, operator_id)
+                active = operator is not None and not operator.disabled
+                email = operator.email if operator is not None else None
+            if active:
+                g.operator_id = operator_id
+                g.operator_email = email
+                return view(*args, **kwargs)
+            end_session()
+        target = request.full_path if request.method == "GET" else request.path
+        return redirect(url_for("ui.login", next=target.rstrip("?")))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def actor() -> str:
+    """The name audits record for the signed-in operator."""
+    return str(g.get("operator_email") or session.get("email") or "operator")

@@ -1,0 +1,357 @@
+"""The operator UI through Flask's test client: login, CSRF, every page and every action."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from rq import Queue
+from sqlalchemy import select
+
+from app.accounts import create_operator
+from app.clock import utcnow
+from app.models import (
+    BulkOperation,
+    DeadLetter,
+    Endpoint,
+    InboundEvent,
+    InboundSource,
+    OperationalEvent,
+    Operator,
+)
+from app.queues import DEFAULT
+from dlq import resend as resend_mod
+from sender.secrets import current_secret
+from tests.dlq_factories import letters_for, make_scene
+
+EMAIL, PASSWORD = "ops@example.com", "correct horse battery"
+_TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def token(client, path: str = "/ui/login") -> str:
+    match = _TOKEN.search(client.get(path).text)
+    assert match, "no CSRF token on the page"
+    return match.group(1)
+
+
+@pytest.fixture
+def operator(runtime):
+    with runtime.db.begin() as session:
+        create_operator(session, EMAIL, PASSWORD)
+
+
+@pytest.fixture
+def ui(client, operator):
+    """A test client signed in as an operator."""
+    response = client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
+                                              "csrf_token": token(client)})
+    assert response.status_code == 302
+    return client
+
+
+@pytest.fixture
+def letters(runtime):
+    with runtime.db.begin() as session:
+        scene = make_scene(session, runtime.secret_box, uid="acme",
+                           headers={"X-Api-Key": "partner-api-key-value", "X-Trace": "t-1"})
+        ids = letters_for(session, scene, 3, attempts=2,
+                          data=lambda i: {"sku": ["apple", "banana", "cherry"][i]})
+    return scene, ids
+
+
+def _state(runtime, letter_id: str) -> str:
+    with runtime.db.begin() as session:
+        return session.get_one(DeadLetter, letter_id).state
+
+
+# ------------------------------------------------------------------------------ session
+
+
+def test_logged_out_user_is_sent_to_login_and_back_after(client, operator):
+    response = client.get("/ui/dead-letters?q=apple")
+    assert response.status_code == 302
+    assert response.headers["Location"].startswith("/ui/login?next=")
+    query = parse_qs(urlsplit(response.headers["Location"]).query)
+    assert query["next"] == ["/ui/dead-letters?q=apple"]
+    login = client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
+                                           "next": "/ui/dead-letters?q=apple",
+                                           "csrf_token": token(client)})
+    assert login.headers["Location"] == "/ui/dead-letters?q=apple"
+
+
+def test_wrong_password_is_refused_and_the_session_cookie_is_locked_down(client, operator):
+    bad = client.post("/ui/login", data={"email": EMAIL, "password": "nope",
+                                         "csrf_token": token(client)})
+    assert bad.status_code == 401 and "Wrong email or password" in bad.text
+    good = client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
+                                          "csrf_token": token(client)})
+    cookie = good.headers["Set-Cookie"]
+    assert "kurir_session=" in cookie and "HttpOnly" in cookie
+    assert "SameSite=Lax" in cookie and "Path=/ui" in cookie
+    assert client.get("/ui/").status_code == 200
+
+
+def test_login_never_redirects_off_site(client, operator):
+    for target in ("https://evil.example/ui", "//evil.example/ui", "/\\evil.example"):
+        response = client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
+                                                  "next": target, "csrf_token": token(client)})
+        assert response.headers["Location"] == "/ui/"
+
+
+def test_posts_without_the_csrf_token_are_rejected_and_change_nothing(ui, runtime, letters):
+    _, ids = letters
+    for data in ({}, {"csrf_token": "forged"}):
+        response = ui.post(f"/ui/dead-letters/{ids[0]}/resend", data=data)
+        assert response.status_code == 400
+        assert "CSRF" in response.text
+    assert _state(runtime, ids[0]) == "open"
+    assert ui.post("/ui/login", data={"email": EMAIL, "password": PASSWORD}).status_code == 400
+
+
+def test_logout_needs_the_token_and_ends_the_session(ui):
+    assert ui.post("/ui/logout").status_code == 400
+    response = ui.post("/ui/logout", data={"csrf_token": token(ui, "/ui/")})
+    assert response.headers["Location"] == "/ui/login"
+    assert ui.get("/ui/").status_code == 302
+
+
+def test_a_disabled_operator_is_signed_out(ui, runtime):
+    with runtime.db.begin() as session:
+        session.scalar(select(Operator)).disabled = True
+    assert ui.get("/ui/").status_code == 302
+
+
+def test_pages_forbid_inline_script_and_framing(ui):
+    response = ui.get("/ui/")
+    assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert "<script>" not in response.text and " style=" not in response.text
+
+
+# ------------------------------------------------------------------------------ dead letters
+
+
+def test_list_searches_the_payload_and_shows_empty_states(ui, runtime, letters):
+    _, ids = letters
+    page = ui.get("/ui/dead-letters?q=banana")
+    assert ids[1] in page.text and ids[0] not in page.text
+    nothing = ui.get("/ui/dead-letters?q=durian")
+    assert "Nothing matches" in nothing.text and "clear all filters" in nothing.text
+    bad = ui.get("/ui/dead-letters?status_code=abc")
+    assert bad.status_code == 200 and "status_code" in bad.text  # flashed, not a crash
+    with runtime.db.begin() as session:
+        for letter in session.scalars(select(DeadLetter)):
+            letter.state = "discarded"
+    empty = ui.get("/ui/dead-letters")
+    assert "No open dead letters" in empty.text
+
+
+def test_list_paginates_with_a_cursor(ui, letters):
+    _, ids = letters
+    first = ui.get("/ui/dead-letters?limit=25")
+    assert "Next page" not in first.text
+    with_limit = ui.get("/ui/dead-letters", query_string={"limit": "25"})
+    assert all(i in with_limit.text for i in ids)
+
+
+def test_bulk_resend_and_discard_of_selected_letters(ui, runtime, letters):
+    _, ids = letters
+    csrf = token(ui, "/ui/dead-letters")
+    response = ui.post("/ui/dead-letters/bulk", data={
+        "csrf_token": csrf, "action": "resend", "ids": [ids[0], ids[1]],
+        "back": "/ui/dead-letters"}, follow_redirects=True)
+    assert "Resent 2 dead letters." in response.text
+    response = ui.post("/ui/dead-letters/bulk", data={
+        "csrf_token": csrf, "action": "discard", "ids": [ids[2]], "note": "dup of #12"},
+        follow_redirects=True)
+    assert "Discarded 1 dead letter." in response.text
+    with runtime.db.begin() as session:
+        letters_ = {dl.id: dl for dl in session.scalars(select(DeadLetter))}
+        assert [letters_[i].state for i in ids] == ["resent", "resent", "discarded"]
+        assert letters_[ids[2]].note == "dup of #12"
+        assert letters_[ids[0]].audit[-1].actor == EMAIL
+    none = ui.post("/ui/dead-letters/bulk", data={"csrf_token": csrf, "action": "resend"},
+                   follow_redirects=True)
+    assert "Select at least one" in none.text
+
+
+def test_many_selected_letters_resend_in_the_background(ui, runtime, letters, monkeypatch):
+    monkeypatch.setattr(resend_mod, "INLINE_LIMIT", 2)
+    _, ids = letters
+    response = ui.post("/ui/dead-letters/bulk", data={
+        "csrf_token": token(ui, "/ui/dead-letters"), "action": "resend", "ids": ids})
+    assert response.headers["Location"].startswith("/ui/jobs/bop_")
+
+
+def test_resend_all_matching_runs_a_job_whose_progress_is_shown(ui, runtime, letters,
+                                                                redis_client):
+    _, ids = letters
+    response = ui.post("/ui/dead-letters/resend-matching", data={
+        "csrf_token": token(ui, "/ui/dead-letters"), "q": "apple"})
+    job_url = response.headers["Location"]
+    assert job_url.startswith("/ui/jobs/")
+    pending = ui.get(job_url)
+    assert 'http-equiv="refresh"' in pending.text and "Waiting for a worker" in pending.text
+    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    job.perform()
+    done = ui.get(job_url)
+    assert "succeeded" in done.text and 'http-equiv="refresh"' not in done.text
+    assert [_state(runtime, i) for i in ids] == ["resent", "open", "open"]
+
+
+def test_detail_shows_payload_attempts_and_hides_secrets(ui, letters):
+    _, ids = letters
+    page = ui.get(f"/ui/dead-letters/{ids[0]}")
+    assert page.status_code == 200
+    assert "&#34;sku&#34;: &#34;apple&#34;" in page.text  # pretty-printed, escaped
+    assert "#2" in page.text and "#1" in page.text
+    assert "upstream exploded" in page.text  # the response body
+    assert "X-Trace" in page.text and "t-1" in page.text
+    assert "X-Api-Key" in page.text and "partner-api-key-value" not in page.text
+    assert "webhook-signature" in page.text and "c2VjcmV0LXNpZ25hdHVyZQ" not in page.text
+    assert "park" in page.text  # the audit trail
+    missing = ui.get("/ui/dead-letters/dl_nope")
+    assert missing.status_code == 404 and "There is no dead letter" in missing.text
+
+
+def test_resend_from_detail_refuses_a_disabled_endpoint_unless_forced(ui, runtime):
+    with runtime.db.begin() as session:
+        off = make_scene(session, runtime.secret_box, state="disabled")
+        (letter_id,) = letters_for(session, off, 1)
+    csrf = token(ui, f"/ui/dead-letters/{letter_id}")
+    refused = ui.post(f"/ui/dead-letters/{letter_id}/resend", data={"csrf_token": csrf},
+                      headers={"Referer": f"http://localhost/ui/dead-letters/{letter_id}"},
+                      follow_redirects=True)
+    assert "endpoint is disabled" in refused.text
+    assert _state(runtime, letter_id) == "open"
+    forced = ui.post(f"/ui/dead-letters/{letter_id}/resend",
+                     data={"csrf_token": csrf, "force": "1"}, follow_redirects=True)
+    assert "starts run 2" in forced.text
+    assert _state(runtime, letter_id) == "resent"
+
+
+def test_discard_from_detail_with_a_note(ui, runtime, letters):
+    _, ids = letters
+    response = ui.post(f"/ui/dead-letters/{ids[0]}/discard", data={
+        "csrf_token": token(ui, f"/ui/dead-letters/{ids[0]}"), "note": "refunded by hand"},
+        follow_redirects=True)
+    assert "Discarded." in response.text and "refunded by hand" in response.text
+    assert _state(runtime, ids[0]) == "discarded"
+
+
+# ------------------------------------------------------------------------------ endpoints
+
+
+def test_endpoint_list_shows_health(ui, letters):
+    scene, _ = letters
+    page = ui.get("/ui/endpoints")
+    assert scene.partner_uid in page.text and "0 %" in page.text  # 6 failed attempts
+    assert ui.get("/ui/endpoints?state=disabled").text.count("/ui/endpoints/ep_") == 0
+
+
+def test_disable_enable_and_rotate_an_endpoint(ui, runtime, letters):
+    scene, _ = letters
+    url = f"/ui/endpoints/{scene.endpoint_id}"
+    csrf = token(ui, url)
+    ui.post(f"{url}/disable", data={"csrf_token": csrf, "reason": "partner maintenance"})
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, scene.endpoint_id)
+        assert (endpoint.state, endpoint.disabled_reason) == ("disabled",
+                                                              "partner maintenance")
+    ui.post(f"{url}/enable", data={"csrf_token": csrf})
+    rotated = ui.post(f"{url}/rotate-secret", data={"csrf_token": csrf})
+    secret = re.search(r'data-testid="secret">(whsec_[^<]+)<', rotated.text).group(1)
+    assert secret not in ui.get(url).text  # shown once, not flashed through the cookie
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, scene.endpoint_id)
+        assert endpoint.state == "enabled"
+        assert current_secret(endpoint, runtime.secret_box, utcnow()) == secret != scene.secret
+        kinds = session.scalars(select(OperationalEvent.kind).order_by(OperationalEvent.id))
+        assert list(kinds) == ["endpoint.disabled", "endpoint.enabled",
+                               "endpoint.secret_rotated"]
+    assert "endpoint.enabled" in ui.get(url).text
+
+
+def test_resend_everything_parked_since_the_endpoint_was_disabled(ui, runtime, redis_client):
+    disabled_at = utcnow() - timedelta(hours=1)
+    with runtime.db.begin() as session:
+        scene = make_scene(session, runtime.secret_box)
+        before = letters_for(session, scene, 1, created_at=disabled_at - timedelta(hours=1))
+        parked = letters_for(session, scene, 2, reason="endpoint_disabled")
+        endpoint = session.get_one(Endpoint, scene.endpoint_id)
+        endpoint.state, endpoint.disabled_at = "disabled", disabled_at
+    url = f"/ui/endpoints/{scene.endpoint_id}"
+    page = ui.get(url)
+    assert "Enable and resend everything parked since it was disabled (2)" in page.text
+    response = ui.post(f"{url}/resend-parked", data={"csrf_token": token(ui, url)})
+    assert response.headers["Location"].startswith("/ui/jobs/")
+    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    job.perform()
+    assert [_state(runtime, i) for i in parked] == ["resent", "resent"]
+    assert _state(runtime, before[0]) == "open"
+    with runtime.db.begin() as session:
+        assert session.get_one(Endpoint, scene.endpoint_id).state == "enabled"
+        op = session.scalar(select(BulkOperation))
+        assert (op.total, op.done) == (2, 2)
+    # After re-enabling, the page still knows when it had been disabled.
+    assert "since " + disabled_at.isoformat()[:16] in ui.get(url).text.replace("Z", "+00:00")
+
+
+# ------------------------------------------------------------------------------ other pages
+
+
+def test_dashboard_shows_the_figures_an_operator_needs(ui, runtime, letters):
+    page = ui.get("/ui/")
+    assert page.status_code == 200
+    assert re.search(r'data-testid="open-dead-letters">3<', page.text)
+    assert "kurir-deliveries" in page.text  # queue depth table
+    assert "<svg" in page.text and "s-dead" in page.text  # the chart has the dead deliveries
+
+
+def test_dashboard_empty_state(ui):
+    page = ui.get("/ui/")
+    assert "No deliveries in the last 24 hours" in page.text
+    assert "Every endpoint is enabled" in page.text
+
+
+def test_event_lookup_by_any_id(ui, runtime, letters):
+    _, ids = letters
+    with runtime.db.begin() as session:
+        letter = session.get_one(DeadLetter, ids[0])
+        event_id, delivery_id = letter.event_id, letter.delivery_id
+    assert ui.get(f"/ui/events?id={event_id}").headers["Location"] == f"/ui/events/{event_id}"
+    assert ui.get(f"/ui/events?id={delivery_id}").headers["Location"] == \
+        f"/ui/events/{event_id}"
+    assert ui.get(f"/ui/events?id={ids[0]}").headers["Location"] == f"/ui/dead-letters/{ids[0]}"
+    page = ui.get(f"/ui/events/{event_id}")
+    assert "apple" in page.text and "badge-dead" in page.text
+    assert f"/ui/dead-letters/{ids[0]}" in page.text
+    unknown = ui.get("/ui/events?id=evt_nope")
+    assert unknown.status_code == 404 and "Nothing has the id" in unknown.text
+
+
+def test_inbound_page_lists_by_status_and_replays(ui, runtime):
+    with runtime.db.begin() as session:
+        source = InboundSource(name="shop", scheme="github", mapping={})
+        session.add(source)
+        session.flush()
+        session.add(InboundEvent(source_id=source.id, event_id="gh-1", status="quarantined",
+                                 reason="version_gap", raw_body=b"{}", headers={}))
+        session.add(InboundEvent(source_id=source.id, event_id="gh-2", status="applied",
+                                 raw_body=b"{}", headers={}))
+    page = ui.get("/ui/inbound?status=quarantined")
+    assert "gh-1" in page.text and "gh-2" not in page.text and "version_gap" in page.text
+    empty = ui.get("/ui/inbound?status=failed")
+    assert "No inbound event matches" in empty.text
+    from app.web.ui import views
+
+    if views.inbound_replay is None:
+        pytest.skip("app.inbound.replay is not available")
+    with runtime.db.begin() as session:
+        inbound_id = session.scalar(select(InboundEvent.id)
+                                    .where(InboundEvent.event_id == "gh-1"))
+    response = ui.post(f"/ui/inbound/{inbound_id}/replay",
+                       data={"csrf_token": token(ui, "/ui/inbound")}, follow_redirects=True)
+    assert "queued for processing again" in response.text or "cannot" in response.text
