@@ -206,6 +206,21 @@ def resend_ids_inline(session: Session, connection: redis.Redis, letter_ids: Seq
     return result
 
 
+def record_inline(session: Session, result: PageResult, letter_ids: Sequence[str], *,
+                  actor: str, force: bool = False, now: datetime | None = None) -> BulkOperation:
+    """A finished BulkOperation for a resend done inline, so every bulk call has a job id."""
+    now = now or utcnow()
+    ids = list(dict.fromkeys(letter_ids))
+    op = BulkOperation(kind=BULK_KIND, actor=actor[:320], state="succeeded", total=len(ids),
+                       done=len(result.resent), failed=len(result.skipped),
+                       params={"ids": ids, "force": bool(force),
+                               "skipped": dict(Counter(result.skipped.values()))},
+                       created_at=now, updated_at=now, finished_at=now)
+    session.add(op)
+    session.flush()
+    return op
+
+
 # ------------------------------------------------------------------------------ bulk
 
 

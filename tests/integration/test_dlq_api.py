@@ -113,10 +113,12 @@ def test_resend_few_ids_happens_now_with_skips_reported(client, auth, scene):
                            json={"ids": [ids[1], ids[2], ids[0], "dl_nope"]}, headers=auth)
     assert response.status_code == 200
     body = response.get_json()
-    assert body["count"] == 2 and body["job_id"] is None
+    assert body["count"] == 2 and body["job_id"].startswith("bop_")
     assert sorted(body["resent"]) == sorted(ids[1:])
     assert {s["id"]: s["reason"] for s in body["skipped"]} == {
         ids[0]: "dead_letter_not_open", "dl_nope": "not_found"}
+    job = client.get(body["status_url"], headers=auth).get_json()
+    assert (job["state"], job["total"], job["done"], job["failed"]) == ("succeeded", 4, 2, 2)
 
 
 def test_resend_by_filter_is_a_background_job_with_progress(client, auth, runtime, scene,

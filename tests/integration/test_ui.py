@@ -216,20 +216,30 @@ def test_detail_shows_payload_attempts_and_hides_secrets(ui, letters):
     assert missing.status_code == 404 and "There is no dead letter" in missing.text
 
 
-def test_resend_from_detail_refuses_a_disabled_endpoint_unless_forced(ui, runtime):
+def test_resend_from_detail_to_a_disabled_endpoint_enables_it_or_is_forced(ui, runtime):
     with runtime.db.begin() as session:
         off = make_scene(session, runtime.secret_box, state="disabled")
-        (letter_id,) = letters_for(session, off, 1)
-    csrf = token(ui, f"/ui/dead-letters/{letter_id}")
-    refused = ui.post(f"/ui/dead-letters/{letter_id}/resend", data={"csrf_token": csrf},
-                      headers={"Referer": f"http://localhost/ui/dead-letters/{letter_id}"},
+        first, second = letters_for(session, off, 2)
+    page = ui.get(f"/ui/dead-letters/{first}")
+    assert "Enable the endpoint and resend" in page.text and "Resend anyway" in page.text
+    csrf = token(ui, f"/ui/dead-letters/{first}")
+    refused = ui.post(f"/ui/dead-letters/{first}/resend", data={"csrf_token": csrf},
+                      headers={"Referer": f"http://localhost/ui/dead-letters/{first}"},
                       follow_redirects=True)
     assert "endpoint is disabled" in refused.text
-    assert _state(runtime, letter_id) == "open"
-    forced = ui.post(f"/ui/dead-letters/{letter_id}/resend",
+    assert _state(runtime, first) == "open"
+    forced = ui.post(f"/ui/dead-letters/{first}/resend",
                      data={"csrf_token": csrf, "force": "1"}, follow_redirects=True)
     assert "starts run 2" in forced.text
-    assert _state(runtime, letter_id) == "resent"
+    assert _state(runtime, first) == "resent"
+    with runtime.db.begin() as session:
+        assert session.get_one(Endpoint, off.endpoint_id).state == "disabled"
+    enabled = ui.post(f"/ui/dead-letters/{second}/resend",
+                      data={"csrf_token": csrf, "enable": "1"}, follow_redirects=True)
+    assert "Endpoint enabled. Resent" in enabled.text
+    assert _state(runtime, second) == "resent"
+    with runtime.db.begin() as session:
+        assert session.get_one(Endpoint, off.endpoint_id).state == "enabled"
 
 
 def test_discard_from_detail_with_a_note(ui, runtime, letters):

@@ -154,7 +154,10 @@ def resend_dead_letter(letter_id: str) -> Response:
 @blueprint.post("/dead-letters/resend")
 @require_scope("dlq:write")
 def resend_many() -> tuple[Response, int]:
-    """`{"ids": [...]}` (a few: now; many: in the background) or `{"filter": {...}}`."""
+    """`{"ids": [...]}` (a few: now, 200; many: in the background, 202) or `{"filter": {...}}`.
+
+    Every answer carries `count` and `job_id`, whose progress `GET …/resend-jobs/{id}` shows.
+    """
     body = read_json_object()
     unknown = sorted(set(body) - {"ids", "filter", "force"})
     if unknown or ("ids" in body) == ("filter" in body):
@@ -177,7 +180,11 @@ def resend_many() -> tuple[Response, int]:
             with rt.db.begin() as session:
                 result = resend_mod.resend_ids_inline(session, rt.redis, unique, actor=actor,
                                                       force=force)
-            return jsonify({"count": len(result.resent), "job_id": None,
+                op = resend_mod.record_inline(session, result, unique, actor=actor,
+                                              force=force)
+                op_id = op.id
+            return jsonify({"count": len(result.resent), "job_id": op_id,
+                            "status_url": f"/v1/dead-letters/resend-jobs/{op_id}",
                             "resent": result.resent,
                             "skipped": [{"id": i, "reason": r}
                                         for i, r in result.skipped.items()]}), 200

@@ -345,11 +345,21 @@ def dead_letter(letter_id: str) -> Page:
 @security.login_required
 def dead_letter_resend(letter_id: str) -> WerkzeugResponse:
     rt = runtime()
+    enabled = False
     with rt.db.begin() as session:
+        found = session.get(DeadLetter, letter_id)
+        if found is None:
+            raise NotFound(f"There is no dead letter {letter_id}.")
+        if request.form.get("enable") == "1":
+            ep = _get_endpoint(session, found.endpoint_id)
+            if ep.state == "disabled" and ep.deleted_at is None:
+                _enable(session, ep)
+                enabled = True
         letter = resend_mod.resend_one(session, rt.redis, letter_id, actor=security.actor(),
                                        force=request.form.get("force") == "1")
         run = letter.delivery.run
-    flash(f"Resent: the delivery starts run {run} with a fresh retry budget.", "ok")
+    flash(("Endpoint enabled. " if enabled else "")
+          + f"Resent: the delivery starts run {run} with a fresh retry budget.", "ok")
     return redirect(url_for("ui.dead_letter", letter_id=letter_id))
 
 
