@@ -53,9 +53,11 @@ class KurirWorker(SimpleWorker):
 
 def worker_connection(runtime: Runtime) -> redis.Redis:
     """A Redis client for blocking dequeues (the runtime's has a short socket timeout)."""
-    return redis.Redis.from_url(runtime.settings.resolved_redis_url,
-                                socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=5.0,
-                                socket_keepalive=True, health_check_interval=30)
+    url = runtime.settings.resolved_redis_url
+    # Unix-socket connections (the embedded Redis of `kurir up`) take no TCP keepalive option.
+    tcp = {} if url.startswith("unix://") else {"socket_keepalive": True}
+    return redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=5.0,
+                                health_check_interval=30, **tcp)
 
 
 def run_worker(runtime: Runtime, *, burst: bool = False,

@@ -40,7 +40,10 @@ def test_kurir_up_serves_ready_and_stops_every_child_on_sigint(tmp_path: Path) -
             time.sleep(0.3)
         assert ready is not None and ready.status_code == 200
         assert (tmp_path / "var" / "kurir.db").exists()  # the embedded SQLite default
+        time.sleep(1.0)  # let every child get past its start-up
+        assert process.poll() is None, process.stdout.read().decode()  # type: ignore[union-attr]
         children = psutil.Process(process.pid).children(recursive=True)
+        assert all(c.status() != psutil.STATUS_ZOMBIE for c in children)
         names = " ".join(" ".join(c.cmdline()) for c in children)
         assert "redis-server" in names and " api" in names
         assert " worker" in names and " scheduler" in names
@@ -50,6 +53,7 @@ def test_kurir_up_serves_ready_and_stops_every_child_on_sigint(tmp_path: Path) -
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, output
+    assert "exited with" not in output, output  # no child died on its own
     assert f"http://127.0.0.1:{port}" in output
     assert "kurir keys create" in output  # first-run banner
     gone, alive = psutil.wait_procs(children, timeout=10)
