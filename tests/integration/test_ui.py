@@ -347,8 +347,10 @@ def test_inbound_page_lists_by_status_and_replays(ui, runtime):
         source = InboundSource(name="shop", scheme="github", mapping={})
         session.add(source)
         session.flush()
-        session.add(InboundEvent(source_id=source.id, event_id="gh-1", status="quarantined",
-                                 reason="version_gap", raw_body=b"{}", headers={}))
+        session.add(InboundEvent(
+            source_id=source.id, event_id="gh-1", status="quarantined", reason="version_gap",
+            raw_body=b'{"issue": {"id": 7, "state": "open", "updated_at": "2026-01-01T00:00:00Z"}}',
+            headers={"x-github-delivery": "gh-1", "x-github-event": "issues"}))
         session.add(InboundEvent(source_id=source.id, event_id="gh-2", status="applied",
                                  raw_body=b"{}", headers={}))
     page = ui.get("/ui/inbound?status=quarantined")
@@ -364,4 +366,9 @@ def test_inbound_page_lists_by_status_and_replays(ui, runtime):
                                     .where(InboundEvent.event_id == "gh-1"))
     response = ui.post(f"/ui/inbound/{inbound_id}/replay",
                        data={"csrf_token": token(ui, "/ui/inbound")}, follow_redirects=True)
-    assert "queued for processing again" in response.text or "cannot" in response.text
+    assert "queued for processing again" in response.text
+    with runtime.db.begin() as session:
+        assert session.get_one(InboundEvent, inbound_id).status == "received"
+    missing = ui.post("/ui/inbound/ine_nope/replay",
+                      data={"csrf_token": token(ui, "/ui/inbound")}, follow_redirects=True)
+    assert "flash-error" in missing.text
