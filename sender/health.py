@@ -120,6 +120,24 @@ def record(session: Session, endpoint_id: str, result: Tally) -> Health | None:
                   _aware(row.last_success_at), _aware(row.first_failure_at))
 
 
+def record_successes(session: Session, successes: list[tuple[str, datetime]]) -> None:
+    """Endpoints that only succeeded: reset their run of failures, move "last success" on.
+
+    One statement for them all (executemany); nothing to judge, so nothing is returned.
+    """
+    if not successes:
+        return
+    table = Endpoint.__table__
+    at = bindparam("b_at", type_=UTCDateTime())
+    session.execute(
+        update(table).where(table.c.id == bindparam("b_id")).values(
+            consecutive_failures=0, first_failure_at=None,
+            last_success_at=case((table.c.last_success_at.is_(None), at),
+                                 (table.c.last_success_at < at, at),
+                                 else_=table.c.last_success_at)),
+        [{"b_id": endpoint_id, "b_at": at_} for endpoint_id, at_ in sorted(successes)])
+
+
 def _aware(value: datetime | None) -> datetime | None:
     """Make a naive time UTC (SQLite keeps no zone), leaving aware ones alone."""
     if value is None or value.tzinfo is not None:

@@ -44,7 +44,7 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 import redis
-from sqlalchemy import bindparam, case, select, update
+from sqlalchemy import bindparam, case, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
@@ -95,6 +95,10 @@ FLUSH_MAX_DELAY_S = 0.01
 # Backpressure: a job waits while this many admitted deliveries are waiting for a thread.
 HIGH_WATER_PER_THREAD = 16
 TICK_S = 0.05
+# Endpoint URL, headers, timeout and secrets are re-read at least this often.
+TARGET_TTL_S = 5.0
+# An endpoint that only succeeds has its "last success" written at most this often.
+SUCCESS_WRITE_S = 1.0
 QUERY_CHUNK = 500
 
 REASON_RETRIES_EXHAUSTED = "retries_exhausted"
@@ -142,14 +146,6 @@ class _Endpoint:
     inflight: int = 0
     slow_until: float = 0.0
     ewma_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class _Due:
-    id: str
-    event_id: str
-    endpoint_id: str
-    next_attempt_at: datetime | None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -242,8 +238,13 @@ class Engine:
         self._writes: SimpleQueue[Outcome | Release | None] = SimpleQueue()
         self._unflushed = 0
         self._secret_cache: dict[str, str] = {}
+        self._target_cache: dict[str, tuple[float, Target]] = {}
+        self._flags_checked_at = 0.0
+        self._success_written: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("jobs", "claimed", "held", "released", "not_due", "attempts", "flushes"), 0)
         self.started = False
         self.stopped = False
 
@@ -312,6 +313,7 @@ class Engine:
             self._forget_holds(timed)
         self.transport.close()
         self.stopped = True
+        log.info("delivery engine stopped", extra=dict(self.counters))
 
     def _forget_holds(self, ids: list[str]) -> None:
         """Locally timed rows go back to the sweeper at once instead of after their hold."""
@@ -372,47 +374,154 @@ class Engine:
         return 0
 
     def _process_once(self, ids: list[str]) -> int:
+        """Claim first (one UPDATE), then look closer only at what was not claimed."""
         with self._lock:
+            self.counters["jobs"] += 1
             ids = [i for i in dict.fromkeys(ids) if i not in self._local]
         if not ids:
             return 0
         now = self.clock()
-        horizon = now + timedelta(seconds=LOOKAHEAD_S)
-        due: list[_Due] = []
         later: list[tuple[str, datetime]] = []
-        db = self.runtime.db
-        with db.begin() as session:
-            for chunk in _chunks(ids):
-                rows = session.execute(
-                    select(Delivery.id, Delivery.event_id, Delivery.endpoint_id, Delivery.state,
-                           Delivery.next_attempt_at)
-                    .where(Delivery.id.in_(chunk))).all()
-                for row in rows:
-                    if row.state not in (PENDING, RETRYING):
-                        continue
-                    if row.next_attempt_at is None or row.next_attempt_at <= now:
-                        due.append(_Due(row.id, row.event_id, row.endpoint_id,
-                                        row.next_attempt_at))
-                    elif row.next_attempt_at <= horizon:
-                        later.append((row.id, row.next_attempt_at))
-            if not due:
-                self._set_timers(later, now)
-                return 0
-            with self._lock:
-                # Due now (a manual retry, say): the local timer is no longer needed.
-                for item in due:
-                    self._timed.pop(item.id, None)
-            targets, disabled = self._targets(session, {d.endpoint_id for d in due}, now)
-            admitted, held = self._admit(due, targets, now)
-            claimed = self._claim(session, admitted, targets, now)
-            if held:
-                self._hold(session, held)
-            parked = [d for d in due if d.endpoint_id in disabled]
-            if parked:
-                self._park_disabled(session, [d.id for d in parked])
+        held: list[tuple[str, datetime]] = []
+        claimed: list[tuple[Work, float]] = []
+        not_due = 0
+        with self.runtime.db.begin() as session:
+            rows, bodies, lease = self._claim_rows(session, ids, now)
+            if len(rows) < len(ids):
+                later, not_due = self._look_at_unclaimed(
+                    session, [i for i in ids if i not in {r.id for r in rows}], now)
+            if rows:
+                with self._lock:
+                    # Due now (a manual retry, say): a local timer for it is not needed.
+                    for row in rows:
+                        self._timed.pop(row.id, None)
+                targets = self._targets(session, {r.endpoint_id for r in rows}, now)
+                admitted, held = self._admit(rows, targets, now)
+                lease = self._extend_lease(session, rows, targets, lease, now)
+                if held:
+                    self._unclaim(session, [i for i, _ in held], lease,
+                                  max(u for _, u in held) + timedelta(seconds=HOLD_GRACE_S))
+                if bodies is None:
+                    bodies = self._bodies(session, {r.event_id for r, _ in admitted})
+                claimed = [(Work(delivery_id=r.id, event_id=r.event_id,
+                                 target=targets[r.endpoint_id], body=bodies[r.event_id],
+                                 n=r.attempt_count + 1, run_n=r.run_attempts + 1,
+                                 lease=lease), offset)
+                           for r, offset in admitted]
         self._set_timers(later + held, now)
         self._start(claimed)
+        with self._lock:
+            self.counters["claimed"] += len(claimed)
+            self.counters["held"] += len(held)
+            self.counters["not_due"] += not_due
         return len(claimed)
+
+    # ------------------------------------------------------------------ claiming
+
+    def _lease_seconds(self, timeout_s: float) -> float:
+        """Long enough to wait for a thread, wait locally and send, twice over the timeout."""
+        return max(float(self.settings.delivery_lease_seconds),
+                   2 * timeout_s + MAX_LOCAL_WAIT_S + self.limiter.horizon_s + 5)
+
+    def _claim_rows(self, session: Session, ids: list[str], now: datetime,
+                    ) -> tuple[list[Any], dict[str, bytes] | None, datetime]:
+        """Claim every due delivery among `ids` whose endpoint is enabled.
+
+        The lease assumes the longest timeout this process knows of; `_extend_lease`
+        lengthens it when a newly seen endpoint needs more. On PostgreSQL the payloads come
+        back with the claim (UPDATE ... FROM events RETURNING), sparing a query.
+        """
+        with self._lock:
+            known = [t.timeout_s for _, t in self._target_cache.values()]
+        lease = now + timedelta(seconds=self._lease_seconds(
+            max([float(self.settings.default_timeout_s), *known])))
+        table = Delivery.__table__
+        enabled = select(Endpoint.id).where(Endpoint.state == health.ENABLED,
+                                            Endpoint.deleted_at.is_(None))
+        postgres = session.get_bind().dialect.name == "postgresql"
+        columns = [table.c.id, table.c.event_id, table.c.endpoint_id, table.c.attempt_count,
+                   table.c.run_attempts]
+        rows: list[Any] = []
+        for chunk in _chunks(ids):
+            stmt = (update(table)
+                    .where(table.c.id.in_(chunk), table.c.state.in_((PENDING, RETRYING)),
+                           or_(table.c.next_attempt_at.is_(None),
+                               table.c.next_attempt_at <= now),
+                           table.c.endpoint_id.in_(enabled))
+                    .values(state=DELIVERING, lease_expires_at=lease, updated_at=now))
+            if postgres:
+                events = Event.__table__
+                stmt = stmt.where(events.c.id == table.c.event_id).returning(
+                    *columns, events.c.payload)
+            else:
+                stmt = stmt.returning(*columns)
+            rows += session.execute(stmt).all()
+        if not postgres:
+            return rows, None, lease
+        bodies = {r.event_id: r.payload.encode("utf-8") for r in rows}
+        return rows, bodies, lease
+
+    def _extend_lease(self, session: Session, rows: list[Any], targets: dict[str, Target],
+                      lease: datetime, now: datetime) -> datetime:
+        needed = now + timedelta(seconds=self._lease_seconds(
+            max(t.timeout_s for t in targets.values())))
+        if needed <= lease:
+            return lease
+        for chunk in _chunks(sorted(r.id for r in rows)):
+            session.execute(update(Delivery).where(
+                Delivery.id.in_(chunk), Delivery.state == DELIVERING,
+                Delivery.lease_expires_at == lease,
+            ).values(lease_expires_at=needed).execution_options(synchronize_session=False))
+        return needed
+
+    def _look_at_unclaimed(self, session: Session, ids: list[str],
+                           now: datetime) -> tuple[list[tuple[str, datetime]], int]:
+        """The guard for what the claim skipped: final, in flight, not yet due, or parked."""
+        horizon = now + timedelta(seconds=LOOKAHEAD_S)
+        later: list[tuple[str, datetime]] = []
+        due: list[str] = []
+        for chunk in _chunks(ids):
+            for row in session.execute(
+                    select(Delivery.id, Delivery.state, Delivery.next_attempt_at)
+                    .where(Delivery.id.in_(chunk))):
+                if row.state not in (PENDING, RETRYING):
+                    continue
+                if row.next_attempt_at is not None and row.next_attempt_at > now:
+                    if row.next_attempt_at <= horizon:
+                        later.append((row.id, row.next_attempt_at))
+                    continue
+                due.append(row.id)
+        if due:
+            # Due yet not claimed: its endpoint is disabled or deleted.
+            self._park_disabled(session, due)
+        return later, len(ids) - len(due)
+
+    def _bodies(self, session: Session, event_ids: set[str]) -> dict[str, bytes]:
+        bodies: dict[str, bytes] = {}
+        for chunk in _chunks(sorted(event_ids)):
+            for event_id, payload in session.execute(
+                    select(Event.id, Event.payload).where(Event.id.in_(chunk))):
+                bodies[event_id] = payload.encode("utf-8")
+        return bodies
+
+    def _unclaim(self, session: Session, ids: list[str], lease: datetime,
+                 hold_until: datetime) -> None:
+        """Give back claimed deliveries this process will not send now; it keeps a timer."""
+        table = Delivery.__table__
+        for chunk in _chunks(sorted(ids)):
+            session.execute(update(table).where(
+                table.c.id.in_(chunk), table.c.state == DELIVERING,
+                table.c.lease_expires_at == lease,
+            ).values(state=case((table.c.run_attempts > 0, RETRYING), else_=PENDING),
+                     lease_expires_at=hold_until))
+
+    def _park_disabled(self, session: Session, ids: list[str]) -> None:
+        """A due delivery whose endpoint is disabled or deleted becomes a dead letter."""
+        for delivery in session.scalars(
+                select(Delivery).join(Endpoint, Endpoint.id == Delivery.endpoint_id)
+                .where(Delivery.id.in_(ids), Delivery.state.in_((PENDING, RETRYING)),
+                       or_(Endpoint.state != health.ENABLED, Endpoint.deleted_at.is_not(None)))):
+            park(session, delivery, delivery.event, delivery.endpoint, REASON_ENDPOINT_DISABLED)
 
     # ------------------------------------------------------------------ reading
 
@@ -426,36 +535,54 @@ class Engine:
         return secret
 
     def _targets(self, session: Session, endpoint_ids: set[str],
-                 now: datetime) -> tuple[dict[str, Target], set[str]]:
-        """Enabled endpoints as send targets (secrets decrypted), and the ids of the others."""
-        ids = sorted(endpoint_ids)
-        rows = session.execute(
-            select(Endpoint.id, Endpoint.url, Endpoint.headers, Endpoint.timeout_s,
-                   Endpoint.rate_limit_per_s, Endpoint.state, Endpoint.deleted_at)
-            .where(Endpoint.id.in_(ids))).all()
+                 now: datetime) -> dict[str, Target]:
+        """Send targets (secrets decrypted), cached for TARGET_TTL_S.
+
+        Whether an endpoint is enabled is never taken from the cache: the claim checks it.
+        A changed URL, header or new secret is picked up within the TTL.
+        """
+        mono = time.monotonic()
+        found: dict[str, Target] = {}
+        with self._lock:
+            for endpoint_id in endpoint_ids:
+                hit = self._target_cache.get(endpoint_id)
+                if hit is not None and hit[0] > mono:
+                    found[endpoint_id] = hit[1]
+        missing = sorted(endpoint_ids - set(found))
+        if not missing:
+            return found
         secrets: dict[str, list[tuple[datetime, str, str]]] = {}
         for row in session.execute(
                 select(EndpointSecret.endpoint_id, EndpointSecret.id, EndpointSecret.created_at,
                        EndpointSecret.expires_at, EndpointSecret.secret_encrypted)
-                .where(EndpointSecret.endpoint_id.in_(ids))):
+                .where(EndpointSecret.endpoint_id.in_(missing))):
             if row.expires_at is None or row.expires_at > now:
                 secrets.setdefault(row.endpoint_id, []).append(
                     (row.created_at, row.id, row.secret_encrypted))
-        targets: dict[str, Target] = {}
-        for row in rows:
-            if row.state != health.ENABLED or row.deleted_at is not None:
-                continue
+        for row in session.execute(
+                select(Endpoint.id, Endpoint.url, Endpoint.headers, Endpoint.timeout_s,
+                       Endpoint.rate_limit_per_s).where(Endpoint.id.in_(missing))):
             live = sorted(secrets.get(row.id, []), reverse=True)
             timeout = row.timeout_s or self.settings.default_timeout_s
-            targets[row.id] = Target(
+            found[row.id] = Target(
                 endpoint_id=row.id, url=row.url,
                 secrets=tuple(self._decrypt(token) for _, _, token in live),
                 headers=dict(row.headers or {}), timeout_s=float(min(max(timeout, 1), 30)),
                 rate_limit_per_s=row.rate_limit_per_s)
-        return targets, set(ids) - set(targets)
+        with self._lock:
+            if len(self._target_cache) > 50_000:
+                self._target_cache.clear()
+            for endpoint_id in missing:
+                self._target_cache[endpoint_id] = (mono + TARGET_TTL_S, found[endpoint_id])
+        return found
 
     def _slow_flags(self, endpoint_ids: list[str]) -> set[str]:
-        """Endpoints another worker found slow recently (one MGET); Redis trouble: none."""
+        """Endpoints another worker found slow recently (one MGET, at most once a second)."""
+        mono = time.monotonic()
+        with self._lock:
+            if mono - self._flags_checked_at < 1.0:
+                return set()
+            self._flags_checked_at = mono
         if not endpoint_ids:
             return set()
         try:
@@ -466,16 +593,15 @@ class Engine:
 
     # ------------------------------------------------------------------ admission
 
-    def _admit(self, due: list[_Due], targets: dict[str, Target],
-               now: datetime) -> tuple[list[tuple[_Due, float]], list[tuple[str, datetime]]]:
-        """Split due deliveries into (admitted, start offset) and (held id, until)."""
-        by_endpoint: dict[str, list[_Due]] = {}
-        for item in due:
-            if item.endpoint_id in targets:
-                by_endpoint.setdefault(item.endpoint_id, []).append(item)
+    def _admit(self, rows: list[Any], targets: dict[str, Target],
+               now: datetime) -> tuple[list[tuple[Any, float]], list[tuple[str, datetime]]]:
+        """Split claimed rows into (row, start offset) to send and (id, until) to give back."""
+        by_endpoint: dict[str, list[Any]] = {}
+        for row in rows:
+            by_endpoint.setdefault(row.endpoint_id, []).append(row)
         flagged = self._slow_flags(sorted(by_endpoint))
         mono = time.monotonic()
-        admitted: list[tuple[_Due, float]] = []
+        admitted: list[tuple[Any, float]] = []
         held: list[tuple[str, datetime]] = []
         for endpoint_id, items in by_endpoint.items():
             target = targets[endpoint_id]
@@ -485,8 +611,8 @@ class Engine:
                     state.slow_until = mono + SLOW_WINDOW_S / 2
                 room = self._room(state, target, mono)
                 wait_s = self._estimated_wait(state, target, mono)
-            take = items[:room]
-            rest = items[room:]
+            take = items[:max(room, 0)]
+            rest = items[max(room, 0):]
             offsets = [0.0] * len(take)
             if target.rate_limit_per_s and take:
                 try:
@@ -507,7 +633,8 @@ class Engine:
                     wait_s = max(wait_s, grant.next_free_s)
             admitted.extend(zip(take, offsets, strict=True))
             if rest:
-                until = now + timedelta(seconds=max(wait_s, 0.2) * (0.9 + 0.2 * self.rng.random()))
+                until = now + timedelta(
+                    seconds=max(wait_s, 0.2) * (0.9 + 0.2 * self.rng.random()))
                 held.extend((item.id, until) for item in rest)
         return admitted, held
 
@@ -532,65 +659,6 @@ class Engine:
         per_send = max(state.ewma_ms / 1000.0, target.timeout_s if slow else 0.05)
         rounds = math.ceil((state.inflight + len(state.queue) + 1) / cap)
         return min(max(per_send * rounds, 0.5), 30.0)
-
-    # ------------------------------------------------------------------ claiming
-
-    def _lease_for(self, timeout_s: float, now: datetime) -> datetime:
-        """Long enough to wait for a thread, wait locally and send, twice over the timeout."""
-        seconds = max(self.settings.delivery_lease_seconds,
-                      2 * timeout_s + MAX_LOCAL_WAIT_S + self.limiter.horizon_s + 5)
-        return now + timedelta(seconds=seconds)
-
-    def _claim(self, session: Session, admitted: list[tuple[_Due, float]],
-               targets: dict[str, Target], now: datetime) -> list[tuple[Work, float]]:
-        if not admitted:
-            return []
-        timeout = max(targets[d.endpoint_id].timeout_s for d, _ in admitted)
-        lease = self._lease_for(timeout, now)
-        offsets = {d.id: off for d, off in admitted}
-        ids = sorted(offsets)
-        rows = []
-        for chunk in _chunks(ids):
-            rows += session.execute(
-                update(Delivery)
-                .where(Delivery.id.in_(chunk), Delivery.state.in_((PENDING, RETRYING)),
-                       Delivery.next_attempt_at <= now)
-                .values(state=DELIVERING, lease_expires_at=lease, updated_at=now)
-                .returning(Delivery.id, Delivery.event_id, Delivery.endpoint_id,
-                           Delivery.attempt_count, Delivery.run_attempts)
-                .execution_options(synchronize_session=False)).all()
-        if not rows:
-            return []
-        event_ids = sorted({r.event_id for r in rows})
-        bodies: dict[str, bytes] = {}
-        for chunk in _chunks(event_ids):
-            for event_id, payload in session.execute(
-                    select(Event.id, Event.payload).where(Event.id.in_(chunk))):
-                bodies[event_id] = payload.encode("utf-8")
-        claimed = []
-        for r in rows:
-            work = Work(delivery_id=r.id, event_id=r.event_id, target=targets[r.endpoint_id],
-                        body=bodies[r.event_id], n=r.attempt_count + 1,
-                        run_n=r.run_attempts + 1, lease=lease)
-            claimed.append((work, offsets[r.id]))
-        return claimed
-
-    def _hold(self, session: Session, held: list[tuple[str, datetime]]) -> None:
-        """Keep the sweeper off deliveries this process will come back to itself."""
-        latest = max(until for _, until in held) + timedelta(seconds=HOLD_GRACE_S)
-        for chunk in _chunks(sorted(i for i, _ in held)):
-            session.execute(
-                update(Delivery)
-                .where(Delivery.id.in_(chunk), Delivery.state.in_((PENDING, RETRYING)))
-                .values(lease_expires_at=latest)
-                .execution_options(synchronize_session=False))
-
-    def _park_disabled(self, session: Session, ids: list[str]) -> None:
-        """A due delivery whose endpoint is disabled or deleted becomes a dead letter."""
-        for delivery in session.scalars(
-                select(Delivery).where(Delivery.id.in_(ids),
-                                       Delivery.state.in_((PENDING, RETRYING)))):
-            park(session, delivery, delivery.event, delivery.endpoint, REASON_ENDPOINT_DISABLED)
 
     # ------------------------------------------------------------------ local queues
 
@@ -687,6 +755,7 @@ class Engine:
 
     def _release_locked(self, state: _Endpoint, work: Work, mono: float) -> Release:
         self._waiting -= 1
+        self.counters["released"] += 1
         self._local.discard(work.delivery_id)
         wait_s = self._estimated_wait(state, work.target, mono)
         return Release(work, self.clock() + timedelta(seconds=wait_s))
@@ -777,6 +846,8 @@ class Engine:
         self._set_timers(timers, self.clock())
         with self._changed:
             self._unflushed -= len(batch)
+            self.counters["flushes"] += 1
+            self.counters["attempts"] += sum(isinstance(b, Outcome) for b in batch)
             self._changed.notify_all()
 
     def flush(self, batch: list[Outcome | Release]) -> list[tuple[str, datetime]]:
@@ -806,16 +877,26 @@ class Engine:
         for o in outcomes:
             by_endpoint.setdefault(o.work.target.endpoint_id, []).append(o)
         states: dict[str, str] = {}
+        successes: list[tuple[str, datetime]] = []
+        mono = time.monotonic()
         # 410 Gone disables at once; then the counters, which may disable too. Sorted, so
         # concurrent writers lock endpoint rows in the same order.
         for endpoint_id in sorted(by_endpoint):
             items = by_endpoint[endpoint_id]
+            tally = health.tally((o.finished_at, o.result.ok) for o in items)
+            if tally.failures == 0 and tally.last_success_at is not None:
+                # Nothing to judge, only "last success" to move, and at most once a second.
+                states[endpoint_id] = health.ENABLED
+                if mono - self._success_written.get(endpoint_id, -1e9) >= SUCCESS_WRITE_S:
+                    successes.append((endpoint_id, tally.last_success_at))
+                    self._success_written[endpoint_id] = mono
+                continue
+            self._success_written.pop(endpoint_id, None)
             gone = next((o for o in items if o.result.status == 410), None)
             if gone is not None:
                 health.disable(session, endpoint_id, "gone: the endpoint answered 410", now,
                                {"last_status_code": 410, "delivery_id": gone.work.delivery_id})
-            h = health.record(session, endpoint_id, health.tally(
-                (o.finished_at, o.result.ok) for o in items))
+            h = health.record(session, endpoint_id, tally)
             states[endpoint_id] = h.state if h is not None else health.DISABLED
             if h is not None and health.should_disable(h, self.thresholds, now):
                 last = items[-1].result
@@ -824,6 +905,7 @@ class Engine:
                         "last_status_code": last.status, "last_error": last.error}):
                     states[endpoint_id] = health.DISABLED
 
+        health.record_successes(session, successes)
         succeeded: list[dict[str, Any]] = []
         retrying: list[dict[str, Any]] = []
         to_park: list[tuple[Outcome, str]] = []

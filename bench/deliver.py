@@ -1,0 +1,392 @@
+"""End-to-end delivery throughput and latency, against the bare `requests.Session` ceiling.
+
+    .venv/bin/python bench/deliver.py [--workers 2] [-n 10000] [--endpoints 10]
+                                      [--db postgresql://...] [--redis redis://...]
+
+The script owns its database (default: the `kurir_delivery_bench` PostgreSQL database, which
+it WIPES and migrates) and Redis db (default 4, flushed). It starts a minimal asyncio HTTP
+receiver in its own process that answers 200 and records when each webhook arrived, then, in
+one run (issue 4, item 11):
+
+  1. the ceiling: N processes each POSTing the same signed bodies to the same receiver in a
+     bare `requests.Session` loop (one connection per process, nothing else);
+  2. Kurir: N `kurir worker` processes (plus the sweeper in this process); events published
+     with `sender.publish.publish` (validation, one-transaction fan-out, after-commit enqueue:
+     the same code the API runs), 1,000 events x 10 endpoints = 10,000 deliveries, published as
+     fast as one thread can while the workers deliver. Throughput = deliveries / (last receipt
+     - first publish); latency = receipt - publish commit, per delivery;
+  3. p50/p99 publish -> receipt at a paced 100 events/s (one endpoint, open loop);
+  4. one event fanned out to 1,000 endpoints: time until the last one is received.
+
+Targets on a 2-core machine: >= 1,000 deliveries/s end-to-end, >= 60 % of the bare ceiling with
+the same number of processes, p99 <= 100 ms at 100/s, 1,000-endpoint fan-out within 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_delivery_bench"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/4"
+SECRET_KEY = "bench-secret-key"  # noqa: S105 - a throwaway bench database
+TYPE_NAME = "order.paid"
+SCHEMA = {"type": "object", "required": ["order_id", "amount"],
+          "properties": {"order_id": {"type": "string"}, "amount": {"type": "integer"}}}
+
+
+# ---------------------------------------------------------------------------- the receiver
+
+
+def _receiver_main(port_queue: Any) -> None:
+    """A minimal keep-alive HTTP/1.1 server: 200 to every POST, receipt times kept in memory.
+
+    GET /_count answers how many webhooks arrived; GET /_dump answers them all (and clears):
+    [[webhook-id, path, unix time], ...].
+    """
+    records: list[tuple[str, str, float]] = []
+    ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: text/plain\r\n\r\nok"
+
+    class Protocol(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+            self.buf = b""
+
+        def data_received(self, data: bytes) -> None:
+            self.buf += data
+            while True:
+                end = self.buf.find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                head = self.buf[:end].decode("latin-1").split("\r\n")
+                length = 0
+                msg_id = ""
+                for line in head[1:]:
+                    name, _, value = line.partition(":")
+                    name = name.strip().lower()
+                    if name == "content-length":
+                        length = int(value)
+                    elif name == "webhook-id":
+                        msg_id = value.strip()
+                if len(self.buf) < end + 4 + length:
+                    return
+                self.buf = self.buf[end + 4 + length:]
+                method, path = head[0].split(" ")[:2]
+                if method == "GET" and path in ("/_count", "/_dump"):
+                    out = json.dumps(len(records) if path == "/_count" else records).encode()
+                    if path == "/_dump":
+                        records.clear()
+                    self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
+                                         % (len(out), out))
+                    continue
+                records.append((msg_id, path, time.time()))
+                self.transport.write(ok)
+
+    async def serve() -> None:
+        server = await asyncio.get_running_loop().create_server(Protocol, "127.0.0.1", 0,
+                                                                backlog=1024)
+        port_queue.put(server.sockets[0].getsockname()[1])
+        await server.serve_forever()
+
+    asyncio.run(serve())
+
+
+class ReceiverProcess:
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        self.process = ctx.Process(target=_receiver_main, args=(queue,), daemon=True)
+        self.process.start()
+        self.port = queue.get(timeout=10)
+        self.url = f"http://127.0.0.1:{self.port}"
+        import requests
+
+        self.http = requests.Session()
+
+    def count(self) -> int:
+        return int(self.http.get(self.url + "/_count", timeout=10).json())
+
+    def dump(self) -> list[tuple[str, str, float]]:
+        return [tuple(r) for r in self.http.get(self.url + "/_dump", timeout=30).json()]
+
+    def wait_for(self, n: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.count() >= n:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.join(5)
+
+
+# ---------------------------------------------------------------------------- the ceiling
+
+
+def _bare_main(url: str, count: int, body: bytes, barrier: Any, out: Any) -> None:
+    import requests
+
+    from sender.deliver import request_headers
+    from sender.signing import generate_secret
+
+    secret = generate_secret()
+    session = requests.Session()
+    barrier.wait()
+    started = time.perf_counter()
+    for i in range(count):
+        headers = request_headers(f"evt_bare_{os.getpid()}_{i}", body, [secret], {},
+                                  int(time.time()))
+        session.post(url, data=body, headers=headers, timeout=15)
+    out.put(time.perf_counter() - started)
+
+
+def bare_ceiling(url: str, processes: int, total: int, body: bytes) -> float:
+    """Deliveries per second of N processes in a bare requests.Session loop."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    out = ctx.Queue()
+    per = total // processes
+    procs = [ctx.Process(target=_bare_main, args=(url + "/bare", per, body, barrier, out))
+             for _ in range(processes)]
+    for p in procs:
+        p.start()
+    elapsed = max(out.get(timeout=300) for _ in procs)
+    for p in procs:
+        p.join()
+    return per * processes / elapsed
+
+
+# ---------------------------------------------------------------------------- Kurir
+
+
+def reset_database(url: str) -> None:
+    from sqlalchemy import text
+
+    from app import migrate
+    from app.config import normalise_database_url
+    from app.db import Database
+
+    url = normalise_database_url(url)
+    if url.startswith("postgresql"):
+        admin = Database(url.rsplit("/", 1)[0] + "/postgres", pool_size=1)
+        name = url.rsplit("/", 1)[1]
+        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                                  {"n": name}).first()
+            if not exists:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+        admin.dispose()
+        db = Database(url, pool_size=1)
+        with db.engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+            conn.execute(text("CREATE SCHEMA public"))
+        db.dispose()
+    else:
+        Path(url.split("///", 1)[1]).unlink(missing_ok=True)
+    migrate.upgrade(url)
+
+
+class Kurir:
+    """Settings, a runtime for publishing from this process, and N worker processes."""
+
+    def __init__(self, db_url: str, redis_url: str, workers: int, data_dir: Path) -> None:
+        from app.config import load_settings
+        from app.runtime import Runtime
+
+        self.env = dict(os.environ, DATABASE_URL=db_url, REDIS_URL=redis_url,
+                        KURIR_DATA_DIR=str(data_dir), KURIR_SECRET_KEY=SECRET_KEY,
+                        KURIR_ALLOW_PRIVATE_TARGETS="1",
+                        KURIR_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "warning"))
+        self.settings = load_settings(self.env)
+        self.runtime = Runtime(self.settings)
+        self.runtime.redis.flushdb()
+        self.workers_n = workers
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.stop_sweeper = threading.Event()
+        with self.runtime.db.begin() as session:
+            from app import contracts
+            from app.accounts import create_api_key
+
+            contracts.register(session, {"name": TYPE_NAME, "version": 1, "schema": SCHEMA})
+            key, _ = create_api_key(session, "bench", ["admin"])
+            self.api_key_id = key.id
+
+    def start(self) -> None:
+        from rq import Worker
+
+        for _ in range(self.workers_n):
+            self.workers.append(subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "worker"], env=self.env, cwd=ROOT))
+        deadline = time.monotonic() + 30
+        while Worker.count(connection=self.runtime.redis) < self.workers_n:
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers did not start")
+            time.sleep(0.1)
+        threading.Thread(target=self._sweeper, daemon=True).start()
+
+    def _sweeper(self) -> None:
+        from sender.sweeper import sweep
+
+        while not self.stop_sweeper.wait(self.settings.sweep_interval_seconds):
+            try:
+                sweep(self.runtime)
+            except Exception as exc:  # noqa: BLE001 - keep sweeping, like the scheduler
+                print(f"sweep failed: {exc}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self.stop_sweeper.set()
+        for proc in self.workers:
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.workers:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.runtime.close()
+
+    def partner(self, uid: str, urls: list[str]) -> None:
+        from sender import endpoints as service
+
+        with self.runtime.db.begin() as session:
+            partner = service.create_partner(session, {"uid": uid, "name": uid})
+            for url in urls:
+                service.create_endpoint(session, partner, {"url": url}, self.settings,
+                                        self.runtime.secret_box)
+
+    def publish(self, uid: str, i: int) -> tuple[str, float]:
+        """Publish one event; returns its id and the time its transaction committed."""
+        from sender.publish import publish
+
+        body = {"type": TYPE_NAME, "version": 1,
+                "data": {"order_id": f"ord_{i:08d}", "amount": 1000 + i},
+                "correlation_id": f"bench-{i}"}
+        with self.runtime.db.begin() as session:
+            result = publish(session, self.runtime.redis, self.settings, partner_uid=uid,
+                             body=body, api_key_id=self.api_key_id)
+        return str(result.body["id"]), time.time()
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def latencies(published: dict[str, float], records: list[tuple[str, str, float]]) -> list[float]:
+    return [(at - published[msg_id]) * 1000 for msg_id, _, at in records if msg_id in published]
+
+
+def run(args: argparse.Namespace) -> int:
+    reset_database(args.db)
+    receiver = ReceiverProcess()
+    results: dict[str, Any] = {"workers": args.workers}
+    try:
+        sample = json.dumps({"id": "evt_x", "type": TYPE_NAME, "version": 1,
+                             "occurred_at": "2026-12-02T10:00:00Z", "partner": "bench",
+                             "resource": None, "correlation_id": "bench-1",
+                             "data": {"order_id": "ord_00000001", "amount": 1001}}).encode()
+        ceiling = bare_ceiling(receiver.url, args.workers, args.n, sample)
+        receiver.dump()
+        results["bare_ceiling_per_s"] = round(ceiling)
+        print(f"bare requests.Session loop, {args.workers} processes: {ceiling:,.0f} POST/s")
+
+        with tempfile.TemporaryDirectory() as tmp:
+            kurir = Kurir(args.db, args.redis, args.workers, Path(tmp))
+            events_n = args.n // args.endpoints
+            kurir.partner("bench", [f"{receiver.url}/e{i}" for i in range(args.endpoints)])
+            kurir.partner("paced", [f"{receiver.url}/paced"])
+            kurir.partner("fanout", [f"{receiver.url}/f{i}" for i in range(1000)])
+            kurir.start()
+            try:
+                # 1. Throughput, publishing while the workers deliver.
+                published: dict[str, float] = {}
+                first = time.time()
+                for i in range(events_n):
+                    event_id, at = kurir.publish("bench", i)
+                    published[event_id] = at
+                publish_s = time.time() - first
+                total = events_n * args.endpoints
+                if not receiver.wait_for(total, timeout_s=300):
+                    print(f"only {receiver.count()} of {total} arrived", file=sys.stderr)
+                records = receiver.dump()
+                last = max(at for _, _, at in records)
+                rate = len({(m, p) for m, p, _ in records}) / (last - first)
+                lat = latencies(published, records)
+                dupes = len(records) - len({(m, p) for m, p, _ in records})
+                results.update({
+                    "deliveries": total, "received": len(records), "duplicates": dupes,
+                    "publish_s": round(publish_s, 2),
+                    "end_to_end_per_s": round(rate), "share_of_ceiling": round(rate / ceiling, 3),
+                    "p50_ms": round(percentile(lat, 50), 1),
+                    "p99_ms": round(percentile(lat, 99), 1)})
+                print(f"Kurir end to end: {total:,} deliveries over {args.endpoints} endpoints, "
+                      f"{args.workers} workers: {rate:,.0f} deliveries/s "
+                      f"({rate / ceiling:.0%} of the bare ceiling); publishing took "
+                      f"{publish_s:.2f}s; publish->receipt p50 {percentile(lat, 50):.0f} ms, "
+                      f"p99 {percentile(lat, 99):.0f} ms; duplicates {dupes}")
+
+                # 2. Latency at a paced 100 events/s (open loop).
+                published = {}
+                paced_n = args.paced_seconds * 100
+                start = time.monotonic()
+                for i in range(paced_n):
+                    delay = start + i / 100 - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    event_id, at = kurir.publish("paced", i)
+                    published[event_id] = at
+                receiver.wait_for(paced_n, timeout_s=60)
+                lat = latencies(published, receiver.dump())
+                results.update({"paced_100_per_s_p50_ms": round(percentile(lat, 50), 1),
+                                "paced_100_per_s_p99_ms": round(percentile(lat, 99), 1)})
+                print(f"paced 100 events/s for {args.paced_seconds}s: publish->receipt p50 "
+                      f"{percentile(lat, 50):.1f} ms, p99 {percentile(lat, 99):.1f} ms, "
+                      f"max {max(lat):.1f} ms")
+
+                # 3. One event to 1,000 endpoints.
+                event_id, at = kurir.publish("fanout", 0)
+                ok = receiver.wait_for(1000, timeout_s=30)
+                records = receiver.dump()
+                spread = max(r[2] for r in records) - at
+                results.update({"fanout_1000_s": round(spread, 3), "fanout_complete": ok})
+                print(f"one event to 1,000 endpoints: all {len(records)} received "
+                      f"{spread:.2f}s after publish")
+            finally:
+                kurir.stop()
+    finally:
+        receiver.close()
+    print(json.dumps(results))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (and the "
+                        "number of bare-loop processes)")
+    parser.add_argument("-n", type=int, default=10_000, help="deliveries in the throughput run")
+    parser.add_argument("--endpoints", type=int, default=10)
+    parser.add_argument("--paced-seconds", type=int, default=10)
+    parser.add_argument("--db", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
+    parser.add_argument("--redis", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
+    return run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
