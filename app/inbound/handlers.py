@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
@@ -40,6 +40,11 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 MAX_HANDLERS = 50
 
 Handler = Callable[["HandlerContext"], None]
+
+
+class HasHandlers(Protocol):
+    @property
+    def handlers(self) -> Any: ...
 
 
 @dataclass
@@ -163,7 +168,7 @@ def reload_entry_points() -> None:
     _entry_point_handlers.cache_clear()
 
 
-def handlers_for(source: InboundSource, event_type: str | None) -> list[BoundHandler]:
+def handlers_for(source: HasHandlers, event_type: str | None) -> list[BoundHandler]:
     """Entry-point handlers first, then the source's own, in their configured order."""
     bound = [h for h in _entry_point_handlers() if fnmatchcase(event_type or "", h.pattern)]
     for spec in source.handlers or []:

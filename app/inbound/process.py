@@ -21,10 +21,13 @@ lease expires, and enqueues every event left ``received`` (Redis was down at rec
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import Table, or_, select, update
+from sqlalchemy import Table, or_, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -34,7 +37,7 @@ from app.db import after_commit
 from app.inbound import handlers as handler_registry
 from app.inbound import reconcile
 from app.inbound import state as states
-from app.models import InboundEvent, InboundSource
+from app.models import InboundEvent, InboundSource, ResourceState
 from app.queues import INBOUND, JobSpec, try_enqueue_many
 from app.runtime import Runtime
 
@@ -49,6 +52,7 @@ PROCESS_JOB = "app.inbound.process.process_event"
 PROCESSING_LEASE_S = 300
 RECEIVED_GRACE_S = 30
 MAX_ATTEMPTS = 10
+CONFIG_CACHE_TTL_S = 5.0
 # A CAS that loses can only lose to a newer state, so one retry classifies it for good;
 # the bound is a guard against a bug, not a tuning knob.
 _MAX_CAS_ROUNDS = 3
@@ -99,11 +103,48 @@ def _claim(rt: Runtime, event_id: str, *, now: datetime | None) -> bool:
     abandoned = (col.status == PROCESSING) & (
         col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S))
     with rt.db.begin() as session:
+        if rt.db.is_postgres:
+            # A claim lost in a crash only sends the event back to `received` (the sweeper
+            # resends it), so it need not wait for the WAL flush; the result commit does.
+            session.execute(text("SET LOCAL synchronous_commit = off"))
         result = session.execute(
             update(_EVENTS)
             .where(col.id == event_id, or_(col.status == RECEIVED, abandoned))
             .values(status=PROCESSING, attempts=col.attempts + 1, updated_at=now))
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """What processing needs of a source, cached briefly: it is read for every event."""
+
+    id: str
+    name: str
+    allow_gaps: bool
+    handlers: tuple[Any, ...]
+    reconcile_url: str | None
+
+
+_configs: dict[str, tuple[float, SourceConfig]] = {}
+_configs_lock = threading.Lock()
+
+
+def _source_config(session: Session, source_id: str) -> SourceConfig | None:
+    clock = time.monotonic()
+    with _configs_lock:
+        hit = _configs.get(source_id)
+    if hit and clock - hit[0] < CONFIG_CACHE_TTL_S:
+        return hit[1]
+    source = session.get(InboundSource, source_id)
+    if source is None:
+        return None
+    config = SourceConfig(source.id, source.name, source.allow_gaps,
+                          tuple(source.handlers or ()), source.reconcile_url)
+    with _configs_lock:
+        if len(_configs) > 1000:
+            _configs.clear()
+        _configs[source_id] = (clock, config)
+    return config
 
 
 def _finish(event: InboundEvent, status: str, reason: str | None, now: datetime) -> str:
@@ -114,10 +155,16 @@ def _finish(event: InboundEvent, status: str, reason: str | None, now: datetime)
     return status
 
 
-def _run_handlers(ctx: handler_registry.HandlerContext) -> None:
-    for handler in handler_registry.handlers_for(ctx.source, ctx.event.event_type):
-        if ctx.stale and not handler.side_effect_only:
-            continue
+def _run_handlers(session: Session, bound: list[handler_registry.BoundHandler],
+                  event: InboundEvent, state: ResourceState | None, *,
+                  stale: bool = False) -> None:
+    todo = [h for h in bound if h.side_effect_only or not stale]
+    if not todo:
+        return
+    source = session.get(InboundSource, event.source_id)
+    assert source is not None  # noqa: S101 - the event's foreign key
+    ctx = handler_registry.HandlerContext(session, source, event, state, stale=stale)
+    for handler in todo:
         try:
             handler.func(ctx)
         except SQLAlchemyError:
@@ -132,12 +179,13 @@ def _process(session: Session, rt: Runtime, event_id: str, *,
     event = session.get(InboundEvent, event_id, populate_existing=True)
     if event is None or event.status != PROCESSING:
         return None
-    source = session.get(InboundSource, event.source_id)
+    source = _source_config(session, event.source_id)
     if source is None:
         return None
+    bound = handler_registry.handlers_for(source, event.event_type)
     if event.resource_id is None:
         # Nothing to order: the event is applied by its handlers alone (e.g. a ping).
-        _run_handlers(handler_registry.HandlerContext(session, source, event, None))
+        _run_handlers(session, bound, event, None)
         return _finish(event, APPLIED, "no_resource", now)
 
     ordering = states.Ordering(event.resource_version, event.occurred_at,
@@ -154,10 +202,11 @@ def _process(session: Session, rt: Runtime, event_id: str, *,
             break
         if states.compare_and_set(session, state.id, ordering, last_event_id=event.id,
                                   now=now):
-            state = states.reload(session, state.id)
-            _run_handlers(handler_registry.HandlerContext(session, source, event, state))
-            if not source.allow_gaps:
-                _release_next(session, rt, source, event, state)
+            if bound:
+                state = states.reload(session, state.id)
+                _run_handlers(session, bound, event, state)
+            if not source.allow_gaps and ordering.version is not None:
+                _release_next(session, rt, source.id, event, ordering.version)
             return _finish(event, APPLIED, None, now)
         # Lost to a concurrent worker: the state is now newer; classify against it.
         state = states.reload(session, state.id, lock=lock)
@@ -167,8 +216,7 @@ def _process(session: Session, rt: Runtime, event_id: str, *,
     if decision.kind == states.ALREADY_APPLIED:
         return _finish(event, APPLIED, decision.reason, now)
     if decision.kind == states.STALE:
-        _run_handlers(handler_registry.HandlerContext(session, source, event, state,
-                                                      stale=True))
+        _run_handlers(session, bound, event, state, stale=True)
         return _finish(event, IGNORED, decision.reason, now)
     # A gap or a contradiction: not safe to decide alone; ask the provider.
     request = reconcile.request_reconcile(session, source, event.resource_id, now=now)
@@ -177,23 +225,19 @@ def _process(session: Session, rt: Runtime, event_id: str, *,
     return _finish(event, QUARANTINED, decision.reason, now)
 
 
-def _release_next(session: Session, rt: Runtime, source: InboundSource, event: InboundEvent,
-                  state: states.ResourceState) -> None:
+def _release_next(session: Session, rt: Runtime, source_id: str, event: InboundEvent,
+                  applied_version: int) -> None:
     """The gap before the next version just closed: send its quarantined events again."""
-    if state.last_version is None:
-        return
-    waiting = list(session.scalars(select(InboundEvent).where(
-        InboundEvent.source_id == source.id, InboundEvent.resource_id == event.resource_id,
+    waiting = [item for item in session.scalars(select(InboundEvent).where(
+        InboundEvent.source_id == source_id, InboundEvent.resource_id == event.resource_id,
         InboundEvent.status == QUARANTINED,
-        InboundEvent.resource_version == state.last_version + 1)))
+        InboundEvent.resource_version == applied_version + 1))
+        if (item.resource_type or "") == (event.resource_type or "")]
     for item in waiting:
-        if (item.resource_type or "") != (event.resource_type or ""):
-            continue
         item.status = RECEIVED
         item.reason = "gap_closed"
         item.updated_at = utcnow()
-    enqueue_after_commit(session, rt, [item.id for item in waiting
-                                       if item.status == RECEIVED])
+    enqueue_after_commit(session, rt, [item.id for item in waiting])
 
 
 def _mark_failed(rt: Runtime, event_id: str, reason: str, *, now: datetime | None) -> str | None:

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from ipaddress import ip_network
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import requests
 from sqlalchemy import Table, or_, select, update
@@ -171,7 +171,15 @@ def parse_snapshot(document: Any) -> tuple[Extracted, dict[str, Any]]:
 # ------------------------------------------------------------------------------ filing requests
 
 
-def request_reconcile(session: Session, source: InboundSource, resource_id: str | None,
+class HasPullApi(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def reconcile_url(self) -> str | None: ...
+
+
+def request_reconcile(session: Session, source: HasPullApi, resource_id: str | None,
                       *, now: datetime | None = None) -> ReconcileRequest | None:
     """File a pull for one resource (or a sweep); None when the source has no pull API.
 

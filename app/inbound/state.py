@@ -103,13 +103,6 @@ def ensure_state(session: Session, source_id: str, resource_type: str | None,
     ``lock`` takes the row lock (PostgreSQL ``FOR UPDATE``) so a source that forbids gaps
     checks and applies each resource's events one at a time. SQLite serialises writers anyway.
     """
-    table = _STATES
-    maker = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    session.execute(
-        maker(table)
-        .values(source_id=source_id, resource_type=resource_type or "",
-                resource_id=resource_id, placeholder=True)
-        .on_conflict_do_nothing(index_elements=["source_id", "resource_type", "resource_id"]))
     stmt = select(ResourceState).where(
         ResourceState.source_id == source_id,
         ResourceState.resource_type == (resource_type or ""),
@@ -117,6 +110,16 @@ def ensure_state(session: Session, source_id: str, resource_type: str | None,
     ).execution_options(populate_existing=True)
     if lock:
         stmt = stmt.with_for_update()
+    found = session.scalars(stmt).one_or_none()
+    if found is not None:
+        return found
+    table = _STATES
+    maker = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    session.execute(
+        maker(table)
+        .values(source_id=source_id, resource_type=resource_type or "",
+                resource_id=resource_id, placeholder=True)
+        .on_conflict_do_nothing(index_elements=["source_id", "resource_type", "resource_id"]))
     return session.scalars(stmt).one()
 
 

@@ -77,8 +77,10 @@ def list_inbound_events() -> Response:
                                 cursor=request.args.get("cursor"))
         missing = {e.source_id for e in rows} - set(names)
         if missing:
-            names.update(session.execute(select(InboundSource.id, InboundSource.name)
-                                         .where(InboundSource.id.in_(missing))).tuples())
+            for source_id, name in session.execute(
+                    select(InboundSource.id, InboundSource.name)
+                    .where(InboundSource.id.in_(missing))):
+                names[source_id] = name
         data = [inbound_event_json(e, names.get(e.source_id, "")) for e in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 
