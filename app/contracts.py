@@ -236,6 +236,17 @@ class Contract:
     validator: Validator
 
 
+def lookup_columns(name: Any, version: Any) -> tuple[Any, Any]:
+    """Scalar subqueries (row id, deprecated) of a contract, to ride along another query.
+
+    `name` and `version` may be values or bind parameters.
+    """
+    table = EventType.__table__
+    where = (table.c.name == name) & (table.c.version == version)
+    return (select(table.c.id).where(where).scalar_subquery().label("contract_id"),
+            select(table.c.deprecated).where(where).scalar_subquery().label("deprecated"))
+
+
 def contract_for(session: Session, name: str, version: int) -> Contract | None:
     """Look up a contract cheaply: the schema is loaded and compiled once per process."""
     row = session.execute(
@@ -243,7 +254,14 @@ def contract_for(session: Session, name: str, version: int) -> Contract | None:
         .where(EventType.name == name, EventType.version == version)).first()
     if row is None:
         return None
-    type_id, deprecated = row
+    return contract_from(session, row[0], row[1], name, version)
+
+
+def contract_from(session: Session, type_id: str | None, deprecated: Any, name: str,
+                  version: int) -> Contract | None:
+    """The Contract for a row id found by `lookup_columns` (None: no such contract)."""
+    if type_id is None:
+        return None
     validator = validators.get(type_id)
     if validator is None:
         schema = session.scalar(select(EventType.schema).where(EventType.id == type_id))

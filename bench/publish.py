@@ -1,0 +1,484 @@
+"""Publish throughput and latency of `kurir api` (gunicorn, PostgreSQL), against a bare ceiling.
+
+    .venv/bin/python bench/publish.py [-n 5000] [--workers 2] [--threads 8]
+    .venv/bin/python bench/publish.py --url http://127.0.0.1:8080 --token kurir_... [...]
+
+Without --url the script owns BENCH_DATABASE_URL (default: the `kurir_publish_bench`
+database, which it WIPES and migrates) and starts two servers under gunicorn with the same
+worker count: `kurir api`, and a bare Flask app whose one endpoint parses the same JSON body
+and INSERTs the same `events` row — the ceiling for a Python publish endpoint on this machine.
+Endpoints point at 127.0.0.1 (KURIR_ALLOW_PRIVATE_TARGETS=1); nothing needs to receive them,
+and no worker runs: the deliveries simply stay queued.
+
+It measures, in one run (issue 3, item 9):
+  1. N publishes with 1 and with 8 concurrent clients (threads, one requests.Session each):
+     events/s, p50, p99 — for Kurir and for the bare endpoint;
+  2. p50/p99 at a paced 500 events/s (open loop: latency counted from the scheduled send time);
+  3. publishing one event to a partner with 1,000 subscribed endpoints.
+Targets on a 2-core machine: >= 800 events/s with 8 clients, >= 60 % of bare, p99 <= 50 ms at
+500/s, 1,000-endpoint fan-out <= 200 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import requests  # noqa: E402
+
+DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_publish_bench"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/3"
+SCHEMA = {
+    "type": "object",
+    "required": ["order_id", "amount", "currency"],
+    "properties": {
+        "order_id": {"type": "string", "maxLength": 64},
+        "amount": {"type": "integer", "minimum": 0},
+        "currency": {"type": "string", "enum": ["EUR", "USD", "NOK"]},
+        "customer": {"type": "object", "properties": {"email": {"type": "string"}}},
+        "lines": {"type": "array", "items": {"type": "object"}},
+    },
+}
+
+
+def body_for(i: int, type_name: str) -> bytes:
+    return json.dumps({
+        "type": type_name, "version": 1,
+        "data": {"order_id": f"ord_{i:08d}", "amount": 1000 + i % 977, "currency": "EUR",
+                 "customer": {"email": f"c{i % 1000}@example.com"},
+                 "lines": [{"sku": "A-1", "qty": 1}, {"sku": "B-2", "qty": 2}]},
+        "resource": {"type": "order", "id": f"ord_{i:08d}", "version": 1},
+        "correlation_id": f"bench-{i}",
+    }).encode()
+
+
+# ---------------------------------------------------------------------------- the bare ceiling
+
+
+def bare_app() -> Any:
+    """gunicorn 'bench.publish:bare_app()': parse the body, INSERT one events row, commit."""
+    from flask import Flask, request
+    from sqlalchemy import insert
+
+    from app.clock import isoformat, utcnow
+    from app.config import normalise_database_url
+    from app.db import make_engine
+    from app.ids import new_id
+    from app.models import Event
+
+    engine = make_engine(normalise_database_url(os.environ["BARE_DATABASE_URL"]), pool_size=10)
+    partner_id = os.environ["BARE_PARTNER_ID"]
+    table = Event.__table__
+    app = Flask(__name__)
+
+    @app.post("/bare/events")
+    def publish() -> tuple[str, int, dict[str, str]]:
+        body = json.loads(request.get_data())
+        now = utcnow()
+        event_id = new_id("evt")
+        payload = json.dumps({"id": event_id, "type": body["type"], "version": body["version"],
+                              "occurred_at": isoformat(now), "partner": "bare",
+                              "resource": body.get("resource"),
+                              "correlation_id": body.get("correlation_id"),
+                              "data": body["data"]}, separators=(",", ":"))
+        resource = body.get("resource") or {}
+        with engine.begin() as connection:
+            connection.execute(insert(table).values(
+                id=event_id, partner_id=partner_id, type=body["type"], version=body["version"],
+                data=body["data"], payload=payload, occurred_at=now,
+                resource_type=resource.get("type"), resource_id=resource.get("id"),
+                resource_version=resource.get("version"),
+                correlation_id=body.get("correlation_id"), created_at=now))
+        return json.dumps({"id": event_id}), 202, {"Content-Type": "application/json"}
+
+    return app
+
+
+# ---------------------------------------------------------------------------- servers
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url, timeout=1).status_code < 500:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"bench: {url} did not come up")
+
+
+@contextmanager
+def server(args: list[str], env: dict[str, str], ready_url: str) -> Iterator[None]:
+    process = subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True)
+    try:
+        wait_ready(ready_url)
+        yield
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+# ---------------------------------------------------------------------------- load
+
+
+@dataclass
+class Result:
+    label: str
+    count: int
+    errors: int
+    seconds: float
+    latencies_ms: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds else 0.0
+
+    def pct(self, p: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        ordered = sorted(self.latencies_ms)
+        index = min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))
+        return ordered[index]
+
+    def line(self) -> str:
+        return (f"{self.label:<38} {self.rate:8.0f}/s  p50 {self.pct(50):6.1f} ms  "
+                f"p99 {self.pct(99):6.1f} ms  max {max(self.latencies_ms or [0]):6.1f} ms"
+                f"  n={self.count} errors={self.errors}")
+
+
+def closed_loop(label: str, url: str, headers: dict[str, str], bodies: list[bytes],
+                clients: int, expect: int = 202) -> Result:
+    """`clients` threads, each with its own Session, send their share back to back."""
+    shares = [bodies[i::clients] for i in range(clients)]
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0] * clients
+    barrier = threading.Barrier(clients + 1)
+
+    def run(k: int) -> None:
+        with requests.Session() as http:
+            http.headers.update(headers)
+            barrier.wait()
+            for body in shares[k]:
+                start = time.perf_counter()
+                response = http.post(url, data=body, timeout=30)
+                latencies[k].append((time.perf_counter() - start) * 1000)
+                if response.status_code != expect:
+                    errors[k] += 1
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    flat = [x for chunk in latencies for x in chunk]
+    return Result(label, len(flat), sum(errors), elapsed, flat)
+
+
+def paced(label: str, url: str, headers: dict[str, str], bodies: list[bytes], rate: float,
+          senders: int = 32) -> Result:
+    """Open loop at `rate`/s: request i is due at i/rate; latency counts from when it was due."""
+    latencies: list[list[float]] = [[] for _ in range(senders)]
+    errors = [0] * senders
+    barrier = threading.Barrier(senders + 1)
+    t0 = [0.0]
+
+    def run(k: int) -> None:
+        with requests.Session() as http:
+            http.headers.update(headers)
+            barrier.wait()
+            for i in range(k, len(bodies), senders):
+                due = t0[0] + i / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                response = http.post(url, data=bodies[i], timeout=30)
+                latencies[k].append((time.perf_counter() - due) * 1000)
+                if response.status_code != 202:
+                    errors[k] += 1
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(senders)]
+    for thread in threads:
+        thread.start()
+    t0[0] = time.perf_counter() + 0.05
+    barrier.wait()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - t0[0]
+    flat = [x for chunk in latencies for x in chunk]
+    return Result(label, len(flat), sum(errors), elapsed, flat)
+
+
+# ---------------------------------------------------------------------------- setup
+
+
+class Api:
+    def __init__(self, base: str, token: str) -> None:
+        self.base = base
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {token}"
+
+    def post(self, path: str, body: dict[str, Any] | None = None, ok: tuple[int, ...] = (
+            200, 201, 202)) -> dict[str, Any]:
+        response = self.http.post(self.base + path, json=body or {}, timeout=60)
+        if response.status_code not in ok:
+            raise SystemExit(f"bench: POST {path} -> {response.status_code} {response.text}")
+        return response.json()  # type: ignore[no-any-return]
+
+
+def prepare_database(url: str) -> None:
+    from sqlalchemy import text
+
+    from app import migrate
+    from app.config import normalise_database_url
+    from app.db import Database
+
+    admin_url = url.rsplit("/", 1)[0] + "/postgres"
+    name = url.rsplit("/", 1)[1]
+    admin = Database(normalise_database_url(admin_url), pool_size=1)
+    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        exists = connection.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                                    {"n": name}).scalar()
+        if not exists:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    db = Database(normalise_database_url(url), pool_size=1)
+    with db.engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        connection.execute(text("CREATE SCHEMA public"))
+    db.dispose()
+    migrate.upgrade(normalise_database_url(url))
+
+
+def create_token(url: str) -> str:
+    from app.accounts import create_api_key
+    from app.config import normalise_database_url
+    from app.db import Database
+
+    db = Database(normalise_database_url(url), pool_size=1)
+    with db.begin() as session:
+        _, token = create_api_key(session, "bench", ["admin"])
+    db.dispose()
+    return token
+
+
+def partner_id_of(url: str, uid: str) -> str:
+    from sqlalchemy import select
+
+    from app.config import normalise_database_url
+    from app.db import Database
+    from app.models import Partner
+
+    db = Database(normalise_database_url(url), pool_size=1)
+    with db.Session() as session:
+        value = session.scalar(select(Partner.id).where(Partner.uid == uid))
+    db.dispose()
+    assert value is not None
+    return value
+
+
+def run_endpoint_setup(api: Api, run: str, fanout: int) -> tuple[str, str, str]:
+    type_name = f"bench.order.{run}"
+    api.post("/v1/event-types", {"name": type_name, "version": 1, "schema": SCHEMA})
+    one = f"bench-one-{run}"
+    api.post("/v1/partners", {"uid": one, "name": "bench, one endpoint"})
+    api.post(f"/v1/partners/{one}/endpoints", {"url": "http://127.0.0.1:9/hook",
+                                               "event_types": [type_name]})
+    many = f"bench-fan-{run}"
+    api.post("/v1/partners", {"uid": many, "name": f"bench, {fanout} endpoints"})
+    for i in range(fanout):
+        api.post(f"/v1/partners/{many}/endpoints", {"url": f"http://127.0.0.1:9/fan/{i}",
+                                                    "event_types": [type_name]})
+    return type_name, one, many
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--events", type=int, default=5000)
+    parser.add_argument("--url", help="an already running `kurir api` (then --token)")
+    parser.add_argument("--token", help="an admin API key for --url")
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL",
+                                                                 DEFAULT_DB))
+    parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--clients", default="1,8")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="Kurir and bare take turns this many times; medians are kept "
+                             "(so background load hits both alike)")
+    parser.add_argument("--paced-rate", type=float, default=500.0)
+    parser.add_argument("--paced-seconds", type=float, default=10.0)
+    parser.add_argument("--fanout", type=int, default=1000)
+    parser.add_argument("--fanout-repeat", type=int, default=10)
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare ceiling")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    clients = [int(c) for c in args.clients.split(",")]
+    run = str(int(time.time()))
+    if args.url and not args.token:
+        raise SystemExit("bench: --url needs --token (an admin API key)")
+
+    env = dict(os.environ, DATABASE_URL=args.database_url, REDIS_URL=args.redis_url,
+               KURIR_ALLOW_PRIVATE_TARGETS="1",
+               KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
+               KURIR_DATA_DIR=str(ROOT / "var" / "bench"), PYTHONPATH=str(ROOT))
+    python = sys.executable
+    figures: dict[str, Any] = {"events": args.events, "workers": args.workers,
+                               "threads": args.threads, "cpus": os.cpu_count(),
+                               "load_average_before": os.getloadavg()}
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; gunicorn "
+          f"{args.workers} workers x {args.threads} threads for Kurir and for bare", flush=True)
+    results: list[Result] = []
+
+    target = _external(args) if args.url else _own_kurir(args, env, python)
+    with target as (base, token):
+        api = Api(base, token)
+        print(f"setting up: event type, partners, 1 + {args.fanout} endpoints ...", flush=True)
+        type_name, one, many = run_endpoint_setup(api, run, args.fanout)
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        publish_url = f"{base}/v1/partners/{one}/events"
+        bare_url = None
+        with contextlib.ExitStack() as stack:
+            if not args.no_bare:
+                bare_url = stack.enter_context(
+                    _bare_server(args, env, python, partner_id_of(args.database_url, one)))
+            warm = [body_for(i, type_name) for i in range(500)]
+            closed_loop("warm-up", publish_url, headers, warm, 8)
+            if bare_url:
+                closed_loop("warm-up", bare_url, {"Content-Type": "application/json"}, warm, 8)
+            bodies = [body_for(i, type_name) for i in range(args.events)]
+            for c in clients:
+                kurir_rounds, bare_rounds = [], []
+                for _ in range(args.rounds):
+                    kurir_rounds.append(closed_loop(f"kurir publish, {c} client(s)",
+                                                    publish_url, headers, bodies, c))
+                    print("  " + kurir_rounds[-1].line(), flush=True)
+                    if bare_url:
+                        bare_rounds.append(closed_loop(
+                            f"bare insert, {c} client(s)", bare_url,
+                            {"Content-Type": "application/json"}, bodies, c))
+                        print("  " + bare_rounds[-1].line(), flush=True)
+                results.append(_median(kurir_rounds))
+                if bare_rounds:
+                    results.append(_median(bare_rounds))
+        paced_n = int(args.paced_rate * args.paced_seconds)
+        paced_result = paced(f"kurir publish, paced {args.paced_rate:.0f}/s", publish_url,
+                             headers, [body_for(i, type_name) for i in range(paced_n)],
+                             args.paced_rate)
+        print("  " + paced_result.line(), flush=True)
+        results.append(paced_result)
+        fan_url = f"{base}/v1/partners/{many}/events"
+        check = requests.post(fan_url, data=body_for(0, type_name), headers=headers, timeout=60)
+        figures["fanout_deliveries"] = len(check.json()["deliveries"])
+        fan = closed_loop(f"fan-out to {figures['fanout_deliveries']} endpoints", fan_url,
+                          headers, [body_for(i, type_name) for i in range(args.fanout_repeat)],
+                          1)
+        print("  " + fan.line(), flush=True)
+        results.append(fan)
+
+    print("\nmedian of rounds")
+    for result in results:
+        print("  " + result.line())
+    by_label = {r.label: r for r in results}
+    top = max(clients)
+    kurir_top = by_label[f"kurir publish, {top} client(s)"]
+    figures["load_average_after"] = os.getloadavg()
+    figures["results"] = {r.label: {"rate": round(r.rate, 1), "p50_ms": round(r.pct(50), 2),
+                                    "p99_ms": round(r.pct(99), 2), "errors": r.errors,
+                                    "n": r.count} for r in results}
+    print("targets")
+    checks: list[tuple[str, bool]] = [
+        (f"{top} clients >= 800 events/s: {kurir_top.rate:.0f}", kurir_top.rate >= 800),
+        (f"paced {args.paced_rate:.0f}/s p99 <= 50 ms: {paced_result.pct(99):.1f} ms",
+         paced_result.pct(99) <= 50),
+        (f"fan-out to {args.fanout} endpoints <= 200 ms (p50 {fan.pct(50):.0f} ms, max "
+         f"{max(fan.latencies_ms):.0f} ms)", fan.pct(50) <= 200),
+    ]
+    bare_top = by_label.get(f"bare insert, {top} client(s)")
+    if bare_top is not None:
+        ratio = kurir_top.rate / bare_top.rate
+        figures["ratio_to_bare"] = round(ratio, 3)
+        checks.insert(1, (f">= 60 % of bare: {ratio:.0%} ({kurir_top.rate:.0f} / "
+                          f"{bare_top.rate:.0f})", ratio >= 0.6))
+    for text_, ok in checks:
+        print(f"  [{'ok' if ok else 'MISSED'}] {text_}")
+    if any(r.errors for r in results):
+        print("  [MISSED] some requests failed:",
+              {r.label: r.errors for r in results if r.errors})
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+def _median(rounds: list[Result]) -> Result:
+    return sorted(rounds, key=lambda r: r.rate)[len(rounds) // 2]
+
+
+@contextmanager
+def _external(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    yield args.url.rstrip("/"), args.token
+
+
+@contextmanager
+def _own_kurir(args: argparse.Namespace, env: dict[str, str],
+               python: str) -> Iterator[tuple[str, str]]:
+    print(f"preparing {args.database_url} (wiped and migrated) ...", flush=True)
+    prepare_database(args.database_url)
+    token = create_token(args.database_url)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with server([python, "-m", "app.cli", "api", "--port", str(port), "--workers",
+                 str(args.workers), "--threads", str(args.threads)], env, f"{base}/healthz"):
+        yield base, token
+
+
+@contextmanager
+def _bare_server(args: argparse.Namespace, env: dict[str, str], python: str,
+                 partner_id: str) -> Iterator[str]:
+    """The ceiling, under the same gunicorn settings as `kurir api` (app/cli/run.py)."""
+    port = free_port()
+    bare_env = dict(env, BARE_DATABASE_URL=args.database_url, BARE_PARTNER_ID=partner_id)
+    command = [python, "-m", "gunicorn", "--workers", str(args.workers), "--threads",
+               str(args.threads), "--worker-class", "gthread", "--bind", f"127.0.0.1:{port}",
+               "--log-level", "warning", "--keep-alive", "5", "--timeout", "60",
+               "bench.publish:bare_app()"]
+    with server(command, bare_env, f"http://127.0.0.1:{port}/"):
+        yield f"http://127.0.0.1:{port}/bare/events"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
