@@ -56,7 +56,8 @@ def _receiver_main(port_queue: Any) -> None:
     """A minimal keep-alive HTTP/1.1 server: 200 to every POST, receipt times kept in memory.
 
     GET /_count answers how many webhooks arrived; GET /_dump answers them all (and clears):
-    [[webhook-id, path, unix time], ...].
+    [[webhook-id, path, unix time], ...]. A path starting with /hang is recorded and never
+    answered, like a partner that hangs.
     """
     records: list[tuple[str, str, float]] = []
     ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: text/plain\r\n\r\nok"
@@ -94,6 +95,8 @@ def _receiver_main(port_queue: Any) -> None:
                                          % (len(out), out))
                     continue
                 records.append((msg_id, path, time.time()))
+                if path.startswith("/hang"):
+                    continue
                 self.transport.write(ok)
 
     async def serve() -> None:
@@ -122,6 +125,12 @@ class ReceiverProcess:
 
     def dump(self) -> list[tuple[str, str, float]]:
         return [tuple(r) for r in self.http.get(self.url + "/_dump", timeout=30).json()]
+
+    def __enter__(self) -> ReceiverProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def wait_for(self, n: int, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

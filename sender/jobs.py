@@ -84,9 +84,11 @@ MAX_LOCAL_WAIT_S = 3.0
 LOCAL_TIMER_MAX_S = 600.0
 # A held delivery's lease outlives its local timer by this much; then the sweeper takes over.
 HOLD_GRACE_S = 15.0
-# An endpoint that timed out, refused a connection or answered this slowly is "slow" so long.
+# An endpoint that timed out, refused a connection or answers this slowly on average is "slow"
+# for SLOW_WINDOW_S, or until it answers fast again.
 SLOW_WINDOW_S = 30.0
 SLOW_DURATION_MS = 2000
+FAST_ANSWER_MS = 500
 SLOW_ERRORS = frozenset({ERROR_TIMEOUT, ERROR_CONNECTION})
 SLOW_KEY_PREFIX = "kurir:slow:"
 # Writer batching: at most this many records per transaction, gathered for at most this long.
@@ -736,12 +738,15 @@ class Engine:
             self._inflight -= 1
             state.ewma_ms = (result.duration_ms if state.ewma_ms <= 0
                              else 0.8 * state.ewma_ms + 0.2 * result.duration_ms)
-            if result.error in SLOW_ERRORS or result.duration_ms >= SLOW_DURATION_MS:
+            if result.error in SLOW_ERRORS or state.ewma_ms >= SLOW_DURATION_MS:
                 became_slow = not self._is_slow(state, mono)
                 state.slow_until = mono + SLOW_WINDOW_S
                 # What waits beyond the slow cap goes back now rather than after the wait.
                 while len(state.queue) > self.slow_cap:
                     releases.append(self._release_locked(state, state.queue.pop(), mono))
+            elif result.error is None and result.duration_ms < FAST_ANSWER_MS:
+                # Answering quickly again: back to the fast lane without waiting out the window.
+                state.slow_until = 0.0
             self._local.discard(work.delivery_id)
             self._unflushed += 1
             self._pump(state, mono)
