@@ -535,7 +535,8 @@ add("/v1/sources", "post", op(
         "scheme": {"type": "string",
                    "enum": ["standard-webhooks", "stripe", "github", "shopify"]},
         "secret": STRING, "secrets": array(STRING), "tolerance_s": INTEGER,
-        "mapping": ANY_OBJECT, "allow_gaps": BOOLEAN, "handlers": array(STRING),
+        "mapping": ANY_OBJECT, "allow_gaps": BOOLEAN,
+        "handlers": array({"oneOf": [STRING, ANY_OBJECT]}),
         "reconcile_url": OPT_STRING}},
     ok={201: SOURCE}, errors=(400, 409, 413, 415, 422)))
 add("/v1/sources", "get", op(
@@ -575,10 +576,10 @@ add("/v1/inbound-events/{event_id}", "get", op(
     ok={200: INBOUND_EVENT}, errors=(404,)))
 add("/v1/inbound-events/{event_id}/replay", "post", op(
     "Process a received callback again", tag="inbound", scope="sources:write",
-    params=INBOUND_ID, ok={202: INBOUND_EVENT}, errors=(404, 409)))
+    params=INBOUND_ID, ok={202: INBOUND_EVENT}, errors=(404, 409, 422)))
 add("/inbound/{source}", "post", op(
     "Receive a partner callback (signature verified over the raw body)", tag="inbound",
     scope=None, params=[path_param("source", "source name")],
     body={"description": "whatever the partner sends; verified before it is parsed"},
     body_required=False,
-    ok={202: ANY_OBJECT, 200: ANY_OBJECT}, errors=(400, 401, 404, 413)))
+    ok={202: ANY_OBJECT, 200: ANY_OBJECT}, errors=(400, 401, 404, 413, 503)))
