@@ -29,10 +29,9 @@ from typing import Any, cast
 from sqlalchemy import Table, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from app.db import after_commit
 from app.errors import BadRequest, PayloadTooLarge, Unauthorized, Unavailable
 from app.inbound import mapping as field_mapping
 from app.inbound.sources import VerificationConfig, verification_config
@@ -183,38 +182,43 @@ def receive(runtime: Runtime, source_name: str, headers: Sequence[tuple[str, str
         raise _audit_unusable(runtime, config, body, stored_headers, headers,
                               str(exc)) from None
     try:
-        with runtime.db.begin() as session:
-            receipt = _store(session, runtime, config, extracted, body, stored_headers)
+        # A Core connection, not an ORM session: this is the hot path, one INSERT and a commit.
+        with runtime.db.engine.begin() as connection:
+            receipt = _store(connection, config, extracted, body, stored_headers)
     except SQLAlchemyError as exc:
         log.warning("inbound store unreachable, answering 503",
                     extra={"source": source_name, "error": type(exc).__name__})
         raise StoreUnavailable() from None
+    if not receipt.duplicate:
+        # Committed: now a worker may see it. Redis down is survivable (the sweeper resends).
+        try_enqueue_many(runtime.redis,
+                         [JobSpec(INBOUND, PROCESS_JOB, (receipt.inbound_event_id,))])
     return receipt
 
 
-def _insert(session: Session, values: dict[str, Any]) -> str | None:
+def _insert(connection: Connection, values: dict[str, Any]) -> str | None:
     """INSERT … ON CONFLICT (source, event id) DO NOTHING RETURNING id: None for a duplicate."""
     table = _EVENTS
-    maker = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    maker = pg_insert if connection.dialect.name == "postgresql" else sqlite_insert
     stmt = (maker(table).values(**values)
             .on_conflict_do_nothing(index_elements=["source_id", "event_id"])
             .returning(table.c.id))
-    return session.execute(stmt).scalar_one_or_none()
+    return connection.execute(stmt).scalar_one_or_none()
 
 
-def _existing(session: Session, source_id: str, event_id: str) -> tuple[str, str]:
-    row = session.execute(
-        select(InboundEvent.id, InboundEvent.status)
-        .where(InboundEvent.source_id == source_id, InboundEvent.event_id == event_id)
+def _existing(connection: Connection, source_id: str, event_id: str) -> tuple[str, str]:
+    row = connection.execute(
+        select(_EVENTS.c.id, _EVENTS.c.status)
+        .where(_EVENTS.c.source_id == source_id, _EVENTS.c.event_id == event_id)
     ).one()
     return row[0], row[1]
 
 
-def _store(session: Session, runtime: Runtime, config: VerificationConfig,
+def _store(connection: Connection, config: VerificationConfig,
            extracted: field_mapping.Extracted, body: bytes,
            stored_headers: dict[str, Any]) -> Receipt:
     assert extracted.event_id is not None  # noqa: S101 - checked by parse_and_extract
-    new_id = _insert(session, {
+    new_id = _insert(connection, {
         "source_id": config.source_id,
         "event_id": extracted.event_id,
         "event_type": extracted.event_type,
@@ -228,11 +232,8 @@ def _store(session: Session, runtime: Runtime, config: VerificationConfig,
         "headers": stored_headers,
     })
     if new_id is None:
-        existing_id, status = _existing(session, config.source_id, extracted.event_id)
+        existing_id, status = _existing(connection, config.source_id, extracted.event_id)
         return Receipt(200, existing_id, status, duplicate=True)
-    redis = runtime.redis
-    after_commit(session, lambda: try_enqueue_many(
-        redis, [JobSpec(INBOUND, PROCESS_JOB, (new_id,))]))
     return Receipt(202, new_id, RECEIVED, duplicate=False)
 
 
@@ -264,15 +265,15 @@ def _audit_unusable(runtime: Runtime, config: VerificationConfig, body: bytes,
     fields = _safe_fields(headers, body, config)
     event_id = fields.pop("event_id", None) or synthetic_event_id(body)
     try:
-        with runtime.db.begin() as session:
-            row_id = _insert(session, {
+        with runtime.db.engine.begin() as connection:
+            row_id = _insert(connection, {
                 **fields,
                 "source_id": config.source_id, "event_id": event_id, "status": FAILED,
                 "reason": f"invalid_payload: {reason}"[:2000], "raw_body": body,
                 "headers": stored_headers,
             })
             if row_id is None:
-                row_id, _ = _existing(session, config.source_id, event_id)
+                row_id, _ = _existing(connection, config.source_id, event_id)
     except SQLAlchemyError as exc:
         # Answering 400 now would make the partner give up on a callback we never recorded.
         log.warning("inbound store unreachable while auditing a bad payload: %s",
