@@ -162,7 +162,10 @@ def run_worker(runtime: Runtime, *, burst: bool = False,
                                            logging_level="WARNING"))
             except (redis.RedisError, OSError) as exc:
                 log.warning("worker lost Redis, restarting: %s", exc)
-            if burst or worker._stop_requested or (stop is not None and stop.is_set()):
+            # A SIGTERM/SIGINT while idle makes RQ return from work() without setting
+            # _stop_requested; the shutdown date is what both paths record.
+            signalled = worker._stop_requested or worker._shutdown_requested_date is not None
+            if burst or signalled or (stop is not None and stop.is_set()):
                 break
             if polling:
                 if stop is not None and stop.wait(THREAD_POLL_S):

@@ -54,6 +54,7 @@ def test_kurir_up_serves_ready_and_stops_every_child_on_sigint(tmp_path: Path) -
             process.kill()
     assert process.returncode == 0, output
     assert "exited with" not in output, output  # no child died on its own
+    assert "did not stop in time" not in output, output  # each child honoured SIGTERM
     assert f"http://127.0.0.1:{port}" in output
     assert "kurir keys create" in output  # first-run banner
     gone, alive = psutil.wait_procs(children, timeout=10)
