@@ -6,7 +6,10 @@ is the source of truth, so a lost queue is rebuilt by the sweeper.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -15,6 +18,14 @@ from pathlib import Path
 import redis
 
 MAX_UNIX_SOCKET_PATH = 100
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGTERM this child if its parent dies (no orphaned servers)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -65,7 +76,8 @@ class EmbeddedRedis:
             args += ["--port", str(port), "--bind", "127.0.0.1"]
             self.url = f"redis://127.0.0.1:{port}/0"
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL,  # noqa: S603
-                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                                        stderr=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=die_with_parent)  # noqa: PLW1509
         deadline = time.monotonic() + timeout_s
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
         while time.monotonic() < deadline:

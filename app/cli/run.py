@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -17,18 +16,10 @@ from sqlalchemy import func, select
 
 from app import __version__, migrate
 from app.cli.common import fail, make_runtime
-from app.embedded_redis import EmbeddedRedis, EmbeddedRedisError
+from app.embedded_redis import EmbeddedRedis, EmbeddedRedisError, die_with_parent
 from app.models import ApiKey
 
 CHILD_STOP_TIMEOUT_S = 15.0
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Linux: have the kernel send SIGTERM to a child whose `kurir up` parent died."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @click.command("api")
@@ -94,7 +85,7 @@ def scheduler_command() -> None:
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(  # noqa: S603 - our own interpreter and module
         [sys.executable, "-m", "app.cli", *args], env=env, start_new_session=True,
-        preexec_fn=_die_with_parent)  # noqa: PLW1509
+        preexec_fn=die_with_parent)  # noqa: PLW1509
 
 
 def _stop_all(children: dict[str, subprocess.Popen[bytes]]) -> None:
