@@ -136,6 +136,7 @@ def run_worker(runtime: Runtime, *, burst: bool = False,
     """
     runtime_mod.install(runtime)
     engine = engine_for(runtime)
+    log.info("worker started", extra={"queues": ",".join(queues), "burst": burst})
     connection = worker_connection(runtime)
     worked = False
     backoff = 0.5

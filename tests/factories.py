@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -246,3 +251,39 @@ class SweeperThread:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(30)
+
+
+class WorkerProcess:
+    """A real `kurir worker` process on the test's stores (SIGKILL it with `.kill()`)."""
+
+    def __init__(self, settings: Any, log_path: Any, **env: str) -> None:
+        self.env = dict(os.environ, DATABASE_URL=settings.database_url,
+                        REDIS_URL=settings.redis_url, KURIR_SECRET_KEY=settings.secret_key,
+                        KURIR_DATA_DIR=str(settings.data_dir), KURIR_ALLOW_PRIVATE_TARGETS="1",
+                        KURIR_LOG_LEVEL="info", **env)
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> WorkerProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"],
+                                        env=self.env, stdout=log, stderr=log)
+        log.close()
+        return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+    def log(self) -> str:
+        return Path(self.log_path).read_text(errors="replace")
