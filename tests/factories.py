@@ -111,6 +111,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float  # time.time() when the request was read
+    client_port: int = 0
 
     @property
     def json(self) -> Any:
@@ -147,7 +148,7 @@ class Receiver:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
                 item = Received(self.path, {k.lower(): v for k, v in self.headers.items()},
-                                body, time.time())
+                                body, time.time(), self.client_address[1])
                 with receiver.lock:
                     receiver.requests.append(item)
                     count = receiver.counts[self.path] = receiver.counts.get(self.path, 0) + 1
@@ -182,6 +183,11 @@ class Receiver:
     def on(self, path: str) -> list[Received]:
         with self.lock:
             return [r for r in self.requests if r.path == path]
+
+    def client_ports(self) -> set[int]:
+        """The client-side ports seen: one per TCP connection the sender opened."""
+        with self.lock:
+            return {r.client_port for r in self.requests}
 
     def event_ids(self, path: str | None = None) -> list[str]:
         with self.lock:
