@@ -257,9 +257,10 @@ def test_event_and_deliveries_commit_together_or_not_at_all(client, auth, acme, 
     # Two deliveries with one id: the second INSERT fails after the event row was written.
     monkeypatch.setattr(publish_module, "new_id",
                         lambda prefix: "dlv_DUPLICATE" if prefix == "dlv" else real(prefix))
-    response = client.post("/v1/partners/acme/events", headers=auth, json=order())
+    response = client.post("/v1/partners/acme/events", json=order(),
+                           headers={**auth, "Idempotency-Key": "k-1"})
     assert response.status_code == 500
-    assert counts(runtime.db) == before
+    assert counts(runtime.db) == before  # no event, no delivery, no idempotency record
 
 
 def test_redis_down_still_answers_202_and_logs_a_warning(settings, migrated, auth, client,
