@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from flask import Flask, abort, g, redirect, request, session, url_for
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 
 from app.crypto import DEV_KEY_FILE
 from app.models import Operator
@@ -41,8 +42,18 @@ def session_secret(rt: Runtime) -> str:
     return hmac.new(material.encode(), SESSION_LABEL, hashlib.sha256).hexdigest()
 
 
+class UISessionInterface(SecureCookieSessionInterface):
+    """Sessions exist only under /ui: the API and the inbound receiver never pay for one."""
+
+    def open_session(self, app: Flask, request: Any) -> SecureCookieSession | None:
+        if not request.path.startswith("/ui"):
+            return None  # Flask substitutes its cheap null session
+        return super().open_session(app, request)
+
+
 def configure(app: Flask, rt: Runtime) -> None:
     app.secret_key = session_secret(rt)
+    app.session_interface = UISessionInterface()
     app.config.update(
         SESSION_COOKIE_NAME="kurir_session",
         SESSION_COOKIE_HTTPONLY=True,
