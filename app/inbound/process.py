@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, or_, select, text, update
+from sqlalchemy import Table, and_, bindparam, or_, select, text, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -37,7 +38,7 @@ from app.db import after_commit
 from app.inbound import handlers as handler_registry
 from app.inbound import reconcile
 from app.inbound import state as states
-from app.models import InboundEvent, InboundSource, ResourceState
+from app.models import InboundEvent, InboundSource, ResourceState, UTCDateTime
 from app.queues import INBOUND, JobSpec, try_enqueue_many
 from app.runtime import Runtime
 
@@ -80,10 +81,15 @@ def process_event(inbound_event_id: str, runtime: Runtime | None = None, *,
     """RQ job: process one stored callback; returns its final status (None if not ours)."""
     rt = runtime or runtime_mod.current()
     try:
-        if not _claim(rt, inbound_event_id, now=now):
+        claimed = _claim(rt, inbound_event_id, now=now)
+        if claimed is None:
             return None
         with rt.db.begin() as session:
-            return _process(session, rt, inbound_event_id, now=now)
+            return _process(session, rt, claimed, now=now)
+    except _Lost:
+        log.info("inbound event changed hands while processing; left to its new owner",
+                 extra={"inbound_event_id": inbound_event_id})
+        return None
     except SQLAlchemyError:
         log.warning("inbound processing: database unavailable, the sweeper will retry",
                     extra={"inbound_event_id": inbound_event_id}, exc_info=True)
@@ -97,21 +103,57 @@ def process_event(inbound_event_id: str, runtime: Runtime | None = None, *,
         return _mark_failed(rt, inbound_event_id, f"error: {type(exc).__name__}: {exc}", now=now)
 
 
-def _claim(rt: Runtime, event_id: str, *, now: datetime | None) -> bool:
+_E = _EVENTS.c
+# Built once, values as parameters: the claim runs for every event.
+_CLAIM = (
+    update(_EVENTS)
+    .where(_E.id == bindparam("b_id"),
+           or_(_E.status == RECEIVED,
+               and_(_E.status == PROCESSING,
+                    _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime()))))
+    .values(status=PROCESSING, attempts=_E.attempts + 1,
+            updated_at=bindparam("now", type_=UTCDateTime()))
+    .returning(_E.id, _E.source_id, _E.event_type, _E.resource_type, _E.resource_id,
+               _E.resource_version, _E.occurred_at, _E.resource_status)
+)
+_FINISH = (
+    update(_EVENTS)
+    .where(_E.id == bindparam("b_id"), _E.status == PROCESSING)
+    .values(status=bindparam("new_status"), reason=bindparam("new_reason"),
+            processed_at=bindparam("now", type_=UTCDateTime()),
+            updated_at=bindparam("now", type_=UTCDateTime()))
+)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """The fields of an event this worker now owns (returned by the claiming UPDATE)."""
+
+    id: str
+    source_id: str
+    event_type: str | None
+    resource_type: str | None
+    resource_id: str | None
+    resource_version: int | None
+    occurred_at: datetime | None
+    resource_status: str | None
+
+
+class _Lost(Exception):
+    """The event stopped being ours (replayed, or taken over after our lease ran out)."""
+
+
+def _claim(rt: Runtime, event_id: str, *, now: datetime | None) -> Claimed | None:
     now = now or utcnow()
-    col = _EVENTS.c
-    abandoned = (col.status == PROCESSING) & (
-        col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S))
-    with rt.db.begin() as session:
-        if rt.db.is_postgres:
+    with rt.db.engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
             # A claim lost in a crash only sends the event back to `received` (the sweeper
             # resends it), so it need not wait for the WAL flush; the result commit does.
-            session.execute(text("SET LOCAL synchronous_commit = off"))
-        result = session.execute(
-            update(_EVENTS)
-            .where(col.id == event_id, or_(col.status == RECEIVED, abandoned))
-            .values(status=PROCESSING, attempts=col.attempts + 1, updated_at=now))
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+            connection.execute(text("SET LOCAL synchronous_commit = off"))
+        row = connection.execute(_CLAIM, {
+            "b_id": event_id, "now": now,
+            "lease_cutoff": now - timedelta(seconds=PROCESSING_LEASE_S)}).one_or_none()
+    return None if row is None else Claimed(*row)
 
 
 @dataclass(frozen=True)
@@ -147,22 +189,26 @@ def _source_config(session: Session, source_id: str) -> SourceConfig | None:
     return config
 
 
-def _finish(event: InboundEvent, status: str, reason: str | None, now: datetime) -> str:
-    event.status = status
-    event.reason = reason
-    event.processed_at = now
-    event.updated_at = now
+def _finish(connection: Connection, event_id: str, status: str, reason: str | None,
+            now: datetime) -> str:
+    result = connection.execute(_FINISH, {"b_id": event_id, "new_status": status,
+                                          "new_reason": reason, "now": now})
+    if not result.rowcount:
+        raise _Lost(event_id)
     return status
 
 
 def _run_handlers(session: Session, bound: list[handler_registry.BoundHandler],
-                  event: InboundEvent, state: ResourceState | None, *,
-                  stale: bool = False) -> None:
+                  event_id: str, state_id: str | None, *, stale: bool = False) -> None:
     todo = [h for h in bound if h.side_effect_only or not stale]
     if not todo:
         return
+    # Handlers get ORM objects and the session: they may add rows of their own.
+    event = session.get(InboundEvent, event_id)
+    assert event is not None  # noqa: S101 - claimed by this worker
     source = session.get(InboundSource, event.source_id)
     assert source is not None  # noqa: S101 - the event's foreign key
+    state = session.get(ResourceState, state_id, populate_existing=True) if state_id else None
     ctx = handler_registry.HandlerContext(session, source, event, state, stale=stale)
     for handler in todo:
         try:
@@ -173,59 +219,55 @@ def _run_handlers(session: Session, bound: list[handler_registry.BoundHandler],
             raise HandlerFailed(handler.path, exc) from exc
 
 
-def _process(session: Session, rt: Runtime, event_id: str, *,
+def _process(session: Session, rt: Runtime, event: Claimed, *,
              now: datetime | None) -> str | None:
     now = now or utcnow()
-    event = session.get(InboundEvent, event_id, populate_existing=True)
-    if event is None or event.status != PROCESSING:
-        return None
+    connection = session.connection()
     source = _source_config(session, event.source_id)
     if source is None:
         return None
     bound = handler_registry.handlers_for(source, event.event_type)
     if event.resource_id is None:
         # Nothing to order: the event is applied by its handlers alone (e.g. a ping).
-        _run_handlers(session, bound, event, None)
-        return _finish(event, APPLIED, "no_resource", now)
+        _run_handlers(session, bound, event.id, None)
+        return _finish(connection, event.id, APPLIED, "no_resource", now)
 
     ordering = states.Ordering(event.resource_version, event.occurred_at,
                                event.resource_status or event.event_type)
     # A source that forbids gaps checks "is this the next version?": exact only under the
     # row lock. Otherwise the conditional UPDATE alone is the arbiter.
     lock = not source.allow_gaps
-    state = states.ensure_state(session, source.id, event.resource_type, event.resource_id,
+    state = states.ensure_state(connection, source.id, event.resource_type, event.resource_id,
                                 lock=lock)
     for _ in range(_MAX_CAS_ROUNDS):
         decision = states.decide(ordering, state, allow_gaps=source.allow_gaps,
                                  event_id=event.id)
         if decision.kind != states.APPLY:
             break
-        if states.compare_and_set(session, state.id, ordering, last_event_id=event.id,
+        if states.compare_and_set(connection, state.id, ordering, last_event_id=event.id,
                                   now=now):
-            if bound:
-                state = states.reload(session, state.id)
-                _run_handlers(session, bound, event, state)
+            _run_handlers(session, bound, event.id, state.id)
             if not source.allow_gaps and ordering.version is not None:
                 _release_next(session, rt, source.id, event, ordering.version)
-            return _finish(event, APPLIED, None, now)
+            return _finish(connection, event.id, APPLIED, None, now)
         # Lost to a concurrent worker: the state is now newer; classify against it.
-        state = states.reload(session, state.id, lock=lock)
+        state = states.reload(connection, state.id, lock=lock)
     else:
         decision = states.Decision(states.STALE, "stale_event")
 
     if decision.kind == states.ALREADY_APPLIED:
-        return _finish(event, APPLIED, decision.reason, now)
+        return _finish(connection, event.id, APPLIED, decision.reason, now)
     if decision.kind == states.STALE:
-        _run_handlers(session, bound, event, state, stale=True)
-        return _finish(event, IGNORED, decision.reason, now)
+        _run_handlers(session, bound, event.id, state.id, stale=True)
+        return _finish(connection, event.id, IGNORED, decision.reason, now)
     # A gap or a contradiction: not safe to decide alone; ask the provider.
     request = reconcile.request_reconcile(session, source, event.resource_id, now=now)
     if request is not None:
         reconcile.enqueue_after_commit(session, rt, [request.id])
-    return _finish(event, QUARANTINED, decision.reason, now)
+    return _finish(connection, event.id, QUARANTINED, decision.reason, now)
 
 
-def _release_next(session: Session, rt: Runtime, source_id: str, event: InboundEvent,
+def _release_next(session: Session, rt: Runtime, source_id: str, event: Claimed,
                   applied_version: int) -> None:
     """The gap before the next version just closed: send its quarantined events again."""
     waiting = [item for item in session.scalars(select(InboundEvent).where(

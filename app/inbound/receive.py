@@ -196,14 +196,18 @@ def receive(runtime: Runtime, source_name: str, headers: Sequence[tuple[str, str
     return receipt
 
 
+# Built once: the values travel as parameters, so SQLAlchemy does not coerce them into a new
+# statement (and a new cache key) on every callback.
+_INSERTS = {
+    name: maker(_EVENTS).on_conflict_do_nothing(index_elements=["source_id", "event_id"])
+    .returning(_EVENTS.c.id)
+    for name, maker in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
+}
+
+
 def _insert(connection: Connection, values: dict[str, Any]) -> str | None:
     """INSERT … ON CONFLICT (source, event id) DO NOTHING RETURNING id: None for a duplicate."""
-    table = _EVENTS
-    maker = pg_insert if connection.dialect.name == "postgresql" else sqlite_insert
-    stmt = (maker(table).values(**values)
-            .on_conflict_do_nothing(index_elements=["source_id", "event_id"])
-            .returning(table.c.id))
-    return connection.execute(stmt).scalar_one_or_none()
+    return connection.execute(_INSERTS[connection.dialect.name], values).scalar_one_or_none()
 
 
 def _existing(connection: Connection, source_id: str, event_id: str) -> tuple[str, str]:

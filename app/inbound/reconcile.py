@@ -342,10 +342,12 @@ def apply_snapshot(session: Session, source: InboundSource, snapshot: Extracted,
         .with_for_update()))
     types = _resource_types(session, source.id, resource_id, snapshot.resource_type,
                             quarantined)
+    connection = session.connection()
     moved = 0
     for resource_type in types:
-        state = states.ensure_state(session, source.id, resource_type, resource_id, lock=True)
-        if states.compare_and_set(session, state.id, ordering, last_event_id=None,
+        state = states.ensure_state(connection, source.id, resource_type, resource_id,
+                                    lock=True)
+        if states.compare_and_set(connection, state.id, ordering, last_event_id=None,
                                   data=document, allow_equal=True, now=now):
             moved += 1
     resolved = 0
@@ -354,7 +356,7 @@ def apply_snapshot(session: Session, source: InboundSource, snapshot: Extracted,
     for event in quarantined:
         if (event.resource_type or "") not in types:
             continue
-        state = states.ensure_state(session, source.id, event.resource_type, resource_id,
+        state = states.ensure_state(connection, source.id, event.resource_type, resource_id,
                                     lock=True)
         ordering_of_event = states.Ordering(event.resource_version, event.occurred_at,
                                             event.resource_status or event.event_type)
@@ -362,11 +364,11 @@ def apply_snapshot(session: Session, source: InboundSource, snapshot: Extracted,
         event.reason = RECONCILED
         event.processed_at = now
         if decision.kind == states.APPLY and states.compare_and_set(
-                session, state.id, ordering_of_event, last_event_id=event.id, now=now):
+                connection, state.id, ordering_of_event, last_event_id=event.id, now=now):
             event.status = "applied"
-            state = states.reload(session, state.id)
             handler_registry.run_handlers(handler_registry.HandlerContext(
-                session=session, source=source, event=event, state=state))
+                session=session, source=source, event=event,
+                state=session.get(ResourceState, state.id, populate_existing=True)))
         else:
             event.status = "ignored"
         resolved += 1

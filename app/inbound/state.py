@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, or_, select, update
+from sqlalchemy import Table, and_, bindparam, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.orm import Session
+from sqlalchemy.engine import Connection
 
 from app.clock import isoformat, utcnow
 from app.models import ResourceState
@@ -47,7 +47,7 @@ class Decision:
     reason: str | None = None
 
 
-def decide(event: Ordering, state: ResourceState, *, allow_gaps: bool,
+def decide(event: Ordering, state: ResourceState | StateRow, *, allow_gaps: bool,
            event_id: str | None = None) -> Decision:
     """Pure: what to do with an event given the resource's current state."""
     if event.version is not None:
@@ -96,42 +96,61 @@ def decide(event: Ordering, state: ResourceState, *, allow_gaps: bool,
     return Decision(APPLY)
 
 
-def ensure_state(session: Session, source_id: str, resource_type: str | None,
-                 resource_id: str, *, lock: bool = False) -> ResourceState:
+@dataclass(frozen=True)
+class StateRow:
+    """A resource's state as read for one decision (a plain value, not a tracked ORM object)."""
+
+    id: str
+    resource_type: str
+    resource_id: str
+    last_version: int | None
+    last_occurred_at: datetime | None
+    status: str | None
+    last_event_id: str | None
+    placeholder: bool
+
+
+_C = _STATES.c
+_COLUMNS = (_C.id, _C.resource_type, _C.resource_id, _C.last_version, _C.last_occurred_at,
+            _C.status, _C.last_event_id, _C.placeholder)
+# Built once, values as parameters: these run for every processed event.
+_BY_KEY = select(*_COLUMNS).where(_C.source_id == bindparam("source_id"),
+                                  _C.resource_type == bindparam("resource_type"),
+                                  _C.resource_id == bindparam("resource_id"))
+_BY_KEY_LOCKED = _BY_KEY.with_for_update()
+_BY_ID = select(*_COLUMNS).where(_C.id == bindparam("state_id"))
+_BY_ID_LOCKED = _BY_ID.with_for_update()
+_PLACEHOLDERS = {
+    name: maker(_STATES).on_conflict_do_nothing(
+        index_elements=["source_id", "resource_type", "resource_id"])
+    for name, maker in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
+}
+
+
+def ensure_state(connection: Connection, source_id: str, resource_type: str | None,
+                 resource_id: str, *, lock: bool = False) -> StateRow:
     """The resource's state row, created as a placeholder if the resource is unknown.
 
     ``lock`` takes the row lock (PostgreSQL ``FOR UPDATE``) so a source that forbids gaps
     checks and applies each resource's events one at a time. SQLite serialises writers anyway.
     """
-    stmt = select(ResourceState).where(
-        ResourceState.source_id == source_id,
-        ResourceState.resource_type == (resource_type or ""),
-        ResourceState.resource_id == resource_id,
-    ).execution_options(populate_existing=True)
-    if lock:
-        stmt = stmt.with_for_update()
-    found = session.scalars(stmt).one_or_none()
-    if found is not None:
-        return found
-    table = _STATES
-    maker = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    session.execute(
-        maker(table)
-        .values(source_id=source_id, resource_type=resource_type or "",
-                resource_id=resource_id, placeholder=True)
-        .on_conflict_do_nothing(index_elements=["source_id", "resource_type", "resource_id"]))
-    return session.scalars(stmt).one()
+    key = {"source_id": source_id, "resource_type": resource_type or "",
+           "resource_id": resource_id}
+    stmt = _BY_KEY_LOCKED if lock else _BY_KEY
+    row = connection.execute(stmt, key).one_or_none()
+    if row is None:
+        connection.execute(_PLACEHOLDERS[connection.dialect.name],
+                           {**key, "placeholder": True})
+        row = connection.execute(stmt, key).one()
+    return StateRow(*row)
 
 
-def reload(session: Session, state_id: str, *, lock: bool = False) -> ResourceState:
-    stmt = select(ResourceState).where(ResourceState.id == state_id) \
-        .execution_options(populate_existing=True)
-    if lock:
-        stmt = stmt.with_for_update()
-    return session.scalars(stmt).one()
+def reload(connection: Connection, state_id: str, *, lock: bool = False) -> StateRow:
+    row = connection.execute(_BY_ID_LOCKED if lock else _BY_ID, {"state_id": state_id}).one()
+    return StateRow(*row)
 
 
-def compare_and_set(session: Session, state_id: str, event: Ordering, *,
+def compare_and_set(connection: Connection, state_id: str, event: Ordering, *,
                     last_event_id: str | None, data: dict[str, Any] | None = None,
                     allow_equal: bool = False, now: datetime | None = None) -> bool:
     """Apply ``event`` to the state in ONE conditional UPDATE; False if it is not newer.
@@ -162,7 +181,7 @@ def compare_and_set(session: Session, state_id: str, event: Ordering, *,
     else:
         # An unordered snapshot: the provider's word, but it cannot undo a known version.
         condition = col.last_version.is_(None)
-    result = session.execute(
+    result = connection.execute(
         update(_STATES).where(col.id == state_id, condition).values(**values))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
