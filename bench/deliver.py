@@ -10,16 +10,21 @@ one run (issue 4, item 11):
 
   1. the ceiling: N processes each POSTing the same signed bodies to the same receiver in a
      bare `requests.Session` loop (one connection per process, nothing else);
-  2. Kurir: N `kurir worker` processes (plus the sweeper in this process); events published
-     with `sender.publish.publish` (validation, one-transaction fan-out, after-commit enqueue:
-     the same code the API runs), 1,000 events x 10 endpoints = 10,000 deliveries, published as
-     fast as one thread can while the workers deliver. Throughput = deliveries / (last receipt
-     - first publish); latency = receipt - publish commit, per delivery;
-  3. p50/p99 publish -> receipt at a paced 100 events/s (one endpoint, open loop);
-  4. one event fanned out to 1,000 endpoints: time until the last one is received.
+  2. Kurir's engine: N `kurir worker` processes delivering a committed backlog of 1,000 events
+     x 10 endpoints = 10,000 deliveries, enqueued at once (deliveries / (last receipt -
+     enqueue)): the figure to hold against the ceiling;
+  3. Kurir end to end: events published with `sender.publish.publish` (validation,
+     one-transaction fan-out, after-commit enqueue: the code the API runs) from
+     --publishers threads while the workers deliver, plus the sweeper in this process.
+     Throughput = deliveries / (last receipt - first publish); latency = receipt - publish
+     commit, per delivery (a backlog builds when publishing outruns delivery);
+  4. p50/p99 publish -> receipt at a paced 100 events/s (one endpoint, open loop);
+  5. one event fanned out to 1,000 endpoints: time until the last one is received.
 
 Targets on a 2-core machine: >= 1,000 deliveries/s end-to-end, >= 60 % of the bare ceiling with
 the same number of processes, p99 <= 100 ms at 100/s, 1,000-endpoint fan-out within 2 s.
+Run it on an otherwise idle machine: everything (receiver, PostgreSQL, Redis, workers) shares
+the cores.
 """
 
 from __future__ import annotations
@@ -239,6 +244,10 @@ class Kurir:
     def start(self) -> None:
         from rq import Worker
 
+        from sender.sweeper import sweep
+
+        sweep(self.runtime)  # as in a running deployment: Redis is known to be whole
+
         for _ in range(self.workers_n):
             self.workers.append(subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "worker"], env=self.env, cwd=ROOT))
@@ -247,7 +256,66 @@ class Kurir:
             if time.monotonic() > deadline:
                 raise RuntimeError("workers did not start")
             time.sleep(0.1)
+        self.start_sweeper()
+
+    def start_sweeper(self) -> None:
+        self.stop_sweeper = threading.Event()
         threading.Thread(target=self._sweeper, daemon=True).start()
+
+    def publish_quietly(self, uid: str, events: int) -> list[str]:
+        """Publish with enqueueing switched off (a Redis that refuses): the delivery ids."""
+        import logging
+
+        import redis as redis_lib
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+        from sqlalchemy import select
+
+        from app.models import Delivery
+        from sender.publish import publish
+
+        dead = redis_lib.Redis(unix_socket_path="/nonexistent/kurir-bench.sock",
+                               retry=Retry(NoBackoff(), 0))
+        logging.getLogger("app.queues").setLevel(logging.ERROR)
+        ids: list[str] = []
+        for start in range(0, events, 100):
+            with self.runtime.db.begin() as session:
+                event_ids = [publish(session, dead, self.settings, partner_uid=uid,
+                                     body=self._body(i), api_key_id=self.api_key_id).body["id"]
+                             for i in range(start, min(events, start + 100))]
+                ids += session.scalars(select(Delivery.id).where(
+                    Delivery.event_id.in_(event_ids)).order_by(Delivery.id))
+        logging.getLogger("app.queues").setLevel(logging.NOTSET)
+        return ids
+
+    def publish_concurrently(self, uid: str, events: int, threads: int,
+                             published: dict[str, float]) -> float:
+        """Publish `events` from `threads` threads; fills event id -> commit time."""
+        started = time.time()
+        counter = iter(range(events))
+        lock = threading.Lock()
+
+        def publisher() -> None:
+            while True:
+                with lock:
+                    i = next(counter, None)
+                if i is None:
+                    return
+                event_id, at = self.publish(uid, i)
+                published[event_id] = at
+
+        pool = [threading.Thread(target=publisher) for _ in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        return time.time() - started
+
+    @staticmethod
+    def _body(i: int) -> dict[str, Any]:
+        return {"type": TYPE_NAME, "version": 1,
+                "data": {"order_id": f"ord_{i:08d}", "amount": 1000 + i},
+                "correlation_id": f"bench-{i}"}
 
     def _sweeper(self) -> None:
         from sender.sweeper import sweep
@@ -282,12 +350,9 @@ class Kurir:
         """Publish one event; returns its id and the time its transaction committed."""
         from sender.publish import publish
 
-        body = {"type": TYPE_NAME, "version": 1,
-                "data": {"order_id": f"ord_{i:08d}", "amount": 1000 + i},
-                "correlation_id": f"bench-{i}"}
         with self.runtime.db.begin() as session:
             result = publish(session, self.runtime.redis, self.settings, partner_uid=uid,
-                             body=body, api_key_id=self.api_key_id)
+                             body=self._body(i), api_key_id=self.api_key_id)
         return str(result.body["id"]), time.time()
 
 
@@ -303,6 +368,8 @@ def latencies(published: dict[str, float], records: list[tuple[str, str, float]]
 
 
 def run(args: argparse.Namespace) -> int:
+    from sender.dispatch import enqueue_now
+
     reset_database(args.db)
     receiver = ReceiverProcess()
     results: dict[str, Any] = {"workers": args.workers}
@@ -320,18 +387,33 @@ def run(args: argparse.Namespace) -> int:
             kurir = Kurir(args.db, args.redis, args.workers, Path(tmp))
             events_n = args.n // args.endpoints
             kurir.partner("bench", [f"{receiver.url}/e{i}" for i in range(args.endpoints)])
+            kurir.partner("drain", [f"{receiver.url}/d{i}" for i in range(args.endpoints)])
             kurir.partner("paced", [f"{receiver.url}/paced"])
             kurir.partner("fanout", [f"{receiver.url}/f{i}" for i in range(1000)])
             kurir.start()
             try:
-                # 1. Throughput, publishing while the workers deliver.
+                total = events_n * args.endpoints
+
+                # 1. The engine's throughput: a committed backlog, enqueued all at once.
+                backlog = kurir.publish_quietly("drain", events_n)
+                kurir.stop_sweeper.set()  # nothing but the workers during the drain
+                first = time.time()
+                enqueue_now(kurir.runtime.redis, backlog)
+                receiver.wait_for(len(backlog), timeout_s=300)
+                records = receiver.dump()
+                drain = len({(m, p) for m, p, _ in records}) / (max(r[2] for r in records) - first)
+                results.update({"drain_per_s": round(drain),
+                                "drain_share_of_ceiling": round(drain / ceiling, 3)})
+                print(f"Kurir delivering a backlog of {len(backlog):,} over {args.endpoints} "
+                      f"endpoints, {args.workers} workers: {drain:,.0f} deliveries/s "
+                      f"({drain / ceiling:.0%} of the bare ceiling)")
+                kurir.start_sweeper()
+
+                # 2. End to end: publishing (N threads) while the workers deliver.
                 published: dict[str, float] = {}
                 first = time.time()
-                for i in range(events_n):
-                    event_id, at = kurir.publish("bench", i)
-                    published[event_id] = at
-                publish_s = time.time() - first
-                total = events_n * args.endpoints
+                publish_s = kurir.publish_concurrently("bench", events_n, args.publishers,
+                                                       published)
                 if not receiver.wait_for(total, timeout_s=300):
                     print(f"only {receiver.count()} of {total} arrived", file=sys.stderr)
                 records = receiver.dump()
@@ -341,17 +423,18 @@ def run(args: argparse.Namespace) -> int:
                 dupes = len(records) - len({(m, p) for m, p, _ in records})
                 results.update({
                     "deliveries": total, "received": len(records), "duplicates": dupes,
-                    "publish_s": round(publish_s, 2),
+                    "publishers": args.publishers, "publish_s": round(publish_s, 2),
                     "end_to_end_per_s": round(rate), "share_of_ceiling": round(rate / ceiling, 3),
                     "p50_ms": round(percentile(lat, 50), 1),
                     "p99_ms": round(percentile(lat, 99), 1)})
                 print(f"Kurir end to end: {total:,} deliveries over {args.endpoints} endpoints, "
-                      f"{args.workers} workers: {rate:,.0f} deliveries/s "
-                      f"({rate / ceiling:.0%} of the bare ceiling); publishing took "
-                      f"{publish_s:.2f}s; publish->receipt p50 {percentile(lat, 50):.0f} ms, "
-                      f"p99 {percentile(lat, 99):.0f} ms; duplicates {dupes}")
+                      f"{args.workers} workers, {args.publishers} publishing threads: "
+                      f"{rate:,.0f} deliveries/s ({rate / ceiling:.0%} of the bare ceiling); "
+                      f"publishing took {publish_s:.2f}s; publish->receipt "
+                      f"p50 {percentile(lat, 50):.0f} ms, p99 {percentile(lat, 99):.0f} ms; "
+                      f"duplicates {dupes}")
 
-                # 2. Latency at a paced 100 events/s (open loop).
+                # 3. Latency at a paced 100 events/s (open loop).
                 published = {}
                 paced_n = args.paced_seconds * 100
                 start = time.monotonic()
@@ -369,7 +452,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{percentile(lat, 50):.1f} ms, p99 {percentile(lat, 99):.1f} ms, "
                       f"max {max(lat):.1f} ms")
 
-                # 3. One event to 1,000 endpoints.
+                # 4. One event to 1,000 endpoints.
                 event_id, at = kurir.publish("fanout", 0)
                 ok = receiver.wait_for(1000, timeout_s=30)
                 records = receiver.dump()
@@ -392,6 +475,8 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=10_000, help="deliveries in the throughput run")
     parser.add_argument("--endpoints", type=int, default=10)
     parser.add_argument("--paced-seconds", type=int, default=10)
+    parser.add_argument("--publishers", type=int, default=4,
+                        help="threads publishing in the end-to-end run")
     parser.add_argument("--db", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     parser.add_argument("--redis", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
     return run(parser.parse_args())

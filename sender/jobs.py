@@ -44,6 +44,8 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from sqlalchemy import bindparam, case, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -222,7 +224,12 @@ class Engine:
         self.slow_threads = slow_threads or max(2, settings.worker_threads // 4)
         self.transport = transport or Transport(
             pool_maxsize=self.fast_threads + self.slow_threads)
-        self.limiter = RateLimiter(runtime.redis)
+        # Side channels (slow flags, rate-limit slots) fail fast: a Redis outage must not add
+        # redis-py's retry backoff to every claim.
+        self.redis = redis.Redis.from_url(settings.resolved_redis_url, socket_timeout=2.0,
+                                          socket_connect_timeout=2.0,
+                                          retry=Retry(NoBackoff(), 0))
+        self.limiter = RateLimiter(self.redis)
         self.high_water = max(200, HIGH_WATER_PER_THREAD * self.fast_threads)
 
         self._lock = threading.RLock()
@@ -314,6 +321,7 @@ class Engine:
         if timed:
             self._forget_holds(timed)
         self.transport.close()
+        self.redis.close()
         self.stopped = True
         log.info("delivery engine stopped", extra=dict(self.counters))
 
@@ -588,7 +596,7 @@ class Engine:
         if not endpoint_ids:
             return set()
         try:
-            values = self.runtime.redis.mget([SLOW_KEY_PREFIX + e for e in endpoint_ids])
+            values = self.redis.mget([SLOW_KEY_PREFIX + e for e in endpoint_ids])
         except (redis.RedisError, OSError):
             return set()
         return {e for e, v in zip(endpoint_ids, values, strict=True) if v is not None}
@@ -755,7 +763,7 @@ class Engine:
             self._put_write(release)
         if became_slow:
             with contextlib.suppress(redis.RedisError, OSError):
-                self.runtime.redis.set(SLOW_KEY_PREFIX + endpoint_id, b"1",
+                self.redis.set(SLOW_KEY_PREFIX + endpoint_id, b"1",
                                        ex=int(SLOW_WINDOW_S))
 
     def _release_locked(self, state: _Endpoint, work: Work, mono: float) -> Release:
