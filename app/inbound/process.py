@@ -113,12 +113,14 @@ _CLAIM = (
                     _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime()))))
     .values(status=PROCESSING, attempts=_E.attempts + 1,
             updated_at=bindparam("now", type_=UTCDateTime()))
-    .returning(_E.id, _E.source_id, _E.event_type, _E.resource_type, _E.resource_id,
-               _E.resource_version, _E.occurred_at, _E.resource_status)
+    .returning(_E.id, _E.attempts, _E.source_id, _E.event_type, _E.resource_type,
+               _E.resource_id, _E.resource_version, _E.occurred_at, _E.resource_status)
 )
 _FINISH = (
     update(_EVENTS)
-    .where(_E.id == bindparam("b_id"), _E.status == PROCESSING)
+    # Still ours: processing, and not claimed again since (its attempt count is ours).
+    .where(_E.id == bindparam("b_id"), _E.status == PROCESSING,
+           _E.attempts == bindparam("b_attempts"))
     .values(status=bindparam("new_status"), reason=bindparam("new_reason"),
             processed_at=bindparam("now", type_=UTCDateTime()),
             updated_at=bindparam("now", type_=UTCDateTime()))
@@ -130,6 +132,7 @@ class Claimed:
     """The fields of an event this worker now owns (returned by the claiming UPDATE)."""
 
     id: str
+    attempts: int
     source_id: str
     event_type: str | None
     resource_type: str | None
@@ -189,12 +192,13 @@ def _source_config(session: Session, source_id: str) -> SourceConfig | None:
     return config
 
 
-def _finish(connection: Connection, event_id: str, status: str, reason: str | None,
+def _finish(connection: Connection, event: Claimed, status: str, reason: str | None,
             now: datetime) -> str:
-    result = connection.execute(_FINISH, {"b_id": event_id, "new_status": status,
-                                          "new_reason": reason, "now": now})
+    result = connection.execute(_FINISH, {"b_id": event.id, "b_attempts": event.attempts,
+                                          "new_status": status, "new_reason": reason,
+                                          "now": now})
     if not result.rowcount:
-        raise _Lost(event_id)
+        raise _Lost(event.id)
     return status
 
 
@@ -230,7 +234,7 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
     if event.resource_id is None:
         # Nothing to order: the event is applied by its handlers alone (e.g. a ping).
         _run_handlers(session, bound, event.id, None)
-        return _finish(connection, event.id, APPLIED, "no_resource", now)
+        return _finish(connection, event, APPLIED, "no_resource", now)
 
     ordering = states.Ordering(event.resource_version, event.occurred_at,
                                event.resource_status or event.event_type)
@@ -249,22 +253,22 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
             _run_handlers(session, bound, event.id, state.id)
             if not source.allow_gaps and ordering.version is not None:
                 _release_next(session, rt, source.id, event, ordering.version)
-            return _finish(connection, event.id, APPLIED, None, now)
+            return _finish(connection, event, APPLIED, None, now)
         # Lost to a concurrent worker: the state is now newer; classify against it.
         state = states.reload(connection, state.id, lock=lock)
     else:
         decision = states.Decision(states.STALE, "stale_event")
 
     if decision.kind == states.ALREADY_APPLIED:
-        return _finish(connection, event.id, APPLIED, decision.reason, now)
+        return _finish(connection, event, APPLIED, decision.reason, now)
     if decision.kind == states.STALE:
         _run_handlers(session, bound, event.id, state.id, stale=True)
-        return _finish(connection, event.id, IGNORED, decision.reason, now)
+        return _finish(connection, event, IGNORED, decision.reason, now)
     # A gap or a contradiction: not safe to decide alone; ask the provider.
     request = reconcile.request_reconcile(session, source, event.resource_id, now=now)
     if request is not None:
         reconcile.enqueue_after_commit(session, rt, [request.id])
-    return _finish(connection, event.id, QUARANTINED, decision.reason, now)
+    return _finish(connection, event, QUARANTINED, decision.reason, now)
 
 
 def _release_next(session: Session, rt: Runtime, source_id: str, event: Claimed,

@@ -305,6 +305,21 @@ def test_a_duplicate_job_is_harmless_and_an_abandoned_claim_is_taken_over(runtim
     assert process.process_event(event_id, now=later) is None
 
 
+def test_a_worker_whose_claim_was_taken_over_cannot_finish(runtime):
+    kit.create_source(runtime, "psp", SW)
+    receipt = store(runtime, "psp", event_id="e1", version=1)
+    first = process._claim(runtime, receipt.inbound_event_id, now=utcnow())
+    later = utcnow() + timedelta(seconds=process.PROCESSING_LEASE_S + 1)
+    second = process._claim(runtime, receipt.inbound_event_id, now=later)
+    assert second.attempts == first.attempts + 1
+    with pytest.raises(process._Lost), runtime.db.begin() as session:
+        process._process(session, runtime, first, now=later)
+    assert state_of(runtime) is None  # everything the slow worker did was rolled back
+    with runtime.db.begin() as session:
+        assert process._process(session, runtime, second, now=later) == "applied"
+    assert state_of(runtime).last_version == 1
+
+
 def test_sweeper_gives_up_after_max_attempts(runtime):
     kit.create_source(runtime, "psp", SW)
     receipt = store(runtime, "psp", event_id="e1", version=1)
