@@ -66,7 +66,7 @@ class DeliveryConsumer:
     """
 
     def __init__(self, engine: Engine, connection: redis.Redis, stop: threading.Event, *,
-                 queue: str = DELIVERIES, batch_jobs: int = 20, block_s: int = 1) -> None:
+                 queue: str = DELIVERIES, batch_jobs: int = 20, block_s: float = 1.0) -> None:
         self.engine = engine
         self.connection = connection
         self.stop = stop
@@ -145,7 +145,9 @@ def run_worker(runtime: Runtime, *, burst: bool = False,
     consumer_thread: threading.Thread | None = None
     rq_queues = tuple(q for q in queues if q != DELIVERIES)
     if DELIVERIES in queues:
-        consumer = DeliveryConsumer(engine, worker_connection(runtime), consumer_stop)
+        # In a thread (tests, embedded use) it polls briefly so that stopping is quick.
+        consumer = DeliveryConsumer(engine, worker_connection(runtime), consumer_stop,
+                                    block_s=0.2 if stop is not None else 1.0)
         if burst:
             while consumer.step():
                 worked = True

@@ -38,7 +38,7 @@ def test_slots_are_spaced_and_shared_between_limiters(redis_client):
 
 
 def test_rate_limit_holds_across_two_worker_processes(runtime, settings, tmp_path):
-    rate, events = 5, 30
+    rate, events = 10, 30
     with ReceiverProcess() as receiver:
         with runtime.db.begin() as session:
             partner = make_partner(session)
