@@ -14,9 +14,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, case, select, update
+from sqlalchemy import Table, bindparam, case, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from app.models import PENDING, RETRYING, Delivery, Endpoint, OperationalEvent, UTCDateTime
@@ -24,6 +24,11 @@ from dlq.park import park
 from sender.policy import should_auto_disable
 
 log = logging.getLogger(__name__)
+
+
+def _table(model: Any) -> Table:
+    """A model's Table, typed as one (the ORM types `__table__` as a FromClause)."""
+    return cast(Table, model.__table__)
 
 ENABLED, DISABLED = "enabled", "disabled"
 REASON_ENDPOINT_DISABLED = "endpoint_disabled"
@@ -85,7 +90,7 @@ def _ts(value: datetime | None) -> Any:
 
 def record(session: Session, endpoint_id: str, result: Tally) -> Health | None:
     """Apply a tally with one UPDATE ... RETURNING; None when the endpoint is gone."""
-    table = Endpoint.__table__
+    table = _table(Endpoint)
     values: dict[str, Any]
     if result.reset:
         values = {
@@ -127,7 +132,7 @@ def record_successes(session: Session, successes: list[tuple[str, datetime]]) ->
     """
     if not successes:
         return
-    table = Endpoint.__table__
+    table = _table(Endpoint)
     at = bindparam("b_at", type_=UTCDateTime())
     session.execute(
         update(table).where(table.c.id == bindparam("b_id")).values(
@@ -161,7 +166,7 @@ def disable(session: Session, endpoint_id: str, reason: str, now: datetime,
     The state change is one conditional UPDATE, so of two workers deciding at once only one
     disables, parks and records the operational event.
     """
-    table = Endpoint.__table__
+    table = _table(Endpoint)
     won = session.execute(
         update(table).where(table.c.id == endpoint_id, table.c.state == ENABLED)
         .values(state=DISABLED, disabled_reason=reason[:200], disabled_at=now)

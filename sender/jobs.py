@@ -40,13 +40,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from ipaddress import ip_network
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from sqlalchemy import bindparam, case, or_, select, update
+from sqlalchemy import Table, bindparam, case, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
@@ -76,6 +77,11 @@ from sender.policy import RetryPolicy, decide, parse_retry_after
 from sender.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
+
+
+def _table(model: Any) -> Table:
+    """A model's Table, typed as one (the ORM types `__table__` as a FromClause)."""
+    return cast(Table, model.__table__)
 
 # A job may carry deliveries due this soon; they wait on a local timer instead of a new job.
 LOOKAHEAD_S = 5.0
@@ -180,7 +186,7 @@ def record_attempts(session: Session, rows: list[dict[str, Any]], *,
     """
     if not rows:
         return
-    stmt = _insert_for(session)(Attempt.__table__)
+    stmt = _insert_for(session)(_table(Attempt))
     if overwrite:
         excluded = stmt.excluded
         stmt = stmt.on_conflict_do_update(
@@ -214,7 +220,8 @@ class Engine:
         self.retry_policy = RetryPolicy(schedule=tuple(settings.retry_schedule),
                                         jitter=settings.retry_jitter)
         self.guard_policy = GuardPolicy(allow_private=settings.allow_private_targets,
-                                        allow_cidrs=settings.allowed_cidrs,
+                                        allow_cidrs=tuple(ip_network(c, strict=False)
+                                                          for c in settings.allowed_cidrs),
                                         require_https=settings.require_https)
         self.thresholds = health.Thresholds(settings.disable_after_failures,
                                             settings.disable_after_seconds)
@@ -445,7 +452,7 @@ class Engine:
             known = [t.timeout_s for _, t in self._target_cache.values()]
         lease = now + timedelta(seconds=self._lease_seconds(
             max([float(self.settings.default_timeout_s), *known])))
-        table = Delivery.__table__
+        table = _table(Delivery)
         enabled = select(Endpoint.id).where(Endpoint.state == health.ENABLED,
                                             Endpoint.deleted_at.is_(None))
         postgres = session.get_bind().dialect.name == "postgresql"
@@ -460,7 +467,7 @@ class Engine:
                            table.c.endpoint_id.in_(enabled))
                     .values(state=DELIVERING, lease_expires_at=lease, updated_at=now))
             if postgres:
-                events = Event.__table__
+                events = _table(Event)
                 stmt = stmt.where(events.c.id == table.c.event_id).returning(
                     *columns, events.c.payload)
             else:
@@ -517,7 +524,7 @@ class Engine:
     def _unclaim(self, session: Session, ids: list[str], lease: datetime,
                  hold_until: datetime) -> None:
         """Give back claimed deliveries this process will not send now; it keeps a timer."""
-        table = Delivery.__table__
+        table = _table(Delivery)
         for chunk in _chunks(sorted(ids)):
             session.execute(update(table).where(
                 table.c.id.in_(chunk), table.c.state == DELIVERING,
@@ -947,7 +954,7 @@ class Engine:
             if local:
                 timers.append((w.delivery_id, due))
 
-        table = Delivery.__table__
+        table = _table(Delivery)
         fence = (table.c.id == bindparam("b_id"), table.c.state == DELIVERING,
                  table.c.lease_expires_at == bindparam("b_lease"))
         if succeeded:
@@ -980,7 +987,7 @@ class Engine:
 
     def _record_releases(self, session: Session,
                          releases: list[Release]) -> list[tuple[str, datetime]]:
-        table = Delivery.__table__
+        table = _table(Delivery)
         rows = [{"b_id": r.work.delivery_id, "b_lease": r.work.lease,
                  "b_hold": (r.hold_until + timedelta(seconds=HOLD_GRACE_S)
                             if r.hold_until is not None else None)}

@@ -117,11 +117,10 @@ def orphans(session: Session, now: datetime, *, redis_lost: bool,
                      Delivery.updated_at <= now - timedelta(seconds=FRESH_GRACE_S))),
         )
         condition = and_(waiting, due, unowned)
-    rows = session.execute(
+    rows = sorted(session.execute(
         select(Delivery.id, Delivery.endpoint_id).where(condition)
         .order_by(Delivery.next_attempt_at).limit(limit)
-    ).all()
-    rows.sort(key=lambda r: r.endpoint_id)
+    ).all(), key=lambda r: str(r.endpoint_id))
     return [r.id for r in rows]
 
 

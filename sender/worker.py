@@ -97,7 +97,7 @@ class DeliveryConsumer:
             if not popped:
                 return 0
             raw = [popped[1], *(self.connection.lpop(self.key, self.batch_jobs - 1) or [])]
-        job_ids = list(dict.fromkeys(r.decode() if isinstance(r, bytes) else r for r in raw))
+        job_ids = list(dict.fromkeys(r.decode() if isinstance(r, bytes) else str(r) for r in raw))
         jobs = Job.fetch_many(job_ids, connection=self.connection)
         delivery_ids: list[str] = []
         others: list[Job] = []
