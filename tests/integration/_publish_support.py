@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
 from app.db import Database
@@ -72,3 +73,12 @@ def counts(db: Database) -> dict[str, int]:
     with db.Session() as session:
         return {model.__tablename__: int(session.scalar(select(func.count()).select_from(model)))
                 for model in COUNTED}
+
+
+@pytest.fixture
+def acme(client: Any, auth: dict[str, str]) -> str:
+    """Partner `acme` with one endpoint subscribed to `order.created` (import to use)."""
+    make_event_type(client, auth)
+    make_partner(client, auth, "acme")
+    make_endpoint(client, auth)
+    return "acme"

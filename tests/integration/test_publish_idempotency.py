@@ -22,19 +22,9 @@ from sender.publish import publish, request_hash
 from tests.integration._publish_support import (
     counts,
     error_of,
-    make_endpoint,
-    make_event_type,
     make_partner,
     order,
 )
-
-
-@pytest.fixture
-def acme(client, auth):
-    make_event_type(client, auth)
-    make_partner(client, auth, "acme")
-    make_endpoint(client, auth)
-    return "acme"
 
 
 def _post(client, auth, body, key):

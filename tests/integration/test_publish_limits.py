@@ -8,19 +8,8 @@ import requests
 from tests.integration._publish_support import (
     counts,
     error_of,
-    make_endpoint,
-    make_event_type,
-    make_partner,
     order,
 )
-
-
-@pytest.fixture
-def acme(client, auth):
-    make_event_type(client, auth)
-    make_partner(client, auth, "acme")
-    make_endpoint(client, auth)
-    return "acme"
 
 
 def _padded(size: int) -> bytes:
