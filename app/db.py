@@ -8,17 +8,22 @@ failing with "database is locked" when it later tries to upgrade a read lock.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# A pooled PostgreSQL connection idle longer than this is pinged before it is handed out; one
+# used more recently is not (a ping is a round trip, and under load every checkout is recent).
+PING_AFTER_IDLE_S = 5.0
 _AFTER_COMMIT = "kurir_after_commit"
 
 
@@ -36,8 +41,32 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2,
-                         pool_pre_ping=True, pool_recycle=1800)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2,
+                           pool_recycle=1800)
+    _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """`pool_pre_ping`, but only for connections that sat idle: a dead server or a dropped
+    connection is still met at checkout (and replaced), without a round trip per transaction.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError("stale pooled connection") from exc
+        if not alive:
+            raise DisconnectionError("stale pooled connection")
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -64,6 +93,8 @@ class Database:
         self.url = url
         self.engine = engine or make_engine(url, pool_size=pool_size)
         self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
+        # Same pool; each checkout switches the driver to autocommit (no SQL is sent for it).
+        self._autocommit_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @property
     def is_sqlite(self) -> bool:
@@ -84,6 +115,16 @@ class Database:
         finally:
             session.info.pop(_AFTER_COMMIT, None)
             session.close()
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A connection on which every statement commits on its own.
+
+        For a write that is one atomic statement: one round trip instead of BEGIN, the
+        statement and COMMIT.
+        """
+        with self._autocommit_engine.connect() as connection:
+            yield connection
 
     def ping(self) -> None:
         with self.engine.connect() as connection:
