@@ -1,0 +1,49 @@
+"""Jobs written by `app.queues.enqueue_many` are plain RQ jobs, on real Redis."""
+
+from __future__ import annotations
+
+import os
+
+from rq import Queue, SimpleWorker
+from rq.job import Job, JobStatus
+
+from app.queues import DEFAULT, RESULT_TTL_S, JobSpec, enqueue_many
+
+
+def test_an_enqueued_job_is_run_by_rq_own_worker(redis_client):
+    [sent] = [JobSpec(DEFAULT, "os.getcwd", (), job_id="probe-1")]
+    assert enqueue_many(redis_client, [sent]) == 1
+    queue = Queue(DEFAULT, connection=redis_client)
+    assert queue.job_ids == ["probe-1"]
+    assert queue.key.encode() in redis_client.smembers(Queue.redis_queues_keys)
+    job = Job.fetch("probe-1", connection=redis_client)
+    assert (job.func_name, job.args, job.origin) == ("os.getcwd", (), DEFAULT)
+    assert job.get_status() == JobStatus.QUEUED and job.enqueued_at is not None
+
+    SimpleWorker([queue], connection=redis_client).work(burst=True)
+    job = Job.fetch("probe-1", connection=redis_client)
+    assert job.get_status() == JobStatus.FINISHED
+    assert job.return_value() == os.getcwd()
+    assert 0 < redis_client.ttl(job.key) <= RESULT_TTL_S
+
+
+def test_a_reused_job_id_starts_from_a_clean_hash(redis_client):
+    spec = JobSpec(DEFAULT, "os.getcwd", (), job_id="probe-2")
+    enqueue_many(redis_client, [spec])
+    SimpleWorker([Queue(DEFAULT, connection=redis_client)],
+                 connection=redis_client).work(burst=True)
+    assert redis_client.ttl(Job.key_for("probe-2")) > 0  # a finished job expires
+
+    enqueue_many(redis_client, [spec])  # the same deterministic id, queued again
+    key = Job.key_for("probe-2")
+    assert redis_client.ttl(key) == -1  # queued work never expires
+    fields = redis_client.hgetall(key)
+    assert fields[b"status"] == b"queued"
+    assert b"ended_at" not in fields and b"result" not in fields
+
+
+def test_jobs_without_an_id_get_distinct_ones(redis_client):
+    specs = [JobSpec(DEFAULT, "os.getcwd", ()) for _ in range(3)]
+    assert enqueue_many(redis_client, specs) == 3
+    ids = Queue(DEFAULT, connection=redis_client).job_ids
+    assert len(set(ids)) == 3
