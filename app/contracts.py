@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -257,7 +257,7 @@ def contract_for(session: Session, name: str, version: int) -> Contract | None:
     return contract_from(session, row[0], row[1], name, version)
 
 
-def contract_from(session: Session, type_id: str | None, deprecated: Any, name: str,
+def contract_from(session: Session | Connection, type_id: str | None, deprecated: Any, name: str,
                   version: int) -> Contract | None:
     """The Contract for a row id found by `lookup_columns` (None: no such contract)."""
     if type_id is None:

@@ -1,13 +1,15 @@
 """Publishing: validate against the contract, then write the event and its whole fan-out at once.
 
-The event, one delivery per subscribed endpoint and the idempotency record are written in the
-caller's one transaction; the deliveries are put on the queue only after it commits (SPEC §7).
-A 202 therefore always means "committed", and a lost enqueue is found again by the sweeper.
+The event, one delivery per subscribed endpoint and the idempotency record are written
+atomically; the deliveries are put on the queue only after that commit (SPEC §7). A 202
+therefore always means "committed", and a lost enqueue is found again by the sweeper.
 
 The hot path stays lean on purpose, because every round trip costs a thread its turn at the
-GIL: one query reads the partner, its endpoints and the contract (whose compiled validator is
-cached per process); on PostgreSQL one statement writes the event with its first delivery,
-and the rest of a fan-out goes as one executemany. Statements are built once, at import.
+GIL and the database a wake-up: one query reads the partner, its endpoints and the contract
+(whose compiled validator is cached per process); on PostgreSQL one statement writes the event
+with every delivery, and when that statement is the whole write (no Idempotency-Key, no
+disabled endpoint to park) it runs in autocommit: two round trips in all. Statements are
+built once, at import.
 """
 
 from __future__ import annotations
@@ -15,23 +17,26 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import redis
-from sqlalchemy import Table, and_, bindparam, delete, insert, literal_column, select, text
+from sqlalchemy import Connection, Table, delete, insert, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from app import contracts
 from app.clock import isoformat, parse_time, utcnow
 from app.config import Settings
+from app.db import Database
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.ids import new_id
-from app.models import DEAD, PENDING, Delivery, Endpoint, Event, IdempotencyKey, Partner
+from app.models import DEAD, PENDING, Delivery, Endpoint, Event, IdempotencyKey
 from dlq.park import park
-from sender.dispatch import enqueue_after_commit
+from sender import publish_sql as sql
+from sender.dispatch import enqueue_after_commit, enqueue_now
 
 log = logging.getLogger(__name__)
 
@@ -182,75 +187,187 @@ def _stored_response(session: Session, api_key_id: str, key: str, digest: str,
     return PublishResult(status=status, body=body, replayed=True)
 
 
-_PARTNERS = cast(Table, Partner.__table__)
-_ENDPOINTS = cast(Table, Endpoint.__table__)
-_EVENTS = cast(Table, Event.__table__)
-_DELIVERIES = cast(Table, Delivery.__table__)
 _IDEMPOTENCY = cast(Table, IdempotencyKey.__table__)
-
-
-def _typed(table: Any, prefix: str) -> dict[str, Any]:
-    """`column: bindparam` for every column, typed so JSON and UTC times are converted."""
-    return {c.name: bindparam(f"{prefix}{c.name}", type_=c.type) for c in table.columns}
-
-
-# The hot path's statements are built once: constructing a select/insert per request costs
-# more CPU than executing it.
-_TARGETS_SQL = (
-    select(_PARTNERS.c.id, _ENDPOINTS.c.id, _ENDPOINTS.c.state, _ENDPOINTS.c.event_types,
-           *contracts.lookup_columns(bindparam("type_name"), bindparam("type_version")))
-    .select_from(_PARTNERS.outerjoin(_ENDPOINTS, and_(
-        _ENDPOINTS.c.partner_id == _PARTNERS.c.id, _ENDPOINTS.c.deleted_at.is_(None))))
-    .where(_PARTNERS.c.uid == bindparam("uid"))
-    .order_by(_ENDPOINTS.c.id))
-_EVENT_COLUMNS = tuple(c.name for c in _EVENTS.columns)
-
-
-def _event_with_first_delivery() -> Any:
-    """PostgreSQL: the event and its first delivery in one statement (a DML CTE).
-
-    The delivery reuses the event's binds (id, time) and takes its constants as literals:
-    every bind parameter costs client CPU to adapt, on the path every publish takes.
-    """
-    event = _typed(_EVENTS, "e_")
-    fresh: dict[str, Any] = {
-        "state": literal_column(f"'{PENDING}'"), "attempt_count": literal_column("0"),
-        "run_attempts": literal_column("0"), "run": literal_column("1")}
-    delivery = {"id": bindparam("d_id", type_=_DELIVERIES.c.id.type),
-                "endpoint_id": bindparam("d_endpoint_id", type_=_DELIVERIES.c.endpoint_id.type),
-                "event_id": event["id"], "next_attempt_at": event["created_at"],
-                "created_at": event["created_at"], "updated_at": event["created_at"], **fresh}
-    return (insert(_DELIVERIES).values(**delivery)
-            .add_cte(insert(_EVENTS).values(**event).cte("new_event")))
-
-
-_EVENT_WITH_DELIVERY_SQL = _event_with_first_delivery()
-_EVENT_SQL = insert(_EVENTS)
-_DELIVERY_SQL = insert(_DELIVERIES)
 
 
 @dataclass(frozen=True)
 class _Targets:
+    """What a publish plan is made from; `digest` (PostgreSQL) fingerprints the endpoints."""
+
     partner_id: str
     endpoints: list[tuple[str, str, list[str] | None]]
     contract: contracts.Contract | None
+    digest: str | None = None
 
 
-def _targets(session: Session, partner_uid: str, type_: str, version: int) -> _Targets:
+def _targets(connection: Connection, partner_uid: str, type_: str, version: int) -> _Targets:
     """The partner, its live endpoints and the contract, in one round trip.
 
-    The outer join keeps a partner without endpoints; the contract rides along as two
-    uncorrelated scalar subqueries (evaluated once).
+    Raises:
+        NotFound: the partner does not exist.
     """
-    rows = session.connection().execute(
-        _TARGETS_SQL, {"uid": partner_uid, "type_name": type_, "type_version": version}).all()
+    with_digest = connection.dialect.name == "postgresql"
+    statement = sql.TARGETS_WITH_DIGEST if with_digest else sql.TARGETS
+    rows = connection.execute(
+        statement, {"uid": partner_uid, "type_name": type_, "type_version": version}).all()
     if not rows:
         raise NotFound(f"partner {partner_uid!r} does not exist", details={"uid": partner_uid})
     first = rows[0]
     return _Targets(
         partner_id=first[0],
         endpoints=[(row[1], row[2], row[3]) for row in rows if row[1] is not None],
-        contract=contracts.contract_from(session, first[4], first[5], type_, version))
+        contract=contracts.contract_from(connection, first[4], first[5], type_, version),
+        digest=first[6] if with_digest else None)
+
+
+class _TargetsCache:
+    """Recent targets per (partner uid, type, version), for the PostgreSQL hot path.
+
+    An entry may be stale: the write it feeds re-checks the endpoints' digest in the same
+    statement and writes nothing if they changed, and the entry is then dropped. The contract
+    (row id and compiled schema) never changes once published.
+    """
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self._items: dict[tuple[str, str, int], _Targets] = {}
+        self._lock = threading.Lock()
+        self._max = max_entries
+
+    def get(self, key: tuple[str, str, int]) -> _Targets | None:
+        return self._items.get(key)
+
+    def put(self, key: tuple[str, str, int], targets: _Targets) -> None:
+        with self._lock:
+            if len(self._items) >= self._max:
+                self._items.clear()
+            self._items[key] = targets
+
+    def drop(self, key: tuple[str, str, int]) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+
+_targets_cache = _TargetsCache()
+
+
+@dataclass
+class _Plan:
+    """One validated publish, ready to write: the event row and what each endpoint gets."""
+
+    event_values: dict[str, Any]
+    pending: list[tuple[str, str]]  # (delivery id, endpoint id) to send
+    parked: list[tuple[str, str]]  # (delivery id, endpoint id) of disabled endpoints
+    response: dict[str, Any]
+
+    @property
+    def enqueued(self) -> list[str]:
+        return [delivery_id for delivery_id, _ in self.pending]
+
+
+def _contract_of(targets: _Targets, req: PublishRequest) -> contracts.Contract:
+    if targets.contract is None:
+        raise ValidationFailed(f"unknown event type {req.type} v{req.version}",
+                               code="unknown_event_type",
+                               details={"type": req.type, "version": req.version})
+    return targets.contract
+
+
+def _warnings(req: PublishRequest, deprecated: bool) -> list[dict[str, str]]:
+    if not deprecated:
+        return []
+    return [{"code": "deprecated_event_type",
+             "message": f"{req.type} v{req.version} is deprecated; publish a newer version"}]
+
+
+def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetime) -> _Plan:
+    """Judge `data` by its contract and lay out the rows to write."""
+    contract = _contract_of(targets, req)
+    errors = contracts.data_errors(contract.validator, req.data)
+    if errors:
+        raise ValidationFailed(f"data does not match the schema of {req.type} v{req.version}",
+                               code="schema_validation_failed", details=errors)
+
+    event_id = new_id("evt")
+    occurred_at = req.occurred_at or now
+    resource = req.resource or {}
+    event_values = {
+        "id": event_id, "partner_id": targets.partner_id, "type": req.type,
+        "version": req.version, "data": req.data,
+        "payload": payload_json(event_id, req, partner_uid, occurred_at),
+        "occurred_at": occurred_at, "resource_type": resource.get("type"),
+        "resource_id": resource.get("id"), "resource_version": resource.get("version"),
+        "correlation_id": req.correlation_id, "created_at": now,
+    }
+    pending: list[tuple[str, str]] = []
+    parked: list[tuple[str, str]] = []
+    answer: list[dict[str, str]] = []
+    for endpoint_id, state, subscribed in targets.endpoints:
+        if subscribed is not None and req.type not in subscribed:
+            continue
+        delivery_id = new_id("dlv")
+        enabled = state == "enabled"
+        (pending if enabled else parked).append((delivery_id, endpoint_id))
+        answer.append({"id": delivery_id, "endpoint": endpoint_id,
+                       "state": PENDING if enabled else DEAD})
+    response = {"id": event_id, "type": req.type, "version": req.version,
+                "deliveries": answer, "warnings": _warnings(req, contract.deprecated)}
+    return _Plan(event_values, pending, parked, response)
+
+
+def publish_event(db: Database, redis_client: redis.Redis, settings: Settings, *,
+                  partner_uid: str, body: dict[str, Any], api_key_id: str,
+                  idempotency_key: str | None = None,
+                  now: datetime | None = None) -> PublishResult:
+    """Publish with as few round trips as the guarantees allow, then enqueue.
+
+    On PostgreSQL, a publish without an Idempotency-Key whose subscribed endpoints are all
+    enabled is one atomic statement on an autocommit connection (no BEGIN, no COMMIT), made
+    from cached targets; a stale cache costs one more read. Everything else, and SQLite,
+    goes through `publish` in one transaction. Raises what `publish` raises.
+    """
+    if idempotency_key is None and db.is_postgres:
+        result = _publish_in_one_statement(db, partner_uid, body, now or utcnow())
+        if result is not None:
+            enqueue_now(redis_client, result.enqueued)
+            return result
+    with db.begin() as session:
+        return publish(session, redis_client, settings, partner_uid=partner_uid, body=body,
+                       api_key_id=api_key_id, idempotency_key=idempotency_key, now=now)
+
+
+def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, Any],
+                              now: datetime) -> PublishResult | None:
+    """The PostgreSQL hot path; None when the publish needs a transaction after all
+    (endpoints to park, or endpoints that keep changing under it).
+    """
+    req = parse_request(body)
+    key = (partner_uid, req.type, req.version)
+    with db.autocommit() as connection:
+        targets = _targets_cache.get(key)
+        from_cache = targets is not None
+        while True:
+            if targets is None:
+                targets = _targets(connection, partner_uid, req.type, req.version)
+                if targets.contract is not None:
+                    _targets_cache.put(key, targets)
+            plan = _plan(targets, req, partner_uid, now)
+            if plan.parked:
+                return None  # dead letters and audit rows take a transaction
+            params = sql.event_params(plan.event_values, plan.pending)
+            params["digest"] = targets.digest
+            params["type_id"] = _contract_of(targets, req).id
+            written, deprecated = connection.execute(
+                sql.GUARDED_EVENT_WITH_DELIVERIES, params).one()
+            if written:
+                plan.response["warnings"] = _warnings(req, bool(deprecated))
+                _log_published(plan, partner_uid)
+                return PublishResult(status=ACCEPTED, body=plan.response,
+                                     enqueued=plan.enqueued)
+            # The endpoints changed since the plan was made: nothing was written.
+            _targets_cache.drop(key)
+            if not from_cache:
+                return None  # changing under a fresh read too: let a transaction decide
+            targets, from_cache = None, False
 
 
 def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
@@ -273,53 +390,9 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
             return stored
 
     req = parse_request(body)
-    targets = _targets(session, partner_uid, req.type, req.version)
-    partner_id, endpoints, contract = targets.partner_id, targets.endpoints, targets.contract
-    if contract is None:
-        raise ValidationFailed(f"unknown event type {req.type} v{req.version}",
-                               code="unknown_event_type",
-                               details={"type": req.type, "version": req.version})
-    errors = contracts.data_errors(contract.validator, req.data)
-    if errors:
-        raise ValidationFailed(f"data does not match the schema of {req.type} v{req.version}",
-                               code="schema_validation_failed", details=errors)
-
-    event_id = new_id("evt")
-    occurred_at = req.occurred_at or now
-    payload = payload_json(event_id, req, partner_uid, occurred_at)
-    resource = req.resource or {}
-    event_values = {
-        "id": event_id, "partner_id": partner_id, "type": req.type, "version": req.version,
-        "data": req.data, "payload": payload, "occurred_at": occurred_at,
-        "resource_type": resource.get("type"), "resource_id": resource.get("id"),
-        "resource_version": resource.get("version"), "correlation_id": req.correlation_id,
-        "created_at": now,
-    }
-    pending_rows: list[dict[str, Any]] = []
-    parked: list[tuple[str, str]] = []
-    answer: list[dict[str, str]] = []
-    for endpoint_id, state, subscribed in endpoints:
-        if subscribed is not None and req.type not in subscribed:
-            continue
-        delivery_id = new_id("dlv")
-        if state == "enabled":
-            pending_rows.append({"id": delivery_id, "event_id": event_id,
-                                 "endpoint_id": endpoint_id, "state": PENDING,
-                                 "attempt_count": 0, "run_attempts": 0, "run": 1,
-                                 "next_attempt_at": now, "created_at": now, "updated_at": now})
-            answer.append({"id": delivery_id, "endpoint": endpoint_id, "state": PENDING})
-        else:
-            parked.append((delivery_id, endpoint_id))
-            answer.append({"id": delivery_id, "endpoint": endpoint_id, "state": DEAD})
-
-    warnings = []
-    if contract.deprecated:
-        warnings.append({"code": "deprecated_event_type",
-                         "message": f"{req.type} v{req.version} is deprecated; "
-                                    "publish a newer version"})
-    response = {"id": event_id, "type": req.type, "version": req.version,
-                "deliveries": answer, "warnings": warnings}
-
+    connection = session.connection()
+    plan = _plan(_targets(connection, partner_uid, req.type, req.version), req, partner_uid,
+                 now)
     if key is not None:
         # First write of the transaction: a concurrent twin blocks here on the unique index
         # (PostgreSQL) or never gets this far (SQLite's single writer), before doing any work.
@@ -330,7 +403,8 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
                 session.execute(insert(_IDEMPOTENCY), [{
                     "id": new_id("idk"), "api_key_id": api_key_id, "key": key,
                     "request_hash": digest, "response_status": ACCEPTED,
-                    "response_body": response, "event_id": event_id, "created_at": now,
+                    "response_body": plan.response, "event_id": plan.event_values["id"],
+                    "created_at": now,
                     "expires_at": now + timedelta(seconds=settings.idempotency_ttl_seconds)}])
         except (IntegrityError, OperationalError) as exc:
             if not (_lock_timed_out(exc) or _unique_violation(exc)):
@@ -342,33 +416,40 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
                            code="idempotency_key_in_flight",
                            details={"idempotency_key": key}) from None
 
-    _insert_event_and_deliveries(session, event_values, pending_rows)
-    if parked:
-        _park_for_disabled(session, Event(**event_values), parked, now)
-    enqueued = [row["id"] for row in pending_rows]
-    enqueue_after_commit(session, redis_client, enqueued)
-    log.debug("event published", extra={"event_id": event_id, "partner": partner_uid,
-                                        "event_type": req.type, "deliveries": len(answer),
-                                        "correlation_id": req.correlation_id})
-    return PublishResult(status=ACCEPTED, body=response, enqueued=enqueued)
+    _insert_event_and_deliveries(session.connection(), plan.event_values, plan.pending)
+    if plan.parked:
+        _park_for_disabled(session, Event(**plan.event_values), plan.parked, now)
+    enqueue_after_commit(session, redis_client, plan.enqueued)
+    _log_published(plan, partner_uid)
+    return PublishResult(status=ACCEPTED, body=plan.response, enqueued=plan.enqueued)
 
 
-def _insert_event_and_deliveries(session: Session, event_values: dict[str, Any],
-                                 rows: list[dict[str, Any]]) -> None:
-    """Write the event and its deliveries; on PostgreSQL the event and the first delivery
-    go in one statement, the rest of a fan-out as one executemany (psycopg pipelines it).
+def _log_published(plan: _Plan, partner_uid: str) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        event = plan.event_values
+        log.debug("event published", extra={
+            "event_id": event["id"], "partner": partner_uid, "event_type": event["type"],
+            "deliveries": len(plan.response["deliveries"]),
+            "correlation_id": event["correlation_id"]})
+
+
+def _insert_event_and_deliveries(connection: Connection, event_values: dict[str, Any],
+                                 deliveries: list[tuple[str, str]]) -> None:
+    """Write the event and its pending deliveries: on PostgreSQL as one statement, whatever
+    the fan-out; on SQLite (local, no round trips) as two.
     """
-    connection = session.connection()
-    if rows and connection.dialect.name == "postgresql":
-        params = {f"e_{name}": event_values.get(name) for name in _EVENT_COLUMNS}
-        params["d_id"], params["d_endpoint_id"] = rows[0]["id"], rows[0]["endpoint_id"]
-        connection.execute(_EVENT_WITH_DELIVERY_SQL, params)
-        if len(rows) > 1:
-            connection.execute(_DELIVERY_SQL, rows[1:])
+    if connection.dialect.name == "postgresql":
+        connection.execute(sql.EVENT_WITH_DELIVERIES,
+                           sql.event_params(event_values, deliveries))
         return
-    connection.execute(_EVENT_SQL, [event_values])
-    if rows:
-        connection.execute(_DELIVERY_SQL, rows)
+    connection.execute(sql.EVENT, [event_values])
+    if deliveries:
+        now = event_values["created_at"]
+        connection.execute(sql.DELIVERY, [
+            {"id": delivery_id, "event_id": event_values["id"], "endpoint_id": endpoint_id,
+             "state": PENDING, "attempt_count": 0, "run_attempts": 0, "run": 1,
+             "next_attempt_at": now, "created_at": now, "updated_at": now}
+            for delivery_id, endpoint_id in deliveries])
 
 
 def _lock_timed_out(exc: Exception) -> bool:

@@ -17,14 +17,14 @@ from app.web.auth import current_principal, require_scope
 from app.web.context import runtime
 from app.web.jsonio import read_json_object
 from sender import endpoints as endpoint_service
-from sender.publish import publish
+from sender.publish import publish_event
 
 blueprint = Blueprint("api_events", __name__)
 
 
 @blueprint.post("/partners/<uid>/events")
 @require_scope("events:write")
-def publish_event(uid: str) -> Response:
+def publish(uid: str) -> Response:
     rt = runtime()
     limit = rt.settings.max_payload_bytes
     if request.content_length is not None and request.content_length > limit:
@@ -37,10 +37,9 @@ def publish_event(uid: str) -> Response:
                               details={"limit": limit})
     body = read_json_object()
     principal = current_principal()
-    with rt.db.begin() as session:
-        result = publish(session, rt.redis, rt.settings, partner_uid=uid, body=body,
-                         api_key_id=principal.key_id,
-                         idempotency_key=request.headers.get("Idempotency-Key"))
+    result = publish_event(rt.db, rt.redis, rt.settings, partner_uid=uid, body=body,
+                           api_key_id=principal.key_id,
+                           idempotency_key=request.headers.get("Idempotency-Key"))
     response = jsonify(result.body)
     response.status_code = result.status
     if result.replayed:
