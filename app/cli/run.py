@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -51,7 +52,11 @@ def api_command(host: str, port: int, workers: int | None, threads: int | None) 
         def load(self) -> Any:
             from app.web import create_app
 
-            return create_app(settings)
+            app = create_app(settings)
+            # Everything built so far lives as long as the worker: out of the collector's
+            # sight, a full collection no longer walks it (~100 ms with every thread stopped).
+            gc.freeze()
+            return app
 
     KurirServer().run()
 
@@ -63,6 +68,7 @@ def worker_command(burst: bool) -> None:
     from sender.worker import run_worker
 
     runtime = make_runtime()
+    gc.freeze()  # as in `kurir api`: full collections skip what lives as long as the process
     run_worker(runtime, burst=burst)
 
 
