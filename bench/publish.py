@@ -11,8 +11,9 @@ Endpoints point at 127.0.0.1 (KURIR_ALLOW_PRIVATE_TARGETS=1); nothing needs to r
 and no worker runs: the deliveries simply stay queued.
 
 It measures, in one run (issue 3, item 9):
-  1. N publishes with 1 and with 8 concurrent clients (threads, one requests.Session each):
-     events/s, p50, p99 — for Kurir and for the bare endpoint;
+  1. N publishes with 1 and with 8 concurrent clients (threads, one kept-alive connection
+     each, prebuilt requests: bench/rawhttp.py): events/s, p50, p99 — for Kurir and for the
+     bare endpoint;
   2. p50/p99 at a paced 500 events/s (open loop: latency counted from the scheduled send time);
   3. publishing one event to a partner with 1,000 subscribed endpoints.
 Targets on a 2-core machine: >= 800 events/s with 8 clients, >= 60 % of bare, p99 <= 50 ms at
@@ -29,7 +30,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import requests  # noqa: E402
+
+from bench import rawhttp  # noqa: E402
 
 try:
     import psutil
@@ -231,69 +233,26 @@ def measured(meter: CpuMeter | None, run: Callable[[], Result]) -> Result:
     return result
 
 
+def _result(label: str, outcome: tuple[list[float], list[int], float],
+            expect: int) -> Result:
+    latencies, statuses, elapsed = outcome
+    errors = sum(1 for status in statuses if status != expect)
+    return Result(label, len(latencies), errors, elapsed, latencies)
+
+
 def closed_loop(label: str, url: str, headers: dict[str, str], bodies: list[bytes],
                 clients: int, expect: int = 202) -> Result:
-    """`clients` threads, each with its own Session, send their share back to back."""
-    shares = [bodies[i::clients] for i in range(clients)]
-    latencies: list[list[float]] = [[] for _ in range(clients)]
-    errors = [0] * clients
-    barrier = threading.Barrier(clients + 1)
-
-    def run(k: int) -> None:
-        with requests.Session() as http:
-            http.headers.update(headers)
-            barrier.wait()
-            for body in shares[k]:
-                start = time.perf_counter()
-                response = http.post(url, data=body, timeout=30)
-                latencies[k].append((time.perf_counter() - start) * 1000)
-                if response.status_code != expect:
-                    errors[k] += 1
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    flat = [x for chunk in latencies for x in chunk]
-    return Result(label, len(flat), sum(errors), elapsed, flat)
+    """`clients` connections, each sending its share back to back."""
+    prebuilt = [rawhttp.request_bytes(url, body, headers) for body in bodies]
+    return _result(label, rawhttp.run_clients(url, prebuilt, clients), expect)
 
 
 def paced(label: str, url: str, headers: dict[str, str], bodies: list[bytes], rate: float,
           senders: int = 32) -> Result:
     """Open loop at `rate`/s: request i is due at i/rate; latency counts from when it was due."""
-    latencies: list[list[float]] = [[] for _ in range(senders)]
-    errors = [0] * senders
-    barrier = threading.Barrier(senders + 1)
-    t0 = [0.0]
-
-    def run(k: int) -> None:
-        with requests.Session() as http:
-            http.headers.update(headers)
-            barrier.wait()
-            for i in range(k, len(bodies), senders):
-                due = t0[0] + i / rate
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                response = http.post(url, data=bodies[i], timeout=30)
-                latencies[k].append((time.perf_counter() - due) * 1000)
-                if response.status_code != 202:
-                    errors[k] += 1
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(senders)]
-    for thread in threads:
-        thread.start()
-    t0[0] = time.perf_counter() + 0.05
-    barrier.wait()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - t0[0]
-    flat = [x for chunk in latencies for x in chunk]
-    return Result(label, len(flat), sum(errors), elapsed, flat)
+    prebuilt = [rawhttp.request_bytes(url, body, headers) for body in bodies]
+    return _result(label, rawhttp.run_clients(url, prebuilt, senders,
+                                              due=lambda i: i / rate), 202)
 
 
 # ---------------------------------------------------------------------------- setup
