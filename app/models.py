@@ -273,6 +273,8 @@ class Delivery(Base):
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
     run_attempts: Mapped[int] = mapped_column(Integer, default=0)
     run: Mapped[int] = mapped_column(Integer, default=1)
+    # This run was resent with `force` to a disabled endpoint: it is sent despite the state.
+    forced: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_status_code: Mapped[int | None] = mapped_column(Integer)

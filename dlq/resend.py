@@ -133,11 +133,15 @@ def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: boo
             result.skipped[letter_id] = NOT_OPEN
     if not won:
         return result
+    # A forced run is sent although its endpoint is disabled; once, as a failure finds the
+    # endpoint still disabled and parks the delivery again.
+    forced_deliveries = [won[letter_id] for letter_id in forced if letter_id in won]
     rearmed = session.execute(
         update(Delivery)
         .where(Delivery.id.in_(list(won.values())), Delivery.state == DEAD)
         .values(state=PENDING, run=Delivery.run + 1, run_attempts=0, next_attempt_at=now,
-                lease_expires_at=None, updated_at=now)
+                lease_expires_at=None, updated_at=now,
+                forced=Delivery.id.in_(forced_deliveries) if forced_deliveries else False)
         .returning(Delivery.id, Delivery.run, Delivery.state)
         .execution_options(synchronize_session=False)
     ).all()

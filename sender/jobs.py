@@ -47,7 +47,7 @@ from typing import Any, cast
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from sqlalchemy import Table, bindparam, case, or_, select, update
+from sqlalchemy import Table, and_, bindparam, case, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
@@ -442,7 +442,8 @@ class Engine:
 
     def _claim_rows(self, session: Session, ids: list[str], now: datetime,
                     ) -> tuple[list[Any], dict[str, bytes] | None, datetime]:
-        """Claim every due delivery among `ids` whose endpoint is enabled.
+        """Claim every due delivery among `ids` whose endpoint is enabled (or that an operator
+        forced to a disabled one).
 
         The lease assumes the longest timeout this process knows of; `_extend_lease`
         lengthens it when a newly seen endpoint needs more. On PostgreSQL the payloads come
@@ -455,6 +456,7 @@ class Engine:
         table = _table(Delivery)
         enabled = select(Endpoint.id).where(Endpoint.state == health.ENABLED,
                                             Endpoint.deleted_at.is_(None))
+        live = select(Endpoint.id).where(Endpoint.deleted_at.is_(None))
         postgres = session.get_bind().dialect.name == "postgresql"
         columns = [table.c.id, table.c.event_id, table.c.endpoint_id, table.c.attempt_count,
                    table.c.run_attempts]
@@ -464,7 +466,8 @@ class Engine:
                     .where(table.c.id.in_(chunk), table.c.state.in_((PENDING, RETRYING)),
                            or_(table.c.next_attempt_at.is_(None),
                                table.c.next_attempt_at <= now),
-                           table.c.endpoint_id.in_(enabled))
+                           or_(table.c.endpoint_id.in_(enabled),
+                               and_(table.c.forced.is_(True), table.c.endpoint_id.in_(live))))
                     .values(state=DELIVERING, lease_expires_at=lease, updated_at=now))
             if postgres:
                 events = _table(Event)

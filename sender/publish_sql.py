@@ -107,7 +107,8 @@ def _event_with_deliveries(*, guarded: bool) -> Any:
                    literal_column(f"'{PENDING}'"), literal_column("0"), literal_column("0"),
                    literal_column("1"), created, created, created)
             .select_from(pairs.join(new_event, true())))
-    deliveries = insert(DELIVERIES).from_select(_DELIVERY_COLUMNS, rows)
+    # Columns left out take their server defaults (include_defaults would bind Python ones).
+    deliveries = insert(DELIVERIES).from_select(_DELIVERY_COLUMNS, rows, include_defaults=False)
     if not guarded:
         return deliveries
     written = select(func.count()).select_from(new_event).scalar_subquery()

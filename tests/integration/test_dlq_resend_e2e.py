@@ -86,3 +86,70 @@ def test_two_concurrent_http_resends_of_one_letter_make_one_run(live_server, aut
                                             [(409, "dead_letter_not_open")] * 3, key=str)
     with runtime.db.begin() as session:
         assert sorted(session.scalars(select(Delivery.run))) == [2, 2, 2]
+
+
+def _open_letters(runtime, delivery_id: str) -> list[DeadLetter]:
+    with runtime.db.begin() as session:
+        return list(session.scalars(select(DeadLetter).where(
+            DeadLetter.delivery_id == delivery_id, DeadLetter.state == "open")))
+
+
+def test_forced_resend_reaches_a_disabled_endpoint_which_stays_disabled(client, auth, runtime):
+    with Receiver() as receiver:
+        with runtime.db.begin() as session:
+            scene = make_scene(session, runtime.secret_box, url=receiver.url + "/hook",
+                               state="disabled")
+            (letter_id,) = letters_for(session, scene, 1, reason="endpoint_disabled")
+            letter = session.get_one(DeadLetter, letter_id)
+            event_id, delivery_id = letter.event_id, letter.delivery_id
+        refused = client.post(f"/v1/dead-letters/{letter_id}/resend", headers=auth)
+        assert refused.status_code == 409
+        forced = client.post(f"/v1/dead-letters/{letter_id}/resend", headers=auth,
+                             json={"force": True})
+        assert forced.status_code == 200, forced.get_json()
+        with WorkerThread(runtime):
+            wait_for(lambda: _state(runtime, delivery_id) == "succeeded",
+                     message="the forced resend to be delivered")
+        [request] = receiver.on("/hook")
+    assert request.headers["webhook-id"] == event_id
+    Webhook(scene.secret).verify(request.body, request.headers)
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, scene.endpoint_id)
+        assert endpoint.state == "disabled"  # enabling stays an operator's decision
+        assert session.get_one(DeadLetter, letter_id).state == "resent"
+
+
+def test_a_failing_forced_resend_is_tried_once_and_parked_again(client, auth, runtime):
+    with Receiver(reply=lambda received, count: (503, {}, b"still down")) as receiver:
+        with runtime.db.begin() as session:
+            scene = make_scene(session, runtime.secret_box, url=receiver.url + "/hook",
+                               state="disabled")
+            (letter_id,) = letters_for(session, scene, 1, reason="endpoint_disabled")
+            delivery_id = session.get_one(DeadLetter, letter_id).delivery_id
+        forced = client.post(f"/v1/dead-letters/{letter_id}/resend", headers=auth,
+                             json={"force": True})
+        assert forced.status_code == 200, forced.get_json()
+        with WorkerThread(runtime):
+            [again] = wait_for(lambda: _open_letters(runtime, delivery_id),
+                               message="the failed forced run to be parked again")
+            time.sleep(0.5)  # a second attempt, if one were made, would show by now
+        assert len(receiver.on("/hook")) == 1
+    assert (again.reason, again.last_status_code) == ("endpoint_disabled", 503)
+    with runtime.db.begin() as session:
+        delivery = session.get_one(Delivery, delivery_id)
+        assert (delivery.state, delivery.run, delivery.run_attempts) == ("dead", 2, 1)
+
+
+def test_an_unforced_resend_after_enabling_is_not_marked_forced(client, auth, runtime):
+    with runtime.db.begin() as session:
+        scene = make_scene(session, runtime.secret_box, state="disabled")
+        forced_id, plain_id = letters_for(session, scene, 2, reason="endpoint_disabled")
+    assert client.post(f"/v1/dead-letters/{forced_id}/resend", headers=auth,
+                       json={"force": True}).status_code == 200
+    assert client.post(f"/v1/partners/{scene.partner_uid}/endpoints/{scene.endpoint_id}/enable",
+                       headers=auth).status_code == 200
+    assert client.post(f"/v1/dead-letters/{plain_id}/resend", headers=auth).status_code == 200
+    with runtime.db.begin() as session:
+        flags = {letter.id: session.get_one(Delivery, letter.delivery_id).forced
+                 for letter in session.scalars(select(DeadLetter))}
+    assert flags == {forced_id: True, plain_id: False}

@@ -1,0 +1,29 @@
+"""deliveries.forced: a run resent with force to a disabled endpoint
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-12-03 08:00:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0002"
+down_revision: str | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("deliveries") as batch:
+        batch.add_column(sa.Column("forced", sa.Boolean(), nullable=False,
+                                   server_default=sa.text("false")))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("deliveries") as batch:
+        batch.drop_column("forced")
