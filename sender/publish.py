@@ -225,26 +225,35 @@ class _TargetsCache:
 
     An entry may be stale: the write it feeds re-checks the endpoints' digest in the same
     statement and writes nothing if they changed, and the entry is then dropped. The contract
-    (row id and compiled schema) never changes once published.
+    (row id and compiled schema) never changes once published. Bounded by the endpoints it
+    holds, since one partner may have thousands.
     """
 
-    def __init__(self, max_entries: int = 4096) -> None:
+    def __init__(self, max_endpoints: int = 100_000) -> None:
         self._items: dict[tuple[str, str, int], _Targets] = {}
+        self._held = 0
         self._lock = threading.Lock()
-        self._max = max_entries
+        self._max = max_endpoints
 
     def get(self, key: tuple[str, str, int]) -> _Targets | None:
         return self._items.get(key)
 
     def put(self, key: tuple[str, str, int], targets: _Targets) -> None:
         with self._lock:
-            if len(self._items) >= self._max:
+            if self._held + len(targets.endpoints) + 1 > self._max:
                 self._items.clear()
+                self._held = 0
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._held -= len(old.endpoints) + 1
             self._items[key] = targets
+            self._held += len(targets.endpoints) + 1
 
     def drop(self, key: tuple[str, str, int]) -> None:
         with self._lock:
-            self._items.pop(key, None)
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._held -= len(old.endpoints) + 1
 
 
 _targets_cache = _TargetsCache()
