@@ -5,11 +5,11 @@ atomically; the deliveries are put on the queue only after that commit (SPEC §7
 therefore always means "committed", and a lost enqueue is found again by the sweeper.
 
 The hot path stays lean on purpose, because every round trip costs a thread its turn at the
-GIL and the database a wake-up: one query reads the partner, its endpoints and the contract
+GIL and the database a wake-up. One query reads the partner, its endpoints and the contract
 (whose compiled validator is cached per process); on PostgreSQL one statement writes the event
-with every delivery, and when that statement is the whole write (no Idempotency-Key, no
-disabled endpoint to park) it runs in autocommit: two round trips in all. Statements are
-built once, at import.
+with every delivery. When that statement is the whole write (no Idempotency-Key, no disabled
+endpoint to park) it runs in autocommit, from targets cached per process and re-checked by the
+statement itself: one database round trip and one Redis round trip per publish.
 """
 
 from __future__ import annotations
@@ -200,13 +200,14 @@ class _Targets:
     digest: str | None = None
 
 
-def _targets(connection: Connection, partner_uid: str, type_: str, version: int) -> _Targets:
-    """The partner, its live endpoints and the contract, in one round trip.
+def _targets(connection: Connection, partner_uid: str, type_: str, version: int, *,
+             with_digest: bool = False) -> _Targets:
+    """The partner, its live endpoints and the contract, in one round trip; `with_digest`
+    (PostgreSQL only) adds the endpoints' digest a guarded write checks.
 
     Raises:
         NotFound: the partner does not exist.
     """
-    with_digest = connection.dialect.name == "postgresql"
     statement = sql.TARGETS_WITH_DIGEST if with_digest else sql.TARGETS
     rows = connection.execute(
         statement, {"uid": partner_uid, "type_name": type_, "type_version": version}).all()
@@ -356,7 +357,8 @@ def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, An
         from_cache = targets is not None
         while True:
             if targets is None:
-                targets = _targets(connection, partner_uid, req.type, req.version)
+                targets = _targets(connection, partner_uid, req.type, req.version,
+                                   with_digest=True)
                 if targets.contract is not None:
                     _targets_cache.put(key, targets)
             plan = _plan(targets, req, partner_uid, now)

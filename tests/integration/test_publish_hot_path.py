@@ -101,9 +101,9 @@ def test_endpoints_changing_under_every_read_fall_back_to_a_transaction(
     ep = make_endpoint(client, auth)
     real = publish_module._targets
 
-    def stale(connection, uid, type_, version):
+    def stale(connection, uid, type_, version, **kwargs):
         # As if another request changed the endpoints right after each read.
-        targets = real(connection, uid, type_, version)
+        targets = real(connection, uid, type_, version, **kwargs)
         return publish_module._Targets(targets.partner_id, targets.endpoints,
                                        targets.contract, digest="0" * 32)
 
