@@ -7,9 +7,10 @@ WIPES and migrates) and BENCH_REDIS_URL (default db 6, which it FLUSHES). It cre
 Standard Webhooks source, signs every callback the way a provider would (fresh timestamp,
 HMAC-SHA256 over ``{id}.{timestamp}.{body}``), starts `kurir api` under gunicorn and measures:
 
-  1. closed loop: N callbacks from C concurrent clients (threads, one kept-alive http.client
-     connection each: `requests` would spend ~0.65 ms of CPU per POST on this same machine)
-     → acknowledged/s, p50/p99 time-to-202 (every 202 means stored and committed);
+  1. closed loop: N callbacks from C concurrent clients (threads, one kept-alive socket each,
+     prebuilt requests: bench/rawhttp.py; `requests` would spend ~1 ms of CPU per POST on
+     this same machine) → acknowledged/s, p50/p99 time-to-202 (every 202 means stored and
+     committed);
   2. open loop at --paced-rate callbacks/s → p50/p99 counted from each request's due time;
   3. processing: --proc `kurir worker --burst` processes drain the inbound queue → processed
      events/s, and a check that every resource ended at its highest version.
@@ -24,26 +25,25 @@ import argparse
 import base64
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import requests  # noqa: E402
+
+from bench import rawhttp  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_inbound_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/6"
@@ -127,48 +127,17 @@ class Result:
 
 
 def _send_all(url: str, callbacks: list[Callback], key: bytes, clients: int,
-              due: list[float] | None) -> tuple[list[float], dict[int, int], float]:
-    latencies: list[list[float]] = [[] for _ in range(clients)]
-    statuses: list[dict[int, int]] = [{} for _ in range(clients)]
-    barrier = threading.Barrier(clients + 1)
-    origin = [0.0]
-
-    parts = urlsplit(url)
-
-    def run(k: int) -> None:
-        # http.client on a kept-alive connection: `requests` costs ~0.65 ms of CPU per POST,
-        # which on a 2-core machine would be taken from the server being measured.
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-        barrier.wait()
-        for i in range(k, len(callbacks), clients):
-            start = time.perf_counter()
-            if due is not None:
-                start = origin[0] + due[i]
-                delay = start - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-            headers = signed_headers(callbacks[i], key)
-            conn.request("POST", parts.path, body=callbacks[i].body, headers=headers)
-            response = conn.getresponse()
-            response.read()
-            latencies[k].append((time.perf_counter() - start) * 1000)
-            statuses[k][response.status] = statuses[k].get(response.status, 0) + 1
-        conn.close()
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
-    for thread in threads:
-        thread.start()
-    origin[0] = time.perf_counter() + 0.05
-    barrier.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
+              rate: float | None) -> tuple[list[float], dict[int, int], float]:
+    """Sign every callback now (a run lasts seconds, the tolerance is minutes), then send them
+    as prebuilt requests on kept-alive sockets (bench/rawhttp.py)."""
+    prebuilt = [rawhttp.request_bytes(url, cb.body, signed_headers(cb, key))
+                for cb in callbacks]
+    due = None if rate is None else (lambda i: i / rate)
+    latencies, statuses, elapsed = rawhttp.run_clients(url, prebuilt, clients, due=due)
     merged: dict[int, int] = {}
-    for chunk in statuses:
-        for code, n in chunk.items():
-            merged[code] = merged.get(code, 0) + n
-    return [x for chunk in latencies for x in chunk], merged, elapsed
+    for status in statuses:
+        merged[status] = merged.get(status, 0) + 1
+    return latencies, merged, elapsed
 
 
 def closed_loop(label: str, url: str, callbacks: list[Callback], key: bytes,
@@ -179,8 +148,7 @@ def closed_loop(label: str, url: str, callbacks: list[Callback], key: bytes,
 
 def paced(label: str, url: str, callbacks: list[Callback], key: bytes, rate: float,
           senders: int) -> Result:
-    due = [i / rate for i in range(len(callbacks))]
-    latencies, statuses, elapsed = _send_all(url, callbacks, key, senders, due)
+    latencies, statuses, elapsed = _send_all(url, callbacks, key, senders, rate)
     return Result(label, len(latencies), statuses, elapsed, latencies)
 
 

@@ -75,10 +75,16 @@ def counts(db: Database) -> dict[str, int]:
                 for model in COUNTED}
 
 
+def contract_and_partner(client: Any, auth: dict[str, str]) -> str:
+    """The `order.created` contract and partner `acme`, with no endpoint yet."""
+    make_event_type(client, auth)
+    make_partner(client, auth, "acme")
+    return "acme"
+
+
 @pytest.fixture
 def acme(client: Any, auth: dict[str, str]) -> str:
     """Partner `acme` with one endpoint subscribed to `order.created` (import to use)."""
-    make_event_type(client, auth)
-    make_partner(client, auth, "acme")
+    contract_and_partner(client, auth)
     make_endpoint(client, auth)
     return "acme"

@@ -19,6 +19,7 @@ from sender.dispatch import job_specs
 from sender.publish import publish
 from tests.conftest import free_port
 from tests.integration._publish_support import (
+    contract_and_partner,
     counts,
     error_of,
     make_endpoint,
@@ -30,9 +31,7 @@ from tests.integration._publish_support import (
 
 @pytest.fixture
 def acme(client, auth):
-    make_event_type(client, auth)
-    make_partner(client, auth, "acme")
-    return "acme"
+    return contract_and_partner(client, auth)
 
 
 def _queued_ids(redis_client) -> list[str]:

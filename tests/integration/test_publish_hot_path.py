@@ -17,6 +17,7 @@ from app.runtime import Runtime
 from app.web import create_app
 from sender import publish as publish_module
 from tests.integration._publish_support import (
+    contract_and_partner,
     counts,
     make_endpoint,
     make_event_type,
@@ -27,9 +28,7 @@ from tests.integration._publish_support import (
 
 @pytest.fixture
 def partner(client, auth):
-    make_event_type(client, auth)
-    make_partner(client, auth, "acme")
-    return "acme"
+    return contract_and_partner(client, auth)
 
 
 def _publish(client, auth, **extra):
