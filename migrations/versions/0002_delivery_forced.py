@@ -19,11 +19,12 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("deliveries") as batch:
-        batch.add_column(sa.Column("forced", sa.Boolean(), nullable=False,
-                                   server_default=sa.text("false")))
+    # A plain ALTER TABLE ... ADD COLUMN on both databases. Not batch mode: on SQLite that
+    # copies the table and drops the old one, and with foreign keys on, the drop cascades to
+    # every attempt and dead letter of every delivery.
+    op.add_column("deliveries", sa.Column("forced", sa.Boolean(), nullable=False,
+                                          server_default=sa.text("false")))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("deliveries") as batch:
-        batch.drop_column("forced")
+    op.drop_column("deliveries", "forced")

@@ -1,10 +1,11 @@
-"""The one migration creates the whole model, with no drift, on both databases."""
+"""The migrations create the whole model, with no drift, on both databases, and keep data."""
 
 from __future__ import annotations
 
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from app import migrate
+from app.db import Database
 from app.models import Base
 
 
@@ -20,3 +21,42 @@ def test_open_dead_letter_is_unique_per_delivery(migrated) -> None:
     assert indexes["uq_dead_letters_open_delivery"]["unique"]
     if migrated.db.is_postgres:
         assert "ix_dead_letters_search_trgm" in indexes
+
+
+def test_upgrading_a_filled_sqlite_database_keeps_every_row(tmp_path) -> None:
+    """Migrations must not rebuild tables on SQLite: with foreign keys on, dropping the old
+    copy of `deliveries` cascades to every attempt and dead letter."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    migrate.upgrade(url, "0001")
+    rows = [
+        "INSERT INTO partners (id, uid, name, created_at, updated_at) "
+        "VALUES ('ptn_1', 'acme', 'Acme', '2026-01-01', '2026-01-01')",
+        "INSERT INTO endpoints (id, partner_id, url, headers, timeout_s, state, "
+        "consecutive_failures, created_at, updated_at) "
+        "VALUES ('ep_1', 'ptn_1', 'https://x.example', '{}', 5, 'enabled', 0, '2026-01-01', "
+        "'2026-01-01')",
+        "INSERT INTO events (id, partner_id, type, version, data, payload, occurred_at, "
+        "created_at) VALUES ('evt_1', 'ptn_1', 't', 1, '{}', '{}', '2026-01-01', '2026-01-01')",
+        "INSERT INTO deliveries (id, event_id, endpoint_id, state, attempt_count, run_attempts, "
+        "run, created_at, updated_at) "
+        "VALUES ('dlv_1', 'evt_1', 'ep_1', 'dead', 1, 1, 1, '2026-01-01', '2026-01-01')",
+        "INSERT INTO attempts (id, delivery_id, n, started_at, duration_ms, url, "
+        "request_headers, created_at) "
+        "VALUES ('att_1', 'dlv_1', 1, '2026-01-01', 12, 'https://x.example', '{}', '2026-01-01')",
+    ]
+    old = Database(url)
+    try:
+        with old.engine.begin() as connection:
+            for row in rows:
+                connection.execute(text(row))
+    finally:
+        old.dispose()
+    migrate.upgrade(url)
+    new = Database(url)
+    try:
+        with new.engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM attempts")).scalar() == 1
+            assert connection.execute(
+                text("SELECT forced FROM deliveries WHERE id = 'dlv_1'")).scalar() == 0
+    finally:
+        new.dispose()
