@@ -53,6 +53,11 @@ def run_online() -> None:
     engine = make_engine(_url(), pool_size=1)
     try:
         with engine.connect() as connection:
+            if connection.dialect.name == "sqlite":
+                # Batch mode rebuilds a table (copy, drop, rename); with foreign keys on, the
+                # drop would cascade into every referencing row. The pragma only takes effect
+                # outside a transaction, hence the driver connection (in autocommit).
+                connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
             _configure(connection)
             with context.begin_transaction():
                 context.run_migrations()
