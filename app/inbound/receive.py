@@ -32,6 +32,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
+from app import jsonstrict
 from app.errors import BadRequest, PayloadTooLarge, Unauthorized, Unavailable
 from app.inbound import mapping as field_mapping
 from app.inbound.sources import VerificationConfig, verification_config
@@ -111,12 +112,13 @@ def parse_and_extract(config_mapping: field_mapping.FieldMapping,
     """JSON-decode and map a verified body; every refusal is a MappingError with a reason.
 
     Raises:
-        field_mapping.MappingError: not JSON, a field of the wrong kind, a required field
-            missing, or a value that does not fit its column.
+        field_mapping.MappingError: not strict JSON (:mod:`app.jsonstrict`: no NaN, no lone
+            surrogate), a field of the wrong kind, a required field missing, or a value that
+            does not fit its column.
     """
     try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
+        document = jsonstrict.loads(body)
+    except jsonstrict.InvalidJSON as exc:
         raise field_mapping.MappingError(f"invalid_json: {exc}") from None
     extracted = field_mapping.extract(config_mapping, headers, document)
     check_fits(extracted)
@@ -243,17 +245,22 @@ def _store(connection: Connection, config: VerificationConfig,
 
 def _safe_fields(headers: Sequence[tuple[str, str]], body: bytes,
                  config: VerificationConfig) -> dict[str, Any]:
-    """Whatever can still be read from an unusable body, for the audit row."""
+    """Whatever can still be read from an unusable body, for the audit row.
+
+    Parsed leniently on purpose (the body was just refused as strict JSON, and its own event
+    id is still worth keeping), so each value is checked again for what the row can hold.
+    """
     try:
         extracted = field_mapping.extract(config.mapping, headers, json.loads(body))
-    except (ValueError, field_mapping.MappingError):
+    except (ValueError, RecursionError):  # MappingError is a ValueError
         return {}
     fields: dict[str, Any] = {}
     for name, column in (("event_id", "event_id"), ("event_type", "event_type"),
                          ("resource_id", "resource_id"), ("resource_type", "resource_type"),
                          ("status", "resource_status")):
         value = getattr(extracted, name)
-        if value is not None and "\x00" not in value and len(value) <= _TEXT_LIMITS[name]:
+        if value is not None and "\x00" not in value and len(value) <= _TEXT_LIMITS[name] \
+                and not jsonstrict.has_lone_surrogate(value):
             fields[column] = value
     if isinstance(extracted.resource_version, int):
         fields["resource_version"] = extracted.resource_version

@@ -24,7 +24,6 @@ periodic :func:`process_due`, so a lost job or a killed worker only delays them.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterable
@@ -38,7 +37,7 @@ from sqlalchemy import Table, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from app import __version__
+from app import __version__, jsonstrict
 from app import runtime as runtime_mod
 from app.clock import isoformat, utcnow
 from app.config import Settings
@@ -143,8 +142,9 @@ def fetch_json(url: str, params: dict[str, str], settings: Settings,
         raise FetchError(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}",
                          transient=transient)
     try:
-        return json.loads(body)
-    except ValueError as exc:
+        # Strict, as for callbacks: NaN or a lone surrogate cannot be stored with the state.
+        return jsonstrict.loads(body)
+    except jsonstrict.InvalidJSON as exc:
         raise FetchError(f"response is not JSON: {exc}", transient=False) from None
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from flask import request
 
+from app import jsonstrict
 from app.errors import BadRequest, UnsupportedMediaType
 
 
@@ -15,7 +15,7 @@ def read_json_object() -> dict[str, Any]:
 
     Raises:
         UnsupportedMediaType: the content type is not JSON.
-        BadRequest: the body is not valid JSON or not an object.
+        BadRequest: the body is not strict JSON (see :mod:`app.jsonstrict`) or not an object.
     """
     mimetype = request.mimetype or ""
     if mimetype != "application/json" and not mimetype.endswith("+json"):
@@ -23,8 +23,8 @@ def read_json_object() -> dict[str, Any]:
             f"content type must be application/json, got {request.content_type or 'none'}")
     raw = request.get_data(cache=True)
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        body = jsonstrict.loads(raw)
+    except jsonstrict.InvalidJSON as exc:
         raise BadRequest(f"body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object", code="invalid_json")

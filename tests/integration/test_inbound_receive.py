@@ -360,3 +360,77 @@ def test_settings_default_tolerance_applies_to_new_sources(settings, runtime):
 
     assert verification_config(runtime.db.Session, runtime.secret_box,
                                "partner").tolerance_s == 42
+
+
+def _signed_with(scheme: str, event_id: str, status_json: bytes) -> tuple[bytes, list]:
+    """A genuine callback whose status is ``status_json``, verbatim JSON string contents."""
+    body, headers = kit.callback(scheme, event_id=event_id, resource_id=_rid(scheme),
+                                 version=1, status="__STATUS__")
+    body = body.replace(b"__STATUS__", status_json)
+    return body, kit.sign(scheme, kit.SECRETS[scheme], body, headers)
+
+
+def _only_row(runtime: Runtime, event_id: str) -> InboundEvent:
+    with runtime.db.begin() as session:
+        return session.scalars(select(InboundEvent)
+                               .where(InboundEvent.event_id == event_id)).one()
+
+
+@pytest.mark.parametrize(("scheme", "status_json"), [
+    ("standard-webhooks", rb"x\ud800"),      # the escape, the only way in for UTF-8 JSON
+    ("github", b"x\xed\xa0\x80"),            # raw surrogate bytes, which json.loads passes
+])
+def test_lone_surrogate_is_400_and_audited_then_good_callbacks_still_work(
+        scheme, status_json, runtime, live_server):
+    kit.create_source(runtime, "partner", scheme)
+    body, headers = _signed_with(scheme, "evt_bad", status_json)
+    first = _post(live_server, "partner", body, headers)
+    assert first.status_code == 400, first.text
+    error = first.json()["error"]
+    assert error["code"] == "invalid_payload"
+    assert error["details"]["reason"].startswith("invalid_json")
+    row = _only_row(runtime, "evt_bad")  # audited under its own id, from the header
+    assert (row.status, row.id) == ("failed", error["details"]["id"])
+    assert row.reason.startswith("invalid_payload: invalid_json")
+    assert row.resource_status is None  # the unstorable value was not kept
+    assert row.raw_body == body
+    # The partner retries: the same 400, the same row.
+    again = _post(live_server, "partner", body, headers)
+    assert again.status_code == 400 and again.json()["error"]["details"]["id"] == row.id
+    # A surrogate pair (an emoji) is fine, and so is its duplicate.
+    body, headers = _signed_with(scheme, "evt_ok", rb"paid \ud83d\ude00")
+    ok = _post(live_server, "partner", body, headers)
+    assert ok.status_code == 202, ok.text
+    assert _post(live_server, "partner", body, headers).status_code == 200
+    assert _only_row(runtime, "evt_ok").resource_status == "paid \U0001f600"
+    assert process.process_event(ok.json()["id"]) == "applied"
+    assert _count(runtime) == 2
+
+
+def test_lone_surrogate_in_the_event_id_is_audited_under_a_synthetic_id(runtime,
+                                                                       live_server):
+    kit.create_source(runtime, "partner", "stripe")
+    body, headers = kit.callback("stripe", event_id="evt__ID__", resource_id="pi_1")
+    body = body.replace(b"__ID__", rb"\udc00")
+    headers = kit.sign("stripe", kit.SECRETS["stripe"], body, headers)
+    response = _post(live_server, "partner", body, headers)
+    assert response.status_code == 400
+    with runtime.db.begin() as session:
+        row = session.scalars(select(InboundEvent)).one()
+    assert (row.event_id, row.status) == (receive.synthetic_event_id(body), "failed")
+    assert row.resource_id == "pi_1"  # what could be stored was kept
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
+def test_non_finite_number_is_400_and_audited(number, runtime, live_server):
+    kit.create_source(runtime, "partner", "standard-webhooks")
+    body, headers = kit.callback("standard-webhooks", event_id="evt_nan", resource_id="pay_1",
+                                 version=1)
+    body = body.replace(b'"version" : 1', b'"version" : 1, "amount" : ' + number, 1)
+    assert number in body
+    headers = kit.sign("standard-webhooks", kit.SECRETS["standard-webhooks"], body, headers)
+    response = _post(live_server, "partner", body, headers)
+    assert response.status_code == 400
+    assert response.json()["error"]["details"]["reason"].startswith("invalid_json")
+    row = _only_row(runtime, "evt_nan")
+    assert row.status == "failed" and row.raw_body == body

@@ -317,3 +317,29 @@ def test_reconcile_url_is_checked_by_the_ssrf_guard(runtime, settings):
         kit.create_source(strict, "psp", SW, reconcile_url="http://127.0.0.1:8080/state")
     with pytest.raises(ValidationFailed, match="reconcile_url"):
         kit.create_source(runtime, "psp", SW, reconcile_url="ftp://example.com/state")
+
+
+@pytest.mark.parametrize("snapshot", [
+    {"id": "pay_1", "version": 4, "status": "refunded\ud800"},
+    {"id": "pay_1", "version": 4, "status": "refunded", "amount": float("nan")},
+    {"id": "pay_1", "version": 4, "status": "refunded", "amount": float("inf")},
+])
+def test_a_snapshot_that_is_not_strict_json_fails_permanently(runtime, provider, snapshot):
+    # None of these can be stored with the state as JSON: they used to end as a logged crash,
+    # a retry "for the next pass" forever (PostgreSQL refuses NaN), or a non-JSON state.
+    kit.create_source(runtime, "psp", SW, reconcile_url=provider.url)
+    process.process_event(store(runtime, "psp", "e1", 1, "created"))
+    provider.state["pay_1"] = snapshot
+    with runtime.db.begin() as session:
+        from app.models import InboundSource
+
+        source = session.scalars(select(InboundSource)).one()
+        request = reconcile.request_reconcile(session, source, "pay_1")
+    outcome = reconcile.run_request(request.id, runtime)
+    assert outcome.state == "failed"
+    assert outcome.error.startswith("response is not JSON")
+    [row] = requests_of(runtime)
+    assert row.last_error == outcome.error
+    row.last_error.encode()
+    state = state_of(runtime)
+    assert (state.status, state.last_version) == ("created", 1)
