@@ -105,8 +105,6 @@ FLUSH_MAX_DELAY_S = 0.01
 # Backpressure: a job waits while this many admitted deliveries are waiting for a thread.
 HIGH_WATER_PER_THREAD = 16
 TICK_S = 0.05
-# Endpoint URL, headers, timeout and secrets are re-read at least this often.
-TARGET_TTL_S = 5.0
 # An endpoint that only succeeds has its "last success" written at most this often.
 SUCCESS_WRITE_S = 1.0
 QUERY_CHUNK = 500
@@ -254,7 +252,8 @@ class Engine:
         self._writes: SimpleQueue[Outcome | Release | None] = SimpleQueue()
         self._unflushed = 0
         self._secret_cache: dict[str, str] = {}
-        self._target_cache: dict[str, tuple[float, Target]] = {}
+        # The last target seen per endpoint: its timeout sizes the next claim's lease.
+        self._known_targets: dict[str, Target] = {}
         self._flags_checked_at = 0.0
         self._success_written: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
@@ -450,7 +449,7 @@ class Engine:
         back with the claim (UPDATE ... FROM events RETURNING), sparing a query.
         """
         with self._lock:
-            known = [t.timeout_s for _, t in self._target_cache.values()]
+            known = [t.timeout_s for t in self._known_targets.values()]
         lease = now + timedelta(seconds=self._lease_seconds(
             max([float(self.settings.default_timeout_s), *known])))
         table = _table(Delivery)
@@ -556,44 +555,41 @@ class Engine:
 
     def _targets(self, session: Session, endpoint_ids: set[str],
                  now: datetime) -> dict[str, Target]:
-        """Send targets (secrets decrypted), cached for TARGET_TTL_S.
+        """Send targets (secrets decrypted), read afresh for every claimed batch.
 
-        Whether an endpoint is enabled is never taken from the cache: the claim checks it.
-        A changed URL, header or new secret is picked up within the TTL.
+        One query per batch, not per delivery: a rotated secret, a new URL or new headers
+        apply to the very next claim (a partner switching to the new secret at once must
+        not see deliveries signed only with the old one). Decrypted secrets are cached by
+        their ciphertext; whether an endpoint is enabled is the claim's business.
         """
-        mono = time.monotonic()
-        found: dict[str, Target] = {}
-        with self._lock:
-            for endpoint_id in endpoint_ids:
-                hit = self._target_cache.get(endpoint_id)
-                if hit is not None and hit[0] > mono:
-                    found[endpoint_id] = hit[1]
-        missing = sorted(endpoint_ids - set(found))
-        if not missing:
-            return found
         secrets: dict[str, list[tuple[datetime, str, str]]] = {}
-        for row in session.execute(
-                select(EndpointSecret.endpoint_id, EndpointSecret.id, EndpointSecret.created_at,
-                       EndpointSecret.expires_at, EndpointSecret.secret_encrypted)
-                .where(EndpointSecret.endpoint_id.in_(missing))):
-            if row.expires_at is None or row.expires_at > now:
-                secrets.setdefault(row.endpoint_id, []).append(
-                    (row.created_at, row.id, row.secret_encrypted))
-        for row in session.execute(
-                select(Endpoint.id, Endpoint.url, Endpoint.headers, Endpoint.timeout_s,
-                       Endpoint.rate_limit_per_s).where(Endpoint.id.in_(missing))):
-            live = sorted(secrets.get(row.id, []), reverse=True)
+        rows: dict[str, Any] = {}
+        for chunk in _chunks(sorted(endpoint_ids)):
+            for row in session.execute(
+                    select(Endpoint.id, Endpoint.url, Endpoint.headers, Endpoint.timeout_s,
+                           Endpoint.rate_limit_per_s, EndpointSecret.id.label("secret_id"),
+                           EndpointSecret.created_at, EndpointSecret.expires_at,
+                           EndpointSecret.secret_encrypted)
+                    .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
+                    .where(Endpoint.id.in_(chunk))):
+                rows[row.id] = row
+                if row.secret_id is not None and (row.expires_at is None
+                                                  or row.expires_at > now):
+                    secrets.setdefault(row.id, []).append(
+                        (row.created_at, row.secret_id, row.secret_encrypted))
+        found: dict[str, Target] = {}
+        for endpoint_id, row in rows.items():
+            live = sorted(secrets.get(endpoint_id, []), reverse=True)  # newest signs first
             timeout = row.timeout_s or self.settings.default_timeout_s
-            found[row.id] = Target(
-                endpoint_id=row.id, url=row.url,
+            found[endpoint_id] = Target(
+                endpoint_id=endpoint_id, url=row.url,
                 secrets=tuple(self._decrypt(token) for _, _, token in live),
                 headers=dict(row.headers or {}), timeout_s=float(min(max(timeout, 1), 30)),
                 rate_limit_per_s=row.rate_limit_per_s)
         with self._lock:
-            if len(self._target_cache) > 50_000:
-                self._target_cache.clear()
-            for endpoint_id in missing:
-                self._target_cache[endpoint_id] = (mono + TARGET_TTL_S, found[endpoint_id])
+            if len(self._known_targets) > 50_000:
+                self._known_targets.clear()
+            self._known_targets.update(found)
         return found
 
     def _slow_flags(self, endpoint_ids: list[str]) -> set[str]:

@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from standardwebhooks.webhooks import Webhook
 
 from app import runtime as runtime_mod
+from app.clock import utcnow
 from app.models import (
     DEAD,
     RETRYING,
@@ -22,6 +23,8 @@ from app.models import (
 )
 from app.runtime import Runtime
 from sender.dispatch import enqueue_now
+from sender.secrets import rotate
+from sender.signing import generate_secret
 from tests.factories import (
     Receiver,
     SweeperThread,
@@ -231,3 +234,31 @@ def test_many_deliveries_to_several_endpoints_all_arrive_once(make_rt):
         assert len(receiver.requests) == 300
         for i in range(3):
             assert len(set(receiver.event_ids(f"/e{i}"))) == 100
+
+
+def test_a_rotated_secret_and_a_moved_url_apply_to_the_very_next_delivery(make_rt):
+    """The worker keeps no stale copy of an endpoint: a partner that switches to the new
+    secret at once must not see a delivery signed only with the old one."""
+    rt = make_rt()
+    with Receiver() as receiver:
+        with rt.db.begin() as session:
+            partner = make_partner(session, "acme")
+            endpoint = make_endpoint(session, partner, receiver.url + "/old", rt.secret_box)
+            endpoint_id = endpoint.id
+            _, first = make_event_with_deliveries(session, partner, [endpoint])
+        with WorkerThread(rt):
+            enqueue_now(rt.redis, [first[0].id])
+            wait_for(lambda: receiver.on("/old"), message="the first delivery")
+            new_secret = generate_secret()
+            with rt.db.begin() as session:
+                endpoint = session.get_one(Endpoint, endpoint_id)
+                rotate(session, endpoint, new_secret, rt.secret_box, utcnow(), overlap_s=3600)
+                endpoint.url = receiver.url + "/new"
+            with rt.db.begin() as session:
+                endpoint = session.get_one(Endpoint, endpoint_id)
+                _, second = make_event_with_deliveries(session, endpoint.partner, [endpoint])
+            enqueue_now(rt.redis, [second[0].id])
+            [request] = wait_for(lambda: receiver.on("/new"), message="the second delivery")
+    Webhook(new_secret).verify(request.body, request.headers)
+    assert len(request.headers["webhook-signature"].split()) == 2  # new and old, overlapping
+    assert len(receiver.on("/old")) == 1
