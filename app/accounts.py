@@ -77,7 +77,7 @@ def authenticate(session: Session, token: str) -> Principal | None:
 
 def create_operator(session: Session, email: str, password: str) -> Operator:
     email = email.strip().lower()
-    if not _EMAIL.match(email):
+    if not _EMAIL.fullmatch(email):
         raise ValidationFailed(f"not an email address: {email!r}", code="invalid_email")
     if len(password) < MIN_PASSWORD_LENGTH:
         raise ValidationFailed(f"password must have at least {MIN_PASSWORD_LENGTH} characters",

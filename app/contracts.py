@@ -129,7 +129,7 @@ validators = _ValidatorCache()
 
 
 def _check_name(name: Any) -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ValidationFailed(
             "name must be 1-200 characters of letters, digits, '.', '_' or '-', "
             "starting with a letter or digit", code="invalid_field", details={"field": "name"})

@@ -22,9 +22,9 @@ from app.clock import utcnow
 from app.config import Settings
 from app.crypto import SecretBox
 from app.errors import Conflict, NotFound, ValidationFailed
-from app.models import Endpoint, Partner
+from app.models import Endpoint, EndpointSecret, Partner
 from sender import guard
-from sender.secrets import add_secret, current_secret, rotate
+from sender.secrets import add_secret, current_secret_row, rotate
 from sender.signing import generate_secret, is_valid_secret
 
 UID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}$")
@@ -75,7 +75,7 @@ def create_partner(session: Session, body: dict[str, Any]) -> Partner:
         raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
                                details={"fields": unknown})
     uid = body.get("uid")
-    if not isinstance(uid, str) or not UID_PATTERN.match(uid):
+    if not isinstance(uid, str) or not UID_PATTERN.fullmatch(uid):
         raise _invalid("uid", "uid must be 1-200 characters of letters, digits, '.', '_', ':' "
                               "or '-', starting with a letter or digit")
     name = body.get("name", uid)
@@ -143,7 +143,7 @@ def check_headers(headers: Any) -> dict[str, str]:
     clean: dict[str, str] = {}
     for name, value in headers.items():
         lower = name.lower()
-        if not _TOKEN.match(name):
+        if not _TOKEN.fullmatch(name):
             raise ValidationFailed(f"header name {name!r} is not a valid HTTP field name",
                                    code="invalid_header", details={"header": name})
         if lower in RESERVED_HEADERS or lower.startswith(RESERVED_PREFIXES):
@@ -346,5 +346,8 @@ def rotate_secret(session: Session, endpoint: Endpoint, body: dict[str, Any], se
     return secret
 
 
-def read_secret(endpoint: Endpoint, box: SecretBox, now: datetime | None = None) -> str:
-    return current_secret(endpoint, box, now or utcnow())
+def read_secret(endpoint: Endpoint, box: SecretBox,
+                now: datetime | None = None) -> tuple[EndpointSecret, str]:
+    """The current secret's row and its plaintext."""
+    row = current_secret_row(endpoint, now or utcnow())
+    return row, box.decrypt(row.secret_encrypted)

@@ -172,7 +172,7 @@ def looks_numeric(host: str) -> bool:
     """Tell whether a host ends in a number, which browsers treat as a (maybe bad) IPv4 literal."""
     text = host[:-1] if host.endswith(".") else host
     last = text.rsplit(".", 1)[-1]
-    return bool(_NUMERIC_LABEL.match(last))
+    return bool(_NUMERIC_LABEL.fullmatch(last))
 
 
 def _embedded_ipv4(addr: IPv6Address) -> tuple[IPv4Address, str] | None:

@@ -13,6 +13,8 @@ DEFAULT_RETRY_SCHEDULE: tuple[int, ...] = (
     5, 300, 1800, 7200, 18000, 36000, 36000, 36000, 36000, 36000, 36000, 36000,
 )  # fmt: skip
 RETRY_AFTER_STATUSES = frozenset({429, 503})
+# The longest Retry-After honoured: a partner may ask for a pause, not park a delivery for days.
+MAX_RETRY_AFTER_S = 3600.0
 GONE_STATUS = 410
 
 _DELTA_SECONDS = re.compile(r"^[+-]?[0-9]+(?:\.[0-9]+)?$")
@@ -56,7 +58,7 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     text = value.strip()
     if not text:
         return None
-    if _DELTA_SECONDS.match(text):
+    if _DELTA_SECONDS.fullmatch(text):
         return max(0.0, float(text))
     try:
         when = parsedate_to_datetime(text)
@@ -95,7 +97,12 @@ class RetryPolicy:
         retry_after: float | None,
         rng: random.Random,
     ) -> float | None:
-        """Seconds to wait before the next attempt, or None when the schedule is exhausted."""
+        """Seconds to wait before the next attempt, or None when the schedule is exhausted.
+
+        Jitter spreads the scheduled step. A `Retry-After` on 429/503 that asks for longer is
+        honoured exactly (no jitter: the partner named the moment), up to MAX_RETRY_AFTER_S;
+        a shorter one never brings the retry forward.
+        """
         if attempts_made < 0:
             raise ValueError("attempts_made cannot be negative")
         if attempts_made == 0:
@@ -105,7 +112,7 @@ class RetryPolicy:
         step = float(self.schedule[attempts_made - 1])
         delay = step * rng.uniform(1 - self.jitter, 1 + self.jitter)
         if status in RETRY_AFTER_STATUSES and retry_after is not None and retry_after >= 0:
-            delay = max(delay, min(retry_after, 2 * step))
+            delay = max(delay, min(retry_after, MAX_RETRY_AFTER_S))
         return delay
 
 

@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from app import contracts
-from app.clock import isoformat, parse_time, utcnow
+from app.clock import isoformat, parse_rfc3339, utcnow
 from app.config import Settings
 from app.db import Database
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
@@ -114,7 +114,7 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
         if not isinstance(raw_time, str):
             raise _invalid("occurred_at", "occurred_at must be an RFC 3339 timestamp")
         try:
-            occurred_at = parse_time(raw_time)
+            occurred_at = parse_rfc3339(raw_time)
         except ValueError:
             raise _invalid("occurred_at", "occurred_at must be an RFC 3339 timestamp") from None
     resource = body.get("resource")

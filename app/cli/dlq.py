@@ -5,7 +5,8 @@ from __future__ import annotations
 import getpass
 import json
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -13,6 +14,7 @@ import click
 from app.cli.common import fail, make_runtime
 from app.clock import isoformat
 from app.errors import KurirError
+from app.runtime import Runtime
 from dlq import discard as discard_mod
 from dlq import resend as resend_mod
 from dlq.search import DL_STATES, DeadLetterFilter, search
@@ -101,6 +103,39 @@ def dlq_ls(limit: int, cursor: str | None, as_json: bool, **values: Any) -> None
         click.echo(f"more: --cursor {page.next_cursor}")
 
 
+def _resend_ids(runtime: Runtime, ids: list[str], *, actor: str,
+                force: bool) -> tuple[str, resend_mod.PageResult]:
+    """Resend the named letters page by page, keeping each id's outcome for the report.
+
+    The bulk job only counts skips by reason; an operator who named ids needs to know which
+    one failed and why, so this runs the pages here and records the job when done.
+    """
+    outcome = resend_mod.PageResult()
+    with click.progressbar(length=len(ids), label="resending", show_pos=True,
+                           file=sys.stderr) as bar:
+        for start in range(0, len(ids), resend_mod.PAGE_SIZE):
+            page = ids[start:start + resend_mod.PAGE_SIZE]
+            with runtime.db.begin() as session:
+                result = resend_mod.resend_ids_inline(session, runtime.redis, page,
+                                                      actor=actor, force=force)
+            outcome.resent += result.resent
+            outcome.delivery_ids += result.delivery_ids
+            outcome.skipped.update(result.skipped)
+            bar.update(len(page))
+    with runtime.db.begin() as session:
+        op = resend_mod.record_inline(session, outcome, ids, actor=actor, force=force)
+        return op.id, outcome
+
+
+def _summary(done: int, total: int, op_id: str, skipped: Mapping[str, int]) -> None:
+    click.echo(f"resent {done} of {total} (job {op_id})")
+    if skipped:
+        click.echo("skipped: " + ", ".join(f"{reason} {n}" for reason, n in
+                                           sorted(skipped.items())))
+        if skipped.get(resend_mod.ENDPOINT_DISABLED):
+            click.echo("hint: enable the endpoint first, or pass --force")
+
+
 @dlq_group.command("resend")
 @click.option("--id", "ids", multiple=True, help="A dead letter id (repeatable).")
 @filter_options(with_state=False)
@@ -109,7 +144,11 @@ def dlq_ls(limit: int, cursor: str | None, as_json: bool, **values: Any) -> None
 @click.option("--actor", default=None, help="Name recorded in the audit trail.")
 def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | None,
                **values: Any) -> None:
-    """Resend dead letters by id, or every open one matching the filters, with progress."""
+    """Resend dead letters by id, or every open one matching the filters, with progress.
+
+    Exits 1 when a letter named with --id was not resent; a filter that skips some of the
+    letters it matches (e.g. disabled endpoints) still exits 0.
+    """
     flt = _filter(values)
     if ids and not flt.is_empty():
         fail("give either --id or filters, not both", 2)
@@ -117,10 +156,25 @@ def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | N
         fail("nothing selected: give --id, filters, or --all to resend every open letter", 2)
     actor = actor or _default_actor()
     runtime = make_runtime()
+    if ids:
+        wanted = list(dict.fromkeys(i.strip() for i in ids if i.strip()))
+        if not wanted:
+            fail("--id must not be empty", 2)
+        try:
+            op_id, outcome = _resend_ids(runtime, wanted, actor=actor, force=force)
+        except KurirError as exc:
+            fail(exc.message, 2)
+        for letter_id in outcome.resent:
+            click.echo(f"resent {letter_id}")
+        for letter_id, reason in outcome.skipped.items():
+            click.echo(f"kurir: {letter_id}: not resent: {reason}", err=True)
+        _summary(len(outcome.resent), len(wanted), op_id, Counter(outcome.skipped.values()))
+        if outcome.skipped:
+            raise SystemExit(1)
+        return
     try:
         with runtime.db.begin() as session:
-            op = resend_mod.start_bulk(session, actor=actor, ids=list(ids) if ids else None,
-                                       flt=None if ids else flt, force=force)
+            op = resend_mod.start_bulk(session, actor=actor, flt=flt, force=force)
             op_id, total = op.id, op.total
         if total == 0:
             click.echo("no open dead letters match")
@@ -129,13 +183,7 @@ def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | N
             op = resend_mod.run_bulk(runtime, op_id, progress=bar.update)
     except KurirError as exc:
         fail(exc.message, 2)
-    skipped = op.params.get("skipped") or {}
-    click.echo(f"resent {op.done} of {op.total} (job {op.id})")
-    if skipped:
-        click.echo("skipped: " + ", ".join(f"{reason} {n}" for reason, n in
-                                           sorted(skipped.items())))
-        if skipped.get(resend_mod.ENDPOINT_DISABLED):
-            click.echo("hint: enable the endpoint first, or pass --force")
+    _summary(op.done, op.total, op.id, op.params.get("skipped") or {})
 
 
 @dlq_group.command("discard")

@@ -86,7 +86,7 @@ def resolve(path: str) -> Handler:
     Raises:
         ValueError: the path is malformed, cannot be imported, or is not callable.
     """
-    if not isinstance(path, str) or not _DOTTED.match(path):
+    if not isinstance(path, str) or not _DOTTED.fullmatch(path):
         raise ValueError(f"{path!r} is not a dotted path like package.module:function")
     if ":" in path:
         module_name, attr = path.split(":", 1)

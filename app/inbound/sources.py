@@ -51,7 +51,7 @@ class VerificationConfig:
 
 
 def validate_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ValidationFailed(
             "source name must be 1-100 characters of a-z, 0-9, '.', '_' or '-', "
             "starting with a letter or digit", code="invalid_source", details={"field": "name"})

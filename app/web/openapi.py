@@ -349,7 +349,9 @@ add(f"{_EP_PATH}/secret/rotate", "post", op(
     ok={200: ENDPOINT_WITH_SECRET}, errors=(400, 404, 415, 422)))
 add(f"{_EP_PATH}/secret", "get", op(
     "Read the current secret", tag="endpoints", scope="endpoints:write", params=EP,
-    ok={200: schema("Secret", obj({"secret": SECRET}))}, errors=(404,)))
+    ok={200: schema("Secret", obj({
+        "id": STRING, "endpoint": STRING, "secret": SECRET, "created_at": TIMESTAMP,
+        "expires_at": OPT_TIMESTAMP}))}, errors=(404,)))
 
 # ---------------------------------------------------------------------------- events
 
@@ -452,9 +454,18 @@ DELIVERY_ID = [path_param("delivery_id", "delivery id")]
 add("/v1/deliveries/{delivery_id}", "get", op(
     "Read a delivery with its attempts", tag="deliveries", scope="read", params=DELIVERY_ID,
     ok={200: DELIVERY}, errors=(404,)))
+FORCE_PARAM = query("force", "also to a disabled endpoint (or `force` in the body)",
+                    {"type": "string", "enum": ["true", "false", "1", "0"]})
 add("/v1/deliveries/{delivery_id}/retry", "post", op(
-    "Try a delivery now", tag="deliveries", scope="dlq:write", params=DELIVERY_ID,
-    ok={200: DELIVERY, 202: DELIVERY}, errors=(404, 409)))
+    "Try a delivery now", tag="deliveries", scope="dlq:write",
+    params=[*DELIVERY_ID, FORCE_PARAM], body_required=False,
+    body={"type": "object", "properties": {"force": BOOLEAN}},
+    description="A pending or retrying delivery becomes due now; a succeeded one is sent "
+                "again as a new run; a dead one is resent through its open dead letter "
+                "(audited there): 409 `endpoint_disabled` unless `force`, 409 "
+                "`dead_letter_not_open` when its letter was discarded. 409 "
+                "`delivery_in_flight` while an attempt runs.",
+    ok={200: DELIVERY, 202: DELIVERY}, errors=(400, 404, 409, 415, 422)))
 
 # ---------------------------------------------------------------------------- dead letters
 
@@ -502,10 +513,21 @@ add("/v1/dead-letters/{letter_id}/resend", "post", op(
     scope="dlq:write", params=LETTER_ID, body_required=False,
     body={"type": "object", "properties": {"force": BOOLEAN}},
     ok={200: DEAD_LETTER}, errors=(400, 404, 409, 415, 422)))
+RESEND_FILTER = obj({
+    "partner": STRING, "endpoint": STRING, "type": STRING, "reason": STRING,
+    "status_code": {"type": ["integer", "string"],
+                    "description": "last HTTP status, or `none` for no answer"},
+    "error": STRING, "q": STRING, "since": TIMESTAMP, "until": TIMESTAMP,
+    "state": {"type": "string", "enum": ["open"]},
+    "all": {"type": "boolean", "description": "required (`true`) when no criterion is given: "
+                                              "resend every open dead letter"},
+}, required=[], description="search criteria (AND); at least one, or `all: true`")
 add("/v1/dead-letters/resend", "post", op(
     "Resend many: `{ids: [...]}` or `{filter: {...}}`", tag="dead-letters",
     scope="dlq:write",
-    body={"type": "object", "properties": {"ids": array(STRING), "filter": ANY_OBJECT,
+    description="A filter with no criteria is refused (422 `invalid_parameter`); "
+                '`{"filter": {"all": true}}` resends every open dead letter.',
+    body={"type": "object", "properties": {"ids": array(STRING), "filter": RESEND_FILTER,
                                            "force": BOOLEAN}},
     ok={200: BULK, 202: BULK}, errors=(400, 415, 422)))
 add("/v1/dead-letters/resend-jobs/{op_id}", "get", op(
@@ -563,7 +585,7 @@ INBOUND_EVENT = schema("InboundEvent", obj({
     "id": STRING, "source": STRING, "event_id": STRING, "event_type": OPT_STRING,
     "resource_id": OPT_STRING, "resource_version": OPT_INTEGER,
     "occurred_at": OPT_TIMESTAMP, "status": INBOUND_STATUS, "reason": OPT_STRING,
-    "received_at": TIMESTAMP}, strict=False))
+    "received_at": TIMESTAMP, "created_at": TIMESTAMP}, strict=False))
 INBOUND_ID = [path_param("event_id", "inbound event id")]
 add("/v1/inbound-events", "get", op(
     "List received callbacks, newest first", tag="inbound", scope="read",

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import select
 
 from app.accounts import create_api_key
 from app.clock import utcnow
 from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery
-from dlq.park import park
 from sender.dispatch import enqueue_now
+from tests.dlq_factories import Scene, letters_for, make_scene
 from tests.factories import (
     Receiver,
     WorkerThread,
@@ -57,19 +58,86 @@ def test_get_delivery_shows_every_attempt_in_the_spec_shape(runtime, client, aut
     assert first["started_at"].endswith("Z") and isinstance(first["duration_ms"], int)
 
 
-def test_retry_of_a_dead_delivery_points_to_its_dead_letter(runtime, client, auth):
+def _dead_delivery(runtime, url: str, state: str = "enabled") -> tuple[Scene, str, str]:
+    """A dead delivery parked with an open dead letter, on an endpoint in `state`."""
     with runtime.db.begin() as session:
-        partner = make_partner(session)
-        endpoint = make_endpoint(session, partner, "http://127.0.0.1:9/h", runtime.secret_box)
-        _, [delivery] = make_event_with_deliveries(session, partner, [endpoint], state=DEAD)
-        row = session.get(Delivery, delivery.id)
-        letter = park(session, row, row.event, row.endpoint, "retries_exhausted")
-        session.flush()
-        letter_id = letter.id
-    response = client.post(f"/v1/deliveries/{delivery.id}/retry", headers=auth)
+        scene = make_scene(session, runtime.secret_box, url=url, state=state)
+        (letter_id,) = letters_for(session, scene, 1, attempts=2)
+        delivery_id = session.get_one(DeadLetter, letter_id).delivery_id
+    return scene, letter_id, delivery_id
+
+
+def test_retry_of_a_dead_delivery_resends_it_once_its_endpoint_is_enabled(runtime, client,
+                                                                          auth):
+    with Receiver() as receiver:
+        scene, letter_id, delivery_id = _dead_delivery(runtime, receiver.url + "/hook",
+                                                       state="disabled")
+        refused = client.post(f"/v1/deliveries/{delivery_id}/retry", headers=auth)
+        assert refused.status_code == 409
+        error = refused.get_json()["error"]
+        assert error["code"] == "endpoint_disabled" and "force" in error["message"]
+        assert client.get(f"/v1/dead-letters/{letter_id}",
+                          headers=auth).get_json()["state"] == "open"
+        assert client.post(f"/v1/partners/{scene.partner_uid}/endpoints/{scene.endpoint_id}"
+                           "/enable", headers=auth).status_code == 200
+        with WorkerThread(runtime):
+            response = client.post(f"/v1/deliveries/{delivery_id}/retry", headers=auth)
+            assert response.status_code == 202, response.get_json()
+            body = response.get_json()
+            assert (body["id"], body["state"]) == (delivery_id, PENDING)
+            wait_for(lambda: _state(runtime, delivery_id) == SUCCEEDED, message="resent")
+        [request] = receiver.on("/hook")
+    letter = client.get(f"/v1/dead-letters/{letter_id}", headers=auth).get_json()
+    assert letter["state"] == "resent" and letter["run"] == 2
+    last = letter["audit"][-1]
+    assert (last["actor"], last["action"]) == ("test-admin", "resend")
+    assert last["outcome"] == "resent as run 2"
+    delivery = client.get(f"/v1/deliveries/{delivery_id}", headers=auth).get_json()
+    assert delivery["state"] == SUCCEEDED and delivery["attempt_count"] == 3
+    assert request.headers["webhook-id"] == delivery["event"]
+
+
+@pytest.mark.parametrize(("query", "body"), [("?force=true", None), ("", {"force": True})])
+def test_forced_retry_of_a_dead_delivery_goes_to_a_disabled_endpoint(runtime, client, auth,
+                                                                     query, body):
+    _, letter_id, delivery_id = _dead_delivery(runtime, "http://127.0.0.1:9/h",
+                                               state="disabled")
+    response = client.post(f"/v1/deliveries/{delivery_id}/retry{query}", json=body,
+                           headers=auth)
+    assert response.status_code == 202, response.get_json()
+    assert response.get_json()["state"] == PENDING
+    letter = client.get(f"/v1/dead-letters/{letter_id}", headers=auth).get_json()
+    assert letter["state"] == "resent"
+    assert letter["audit"][-1]["outcome"] == "resent as run 2 (forced: endpoint disabled)"
+    with runtime.db.begin() as session:
+        assert session.get_one(Delivery, delivery_id).forced is True
+    assert runtime.redis.llen("rq:queue:kurir-deliveries") == 1
+
+
+def test_retry_of_a_dead_delivery_whose_letter_was_discarded_is_a_clear_409(runtime, client,
+                                                                            auth):
+    _, letter_id, delivery_id = _dead_delivery(runtime, "http://127.0.0.1:9/h")
+    assert client.post(f"/v1/dead-letters/{letter_id}/discard", headers=auth,
+                       json={"note": "sent by hand"}).status_code == 200
+    response = client.post(f"/v1/deliveries/{delivery_id}/retry", headers=auth)
     assert response.status_code == 409
     error = response.get_json()["error"]
-    assert error["code"] == "delivery_dead" and error["details"]["dead_letter"] == letter_id
+    assert error["code"] == "dead_letter_not_open" and "discarded" in error["message"]
+    assert error["details"] == {"delivery": delivery_id, "dead_letter": letter_id,
+                                "state": "discarded"}
+    assert _state(runtime, delivery_id) == DEAD
+    assert runtime.redis.llen("rq:queue:kurir-deliveries") == 0
+
+
+def test_retry_rejects_a_force_that_is_not_a_boolean(runtime, client, auth):
+    _, letter_id, delivery_id = _dead_delivery(runtime, "http://127.0.0.1:9/h",
+                                               state="disabled")
+    response = client.post(f"/v1/deliveries/{delivery_id}/retry", json={"force": "yes"},
+                           headers=auth)
+    assert response.status_code == 422
+    assert response.get_json()["error"]["details"] == {"parameter": "force"}
+    assert client.get(f"/v1/dead-letters/{letter_id}",
+                      headers=auth).get_json()["state"] == "open"
 
 
 def test_retry_of_a_succeeded_delivery_sends_it_again_as_a_new_run(runtime, client, auth):

@@ -170,8 +170,8 @@ def test_retry_after_on_429_waits_at_least_that_long(make_rt):
         with WorkerThread(rt):
             wait_for(lambda: _state(rt, delivery_id) == SUCCEEDED, message="after Retry-After")
         first, second = receiver.on("/h")
-    # The schedule says 1 s; Retry-After says 2 s (within the 2 x step cap): 2 s it is.
-    assert second.at - first.at >= 1.95
+    # The schedule says 1 s; Retry-After says 2 s: at least 2 s it is (SPEC §5).
+    assert second.at - first.at >= 2.0
 
 
 def test_an_endpoint_that_never_answers_times_out_at_its_deadline(make_rt):

@@ -171,3 +171,53 @@ def test_discard_keeps_the_note_and_unknown_job_is_404(client, auth, scene):
     assert body["audit"][-1]["action"] == "discard"
     assert client.post(f"/v1/dead-letters/{ids[0]}/discard", headers=auth).status_code == 409
     assert client.get("/v1/dead-letters/resend-jobs/bop_x", headers=auth).status_code == 404
+
+
+@pytest.mark.parametrize("flt", [{}, {"state": "open"}, {"partner": "", "q": "  "},
+                                 {"all": False}])
+def test_resend_by_an_empty_filter_is_refused(client, auth, scene, redis_client, flt):
+    response = client.post("/v1/dead-letters/resend", json={"filter": flt}, headers=auth)
+    assert response.status_code == 422
+    error = response.get_json()["error"]
+    assert error["code"] == "invalid_parameter" and error["details"] == {"parameter": "filter"}
+    assert "at least one criterion" in error["message"] and '"all": true' in error["message"]
+    assert Queue(DEFAULT, connection=redis_client).get_jobs() == []
+    listed = client.get("/v1/dead-letters?state=open", headers=auth).get_json()["data"]
+    assert len(listed) == 3
+
+
+def test_resend_all_must_be_a_boolean(client, auth, scene):
+    response = client.post("/v1/dead-letters/resend", json={"filter": {"all": "yes"}},
+                           headers=auth)
+    assert response.status_code == 422
+    assert response.get_json()["error"]["details"] == {"parameter": "filter.all"}
+
+
+def test_resend_all_says_so_explicitly_and_resends_every_open_letter(client, auth, runtime,
+                                                                     scene, redis_client):
+    _, ids = scene
+    with runtime.db.begin() as session:
+        other = make_scene(session, runtime.secret_box, uid="initech")
+        more = letters_for(session, other, 2)
+    client.post(f"/v1/dead-letters/{ids[0]}/discard", headers=auth)
+    response = client.post("/v1/dead-letters/resend", json={"filter": {"all": True}},
+                           headers=auth)
+    assert response.status_code == 202, response.get_json()
+    body = response.get_json()
+    assert body["count"] == 4
+    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    job.perform()
+    status = client.get(body["status_url"], headers=auth).get_json()
+    assert (status["state"], status["done"], status["filter"]) == (
+        "succeeded", 4, {"state": "open"})
+    listed = client.get("/v1/dead-letters?state=resent", headers=auth).get_json()["data"]
+    assert sorted(d["id"] for d in listed) == sorted([*ids[1:], *more])
+
+
+def test_resend_all_with_criteria_still_narrows(client, auth, runtime, scene):
+    with runtime.db.begin() as session:
+        other = make_scene(session, runtime.secret_box, uid="initech")
+        letters_for(session, other, 2)
+    response = client.post("/v1/dead-letters/resend",
+                           json={"filter": {"all": True, "partner": "initech"}}, headers=auth)
+    assert response.status_code == 202 and response.get_json()["count"] == 2

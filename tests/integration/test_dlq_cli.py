@@ -10,7 +10,8 @@ from rq import Queue
 from sqlalchemy import select
 
 from app.cli import cli
-from app.models import DeadLetter, DeadLetterAudit
+from app.clock import utcnow
+from app.models import BulkOperation, DeadLetter, DeadLetterAudit, Endpoint
 from app.queues import DELIVERIES
 from tests.dlq_factories import letters_for, make_scene
 
@@ -80,7 +81,41 @@ def test_resend_by_id_with_force_and_refusals(run, letters):
     assert run("resend").exit_code == 2  # nothing selected
     assert run("resend", "--id", b[0], "--partner", "x").exit_code == 2
     result = run("resend", "--id", b[0], "--id", b[1], "--force")
+    assert result.exit_code == 0, result.output
     assert "resent 2 of 2" in result.output, result.output
+    assert f"resent {b[0]}" in result.output and f"resent {b[1]}" in result.output
+
+
+def test_resend_by_id_exits_1_naming_each_id_not_resent(run, runtime, letters):
+    a, b = letters
+    result = run("resend", "--id", a[0], "--id", "dl_nope", "--id", b[0])
+    assert result.exit_code == 1, result.output
+    assert f"resent {a[0]}" in result.output
+    assert "kurir: dl_nope: not resent: not_found" in result.output
+    assert f"kurir: {b[0]}: not resent: endpoint_disabled" in result.output
+    assert "resent 1 of 3" in result.output
+    assert "endpoint_disabled 1, not_found 1" in result.output and "--force" in result.output
+    again = run("resend", "--id", a[0])
+    assert again.exit_code == 1
+    assert f"{a[0]}: not resent: dead_letter_not_open" in again.output
+    with runtime.db.begin() as session:
+        states = dict(session.execute(select(DeadLetter.id, DeadLetter.state)).all())
+        session.get_one(Endpoint, session.get_one(DeadLetter, a[1]).endpoint_id).deleted_at = (
+            utcnow())
+    assert (states[a[0]], states[b[0]]) == ("resent", "open")
+    gone = run("resend", "--id", a[1], "--force")
+    assert gone.exit_code == 1 and "not resent: endpoint_deleted" in gone.output
+    assert run("resend", "--id", " ").exit_code == 2
+
+
+def test_resend_by_id_records_a_finished_job(run, runtime, letters):
+    a, _ = letters
+    result = run("resend", "--id", a[0], "--id", a[1])
+    assert result.exit_code == 0, result.output
+    job_id = result.output.split("(job ")[1].split(")")[0]
+    with runtime.db.begin() as session:
+        op = session.get_one(BulkOperation, job_id)
+        assert (op.state, op.total, op.done, op.failed) == ("succeeded", 2, 2, 0)
 
 
 def test_discard_with_a_note(run, runtime, letters):

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from app.clock import utcnow
+from app.clock import parse_time, utcnow
 from app.models import Endpoint, EndpointSecret
 from app.runtime import Runtime
 from app.web import create_app
@@ -61,7 +61,8 @@ def test_duplicate_partner_uid_is_409(client, auth):
 
 
 @pytest.mark.parametrize("body", [{}, {"uid": ""}, {"uid": "has space"}, {"uid": 7},
-                                  {"uid": "ok", "name": ""}, {"uid": "ok", "extra": 1}])
+                                  {"uid": "ok", "name": ""}, {"uid": "ok", "extra": 1},
+                                  {"uid": "acme\n", "name": "Acme"}])
 def test_bad_partner_is_422(client, auth, body):
     assert client.post("/v1/partners", headers=auth, json=body).status_code == 422
 
@@ -90,8 +91,10 @@ def test_endpoint_gets_generated_secret_and_defaults(client, auth, runtime):
 
     read = client.get(f"/v1/partners/acme/endpoints/{created['id']}", headers=auth).get_json()
     assert "secret" not in read and set(read) == ENDPOINT_KEYS
-    assert client.get(f"/v1/partners/acme/endpoints/{created['id']}/secret",
-                      headers=auth).get_json() == {"secret": secret}
+    current = client.get(f"/v1/partners/acme/endpoints/{created['id']}/secret",
+                         headers=auth).get_json()
+    assert set(current) == {"id", "endpoint", "secret", "created_at", "expires_at"}
+    assert (current["secret"], current["endpoint"]) == (secret, created["id"])
 
 
 def test_secret_is_stored_encrypted(client, auth, runtime):
@@ -199,6 +202,7 @@ def test_reserved_header_is_422(client, auth, name):
 
 @pytest.mark.parametrize("headers", [{"X-A": "one\r\nX-Evil: 1"}, {"X-A": "one\ntwo"},
                                      {"X-A": "a\rb"}, {"Bad Name": "x"}, {"X-A\r\n": "x"},
+                                     {"X-A\n": "x"}, {"": "x"},
                                      {"X-A": 5}, {"X-A": "x" * 5000}, ["X-A"]])
 def test_header_injection_and_bad_headers_are_422(client, auth, headers):
     make_partner(client, auth)
@@ -296,7 +300,12 @@ def test_rotate_keeps_old_secret_valid_for_the_overlap(client, auth, runtime):
     assert rotated.status_code == 200
     new = rotated.get_json()["secret"]
     assert new != ep["secret"] and new.startswith("whsec_")
-    assert client.get(f"{base}/secret", headers=auth).get_json() == {"secret": new}
+    current = client.get(f"{base}/secret", headers=auth).get_json()
+    assert current["secret"] == new and current["endpoint"] == ep["id"]
+    assert current["id"].startswith("whs_") and current["expires_at"] is None
+    assert parse_time(current["created_at"]) <= utcnow()
+    updated = client.get(base, headers=auth).get_json()["updated_at"]
+    assert parse_time(updated) >= parse_time(current["created_at"])  # the rotation shows
     overlap = runtime.settings.secret_rotation_overlap_seconds
     with runtime.db.Session() as session:
         endpoint = session.get(Endpoint, ep["id"])

@@ -71,6 +71,7 @@ def test_invalid_json_schema_is_422_and_not_stored(client, auth, schema):
 @pytest.mark.parametrize("body", [
     {"version": 1, "schema": {}},
     {"name": "has space", "version": 1, "schema": {}},
+    {"name": "trailing.newline\n", "version": 1, "schema": {}},
     {"name": "x", "version": 0, "schema": {}},
     {"name": "x", "version": "1", "schema": {}},
     {"name": "x", "version": True, "schema": {}},

@@ -171,7 +171,8 @@ def test_inbound_events_are_listed_by_status_source_and_resource(runtime, client
                        headers=auth).get_json()["data"][0]
     assert set(shape) == {"id", "source", "event_id", "event_type", "resource_id",
                           "resource_version", "occurred_at", "status", "reason",
-                          "received_at"}
+                          "received_at", "created_at"}
+    assert shape["created_at"] == shape["received_at"]
     assert (shape["source"], shape["event_id"], shape["status"], shape["reason"]) == (
         "psp", "e1", "ignored", "stale_event")
     assert shape["resource_version"] == 1 and shape["event_type"] == "payment.created"

@@ -154,6 +154,10 @@ def test_unknown_type_or_version_is_422(client, auth, acme, type_, version):
     {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
      "occurred_at": "yesterday"},
     {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
+     "occurred_at": "2026-12-02T10:00:00"},  # no offset: which zone is unknown
+    {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
+     "occurred_at": "2026-12-02"},
+    {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
      "correlation_id": 5},
     {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
      "priority": "high"},

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from sender.policy import (
     DEFAULT_RETRY_SCHEDULE,
+    MAX_RETRY_AFTER_S,
     Decision,
     RetryPolicy,
     decide,
@@ -116,17 +117,44 @@ def test_seeded_rng_is_reproducible() -> None:
     assert policy.next_delay(3, None, None, rng()) == policy.next_delay(3, None, None, rng())
 
 
+def test_retry_after_cap_is_one_hour() -> None:
+    assert MAX_RETRY_AFTER_S == 3600.0
+
+
 @pytest.mark.parametrize("status", [429, 503])
-def test_retry_after_waits_at_least_that_long_capped_at_twice_the_step(status: int) -> None:
-    # step after attempt 2 is 300 s
+def test_retry_after_longer_than_the_step_is_waited_in_full(status: int) -> None:
+    # step after attempt 2 is 300 s; after attempt 1, 5 s
     assert NO_JITTER.next_delay(2, status, 500.0, rng()) == 500.0
+    assert NO_JITTER.next_delay(2, status, 3000.0, rng()) == 3000.0
+    assert NO_JITTER.next_delay(1, status, 60.0, rng()) == 60.0
+    short = RetryPolicy((1, 1, 1), jitter=0.0)
+    assert short.next_delay(1, status, 3.0, rng()) == 3.0
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_is_capped_at_one_hour(status: int) -> None:
+    assert NO_JITTER.next_delay(1, status, 10_000.0, rng()) == MAX_RETRY_AFTER_S
+    assert NO_JITTER.next_delay(2, status, 1e9, rng()) == MAX_RETRY_AFTER_S
+    # a step longer than the cap still wins: Retry-After never shortens the schedule
+    assert NO_JITTER.next_delay(6, status, 10_000.0, rng()) == 36000.0
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_shorter_than_the_step_keeps_the_step(status: int) -> None:
     assert NO_JITTER.next_delay(2, status, 100.0, rng()) == 300.0
-    assert NO_JITTER.next_delay(2, status, 10_000.0, rng()) == 600.0
     assert NO_JITTER.next_delay(2, status, 0.0, rng()) == 300.0
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_jitter_spreads_the_step_but_not_a_longer_retry_after(status: int) -> None:
     jittered = RetryPolicy(DEFAULT_RETRY_SCHEDULE, jitter=0.2)
     for seed in range(50):
-        d = jittered.next_delay(1, status, 3600.0, random.Random(seed))
-        assert d == 10.0  # capped at 2 x 5 s
+        assert jittered.next_delay(1, status, 60.0, random.Random(seed)) == 60.0
+        assert jittered.next_delay(1, status, 7200.0, random.Random(seed)) == MAX_RETRY_AFTER_S
+        # a Retry-After inside the jitter band: the later of the two
+        plain = jittered.next_delay(2, None, None, random.Random(seed))
+        assert plain is not None
+        assert jittered.next_delay(2, status, 300.0, random.Random(seed)) == max(plain, 300.0)
 
 
 @pytest.mark.parametrize("status", [500, 502, 404, 410, None])
@@ -147,7 +175,11 @@ def test_delay_bounds_property(
     step = DEFAULT_RETRY_SCHEDULE[n - 1]
     delay = policy.next_delay(n, status, retry_after, random.Random(seed))
     assert delay is not None
-    assert step * 0.8 <= delay <= step * 2
+    assert step * 0.8 <= delay <= max(step * 1.2, MAX_RETRY_AFTER_S)
+    if status in (429, 503) and retry_after is not None:
+        assert delay >= min(retry_after, MAX_RETRY_AFTER_S)
+    else:
+        assert delay <= step * 1.2
 
 
 # ----------------------------------------------------------------------- successes

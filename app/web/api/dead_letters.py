@@ -94,15 +94,18 @@ def _load(session: Session, letter_id: str) -> tuple[DeadLetter, str]:
     return letter, uid
 
 
-def _optional_body() -> dict[str, Any]:
+def optional_body() -> dict[str, Any]:
     """Action bodies are optional; when one is sent it must be a JSON object."""
     if not request.get_data(cache=True):
         return {}
     return read_json_object()
 
 
-def _force(body: dict[str, Any]) -> bool:
-    """`force` from the JSON body (a boolean) or the query string (true/false/1/0)."""
+def parse_force(body: dict[str, Any]) -> bool:
+    """`force` from the JSON body (a boolean) or the query string (true/false/1/0).
+
+    Shared with `POST /v1/deliveries/{id}/retry`, which resends a dead delivery the same way.
+    """
     if "force" in body:
         value = body["force"]
     else:
@@ -112,6 +115,28 @@ def _force(body: dict[str, Any]) -> bool:
         raise ValidationFailed("force must be a boolean", code="invalid_parameter",
                                details={"parameter": "force"})
     return value
+
+
+def _resend_filter(raw: dict[str, Any]) -> DeadLetterFilter:
+    """The filter of a bulk resend; with no criteria it must say `"all": true`.
+
+    A bulk resend only touches open letters, so an empty filter (or one with only `state`)
+    means every open letter: too easy to send by mistake, hence the explicit `all`, like
+    the CLI's `--all`.
+    """
+    everything = raw.get("all", False)
+    if not isinstance(everything, bool):
+        raise ValidationFailed("filter.all must be a boolean", code="invalid_parameter",
+                               details={"parameter": "filter.all"})
+    flt = DeadLetterFilter.from_params({k: v for k, v in raw.items() if k != "all"},
+                                       strict=True)
+    if flt.with_state(None).is_empty() and not everything:
+        raise ValidationFailed(
+            "the filter has no criteria and would resend every open dead letter: pass at "
+            "least one criterion (partner, endpoint, type, reason, status_code, error, q, "
+            'since, until) or "all": true', code="invalid_parameter",
+            details={"parameter": "filter"})
+    return flt
 
 
 @blueprint.get("/dead-letters")
@@ -140,8 +165,8 @@ def get_dead_letter(letter_id: str) -> Response:
 @blueprint.post("/dead-letters/<letter_id>/resend")
 @require_scope("dlq:write")
 def resend_dead_letter(letter_id: str) -> Response:
-    body = _optional_body()
-    force = _force(body)
+    body = optional_body()
+    force = parse_force(body)
     rt = runtime()
     actor = current_principal().name
     with rt.db.begin() as session:
@@ -156,6 +181,8 @@ def resend_dead_letter(letter_id: str) -> Response:
 def resend_many() -> tuple[Response, int]:
     """`{"ids": [...]}` (a few: now, 200; many: in the background, 202) or `{"filter": {...}}`.
 
+    A filter needs at least one criterion, or `"all": true` to resend every open letter.
+
     Every answer carries `count` and `job_id`, whose progress `GET …/resend-jobs/{id}` shows.
     """
     body = read_json_object()
@@ -164,7 +191,7 @@ def resend_many() -> tuple[Response, int]:
         raise ValidationFailed('body must be {"ids": [...]} or {"filter": {...}}, optionally '
                                'with "force": true', code="invalid_parameter",
                                details={"unknown": unknown})
-    force = _force(body)
+    force = parse_force(body)
     rt = runtime()
     actor = current_principal().name
     if "ids" in body:
@@ -198,7 +225,7 @@ def resend_many() -> tuple[Response, int]:
     if not isinstance(raw_filter, dict):
         raise ValidationFailed("filter must be an object of search parameters",
                                code="invalid_parameter", details={"parameter": "filter"})
-    flt = DeadLetterFilter.from_params(raw_filter, strict=True)
+    flt = _resend_filter(raw_filter)
     with rt.db.begin() as session:
         op = resend_mod.start_bulk(session, actor=actor, flt=flt, force=force,
                                    connection=rt.redis)
@@ -220,7 +247,7 @@ def resend_job(op_id: str) -> Response:
 @blueprint.post("/dead-letters/<letter_id>/discard")
 @require_scope("dlq:write")
 def discard_dead_letter(letter_id: str) -> Response:
-    body = _optional_body()
+    body = optional_body()
     note = body.get("note")
     if note is not None and not isinstance(note, str):
         raise ValidationFailed("note must be a string", code="invalid_parameter",

@@ -33,6 +33,7 @@ def inbound_event_json(event: InboundEvent, source_name: str, *,
         "status": event.status,
         "reason": event.reason,
         "received_at": isoformat(event.received_at),
+        "created_at": isoformat(event.received_at),  # every resource has one (SPEC §4)
     }
     if detail:
         try:

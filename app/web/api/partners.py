@@ -7,6 +7,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 from sqlalchemy import select
 
+from app.clock import isoformat
 from app.models import Endpoint, Partner
 from app.pagination import paginate, parse_limit
 from app.web.api.serializers import endpoint_json, partner_json
@@ -157,4 +158,7 @@ def read_secret(uid: str, endpoint_id: str) -> Response:
     with rt.db.begin() as session:
         partner = service.get_partner(session, uid)
         endpoint = service.get_endpoint(session, partner, endpoint_id)
-        return jsonify({"secret": service.read_secret(endpoint, rt.secret_box)})
+        row, secret = service.read_secret(endpoint, rt.secret_box)
+        return jsonify({"id": row.id, "endpoint": endpoint.id, "secret": secret,
+                        "created_at": isoformat(row.created_at),
+                        "expires_at": isoformat(row.expires_at)})
