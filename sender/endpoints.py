@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from ipaddress import ip_network
 from typing import Any
 
 from sqlalchemy import select
@@ -56,13 +55,6 @@ ENABLED, DISABLED = "enabled", "disabled"
 
 def _invalid(field: str, message: str, code: str = "invalid_field") -> ValidationFailed:
     return ValidationFailed(message, code=code, details={"field": field})
-
-
-def guard_policy(settings: Settings) -> guard.GuardPolicy:
-    cidrs = tuple(ip_network(cidr, strict=False) for cidr in settings.allowed_cidrs)
-    return guard.GuardPolicy(allow_private=settings.allow_private_targets,
-                             allow_cidrs=cidrs,
-                             require_https=settings.require_https)
 
 
 # ---------------------------------------------------------------------------- partners
@@ -118,7 +110,7 @@ def check_url(url: Any, settings: Settings,
     if len(url) > MAX_URL_LENGTH:
         raise _invalid("url", f"url is longer than {MAX_URL_LENGTH} characters", "invalid_url")
     try:
-        guard.check_url(url, guard_policy(settings), resolver)
+        guard.check_url(url, guard.policy_from(settings), resolver)
     except guard.InvalidURL as exc:
         raise _invalid("url", f"url is not acceptable: {exc}", "invalid_url") from None
     except guard.BlockedAddress as exc:

@@ -7,7 +7,11 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
@@ -104,6 +108,15 @@ class GuardPolicy:
             for n in self.allow_cidrs
         )
         object.__setattr__(self, "allow_cidrs", nets)
+
+
+def policy_from(settings: Settings) -> GuardPolicy:
+    """The policy configured by KURIR_ALLOW_PRIVATE_TARGETS, _ALLOWED_CIDRS, _REQUIRE_HTTPS."""
+    return GuardPolicy(
+        allow_private=settings.allow_private_targets,
+        allow_cidrs=tuple(ip_network(cidr, strict=False) for cidr in settings.allowed_cidrs),
+        require_https=settings.require_https,
+    )
 
 
 def default_resolver(host: str, port: int) -> list[str]:

@@ -31,6 +31,7 @@ from sender.guard import GuardPolicy, Resolver
 
 MAX_BODY_BYTES = 4096
 _READ_CHUNK = 1024
+_LARGE_READ_CHUNK = 64 * 1024
 
 ERROR_TIMEOUT = "timeout"
 ERROR_CONNECTION = "connection_error"
@@ -45,7 +46,8 @@ _OWNED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "conn
 
 @dataclass
 class HttpResult:
-    """The outcome of one POST, recorded as an attempt; network failures are values, not raises."""
+    """The outcome of one request (for a delivery, recorded as an attempt); network failures
+    are values, not raises."""
 
     status: int | None
     body: bytes
@@ -301,7 +303,8 @@ def _is_connect_failure(exc: BaseException) -> bool:
 
 
 class Transport:
-    """Sends webhook POSTs, one requests.Session per endpoint origin for connection reuse."""
+    """Sends webhook POSTs (and reconcile GETs), one requests.Session per origin for
+    connection reuse."""
 
     def __init__(
         self,
@@ -388,6 +391,22 @@ class Transport:
         connect_timeout_s: float = 5.0,
     ) -> HttpResult:
         """POST once within timeout_s overall; never raises for network problems."""
+        return self.send("POST", url, body, headers, timeout_s, policy, connect_timeout_s)
+
+    def send(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout_s: float,
+        policy: GuardPolicy,
+        connect_timeout_s: float = 5.0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+    ) -> HttpResult:
+        """One request within timeout_s overall, to an address the guard checked, keeping at
+        most `max_body_bytes` of the response; never raises for network problems.
+        """
         started = time.monotonic()
         deadline = _Deadline(started + timeout_s)
         sent_headers = {k: v for k, v in headers.items() if k.lower() not in _OWNED_HEADERS}
@@ -402,7 +421,7 @@ class Transport:
         ) -> HttpResult:
             return HttpResult(
                 status=status,
-                body=data[:MAX_BODY_BYTES],
+                body=data[:max_body_bytes],
                 duration_ms=int((time.monotonic() - started) * 1000),
                 error=error,
                 request_headers=request_headers if request_headers is not None else sent_headers,
@@ -429,7 +448,8 @@ class Transport:
             if deadline.remaining() <= 0:
                 break
             outcome, connect_failed = self._exchange(
-                session, url, ip, port, body, sent_headers, deadline, connect_timeout_s, result
+                session, method, url, ip, port, body, sent_headers, deadline,
+                connect_timeout_s, max_body_bytes, result
             )
             if not connect_failed:
                 return outcome
@@ -443,20 +463,22 @@ class Transport:
     def _exchange(
         self,
         session: requests.Session,
+        method: str,
         url: str,
         ip: str,
         port: int,
-        body: bytes,
+        body: bytes | None,
         headers: dict[str, str],
         budget: _Deadline,
         connect_timeout_s: float,
+        max_body_bytes: int,
         result: Callable[..., HttpResult],
     ) -> tuple[HttpResult, bool]:
         """One try against one checked address: (result, whether it failed before sending)."""
         pinned = _pinned_url(url, ip, port)
         try:
             prepared = session.prepare_request(
-                requests.Request("POST", pinned, data=body, headers=headers)
+                requests.Request(method, pinned, data=body, headers=headers)
             )
         except (requests.exceptions.RequestException, ValueError) as exc:
             return result(_classify(exc), str(exc)), False
@@ -492,7 +514,7 @@ class Transport:
 
             status = response.status_code
             response_headers = {k.lower(): v for k, v in response.headers.items()}
-            data, complete, read_error = _read_capped(response.raw)
+            data, complete, read_error = _read_capped(response.raw, max_body_bytes)
             fired = deadline.finish()
             error: str | None = None
             detail: str | None = None
@@ -518,15 +540,18 @@ class Transport:
                 response.raw.release_conn()
 
 
-def _read_capped(raw: urllib3.BaseHTTPResponse) -> tuple[bytes, bool, BaseException | None]:
-    """Read at most MAX_BODY_BYTES undecoded: (data, reached end of body, error if any)."""
+def _read_capped(
+    raw: urllib3.BaseHTTPResponse, limit: int
+) -> tuple[bytes, bool, BaseException | None]:
+    """Read at most `limit` bytes undecoded: (data, reached end of body, error if any)."""
     buf = bytearray()
+    step = _READ_CHUNK if limit <= _LARGE_READ_CHUNK else _LARGE_READ_CHUNK
     try:
-        while len(buf) <= MAX_BODY_BYTES:
-            chunk = raw.read(_READ_CHUNK, decode_content=False)
+        while len(buf) <= limit:
+            chunk = raw.read(step, decode_content=False)
             if not chunk:
-                return bytes(buf[:MAX_BODY_BYTES]), True, None
+                return bytes(buf[:limit]), True, None
             buf += chunk
     except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError) as exc:
-        return bytes(buf[:MAX_BODY_BYTES]), False, exc
-    return bytes(buf[:MAX_BODY_BYTES]), False, None
+        return bytes(buf[:limit]), False, exc
+    return bytes(buf[:limit]), False, None

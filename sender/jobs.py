@@ -40,7 +40,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from ipaddress import ip_network
 from queue import Empty, SimpleQueue
 from typing import Any, cast
 
@@ -69,9 +68,8 @@ from app.models import (
 )
 from app.runtime import Runtime
 from dlq.park import park
-from sender import health
+from sender import guard, health
 from sender.deliver import AttemptResult, Target, attempt
-from sender.guard import GuardPolicy
 from sender.http import ERROR_CONNECTION, ERROR_TIMEOUT, Transport
 from sender.policy import RetryPolicy, decide, parse_retry_after
 from sender.ratelimit import RateLimiter
@@ -217,10 +215,7 @@ class Engine:
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not security
         self.retry_policy = RetryPolicy(schedule=tuple(settings.retry_schedule),
                                         jitter=settings.retry_jitter)
-        self.guard_policy = GuardPolicy(allow_private=settings.allow_private_targets,
-                                        allow_cidrs=tuple(ip_network(c, strict=False)
-                                                          for c in settings.allowed_cidrs),
-                                        require_https=settings.require_https)
+        self.guard_policy = guard.policy_from(settings)
         self.thresholds = health.Thresholds(settings.disable_after_failures,
                                             settings.disable_after_seconds)
         self.fast_cap = settings.endpoint_concurrency

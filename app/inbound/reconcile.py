@@ -25,14 +25,12 @@ periodic :func:`process_due`, so a lost job or a killed worker only delays them.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from ipaddress import ip_network
 from typing import Any, Protocol, cast
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
-import requests
 from sqlalchemy import Table, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -48,6 +46,8 @@ from app.inbound.mapping import Extracted, FieldMapping, MappingError, extract
 from app.models import InboundEvent, InboundSource, ReconcileRequest, ResourceState
 from app.queues import INBOUND, JobSpec, try_enqueue_many
 from app.runtime import Runtime
+from sender import guard, http
+from sender.http import Transport
 
 log = logging.getLogger(__name__)
 # Core table for the conditional statements (typed as a Table for mypy).
@@ -91,52 +91,36 @@ class Outcome:
 
 def check_reconcile_url(url: str, settings: Settings) -> None:
     """Vet a pull URL with the SSRF guard the sender uses; ValueError says why not."""
-    from sender.guard import BlockedAddress, GuardPolicy, check_url
-
-    policy = GuardPolicy(allow_private=settings.allow_private_targets,
-                         allow_cidrs=tuple(ip_network(c, strict=False)
-                                           for c in settings.allowed_cidrs),
-                         require_https=settings.require_https)
     try:
-        check_url(url, policy)
-    except BlockedAddress as exc:
+        guard.check_url(url, guard.policy_from(settings))
+    except guard.BlockedAddress as exc:
         raise ValueError(str(exc)) from None
     except OSError as exc:
         raise ValueError(f"cannot resolve: {exc}") from None
 
 
-def fetch_json(url: str, params: dict[str, str], settings: Settings,
+def fetch_json(transport: Transport, url: str, params: dict[str, str], settings: Settings,
                timeout_s: float = FETCH_TIMEOUT_S) -> Any:
-    """GET a JSON document within a total deadline, without following redirects.
+    """GET a JSON document within a total deadline, without following redirects, from the
+    address the SSRF guard checked (a name that resolves elsewhere on a second lookup cannot
+    steer the request inside).
 
     Raises:
         FetchError: transient for network errors, 408, 429 and 5xx; permanent otherwise.
     """
-    try:
-        check_reconcile_url(url, settings)
-    except ValueError as exc:
-        raise FetchError(f"reconcile_url refused: {exc}", transient=False) from None
-    deadline = time.monotonic() + timeout_s
-    try:
-        with requests.get(url, params=params, allow_redirects=False, stream=True,
-                          timeout=(settings.connect_timeout_s, timeout_s),
-                          headers={"Accept": "application/json",
-                                   "User-Agent": f"Kurir/{__version__}"}) as response:
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in response.iter_content(64 * 1024):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > MAX_RESPONSE_BYTES:
-                    raise FetchError(f"response larger than {MAX_RESPONSE_BYTES} bytes",
-                                     transient=False)
-                if time.monotonic() > deadline:
-                    raise FetchError(f"no complete response within {timeout_s:.0f} s",
-                                     transient=True)
-            status = response.status_code
-    except requests.RequestException as exc:
-        raise FetchError(f"{type(exc).__name__}: {str(exc)[:300]}", transient=True) from None
-    body = b"".join(chunks)
+    answer = transport.send(
+        "GET", _with_query(url, params), None,
+        {"Accept": "application/json", "User-Agent": f"Kurir/{__version__}"},
+        timeout_s, guard.policy_from(settings), connect_timeout_s=settings.connect_timeout_s,
+        max_body_bytes=MAX_RESPONSE_BYTES + 1)
+    if answer.error in (http.ERROR_BLOCKED, http.ERROR_INVALID_URL):
+        raise FetchError(f"reconcile_url refused: {answer.error_detail}", transient=False)
+    if answer.error is not None:
+        raise FetchError(f"{answer.error}: {(answer.error_detail or '')[:300]}", transient=True)
+    status = cast(int, answer.status)
+    body = answer.body
+    if len(body) > MAX_RESPONSE_BYTES:
+        raise FetchError(f"response larger than {MAX_RESPONSE_BYTES} bytes", transient=False)
     if not 200 <= status <= 299:
         transient = status in (408, 425, 429) or status >= 500
         raise FetchError(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}",
@@ -146,6 +130,14 @@ def fetch_json(url: str, params: dict[str, str], settings: Settings,
         return jsonstrict.loads(body)
     except jsonstrict.InvalidJSON as exc:
         raise FetchError(f"response is not JSON: {exc}", transient=False) from None
+
+
+def _with_query(url: str, params: dict[str, str]) -> str:
+    """The URL with `params` added to whatever query it already has."""
+    parts = urlsplit(url)
+    extra = urlencode(params)
+    query = f"{parts.query}&{extra}" if parts.query and extra else parts.query or extra
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 
 
 def parse_snapshot(document: Any) -> tuple[Extracted, dict[str, Any]]:
@@ -278,12 +270,18 @@ def _claim(rt: Runtime, request_id: str, *, force: bool,
 
 def _fetch(url: str, resource_id: str | None, since: datetime | None,
            settings: Settings) -> list[Any]:
-    if resource_id is not None:
-        return [fetch_json(url, {"resource_id": resource_id}, settings)]
+    with Transport(pool_maxsize=1, max_sessions=1, resolver_threads=1) as transport:
+        if resource_id is not None:
+            return [fetch_json(transport, url, {"resource_id": resource_id}, settings)]
+        return _fetch_sweep(transport, url, since, settings)
+
+
+def _fetch_sweep(transport: Transport, url: str, since: datetime | None,
+                 settings: Settings) -> list[Any]:
     documents: list[Any] = []
     params = {"since": isoformat(since) or ""}
     for _ in range(MAX_PAGES):
-        page = fetch_json(url, params, settings)
+        page = fetch_json(transport, url, params, settings)
         cursor = None
         if isinstance(page, dict) and isinstance(page.get("data"), list):
             documents.extend(page["data"])

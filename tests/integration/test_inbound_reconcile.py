@@ -24,6 +24,7 @@ from app.models import InboundEvent, ReconcileRequest, ResourceState
 from app.queues import INBOUND
 from app.runtime import Runtime
 from app.scheduling import periodic_jobs
+from sender.http import Transport
 from sender.worker import run_worker
 from tests.conftest import free_port
 from tests.integration import inbound_kit as kit
@@ -39,13 +40,18 @@ class FakeProvider:
         self.pages: list[dict[str, Any]] = []
         self.failures: list[int] = []
         self.requests: list[dict[str, list[str]]] = []
+        self.hosts: list[str | None] = []
+        self.oversized = False
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server API
                 query = parse_qs(urlsplit(self.path).query)
                 provider.requests.append(query)
-                if provider.failures:
+                provider.hosts.append(self.headers.get("Host"))
+                if provider.oversized:
+                    self._send(200, ["x" * 1024] * (reconcile.MAX_RESPONSE_BYTES // 1024))
+                elif provider.failures:
                     self._send(provider.failures.pop(0), {"error": "try later"})
                 elif "resource_id" in query:
                     found = provider.state.get(query["resource_id"][0])
@@ -343,3 +349,42 @@ def test_a_snapshot_that_is_not_strict_json_fails_permanently(runtime, provider,
     row.last_error.encode()
     state = state_of(runtime)
     assert (state.status, state.last_version) == ("created", 1)
+
+
+def test_a_pull_connects_to_the_address_the_guard_checked(settings, provider):
+    # One lookup per pull, and the request goes to what it answered: a name that resolves to
+    # a public address for the check and to an internal one for the connect (DNS rebinding)
+    # cannot steer the fetch inside.
+    provider.state["pay_1"] = {"id": "pay_1", "version": 2, "status": "paid"}
+    port = provider.server.server_port
+    lookups: list[str] = []
+
+    def resolver(host: str, _port: int) -> list[str]:
+        lookups.append(host)
+        return ["127.0.0.1"] if host == "psp.example" else []
+
+    with Transport(resolver=resolver) as transport:
+        document = reconcile.fetch_json(
+            transport, f"http://psp.example:{port}/v1/payments/state?account=7",
+            {"resource_id": "pay_1"}, settings)
+    assert document == provider.state["pay_1"]
+    assert lookups == ["psp.example"]
+    assert provider.hosts == [f"psp.example:{port}"]
+    assert provider.requests == [{"account": ["7"], "resource_id": ["pay_1"]}]
+
+
+def test_a_pull_to_a_name_resolving_inside_is_refused_at_fetch_time(settings, provider):
+    strict = settings.with_overrides(allow_private_targets=False)
+    with Transport(resolver=lambda _h, _p: ["169.254.169.254"]) as transport, \
+            pytest.raises(reconcile.FetchError, match="reconcile_url refused") as refused:
+        reconcile.fetch_json(transport, "http://psp.example/state", {}, strict)
+    assert refused.value.transient is False
+    assert provider.requests == []
+
+
+def test_an_oversized_snapshot_fails_permanently(settings, provider):
+    provider.oversized = True
+    with Transport() as transport, \
+            pytest.raises(reconcile.FetchError, match="larger than") as too_big:
+        reconcile.fetch_json(transport, provider.url, {"resource_id": "pay_1"}, settings)
+    assert too_big.value.transient is False
