@@ -7,6 +7,7 @@ from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import redis
 from rq import Queue
 from sqlalchemy import select
 
@@ -22,8 +23,10 @@ from app.models import (
     Operator,
 )
 from app.queues import DEFAULT
+from app.web.ui import throttle
 from dlq import resend as resend_mod
 from sender.secrets import current_secret
+from tests.conftest import free_port
 from tests.dlq_factories import letters_for, make_scene
 
 EMAIL, PASSWORD = "ops@example.com", "correct horse battery"
@@ -91,6 +94,47 @@ def test_wrong_password_is_refused_and_the_session_cookie_is_locked_down(client,
     assert "kurir_session=" in cookie and "HttpOnly" in cookie
     assert "SameSite=Lax" in cookie and "Path=/ui" in cookie
     assert client.get("/ui/").status_code == 200
+
+
+def _sign_in(client, password: str, email: str = EMAIL, address: str = "203.0.113.7"):
+    return client.post("/ui/login", data={"email": email, "password": password,
+                                          "csrf_token": token(client)},
+                       environ_base={"REMOTE_ADDR": address})
+
+
+def test_repeated_wrong_passwords_lock_the_account_for_a_while(client, operator,
+                                                                redis_client):
+    for _ in range(throttle.MAX_FAILURES_PER_ACCOUNT):
+        assert _sign_in(client, "guess").status_code == 401
+    locked = _sign_in(client, PASSWORD)  # even the right password waits: no oracle
+    assert locked.status_code == 429 and "Too many failed sign-ins" in locked.text
+    assert 0 < int(locked.headers["Retry-After"]) <= throttle.WINDOW_S
+    assert client.get("/ui/").status_code == 302
+    # Another address does not unlock the account; another account is not locked.
+    assert _sign_in(client, PASSWORD, address="198.51.100.9").status_code == 429
+    assert _sign_in(client, "guess", email="other@example.com").status_code == 401
+    # When the window ends, the right password works and clears the count.
+    for key in redis_client.scan_iter(f"{throttle.KEY_PREFIX}account:*"):
+        redis_client.delete(key)
+    assert _sign_in(client, PASSWORD).status_code == 302
+    client.post("/ui/logout", data={"csrf_token": token(client, "/ui/")})
+    assert _sign_in(client, "guess").status_code == 401
+
+
+def test_one_address_spraying_many_accounts_is_throttled(client, operator):
+    for n in range(throttle.MAX_FAILURES_PER_CLIENT):
+        assert _sign_in(client, "guess", email=f"user{n}@example.com").status_code == 401
+    assert _sign_in(client, PASSWORD).status_code == 429
+    assert _sign_in(client, PASSWORD, address="198.51.100.9").status_code == 302
+
+
+def test_sign_in_still_works_when_redis_is_down(client, operator, runtime, monkeypatch):
+    # The counters are disposable: an operator must get in to see why Redis is down.
+    dead = redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0",
+                                socket_connect_timeout=0.5)
+    monkeypatch.setattr(runtime, "redis", dead)
+    assert _sign_in(client, "guess").status_code == 401
+    assert _sign_in(client, PASSWORD).status_code == 302
 
 
 def test_login_never_redirects_off_site(client, operator):

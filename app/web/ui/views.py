@@ -49,6 +49,7 @@ from app.pagination import paginate, parse_limit
 from app.web.context import runtime
 from app.web.metrics import queue_stats
 from app.web.ui import present, security, stats
+from app.web.ui.throttle import LoginThrottle
 from dlq import discard as discard_mod
 from dlq import resend as resend_mod
 from dlq.search import DL_STATES, FILTER_KEYS, DeadLetterFilter, count, search
@@ -67,7 +68,7 @@ try:  # the inbound subsystem may be absent from a trimmed build
 except ImportError:  # pragma: no cover - depends on what is installed
     inbound_replay = None
 
-Page = str | WerkzeugResponse | tuple[str, int]
+Page = str | WerkzeugResponse | tuple[str, int] | tuple[str, int, dict[str, str]]
 
 
 # ------------------------------------------------------------------------------ plumbing
@@ -165,13 +166,25 @@ def login() -> Page:
         return render_template("ui/login.html", next=next_url, email="")
     email = request.form.get("email", "").strip()
     password = request.form.get("password", "")
+    throttle = LoginThrottle(runtime().redis)
+    client = request.remote_addr or "unknown"
+    wait_s = throttle.retry_after(email, client)
+    if wait_s:
+        # Refused before the password is looked at: a locked account is no oracle either.
+        minutes = -(-wait_s // 60)
+        flash(f"Too many failed sign-ins. Try again in {minutes} minute(s).", "error")
+        log.warning("sign-in throttled", extra={"client": client})
+        page = render_template("ui/login.html", next=next_url, email=email)
+        return page, 429, {"Retry-After": str(wait_s)}
     with runtime().db.begin() as session:
         operator = verify_operator(session, email, password) if email and password else None
         if operator is not None:
             security.start_session(operator)
     if operator is None:
+        throttle.failed(email, client)
         flash("Wrong email or password.", "error")
         return render_template("ui/login.html", next=next_url, email=email), 401
+    throttle.succeeded(email)
     log.info("operator signed in", extra={"operator_id": operator.id})
     return redirect(security.safe_next(next_url))
 
