@@ -245,6 +245,27 @@ def test_resend_all_matching_runs_a_job_whose_progress_is_shown(ui, runtime, let
     assert [_state(runtime, i) for i in ids] == ["resent", "open", "open"]
 
 
+def test_resend_all_matching_without_criteria_needs_the_explicit_all(ui, runtime, letters,
+                                                                     redis_client):
+    _, ids = letters
+    listing = ui.get("/ui/dead-letters")
+    assert 'name="all" value="1"' in listing.text
+    assert "resends <strong>every</strong>" in listing.text
+    assert 'name="all"' not in ui.get("/ui/dead-letters?q=apple").text
+    implied = ui.post("/ui/dead-letters/resend-matching", data={
+        "csrf_token": token(ui, "/ui/dead-letters")})
+    assert implied.headers["Location"] == "/ui/dead-letters"
+    assert "no search criteria were given" in ui.get("/ui/dead-letters").text
+    assert [_state(runtime, i) for i in ids] == ["open"] * 3
+    assert Queue(DEFAULT, connection=redis_client).count == 0
+    explicit = ui.post("/ui/dead-letters/resend-matching", data={
+        "csrf_token": token(ui, "/ui/dead-letters"), "all": "1"})
+    assert explicit.headers["Location"].startswith("/ui/jobs/")
+    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    job.perform()
+    assert [_state(runtime, i) for i in ids] == ["resent"] * 3
+
+
 def test_detail_shows_payload_attempts_and_hides_secrets(ui, letters):
     _, ids = letters
     page = ui.get(f"/ui/dead-letters/{ids[0]}")

@@ -324,6 +324,11 @@ def dead_letters_resend_matching() -> WerkzeugResponse:
     params = {k: request.form.get(k, "") for k in FILTER_KEYS if request.form.get(k)}
     params["state"] = DL_OPEN
     flt = DeadLetterFilter.from_params(params)
+    if flt.with_state(None).is_empty() and request.form.get("all") != "1":
+        # As in the API: "everything" is said outright, never implied by missing criteria.
+        flash("Not resent: no search criteria were given. To resend every open dead letter, "
+              "use \"Resend all matching\" on the unfiltered list.", "error")
+        return redirect(url_for("ui.dead_letters"))
     rt = runtime()
     with rt.db.begin() as session:
         op = resend_mod.start_bulk(session, actor=security.actor(), flt=flt,
