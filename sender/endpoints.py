@@ -7,6 +7,7 @@ Secrets are stored only encrypted and are returned to the caller, never logged.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +26,8 @@ from app.models import Endpoint, EndpointSecret, Partner
 from sender import guard
 from sender.secrets import add_secret, current_secret_row, rotate
 from sender.signing import generate_secret, is_valid_secret
+
+log = logging.getLogger(__name__)
 
 UID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}$")
 MAX_URL_LENGTH = 2048
@@ -101,9 +104,13 @@ def check_url(url: Any, settings: Settings,
               resolver: guard.Resolver = guard.default_resolver) -> str:
     """The SSRF verdict of SPEC §5, made once here and again by the worker at every attempt.
 
+    A host that does not resolve (yet) is accepted, as Svix and Stripe do: DNS that is not
+    live yet or a resolver hiccup must not block a registration, and nothing can be sent to
+    it before an attempt resolves it and the guard vets the answer.
+
     Raises:
-        ValidationFailed: `invalid_url` (syntax, scheme, https required), `blocked_address`
-            (an internal target) or `unresolvable_host`.
+        ValidationFailed: `invalid_url` (syntax, scheme, https required) or `blocked_address`
+            (an internal target).
     """
     if not isinstance(url, str) or not url:
         raise _invalid("url", "url is required and must be a string", "invalid_url")
@@ -118,8 +125,7 @@ def check_url(url: Any, settings: Settings,
                                code="blocked_address",
                                details={"field": "url", "reason": exc.reason}) from None
     except guard.ResolutionError as exc:
-        raise _invalid("url", f"url host cannot be resolved: {exc}",
-                       "unresolvable_host") from None
+        log.info("endpoint host does not resolve yet: %s", exc)
     return url
 
 

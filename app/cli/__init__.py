@@ -7,7 +7,7 @@ import sys
 import click
 
 from app import __version__
-from app.cli import admin, dlq, inbound, run
+from app.cli import admin, dlq, inbound, listen, run
 from app.config import ConfigError, Settings, load_settings
 
 
@@ -35,7 +35,8 @@ def settings_from_env() -> Settings:
     return load_settings()
 
 
-for command in (*run.COMMANDS, *admin.COMMANDS, *dlq.COMMANDS, *inbound.COMMANDS):
+for command in (*run.COMMANDS, *admin.COMMANDS, *dlq.COMMANDS, *inbound.COMMANDS,
+                *listen.COMMANDS):
     cli.add_command(command)
 
 

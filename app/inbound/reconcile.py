@@ -90,13 +90,16 @@ class Outcome:
 
 
 def check_reconcile_url(url: str, settings: Settings) -> None:
-    """Vet a pull URL with the SSRF guard the sender uses; ValueError says why not."""
+    """Vet a pull URL with the SSRF guard the sender uses; ValueError says why not.
+
+    A host that does not resolve yet is accepted: every pull resolves and vets it again.
+    """
     try:
         guard.check_url(url, guard.policy_from(settings))
     except guard.BlockedAddress as exc:
         raise ValueError(str(exc)) from None
-    except OSError as exc:
-        raise ValueError(f"cannot resolve: {exc}") from None
+    except guard.ResolutionError as exc:
+        log.info("reconcile_url host does not resolve yet: %s", exc)
 
 
 def fetch_json(transport: Transport, url: str, params: dict[str, str], settings: Settings,

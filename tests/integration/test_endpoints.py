@@ -158,6 +158,17 @@ def test_internal_target_is_refused_at_creation(strict_app, auth, host):
     assert client.get("/v1/partners/acme/endpoints", headers=auth).get_json()["data"] == []
 
 
+def test_a_host_that_does_not_resolve_yet_is_accepted(strict_app, auth):
+    # Nothing can reach it before an attempt resolves it and the guard vets the answer
+    # (sender tests: an unresolvable host is a connection error, nothing sent).
+    client = strict_app.test_client()
+    make_partner(client, auth)
+    response = client.post("/v1/partners/acme/endpoints", headers=auth,
+                           json={"url": "https://hooks.acme.invalid/kurir"})
+    assert response.status_code == 201, response.get_json()
+    assert response.get_json()["url"] == "https://hooks.acme.invalid/kurir"
+
+
 def test_require_https_refuses_http(strict_app, auth):
     client = strict_app.test_client()
     make_partner(client, auth)

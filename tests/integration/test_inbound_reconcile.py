@@ -323,6 +323,8 @@ def test_reconcile_url_is_checked_by_the_ssrf_guard(runtime, settings):
         kit.create_source(strict, "psp", SW, reconcile_url="http://127.0.0.1:8080/state")
     with pytest.raises(ValidationFailed, match="reconcile_url"):
         kit.create_source(runtime, "psp", SW, reconcile_url="ftp://example.com/state")
+    # Not resolving yet is no verdict: every pull resolves and vets the host again.
+    kit.create_source(strict, "later", SW, reconcile_url="https://api.psp.invalid/state")
 
 
 @pytest.mark.parametrize("snapshot", [
