@@ -135,6 +135,7 @@ class Settings:
     log_format: str = "text"
     api_workers: int = 2
     api_threads: int = 8
+    metrics_token: str | None = None
 
     @property
     def resolved_database_url(self) -> str:
@@ -208,6 +209,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_LOG_FORMAT": ("log_format", _parse_choice(("text", "json"))),
     "KURIR_API_WORKERS": ("api_workers", lambda n, r: _parse_int(n, r, 1, 64)),
     "KURIR_API_THREADS": ("api_threads", lambda n, r: _parse_int(n, r, 1, 256)),
+    "KURIR_METRICS_TOKEN": ("metrics_token", _opt_str),
 }
 
 ENV_VARS: tuple[str, ...] = tuple(_ENV)

@@ -9,18 +9,20 @@ Counts shrink when retention purges old rows; they are exposed as gauges for tha
 
 from __future__ import annotations
 
+import hmac
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import redis
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 from rq import Queue
 from rq.job import Job
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.clock import utcnow
+from app.errors import Unauthorized
 from app.models import (
     DELIVERY_STATES,
     INBOUND_STATUSES,
@@ -177,4 +179,17 @@ def render() -> str:
 
 @blueprint.get("/metrics")
 def metrics() -> Response:
+    _require_scrape_token(runtime().settings.metrics_token)
     return Response(render(), content_type=CONTENT_TYPE)
+
+
+def _require_scrape_token(token: str | None) -> None:
+    """With KURIR_METRICS_TOKEN set, a scrape must bear it (Prometheus `authorization`):
+    the figures name partners' queues and volumes, and each scrape costs database work.
+    """
+    if token is None:
+        return
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
+                                                             token.encode()):
+        raise Unauthorized("/metrics needs Authorization: Bearer <KURIR_METRICS_TOKEN>")

@@ -65,3 +65,15 @@ def test_metrics_survive_redis_being_down(client, runtime, monkeypatch):
     assert response.status_code == 200
     m = parse(response.text)
     assert m["kurir_redis_up"] == 0 and m["kurir_database_up"] == 1
+
+
+def test_with_a_metrics_token_a_scrape_must_bear_it(client, runtime, monkeypatch):
+    monkeypatch.setattr(runtime, "settings",
+                        runtime.settings.with_overrides(metrics_token="scrape-s3cret"))
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "scrape-s3cret"}):
+        refused = client.get("/metrics", headers=headers)
+        assert refused.status_code == 401, headers
+        assert refused.get_json()["error"]["code"] == "unauthorized"
+    allowed = client.get("/metrics", headers={"Authorization": "Bearer scrape-s3cret"})
+    assert allowed.status_code == 200 and "kurir_database_up 1" in allowed.text
+    assert client.get("/healthz").status_code == 200  # probes stay open
