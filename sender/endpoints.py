@@ -47,6 +47,7 @@ RESERVED_HEADERS = frozenset({
 RESERVED_PREFIXES = ("webhook-",)
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 field-name
 _BAD_VALUE_CHARS = re.compile(r"[\r\n\x00]")
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
 ENDPOINT_FIELDS = ("url", "event_types", "description", "headers", "timeout_s",
                    "rate_limit_per_s", "secret")
@@ -156,6 +157,13 @@ def check_headers(headers: Any) -> dict[str, str]:
         if _BAD_VALUE_CHARS.search(value):
             raise ValidationFailed(f"header {name!r} contains CR, LF or NUL",
                                    code="invalid_header", details={"header": name})
+        if not _FIELD_VALUE.fullmatch(value):
+            # RFC 9110 field values: visible ASCII, space, tab and Latin-1 bytes; anything else
+            # cannot go on the wire, and every delivery would fail before sending.
+            raise ValidationFailed(
+                f"header {name!r} has characters an HTTP header cannot carry (control "
+                "characters or characters beyond Latin-1)",
+                code="invalid_header", details={"header": name})
         if len(value.encode()) > MAX_HEADER_VALUE:
             raise ValidationFailed(f"header {name!r} is longer than {MAX_HEADER_VALUE} bytes",
                                    code="invalid_header", details={"header": name})
