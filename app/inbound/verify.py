@@ -113,21 +113,31 @@ def _verify_standard_webhooks(
     keys = [key for key in map(_standard_key_or_none, secrets) if key]
     # Svix sends the same trio prefixed svix-; the unprefixed one wins when both are present.
     standard = ("webhook-id", "webhook-timestamp", "webhook-signature")
-    prefix = "webhook-" if any(_present(headers, name) for name in standard) else "svix-"
+    svix_only = (not any(_present(headers, name) for name in standard)
+                 and any(_present(headers, "svix-" + name[8:]) for name in standard))
+    prefix = "svix-" if svix_only else "webhook-"
     msg_id = _required(headers, prefix + "id")
     timestamp = _timestamp(_required(headers, prefix + "timestamp"), prefix + "timestamp")
     signature_list = _required(headers, prefix + "signature")
 
     candidates: list[bytes] = []
+    malformed: SignatureError | None = None
     for entry in signature_list.split():
         version, comma, value = entry.partition(",")
         if not comma or not version or not value or "," in value:
             raise SignatureError("malformed_header", f"{prefix}signature entry is not v<n>,<sig>")
         if version == "v1":
-            candidates.append(_base64_digest(value, prefix + "signature"))
+            # One unusable signature does not spoil the others (a sender mid-rotation may
+            # list a stale or truncated one first); as in the reference libraries, any match
+            # is enough.
+            try:
+                candidates.append(_base64_digest(value, prefix + "signature"))
+            except SignatureError as exc:
+                malformed = exc
         # Other versions (v1a is Ed25519) are skipped: the spec lets receivers ignore them.
     if not candidates:
-        raise SignatureError("signature_mismatch", f"{prefix}signature has no v1 signature")
+        raise malformed or SignatureError("signature_mismatch",
+                                          f"{prefix}signature has no v1 signature")
     _require_keys(keys)
     _check_tolerance(timestamp, now, tolerance_s)
     message = f"{msg_id}.{timestamp}.".encode() + body
@@ -142,6 +152,7 @@ def _verify_stripe(
     value = _required(headers, "stripe-signature")
     timestamp: int | None = None
     candidates: list[bytes] = []
+    malformed = False
     for item in value.split(","):
         name, equals, part = item.partition("=")
         if not equals or not name or not part:
@@ -151,12 +162,17 @@ def _verify_stripe(
                 raise SignatureError("malformed_header", "stripe-signature has two t= items")
             timestamp = _timestamp(part, "stripe-signature t")
         elif name == "v1":
-            if not _HEX_SHA256.fullmatch(part):
-                raise SignatureError("malformed_header", "stripe-signature v1 is not SHA-256 hex")
-            candidates.append(part.lower().encode("ascii"))
+            # Any matching v1 is enough, as in Stripe's libraries: one that is not even
+            # SHA-256 hex is skipped, not allowed to spoil the others.
+            if _HEX_SHA256.fullmatch(part):
+                candidates.append(part.lower().encode("ascii"))
+            else:
+                malformed = True
         # v0 (test-mode legacy) and unknown keys are ignored, as Stripe's libraries do.
     if timestamp is None:
         raise SignatureError("malformed_header", "stripe-signature has no t= item")
+    if not candidates and malformed:
+        raise SignatureError("malformed_header", "stripe-signature v1 is not SHA-256 hex")
     if not candidates:
         raise SignatureError("signature_mismatch", "stripe-signature has no v1 signature")
     _require_keys(keys)
@@ -237,7 +253,9 @@ def _check_tolerance(timestamp: int, now: float, tolerance_s: int) -> None:
     if abs(now - timestamp) > tolerance_s:
         raise SignatureError(
             "timestamp_out_of_tolerance",
-            f"timestamp is {now - timestamp:.0f} s from now (tolerance {tolerance_s} s)",
+            f"timestamp is {abs(now - timestamp):.0f} s "
+            f"{'in the past' if timestamp < now else 'in the future'} "
+            f"(tolerance {tolerance_s} s)",
         )
 
 
