@@ -34,7 +34,7 @@ def replay(session: Session, runtime: Runtime, inbound_event_id: str, *,
     now = now or utcnow()
     event = session.get(InboundEvent, inbound_event_id, with_for_update=True)
     if event is None:
-        raise NotFound(f"no inbound event {inbound_event_id!r}", code="inbound_event_not_found")
+        raise NotFound(f"no inbound event {inbound_event_id!r}", details={"id": inbound_event_id})
     if event.status == PROCESSING and event.updated_at > now - timedelta(
             seconds=PROCESSING_LEASE_S):
         raise Conflict("the event is being processed; replay it once it has finished",

@@ -219,7 +219,7 @@ def get_source(session: Session, name: str) -> InboundSource:
     source = session.scalar(select(InboundSource).where(InboundSource.name == name)
                             .options(selectinload(InboundSource.secrets)))
     if source is None:
-        raise NotFound(f"no inbound source named {name!r}", code="source_not_found")
+        raise NotFound(f"no inbound source named {name!r}", details={"source": name})
     return source
 
 

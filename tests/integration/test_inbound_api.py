@@ -258,3 +258,19 @@ def test_cli_add_secret(runtime, settings):
     with runtime.db.begin() as session:
         rows = list(session.scalars(select(InboundSourceSecret)))
     assert len(rows) == 2 and sum(1 for r in rows if r.expires_at is not None) == 1
+
+
+def test_unknown_ids_on_inbound_paths_are_plain_not_found(runtime, client, auth):
+    # One code for "no such thing" on every path, as on the publish side.
+    kit.create_source(runtime, "psp", "standard-webhooks")
+    for method, path in [("get", "/v1/sources/nope"), ("get", "/v1/sources/nope/resources/x"),
+                         ("get", "/v1/sources/psp/resources/x"),
+                         ("get", "/v1/inbound-events/ine_nope"),
+                         ("post", "/v1/inbound-events/ine_nope/replay"),
+                         ("post", "/inbound/nope")]:
+        extra = {} if path.startswith("/v1") else {"data": b"{}"}
+        answer = getattr(client, method)(path, headers=auth, **extra)
+        assert answer.status_code == 404, path
+        error = answer.get_json()["error"]
+        assert error["code"] == "not_found", (path, error)
+        assert error["details"], (path, error)

@@ -89,7 +89,7 @@ def list_inbound_events() -> Response:
 def _load(session: Any, event_id: str) -> tuple[InboundEvent, str]:
     event = session.get(InboundEvent, event_id)
     if event is None:
-        raise NotFound(f"no inbound event {event_id!r}", code="inbound_event_not_found")
+        raise NotFound(f"no inbound event {event_id!r}", details={"id": event_id})
     name = session.scalar(select(InboundSource.name).where(InboundSource.id == event.source_id))
     return event, name or ""
 

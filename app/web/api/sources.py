@@ -110,7 +110,7 @@ def get_resource(name: str, resource_id: str) -> Response:
         found = list(session.scalars(stmt.order_by(ResourceState.resource_type)))
         if not found:
             raise NotFound(f"source {name!r} has no resource {resource_id!r}",
-                           code="resource_not_found")
+                           details={"source": name, "resource_id": resource_id})
         if len(found) > 1:
             raise Conflict("several resource types share this id; pass ?resource_type=",
                            code="ambiguous_resource",
