@@ -151,7 +151,8 @@ class Registered:
 
 
 def register(session: Session, body: dict[str, Any]) -> Registered:
-    """Publish a contract version; registering the identical schema again is a no-op.
+    """Publish a contract version; registering the identical schema again changes nothing
+    but the description, when one is given.
 
     Raises:
         ValidationFailed: a field or the schema is invalid.
@@ -192,6 +193,11 @@ def register(session: Session, body: dict[str, Any]) -> Registered:
         raise Conflict(f"{name} v{version} is already published with a different schema; "
                        "publish a new version instead", code="event_type_version_exists",
                        details={"name": name, "version": version})
+    if "description" in body and existing.description != description:
+        # The description documents the contract, it is not part of it: re-registering the
+        # same schema with a new description updates it rather than dropping it silently.
+        existing.description = description
+        session.flush()
     return Registered(existing, created=False)
 
 

@@ -33,6 +33,22 @@ def test_identical_reregistration_is_idempotent_200(client, auth):
     assert len(listed["data"]) == 1
 
 
+def test_reregistering_with_a_new_description_updates_it(client, auth):
+    first = make_event_type(client, auth)
+    body = {"name": "order.created", "version": 1, "schema": ORDER_SCHEMA,
+            "description": "Placed by a customer"}
+    again = client.post("/v1/event-types", headers=auth, json=body)
+    assert again.status_code == 200
+    assert again.get_json()["id"] == first["id"]
+    assert again.get_json()["description"] == "Placed by a customer"
+    read = client.get("/v1/event-types/order.created/1", headers=auth).get_json()
+    assert read["description"] == "Placed by a customer"
+    # Without a description, a re-registration leaves the stored one alone.
+    body.pop("description")
+    assert client.post("/v1/event-types", headers=auth, json=body).get_json()[
+        "description"] == "Placed by a customer"
+
+
 def test_same_version_with_another_schema_is_409(client, auth):
     make_event_type(client, auth)
     changed = dict(ORDER_SCHEMA, required=["order_id"])
