@@ -251,9 +251,16 @@ def _safe_fields(headers: Sequence[tuple[str, str]], body: bytes,
     id is still worth keeping), so each value is checked again for what the row can hold.
     """
     try:
-        extracted = field_mapping.extract(config.mapping, headers, json.loads(body))
+        document: object = json.loads(body)
+    except (ValueError, RecursionError):
+        document = None  # fields mapped to headers (a provider's delivery id) still count
+    try:
+        extracted = field_mapping.extract(config.mapping, headers, document)
     except (ValueError, RecursionError):  # MappingError is a ValueError
-        return {}
+        try:
+            extracted = field_mapping.extract(config.mapping, headers, None)
+        except ValueError:
+            return {}
     fields: dict[str, Any] = {}
     for name, column in (("event_id", "event_id"), ("event_type", "event_type"),
                          ("resource_id", "resource_id"), ("resource_type", "resource_type"),

@@ -283,6 +283,19 @@ def test_genuine_body_that_is_not_json_is_400_and_audited_once(runtime, live_ser
     assert row.headers["x-shopify-topic"] == "orders/paid"
 
 
+def test_a_body_that_is_not_json_keeps_the_provider_delivery_id_from_a_header(runtime,
+                                                                           live_server):
+    # Operators look a failed callback up by the id the provider shows them.
+    kit.create_source(runtime, "gh", "github")
+    body = b""
+    headers = kit.sign("github", kit.SECRETS["github"], body,
+                       [("X-GitHub-Delivery", "empty-1"), ("X-GitHub-Event", "push")])
+    assert _post(live_server, "gh", body, headers).status_code == 400
+    with runtime.db.begin() as session:
+        row = session.scalars(select(InboundEvent)).one()
+    assert (row.event_id, row.status) == ("empty-1", "failed")
+
+
 def test_genuine_body_missing_fields_is_400_audited_under_its_own_event_id(runtime,
                                                                           live_server):
     kit.create_source(runtime, "partner", "standard-webhooks")
