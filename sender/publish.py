@@ -182,7 +182,8 @@ def _stored_response(session: Session, api_key_id: str, key: str, digest: str,
         return None
     if stored_hash != digest:
         raise ValidationFailed(
-            "this Idempotency-Key was already used with a different request body",
+            "this Idempotency-Key was already used for a different request (another body or "
+            "another partner)",
             code="idempotency_key_reused", details={"idempotency_key": key})
     return PublishResult(status=status, body=body, replayed=True)
 

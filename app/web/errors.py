@@ -45,10 +45,12 @@ def register(app: Flask) -> None:
         status = exc.code or 500
         code = _HTTP_CODES.get(status, "http_error")
         message = exc.description or exc.name
+        details: object = None
         if status == 413:
-            message = (f"request body exceeds the limit of "
-                       f"{app.config['MAX_CONTENT_LENGTH']} bytes")
-        response = error_response(status, code, message)
+            limit = app.config["MAX_CONTENT_LENGTH"]
+            message = f"request body exceeds the limit of {limit} bytes"
+            details = {"limit": limit}
+        response = error_response(status, code, message, details)
         if status == 405 and hasattr(exc, "valid_methods") and exc.valid_methods:
             response.headers["Allow"] = ", ".join(exc.valid_methods)
         return response

@@ -110,6 +110,7 @@ def test_error_format_for_every_kind(probe_app, auth):
     big = client.post("/v1/_probe/echo", data=b"x" * (256 * 1024 + 1),
                       headers={**auth, "Content-Type": "application/json"})
     assert big.status_code == 413 and _error(big)["code"] == "payload_too_large"
+    assert _error(big)["details"] == {"limit": 256 * 1024}
     boom = client.get("/v1/_probe/boom", headers=auth)
     assert boom.status_code == 500
     assert _error(boom)["code"] == "internal_error"

@@ -291,7 +291,8 @@ def test_delete_hides_endpoint_but_keeps_row(client, auth, runtime):
     make_partner(client, auth)
     ep = make_endpoint(client, auth)
     path = f"/v1/partners/acme/endpoints/{ep['id']}"
-    assert client.delete(path, headers=auth).status_code == 204
+    deleted = client.delete(path, headers=auth)
+    assert deleted.status_code == 204 and "Content-Type" not in deleted.headers
     assert client.get(path, headers=auth).status_code == 404
     assert client.delete(path, headers=auth).status_code == 404
     assert client.get("/v1/partners/acme/endpoints", headers=auth).get_json()["data"] == []

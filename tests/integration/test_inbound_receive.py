@@ -250,6 +250,7 @@ def test_oversized_body_is_413_with_nothing_stored(settings, runtime):
         response = _post(server, "partner", body, headers)
         assert response.status_code == 413
         assert response.json()["error"]["code"] == "payload_too_large"
+        assert response.json()["error"]["details"]["limit"] > 0
     assert _count(runtime) == 0
 
 

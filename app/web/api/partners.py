@@ -110,11 +110,13 @@ def update_endpoint(uid: str, endpoint_id: str) -> Response:
 
 @blueprint.delete("/partners/<uid>/endpoints/<endpoint_id>")
 @require_scope("endpoints:write")
-def delete_endpoint(uid: str, endpoint_id: str) -> tuple[str, int]:
+def delete_endpoint(uid: str, endpoint_id: str) -> Response:
     with runtime().db.begin() as session:
         partner = service.get_partner(session, uid)
         service.delete_endpoint(session, service.get_endpoint(session, partner, endpoint_id))
-    return "", 204
+    no_content = Response(status=204)
+    del no_content.headers["Content-Type"]  # there is no content to type
+    return no_content
 
 
 @blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/enable")
