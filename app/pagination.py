@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Any
 
 from sqlalchemy import Select
@@ -33,15 +34,23 @@ def encode_cursor(last_id: str) -> str:
     return base64.urlsafe_b64encode(last_id.encode()).decode().rstrip("=")
 
 
+# What a cursor carries: the last id of a page (a prefixed ULID, see app.ids).
+_ID = re.compile(r"[a-z]{1,10}_[0-9A-HJKMNP-TV-Z]{26}")
+
+
 def decode_cursor(cursor: str | None) -> str | None:
+    """The id a cursor points after; anything that is not one of ours is a 400, not page 1."""
     if not cursor:
         return None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        return base64.urlsafe_b64decode(padded.encode()).decode()
+        last_id = base64.urlsafe_b64decode(padded.encode()).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
+        last_id = ""
+    if not _ID.fullmatch(last_id):
         raise BadRequest("cursor is not valid", code="invalid_parameter",
-                         details={"parameter": "cursor"}) from None
+                         details={"parameter": "cursor"})
+    return last_id
 
 
 def paginate(session: Session, stmt: Select[Any], id_column: Any, *, limit: int,

@@ -109,6 +109,7 @@ def test_cursor_pagination_walks_every_event_once(client, auth, acme):
 
 @pytest.mark.parametrize("query", ["?limit=251", "?limit=0", "?limit=x", "?since=yesterday",
                                    "?until=2026-13-01", "?delivery_success=maybe",
+                                   "?cursor=garbage!", "?cursor=eyJ4IjoxfQ",  # {"x":1}
                                    ])
 def test_bad_query_parameters_are_400(client, auth, acme, query):
     response = client.get(f"/v1/partners/acme/events{query}", headers=auth)
