@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from flask import request
 
 from app import jsonstrict
+from app.clock import parse_time
 from app.errors import BadRequest, UnsupportedMediaType
 
 
@@ -29,3 +31,15 @@ def read_json_object() -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object", code="invalid_json")
     return body
+
+
+def time_param(name: str) -> datetime | None:
+    """A time query parameter (`since`, `until`); a value that is not one is a 400."""
+    raw = request.args.get(name)
+    if not raw:
+        return None
+    try:
+        return parse_time(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an RFC 3339 timestamp", code="invalid_parameter",
+                         details={"parameter": name}) from None

@@ -591,7 +591,9 @@ add("/v1/inbound-events", "get", op(
     "List received callbacks, newest first", tag="inbound", scope="read",
     params=[query("source", "source name"), query("status", "processing status",
                                                   INBOUND_STATUS),
-            query("resource_id", "resource id"), *PAGE_PARAMS],
+            query("resource_id", "resource id"),
+            query("since", "received at or after (RFC 3339)", TIMESTAMP),
+            query("until", "received before (RFC 3339)", TIMESTAMP), *PAGE_PARAMS],
     ok={200: schema("InboundEventPage", page_of("InboundEvent"))}, errors=(400, 404)))
 add("/v1/inbound-events/{event_id}", "get", op(
     "Read a received callback", tag="inbound", scope="read", params=INBOUND_ID,

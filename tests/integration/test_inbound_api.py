@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -274,3 +275,24 @@ def test_unknown_ids_on_inbound_paths_are_plain_not_found(runtime, client, auth)
         error = answer.get_json()["error"]
         assert error["code"] == "not_found", (path, error)
         assert error["details"], (path, error)
+
+
+def test_inbound_events_filter_by_received_time(runtime, client, auth):
+    kit.create_source(runtime, "psp", SW)
+    first = _store(runtime, "psp", "e1", 1, "paid")
+    with runtime.db.begin() as session:
+        received = session.get_one(InboundEvent, first).received_at
+    later = (received + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+
+    def ids(query: str) -> list[str]:
+        answer = client.get(f"/v1/inbound-events?{query}", headers=auth)
+        assert answer.status_code == 200, answer.get_json()
+        return [e["id"] for e in answer.get_json()["data"]]
+
+    assert ids(f"since={later}") == []
+    assert ids(f"until={later}") == [first]
+    assert ids("since=2000-01-01T00:00:00%2B05:30") == [first]
+    for bad in ("since=garbage", "until=2026-13-01"):
+        answer = client.get(f"/v1/inbound-events?{bad}", headers=auth)
+        assert answer.status_code == 400
+        assert answer.get_json()["error"]["code"] == "invalid_parameter"

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from flask import Blueprint, Response, jsonify, request
 from sqlalchemy import exists, select
 from sqlalchemy.orm import selectinload
 
-from app.clock import parse_time
 from app.errors import BadRequest, NotFound, PayloadTooLarge
 from app.models import SUCCEEDED, Delivery, Event, Partner
 from app.pagination import paginate, parse_limit
 from app.web.api.serializers import event_json
 from app.web.auth import current_principal, require_scope
 from app.web.context import runtime
-from app.web.jsonio import read_json_object
+from app.web.jsonio import read_json_object, time_param
 from sender import endpoints as endpoint_service
 from sender.publish import publish_event
 
@@ -47,17 +44,6 @@ def publish(uid: str) -> Response:
     return response
 
 
-def _time_arg(name: str) -> datetime | None:
-    raw = request.args.get(name)
-    if not raw:
-        return None
-    try:
-        return parse_time(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an RFC 3339 timestamp", code="invalid_parameter",
-                         details={"parameter": name}) from None
-
-
 def _bool_arg(name: str) -> bool | None:
     raw = request.args.get(name)
     if raw is None or raw == "":
@@ -76,7 +62,7 @@ def _bool_arg(name: str) -> bool | None:
 def list_events(uid: str) -> Response:
     """The partner's feed, newest first; `delivery_success=false` is what did not arrive."""
     limit = parse_limit(request.args.get("limit"))
-    since, until = _time_arg("since"), _time_arg("until")
+    since, until = time_param("since"), time_param("until")
     success = _bool_arg("delivery_success")
     with runtime().db.begin() as session:
         partner = endpoint_service.get_partner(session, uid)

@@ -15,6 +15,7 @@ from app.models import INBOUND_STATUSES, InboundEvent, InboundSource
 from app.pagination import paginate, parse_limit
 from app.web.auth import require_scope
 from app.web.context import runtime
+from app.web.jsonio import time_param
 
 blueprint = Blueprint("api_inbound_events", __name__)
 
@@ -61,6 +62,7 @@ def list_inbound_events() -> Response:
     if status and status not in INBOUND_STATUSES:
         raise BadRequest(f"status must be one of {', '.join(INBOUND_STATUSES)}",
                          code="invalid_parameter", details={"parameter": "status"})
+    since, until = time_param("since"), time_param("until")
     with runtime().db.begin() as session:
         stmt = select(InboundEvent)
         names: dict[str, str] = {}
@@ -74,6 +76,10 @@ def list_inbound_events() -> Response:
         resource_id = request.args.get("resource_id")
         if resource_id:
             stmt = stmt.where(InboundEvent.resource_id == resource_id)
+        if since is not None:
+            stmt = stmt.where(InboundEvent.received_at >= since)
+        if until is not None:
+            stmt = stmt.where(InboundEvent.received_at < until)
         rows, cursor = paginate(session, stmt, InboundEvent.id, limit=limit,
                                 cursor=request.args.get("cursor"))
         missing = {e.source_id for e in rows} - set(names)
