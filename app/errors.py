@@ -66,6 +66,11 @@ class PayloadTooLarge(KurirError):
     status = 413
     code = "payload_too_large"
 
+    @classmethod
+    def over(cls, limit: int) -> PayloadTooLarge:
+        """The one answer for every body over a limit, which it names."""
+        return cls(f"request body exceeds the limit of {limit} bytes", details={"limit": limit})
+
 
 class UnsupportedMediaType(KurirError):
     status = 415

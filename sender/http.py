@@ -56,6 +56,8 @@ class HttpResult:
     request_headers: dict[str, str]
     response_headers: dict[str, str] = field(default_factory=dict)
     error_detail: str | None = None
+    # The response body went on past the bytes kept in `body`.
+    truncated: bool = False
 
     @property
     def ok(self) -> bool:
@@ -418,6 +420,7 @@ class Transport:
             data: bytes = b"",
             request_headers: dict[str, str] | None = None,
             response_headers: dict[str, str] | None = None,
+            truncated: bool = False,
         ) -> HttpResult:
             return HttpResult(
                 status=status,
@@ -427,6 +430,7 @@ class Transport:
                 request_headers=request_headers if request_headers is not None else sent_headers,
                 response_headers=response_headers or {},
                 error_detail=detail,
+                truncated=truncated,
             )
 
         try:
@@ -529,7 +533,8 @@ class Transport:
                 response.raw.release_conn()
             response = None
             return (
-                result(error, detail, status, data, request_headers, response_headers),
+                result(error, detail, status, data, request_headers, response_headers,
+                       truncated=not complete and read_error is None),
                 False,
             )
         finally:

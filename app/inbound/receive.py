@@ -162,8 +162,7 @@ def receive(runtime: Runtime, source_name: str, headers: Sequence[tuple[str, str
     """
     limit = runtime.settings.max_payload_bytes
     if len(body) > limit:
-        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes",
-                              details={"limit": limit})
+        raise PayloadTooLarge.over(limit)
     try:
         config = verification_config(runtime.db.Session, runtime.secret_box, source_name)
     except SQLAlchemyError as exc:

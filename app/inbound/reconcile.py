@@ -115,14 +115,14 @@ def fetch_json(transport: Transport, url: str, params: dict[str, str], settings:
         "GET", _with_query(url, params), None,
         {"Accept": "application/json", "User-Agent": f"Kurir/{__version__}"},
         timeout_s, guard.policy_from(settings), connect_timeout_s=settings.connect_timeout_s,
-        max_body_bytes=MAX_RESPONSE_BYTES + 1)
+        max_body_bytes=MAX_RESPONSE_BYTES)
     if answer.error in (http.ERROR_BLOCKED, http.ERROR_INVALID_URL):
         raise FetchError(f"reconcile_url refused: {answer.error_detail}", transient=False)
     if answer.error is not None:
         raise FetchError(f"{answer.error}: {(answer.error_detail or '')[:300]}", transient=True)
     status = cast(int, answer.status)
     body = answer.body
-    if len(body) > MAX_RESPONSE_BYTES:
+    if answer.truncated:
         raise FetchError(f"response larger than {MAX_RESPONSE_BYTES} bytes", transient=False)
     if not 200 <= status <= 299:
         transient = status in (408, 425, 429) or status >= 500

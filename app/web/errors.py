@@ -7,7 +7,7 @@ import logging
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from app.errors import KurirError
+from app.errors import KurirError, PayloadTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,10 @@ def register(app: Flask) -> None:
     def _http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
         code = _HTTP_CODES.get(status, "http_error")
-        message = exc.description or exc.name
-        details: object = None
         if status == 413:
-            limit = app.config["MAX_CONTENT_LENGTH"]
-            message = f"request body exceeds the limit of {limit} bytes"
-            details = {"limit": limit}
-        response = error_response(status, code, message, details)
+            too_large = PayloadTooLarge.over(app.config["MAX_CONTENT_LENGTH"])
+            return error_response(status, code, too_large.message, too_large.details)
+        response = error_response(status, code, exc.description or exc.name)
         if status == 405 and hasattr(exc, "valid_methods") and exc.valid_methods:
             response.headers["Allow"] = ", ".join(exc.valid_methods)
         return response

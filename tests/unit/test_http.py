@@ -359,10 +359,10 @@ def test_ten_megabyte_body_is_cut_at_4_kib(
     result = transport.post(server.url("/big"), BODY, HEADERS, 5, LOCAL)
     assert time.monotonic() - started < 2
     assert result.ok
-    assert result.body == huge[:MAX_BODY_BYTES]
+    assert result.body == huge[:MAX_BODY_BYTES] and result.truncated
     # the half-read connection is not reused: the next exchange is clean
     after = transport.post(server.url("/next"), BODY, HEADERS, 5, LOCAL)
-    assert (after.status, after.body) == (200, b"small")
+    assert (after.status, after.body, after.truncated) == (200, b"small", False)
 
 
 def test_chunked_endless_body_is_cut(serve: Callable[..., RawServer], transport: Transport) -> None:

@@ -26,12 +26,10 @@ def publish(uid: str) -> Response:
     limit = rt.settings.max_payload_bytes
     if request.content_length is not None and request.content_length > limit:
         # Refused on the header alone: the body is never read, let alone parsed.
-        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes",
-                              details={"limit": limit})
+        raise PayloadTooLarge.over(limit)
     if request.content_length is None and len(request.get_data(cache=True)) >= limit:
         # A chunked body is cut at the limit by Werkzeug, silently: refuse it whole.
-        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes",
-                              details={"limit": limit})
+        raise PayloadTooLarge.over(limit)
     body = read_json_object()
     principal = current_principal()
     result = publish_event(rt.db, rt.redis, rt.settings, partner_uid=uid, body=body,
