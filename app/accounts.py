@@ -1,4 +1,7 @@
-"""API keys for services and operator accounts for people; both stored only as hashes."""
+"""API keys for services and operator accounts for people; both stored only as hashes.
+
+The records alone: who may create, list or revoke them is decided by `app.services`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import hashlib
 import re
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -25,26 +27,6 @@ MIN_PASSWORD_LENGTH = 8
 def hash_key(token: str) -> str:
     """SHA-256 suffices: keys carry 256 random bits, so there is nothing to brute-force."""
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling the API, resolved from the bearer key."""
-
-    key_id: str
-    name: str
-    scopes: frozenset[str]
-
-    def allows(self, scope: str) -> bool:
-        return scope_allows(self.scopes, scope)
-
-
-def scope_allows(granted: Iterable[str], needed: str) -> bool:
-    """`admin` grants everything; any write scope also grants `read`."""
-    granted = set(granted)
-    if "admin" in granted or needed in granted:
-        return True
-    return needed == "read" and any(s.endswith(":write") for s in granted)
 
 
 def validate_scopes(scopes: Iterable[str]) -> list[str]:
@@ -66,13 +48,6 @@ def create_api_key(session: Session, name: str, scopes: Iterable[str] = ()) -> t
     session.add(key)
     session.flush()
     return key, token
-
-
-def authenticate(session: Session, token: str) -> Principal | None:
-    key = session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(token)))
-    if key is None or key.revoked_at is not None:
-        return None
-    return Principal(key_id=key.id, name=key.name, scopes=frozenset(key.scopes or ()))
 
 
 def create_operator(session: Session, email: str, password: str) -> Operator:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -96,6 +97,43 @@ def _parse_choice(choices: tuple[str, ...]) -> Any:
     return parse
 
 
+# A handler's dotted path (`package.module:function`) and the name it is registered under.
+HANDLER_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+                          r"(:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)?$")
+HANDLER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+
+
+def _parse_handlers(name: str, raw: str) -> tuple[tuple[str, str], ...]:
+    """`name=package.module:function,...`; nothing is imported here."""
+    registry: dict[str, str] = {}
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
+            continue
+        handler, equals, path = (x.strip() for x in entry.partition("="))
+        if not equals or not HANDLER_NAME.fullmatch(handler) or not HANDLER_PATH.fullmatch(path):
+            raise ConfigError(f"{name}: {entry!r} is not name=package.module:function")
+        if handler in registry:
+            raise ConfigError(f"{name}: handler name {handler!r} is given twice")
+        registry[handler] = path
+    return tuple(registry.items())
+
+
+def _parse_trusted_proxies(name: str, raw: str) -> int | tuple[str, ...]:
+    """A hop count (`1`: one proxy in front) or the proxies' networks (`10.0.0.0/8,...`)."""
+    value = raw.strip()
+    if not value:
+        return 0
+    if value.isdigit():
+        return _parse_int(name, value, 0, 16)
+    return _parse_cidrs(name, value)
+
+
+def _parse_auto_bool(name: str, raw: str) -> bool | None:
+    if raw.strip().lower() in {"", "auto"}:
+        return None
+    return _parse_bool(name, raw)
+
+
 def _str(name: str, raw: str) -> str:
     return raw
 
@@ -136,6 +174,13 @@ class Settings:
     api_workers: int = 2
     api_threads: int = 8
     metrics_token: str | None = None
+    # Handlers a source may select by name: (name, "package.module:function") pairs.
+    inbound_handlers: tuple[tuple[str, str], ...] = ()
+    # Proxies in front of the API whose X-Forwarded-* headers are believed: a hop count, or
+    # their networks. 0 believes none (the peer address is the client).
+    trusted_proxies: int | tuple[str, ...] = 0
+    # The UI session cookie's Secure flag; None decides per request (see app.web.ui.security).
+    cookie_secure: bool | None = None
 
     @property
     def resolved_database_url(self) -> str:
@@ -143,6 +188,11 @@ class Settings:
         if self.database_url:
             return normalise_database_url(self.database_url)
         return f"sqlite:///{(self.data_dir / 'kurir.db').resolve()}"
+
+    @property
+    def handler_registry(self) -> dict[str, str]:
+        """The named inbound handlers, name -> dotted path."""
+        return dict(self.inbound_handlers)
 
     @property
     def is_sqlite(self) -> bool:
@@ -210,6 +260,9 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_API_WORKERS": ("api_workers", lambda n, r: _parse_int(n, r, 1, 64)),
     "KURIR_API_THREADS": ("api_threads", lambda n, r: _parse_int(n, r, 1, 256)),
     "KURIR_METRICS_TOKEN": ("metrics_token", _opt_str),
+    "KURIR_INBOUND_HANDLERS": ("inbound_handlers", _parse_handlers),
+    "KURIR_TRUSTED_PROXIES": ("trusted_proxies", _parse_trusted_proxies),
+    "KURIR_COOKIE_SECURE": ("cookie_secure", _parse_auto_bool),
 }
 
 ENV_VARS: tuple[str, ...] = tuple(_ENV)
@@ -240,6 +293,14 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         raise ConfigError(
             f"DATABASE_URL must be a postgresql:// or sqlite:// URL, got {settings.database_url!r}"
         )
+    if not settings.secret_key and not settings.is_sqlite:
+        # The per-data-dir development key is for the embedded default: separate processes or
+        # containers on a shared database would each invent their own and fail to decrypt
+        # each other's secrets.
+        raise ConfigError("KURIR_SECRET_KEY must be set when DATABASE_URL points at "
+                          "PostgreSQL (every process needs the same key to read signing "
+                          "secrets); generate one with: python -c \"from cryptography.fernet "
+                          "import Fernet; print(Fernet.generate_key().decode())\"")
     if settings.redis_url and not settings.redis_url.startswith(
         ("redis://", "rediss://", "unix://")
     ):

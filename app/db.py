@@ -28,13 +28,18 @@ _AFTER_COMMIT = "kurir_after_commit"
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:
-    """Create an engine with the pragmas and pool settings each backend needs."""
+    """Create an engine with the pragmas and pool settings each backend needs.
+
+    Bound values never reach a log or an exception message (`hide_parameters`): they hold
+    encrypted secrets, payloads and API key hashes.
+    """
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url,
+            hide_parameters=True,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
             pool_size=pool_size,
             max_overflow=pool_size,
@@ -42,7 +47,7 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         _configure_sqlite(engine)
         return engine
     engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2,
-                           pool_recycle=1800)
+                           pool_recycle=1800, hide_parameters=True)
     _ping_when_idle(engine)
     return engine
 

@@ -47,6 +47,7 @@ FINAL_DELIVERY_STATES = (SUCCEEDED, DEAD)
 
 # Dead-letter states.
 DL_OPEN, DL_RESENT, DL_DISCARDED = "open", "resent", "discarded"
+DL_STATES = (DL_OPEN, DL_RESENT, DL_DISCARDED)
 
 # Inbound statuses (SPEC §6).
 INBOUND_STATUSES = ("received", "processing", "applied", "ignored", "quarantined", "failed")
@@ -112,6 +113,9 @@ class ApiKey(Base):
     created_at: Mapped[datetime] = _created()
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # A partner-scoped key reaches only that partner's resources; None reaches everything
+    # its scopes allow. No foreign key (see migration 0003): partners are never deleted.
+    partner_id: Mapped[str | None] = mapped_column(String(40), index=True)
 
 
 class Operator(Base):
@@ -142,6 +146,30 @@ class IdempotencyKey(Base):
     event_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
+class AuditRecord(Base):
+    """Who changed what, through which face: one row per state change an actor made.
+
+    `actor` reads `key:<name>`, `operator:<email>`, `cli[:<user>]`, `portal:<uid>` or
+    `system`; `partner_id` lets a partner's own view list what concerns it. Dead letters keep
+    their own trail (`DeadLetterAudit`), shown with each letter.
+    """
+
+    __tablename__ = "audit_records"
+    __table_args__ = (
+        Index("ix_audit_records_subject", "subject_id", "id"),
+        Index("ix_audit_records_partner", "partner_id", "id"),
+    )
+
+    id: Mapped[str] = _id("aud")
+    actor: Mapped[str] = mapped_column(String(320))
+    action: Mapped[str] = mapped_column(String(64))
+    subject_type: Mapped[str] = mapped_column(String(32))
+    subject_id: Mapped[str] = mapped_column(String(200))
+    partner_id: Mapped[str | None] = mapped_column(String(40))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = _created()
 
 
 # ---------------------------------------------------------------------------- contracts
@@ -193,6 +221,8 @@ class Endpoint(Base):
     # None subscribes to every type.
     event_types: Mapped[list[Any] | None] = mapped_column(JSON)
     headers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Names of custom headers whose values reads may show; every other value is write-only.
+    public_headers: Mapped[list[Any] | None] = mapped_column(JSON)
     timeout_s: Mapped[int] = mapped_column(Integer, default=15)
     rate_limit_per_s: Mapped[int | None] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16), default="enabled")

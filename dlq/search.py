@@ -20,10 +20,9 @@ from sqlalchemy.sql.base import ExecutableOption
 
 from app.clock import isoformat, parse_time
 from app.errors import BadRequest
-from app.models import DL_DISCARDED, DL_OPEN, DL_RESENT, DeadLetter, Partner
+from app.models import DL_STATES, DeadLetter, Partner
 from app.pagination import paginate
 
-DL_STATES = (DL_OPEN, DL_RESENT, DL_DISCARDED)
 # `status_code=none` finds letters whose last attempt got no HTTP answer at all.
 NO_STATUS = 0
 MAX_Q_WORDS = 10
@@ -35,10 +34,6 @@ FILTER_KEYS = ("partner", "endpoint", "type", "status_code", "error", "reason", 
 def search_text_for(payload: str) -> str:
     """What `q` searches: the exact JSON body partners receive (ids, type, partner, data)."""
     return payload
-
-
-def _invalid(name: str, message: str) -> BadRequest:
-    return BadRequest(f"{name}: {message}", code="invalid_parameter", details={"parameter": name})
 
 
 def _clean(value: Any) -> str | None:
@@ -64,15 +59,17 @@ class DeadLetterFilter:
     q: str | None = None  # words that must all appear in the payload
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any], *, strict: bool = False) -> DeadLetterFilter:
-        """Build a filter from query parameters or a JSON object, rejecting what is malformed.
+    def parse(cls, params: Mapping[str, Any], *,
+              strict: bool = False) -> tuple[DeadLetterFilter, dict[str, str]]:
+        """Every criterion that parses, and a message for each one that does not.
 
-        `strict` also rejects unknown keys (JSON bodies, where a typo would widen a resend).
-
-        Raises:
-            BadRequest: `invalid_parameter`, naming the parameter.
+        A form shows each message on its field and keeps the rest; nothing may act on the
+        filter while a message is left, since acting on the valid part alone would widen it.
+        `strict` (JSON bodies) also refuses unknown keys, where a typo in a name would widen
+        a resend as silently. A blank value is a criterion not given, as in a form.
         """
         values: dict[str, Any] = {}
+        errors: dict[str, str] = {}
         for key in ("partner", "endpoint", "type", "error", "reason", "q"):
             values[key] = _clean(params.get(key))
         raw_status = _clean(params.get("status_code"))
@@ -83,10 +80,12 @@ class DeadLetterFilter:
                 try:
                     code = int(raw_status)
                 except ValueError:
-                    raise _invalid("status_code", "must be an HTTP status or 'none'") from None
-                if not 100 <= code <= 599:
-                    raise _invalid("status_code", "must be between 100 and 599 (or 'none')")
-                values["status_code"] = code
+                    code = None
+                    errors["status_code"] = "must be an HTTP status or 'none'"
+                if code is not None and not 100 <= code <= 599:
+                    errors["status_code"] = "must be between 100 and 599 (or 'none')"
+                elif code is not None:
+                    values["status_code"] = code
         for key in ("since", "until"):
             raw = params.get(key)
             if isinstance(raw, datetime):
@@ -97,24 +96,43 @@ class DeadLetterFilter:
                 try:
                     values[key] = parse_time(text)
                 except ValueError:
-                    raise _invalid(key, "must be an RFC 3339 time, e.g. "
-                                        "2026-01-31T12:00:00Z") from None
+                    errors[key] = "must be an RFC 3339 time, e.g. 2026-01-31T12:00:00Z"
         state = _clean(params.get("state"))
         if state is not None:
             state = state.lower()
             if state not in DL_STATES:
-                raise _invalid("state", f"must be one of {', '.join(DL_STATES)}")
-            values["state"] = state
+                errors["state"] = f"must be one of {', '.join(DL_STATES)}"
+            else:
+                values["state"] = state
         if values.get("q") is not None:
             words = query_words(values["q"])
             if len(words) > MAX_Q_WORDS:
-                raise _invalid("q", f"at most {MAX_Q_WORDS} words")
-            if any(len(w) > MAX_WORD_LENGTH for w in words):
-                raise _invalid("q", f"words are at most {MAX_WORD_LENGTH} characters")
-        unknown = set(params) - set(FILTER_KEYS)
+                errors["q"] = f"at most {MAX_Q_WORDS} words"
+            elif any(len(w) > MAX_WORD_LENGTH for w in words):
+                errors["q"] = f"words are at most {MAX_WORD_LENGTH} characters"
+            if "q" in errors:
+                values["q"] = None
+        unknown = sorted(set(params) - set(FILTER_KEYS))
         if strict and unknown:
-            raise _invalid(sorted(unknown)[0], "unknown filter; known: " + ", ".join(FILTER_KEYS))
-        return cls(**values)
+            errors[unknown[0]] = "unknown filter; known: " + ", ".join(FILTER_KEYS)
+        for key in errors:
+            values.pop(key, None)
+        return cls(**values), errors
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], *, strict: bool = False) -> DeadLetterFilter:
+        """Build a filter from query parameters or a JSON object, rejecting what is malformed.
+
+        Raises:
+            BadRequest: `invalid_parameter`, naming the first parameter that is wrong (all of
+                them in `details.errors`).
+        """
+        flt, errors = cls.parse(params, strict=strict)
+        if errors:
+            name = next(iter(errors))
+            raise BadRequest(f"{name}: {errors[name]}", code="invalid_parameter",
+                             details={"parameter": name, "errors": errors})
+        return flt
 
     def to_params(self) -> dict[str, str]:
         """The filter as strings; `from_params(to_params())` gives the same filter back."""

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from app import __version__
+from app import headers as header_rules
 from app.clock import utcnow
 from sender.guard import GuardPolicy
 from sender.http import HttpResult, Transport
@@ -21,17 +22,7 @@ from sender.signing import build_headers
 
 USER_AGENT = f"Kurir/{__version__}"
 
-# Protocol and framing headers a custom header may never replace (SPEC §3). The endpoints API
-# refuses them at creation; this second check keeps a stale or hand-edited row harmless.
-PROTECTED_HEADERS = frozenset({
-    "webhook-id", "webhook-timestamp", "webhook-signature", "user-agent", "content-type",
-    "content-length", "host", "transfer-encoding", "connection",
-})
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
-
-# Request headers are kept with each attempt; credentials a partner asked us to send are not.
-_SENSITIVE = re.compile(r"authorization|cookie|token|secret|password|api[-_]?key", re.I)
-REDACTED = "[redacted]"
 
 
 @dataclass(frozen=True)
@@ -42,6 +33,8 @@ class Target:
     url: str
     secrets: tuple[str, ...]
     headers: Mapping[str, str] = field(default_factory=dict)
+    # Custom headers whose values may be kept with attempts (the rest are write-only).
+    public_headers: frozenset[str] = frozenset()
     timeout_s: float = 15.0
     rate_limit_per_s: int | None = None
 
@@ -65,12 +58,16 @@ class AttemptResult:
 
 
 def custom_headers(headers: Mapping[str, Any]) -> dict[str, str]:
-    """The endpoint's own headers that may go out: never ours, never with CR/LF."""
+    """The endpoint's own headers that may go out: never ours, never with CR/LF.
+
+    The endpoints service refuses reserved names at creation; this second check keeps a stale
+    or hand-edited row harmless.
+    """
     out: dict[str, str] = {}
     for name, value in headers.items():
         if not isinstance(name, str) or not isinstance(value, str):
             continue
-        if name.lower() in PROTECTED_HEADERS or _BAD_VALUE.search(name + value):
+        if header_rules.is_reserved(name) or _BAD_VALUE.search(name + value):
             continue
         out[name] = value
     return out
@@ -82,11 +79,6 @@ def request_headers(event_id: str, body: bytes, secrets: Sequence[str],
     headers = custom_headers(endpoint_headers)
     headers.update(build_headers(event_id, timestamp, body, secrets, USER_AGENT))
     return headers
-
-
-def redact(headers: Mapping[str, str]) -> dict[str, str]:
-    """The headers as stored with the attempt: credential-looking values hidden."""
-    return {k: (REDACTED if _SENSITIVE.search(k) else v) for k, v in headers.items()}
 
 
 def attempt(transport: Transport, target: Target, event_id: str, body: bytes,
@@ -101,5 +93,6 @@ def attempt(transport: Transport, target: Target, event_id: str, body: bytes,
     return AttemptResult(
         started_at=started_at, duration_ms=result.duration_ms, status=result.status,
         body=result.body, error=result.error, error_detail=result.error_detail,
-        request_headers=redact(result.request_headers or headers),
+        request_headers=header_rules.redact_sent(result.request_headers or headers,
+                                                 target.headers, target.public_headers),
         retry_after=result.retry_after)

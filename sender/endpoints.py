@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app import contracts
+from app import headers as header_rules
 from app.clock import utcnow
 from app.config import Settings
 from app.crypto import SecretBox
@@ -39,20 +40,14 @@ MAX_TIMEOUT_S = 30
 MAX_RATE_LIMIT = 100_000
 MAX_EVENT_TYPES = 500
 
-# Set by Kurir on every request (SPEC §3), or framing that a custom header must not touch.
-RESERVED_HEADERS = frozenset({
-    "content-type", "content-length", "host", "transfer-encoding", "user-agent",
-    "connection", "keep-alive", "te", "trailer", "upgrade", "expect",
-})
-RESERVED_PREFIXES = ("webhook-",)
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 field-name
 _BAD_VALUE_CHARS = re.compile(r"[\r\n\x00]")
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
-ENDPOINT_FIELDS = ("url", "event_types", "description", "headers", "timeout_s",
-                   "rate_limit_per_s", "secret")
-PATCHABLE_FIELDS = ("url", "event_types", "description", "headers", "timeout_s",
-                    "rate_limit_per_s")
+ENDPOINT_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
+                   "timeout_s", "rate_limit_per_s", "secret")
+PATCHABLE_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
+                    "timeout_s", "rate_limit_per_s")
 
 ENABLED, DISABLED = "enabled", "disabled"
 
@@ -117,6 +112,12 @@ def check_url(url: Any, settings: Settings,
         raise _invalid("url", "url is required and must be a string", "invalid_url")
     if len(url) > MAX_URL_LENGTH:
         raise _invalid("url", f"url is longer than {MAX_URL_LENGTH} characters", "invalid_url")
+    if header_rules.has_userinfo(url):
+        # It would be shown with the endpoint and stored with every attempt; a header is not.
+        raise ValidationFailed(
+            "url must not carry credentials (user:password@host): send them in a custom "
+            "header instead, e.g. headers: {\"Authorization\": \"Basic ...\"}",
+            code="invalid_url", details={"field": "url", "reason": "userinfo"})
     try:
         guard.check_url(url, guard.policy_from(settings), resolver)
     except guard.InvalidURL as exc:
@@ -130,12 +131,24 @@ def check_url(url: Any, settings: Settings,
     return url
 
 
-def check_headers(headers: Any) -> dict[str, str]:
-    """Custom headers may add, never override what Kurir sets, nor smuggle a new line."""
+def check_headers(headers: Any, current: dict[str, Any] | None = None) -> dict[str, str]:
+    """Custom headers may add, never override what Kurir sets, nor smuggle a new line.
+
+    Values are write-only, so a reader cannot send them back: with `current` (a change), a
+    header whose value is null keeps its stored value.
+    """
     if headers is None:
         return {}
     if not isinstance(headers, dict):
         raise _invalid("headers", "headers must be an object of name: value strings")
+    if current is not None:
+        kept = {k.lower(): v for k, v in current.items()}
+        missing = [n for n, v in headers.items() if v is None and n.lower() not in kept]
+        if missing:
+            raise ValidationFailed(
+                f"header {missing[0]!r} has no stored value to keep (null keeps a value)",
+                code="invalid_header", details={"header": missing[0]})
+        headers = {n: (kept[n.lower()] if v is None else v) for n, v in headers.items()}
     if len(headers) > MAX_HEADERS:
         raise _invalid("headers", f"at most {MAX_HEADERS} custom headers")
     seen: set[str] = set()
@@ -145,7 +158,7 @@ def check_headers(headers: Any) -> dict[str, str]:
         if not _TOKEN.fullmatch(name):
             raise ValidationFailed(f"header name {name!r} is not a valid HTTP field name",
                                    code="invalid_header", details={"header": name})
-        if lower in RESERVED_HEADERS or lower.startswith(RESERVED_PREFIXES):
+        if header_rules.is_reserved(name):
             raise ValidationFailed(f"header {name!r} is set by Kurir and cannot be overridden",
                                    code="reserved_header", details={"header": name})
         if lower in seen:
@@ -170,6 +183,21 @@ def check_headers(headers: Any) -> dict[str, str]:
         seen.add(lower)
         clean[name] = value
     return clean
+
+
+def check_public_headers(names: Any, headers: dict[str, str]) -> list[str] | None:
+    """Which custom headers a reader may see the value of; each must be one of `headers`."""
+    if names is None:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _invalid("public_headers", "public_headers must be a list of header names")
+    present = {n.lower(): n for n in headers}
+    unknown = [n for n in names if n.lower() not in present]
+    if unknown:
+        raise ValidationFailed(f"public_headers names {unknown[0]!r}, which is not one of "
+                               "the endpoint's headers", code="invalid_header",
+                               details={"field": "public_headers", "header": unknown[0]})
+    return sorted({present[n.lower()] for n in names}) or None
 
 
 def check_event_types(session: Session, event_types: Any) -> list[str] | None:
@@ -247,14 +275,15 @@ def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], se
     url = check_url(body.get("url"), settings, resolver)
     event_types = check_event_types(session, body.get("event_types"))
     headers = check_headers(body.get("headers"))
+    public_headers = check_public_headers(body.get("public_headers"), headers)
     timeout_s = check_timeout(body.get("timeout_s", settings.default_timeout_s))
     rate_limit = check_rate_limit(body.get("rate_limit_per_s"))
     description = check_description(body.get("description"))
     given = body.get("secret")
     secret = check_secret(given) if given is not None else generate_secret()
     endpoint = Endpoint(partner=partner, url=url, event_types=event_types, headers=headers,
-                        timeout_s=timeout_s, rate_limit_per_s=rate_limit,
-                        description=description, state=ENABLED)
+                        public_headers=public_headers, timeout_s=timeout_s,
+                        rate_limit_per_s=rate_limit, description=description, state=ENABLED)
     session.add(endpoint)
     add_secret(session, endpoint, secret, box)
     session.flush()
@@ -289,7 +318,15 @@ def update_endpoint(session: Session, endpoint: Endpoint, body: dict[str, Any],
     if "event_types" in body:
         endpoint.event_types = check_event_types(session, body["event_types"])
     if "headers" in body:
-        endpoint.headers = check_headers(body["headers"])
+        endpoint.headers = check_headers(body["headers"], current=endpoint.headers or {})
+    if "public_headers" in body:
+        endpoint.public_headers = check_public_headers(body["public_headers"],
+                                                       endpoint.headers or {})
+    elif "headers" in body and endpoint.public_headers:
+        # A header removed by this change leaves the public list with it.
+        present = {h.lower() for h in endpoint.headers or {}}
+        endpoint.public_headers = [n for n in endpoint.public_headers
+                                   if n.lower() in present] or None
     if "timeout_s" in body:
         endpoint.timeout_s = check_timeout(body["timeout_s"])
     if "rate_limit_per_s" in body:

@@ -561,8 +561,9 @@ class Engine:
         rows: dict[str, Any] = {}
         for chunk in _chunks(sorted(endpoint_ids)):
             for row in session.execute(
-                    select(Endpoint.id, Endpoint.url, Endpoint.headers, Endpoint.timeout_s,
-                           Endpoint.rate_limit_per_s, EndpointSecret.id.label("secret_id"),
+                    select(Endpoint.id, Endpoint.url, Endpoint.headers, Endpoint.public_headers,
+                           Endpoint.timeout_s, Endpoint.rate_limit_per_s,
+                           EndpointSecret.id.label("secret_id"),
                            EndpointSecret.created_at, EndpointSecret.expires_at,
                            EndpointSecret.secret_encrypted)
                     .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
@@ -579,7 +580,9 @@ class Engine:
             found[endpoint_id] = Target(
                 endpoint_id=endpoint_id, url=row.url,
                 secrets=tuple(self._decrypt(token) for _, _, token in live),
-                headers=dict(row.headers or {}), timeout_s=float(min(max(timeout, 1), 30)),
+                headers=dict(row.headers or {}),
+                public_headers=frozenset(n.lower() for n in row.public_headers or ()),
+                timeout_s=float(min(max(timeout, 1), 30)),
                 rate_limit_per_s=row.rate_limit_per_s)
         with self._lock:
             if len(self._known_targets) > 50_000:

@@ -1,16 +1,19 @@
-"""Administrative commands: migrations, API keys, operator accounts."""
+"""Administrative commands: migrations, API keys, operator accounts, the master key."""
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 
 import click
 
 from app import migrate
-from app.accounts import create_api_key, create_operator
-from app.cli.common import fail, make_runtime
+from app.cli.common import cli_actor, fail, make_runtime
+from app.clock import isoformat
 from app.errors import KurirError
 from app.models import SCOPES
+from app.services import keys, operators, secret_keys
 
 
 @click.group("db")
@@ -29,26 +32,81 @@ def db_upgrade(revision: str) -> None:
 
 @click.group("keys")
 def keys_group() -> None:
-    """API keys for internal services."""
+    """API keys for internal services (and for partners: --partner)."""
 
 
 @keys_group.command("create")
 @click.option("--name", required=True, help="Who the key is for, e.g. billing-service.")
 @click.option("--scope", "scopes", multiple=True, type=click.Choice(SCOPES),
-              help="Grant a scope (repeatable). Default: admin.")
-def keys_create(name: str, scopes: tuple[str, ...]) -> None:
+              help="Grant a scope (repeatable). Default: admin (a partner key: read, "
+                   "endpoints:write, dlq:write).")
+@click.option("--partner", "partner_uid", default=None, metavar="UID",
+              help="Bind the key to one partner: it reaches only that partner's resources.")
+def keys_create(name: str, scopes: tuple[str, ...], partner_uid: str | None) -> None:
     """Create an API key; it is printed once, alone on the last line."""
+    runtime = make_runtime()
+    if not scopes and partner_uid is None:
+        click.echo("kurir: no --scope given: the key gets admin (every permission); pass "
+                   "--scope read, --scope events:write, ... for less", err=True)
+    try:
+        with runtime.db.begin() as session:
+            view, token = keys.create(session, cli_actor(), name, scopes,
+                                      partner_uid=partner_uid)
+            granted = ", ".join(view.key.scopes)
+            key_id = view.key.id
+    except KurirError as exc:
+        fail(exc.message)
+    bound = f" bound to partner {partner_uid!r}" if partner_uid else ""
+    click.echo(f"created API key {key_id} for {name!r}{bound} with scopes: {granted}")
+    click.echo("store it now; it cannot be shown again:")
+    click.echo(token)
+
+
+@keys_group.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def keys_ls(as_json: bool) -> None:
+    """List API keys (never the keys themselves), newest first."""
+    runtime = make_runtime()
+    rows: list[dict[str, Any]] = []
+    with runtime.db.begin() as session:
+        cursor = None
+        while True:
+            views, cursor = keys.page(session, cli_actor(), limit=250, cursor=cursor)
+            rows += [{"id": v.key.id, "name": v.key.name, "prefix": v.key.prefix,
+                      "scopes": list(v.key.scopes or []), "partner": v.partner_uid,
+                      "created_at": isoformat(v.key.created_at),
+                      "last_used_at": isoformat(v.key.last_used_at),
+                      "revoked_at": isoformat(v.key.revoked_at)} for v in views]
+            if cursor is None:
+                break
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    if not rows:
+        click.echo("no API keys")
+        return
+    header = ("ID", "NAME", "PREFIX", "SCOPES", "PARTNER", "LAST USED", "REVOKED")
+    table: list[tuple[str, ...]] = [header] + [
+        (r["id"], r["name"], r["prefix"] + "…", ",".join(r["scopes"]), r["partner"] or "-",
+         r["last_used_at"] or "never", r["revoked_at"] or "-") for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+
+
+@keys_group.command("revoke")
+@click.argument("key_id")
+def keys_revoke(key_id: str) -> None:
+    """Revoke key KEY_ID: every API process refuses it within a second."""
     runtime = make_runtime()
     try:
         with runtime.db.begin() as session:
-            key, token = create_api_key(session, name, scopes)
-            granted = ", ".join(key.scopes)
-            key_id = key.id
+            view = keys.revoke(session, cli_actor(), key_id)
+            name = view.key.name
     except KurirError as exc:
         fail(exc.message)
-    click.echo(f"created API key {key_id} for {name!r} with scopes: {granted}")
-    click.echo("store it now; it cannot be shown again:")
-    click.echo(token)
+    click.echo(f"revoked API key {key_id} ({name!r})")
 
 
 @click.group("operators")
@@ -69,11 +127,43 @@ def operators_create(email: str, password_stdin: bool) -> None:
     runtime = make_runtime()
     try:
         with runtime.db.begin() as session:
-            operator = create_operator(session, email, password)
+            operator = operators.create(session, cli_actor(), email, password)
             operator_id = operator.id
     except KurirError as exc:
         fail(exc.message)
     click.echo(f"created operator {operator_id} <{email.strip().lower()}>")
 
 
-COMMANDS = (db_group, keys_group, operators_group)
+@click.group("secrets")
+def secrets_group() -> None:
+    """The master key (KURIR_SECRET_KEY) that encrypts signing secrets at rest."""
+
+
+@secrets_group.command("reencrypt")
+def secrets_reencrypt() -> None:
+    """Re-encrypt every stored secret under the newest KURIR_SECRET_KEY.
+
+    Put the new key first (KURIR_SECRET_KEY=new,old) on every process, run this, then drop the
+    old key. Exits 1 if some secret could be read with none of the keys.
+    """
+    runtime = make_runtime()
+    actor = cli_actor()
+    progress = secret_keys.Progress()
+    for table in secret_keys.TABLES:
+        after = None
+        while True:
+            with runtime.db.begin() as session:
+                after = secret_keys.reencrypt_page(session, runtime, actor, table, after,
+                                                   progress)
+            if after is None:
+                break
+            click.echo(f"  {progress.seen} secrets read", err=True)
+    with runtime.db.begin() as session:
+        secret_keys.record(session, actor, progress)
+    click.echo(f"re-encrypted {progress.reencrypted} of {progress.seen} secrets "
+               f"({progress.seen - progress.reencrypted - progress.unreadable} were current)")
+    if progress.unreadable:
+        fail(f"{progress.unreadable} secrets could not be decrypted with any configured key")
+
+
+COMMANDS = (db_group, keys_group, operators_group, secrets_group)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import getpass
+
 import click
 
 from app.config import load_settings
 from app.logs import configure as configure_logging
 from app.runtime import Runtime
+from app.services.actor import Actor
 
 
 def make_runtime() -> Runtime:
@@ -18,3 +21,13 @@ def make_runtime() -> Runtime:
 def fail(message: str, code: int = 1) -> None:
     click.echo(f"kurir: {message}", err=True)
     raise SystemExit(code)
+
+
+def cli_actor(name: str | None = None) -> Actor:
+    """The command line as an actor, audited as `cli:<user>` (or the name given)."""
+    if name is None:
+        try:
+            name = getpass.getuser()
+        except (KeyError, OSError):
+            name = ""
+    return Actor.cli(name)

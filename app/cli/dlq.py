@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import sys
 from collections import Counter
@@ -11,13 +10,13 @@ from typing import Any
 
 import click
 
-from app.cli.common import fail, make_runtime
+from app.cli.common import cli_actor, fail, make_runtime
 from app.clock import isoformat
 from app.errors import KurirError
+from app.models import DL_STATES
 from app.runtime import Runtime
-from dlq import discard as discard_mod
-from dlq import resend as resend_mod
-from dlq.search import DL_STATES, DeadLetterFilter, search
+from app.services import dead_letters
+from app.services.actor import Actor
 
 FILTER_OPTIONS: list[tuple[str, str, str]] = [
     ("--partner", "partner", "partner uid"),
@@ -32,13 +31,6 @@ FILTER_OPTIONS: list[tuple[str, str, str]] = [
 ]
 
 
-def _default_actor() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):
-        return "cli"
-
-
 def filter_options(with_state: bool) -> Callable[[Any], Any]:
     def decorate(func: Any) -> Any:
         if with_state:
@@ -51,12 +43,16 @@ def filter_options(with_state: bool) -> Callable[[Any], Any]:
     return decorate
 
 
-def _filter(values: dict[str, Any]) -> DeadLetterFilter:
-    try:
-        return DeadLetterFilter.from_params({k: v for k, v in values.items() if v is not None})
-    except KurirError as exc:
-        fail(exc.message, 2)
-        raise  # unreachable: fail() exits
+def _filter(values: dict[str, Any]) -> dead_letters.DeadLetterFilter:
+    """The filter the options give, all of it or nothing: a value that does not parse stops
+    the command rather than widening it."""
+    form = dead_letters.parse_filter({k: v for k, v in values.items() if v is not None},
+                                     strict=True)
+    if not form.valid:
+        for name, message in form.errors.items():
+            click.echo(f"kurir: --{name.replace('_', '-')}: {message}", err=True)
+        fail("the filter is not valid; nothing was done", 2)
+    return form.filter
 
 
 @click.group("dlq")
@@ -75,7 +71,8 @@ def dlq_ls(limit: int, cursor: str | None, as_json: bool, **values: Any) -> None
     runtime = make_runtime()
     try:
         with runtime.db.begin() as session:
-            page = search(session, flt, limit=limit, cursor=cursor)
+            page = dead_letters.page(session, cli_actor(), flt, limit=limit, cursor=cursor,
+                                     options=())
             rows: list[dict[str, Any]] = [{"id": dl.id, "created_at": isoformat(dl.created_at),
                      "partner": page.partner_uids.get(dl.partner_id, ""),
                      "endpoint": dl.endpoint_id, "event": dl.event_id, "type": dl.event_type,
@@ -103,28 +100,25 @@ def dlq_ls(limit: int, cursor: str | None, as_json: bool, **values: Any) -> None
         click.echo(f"more: --cursor {page.next_cursor}")
 
 
-def _resend_ids(runtime: Runtime, ids: list[str], *, actor: str,
-                force: bool) -> tuple[str, resend_mod.PageResult]:
-    """Resend the named letters page by page, keeping each id's outcome for the report.
-
-    The bulk job only counts skips by reason; an operator who named ids needs to know which
-    one failed and why, so this runs the pages here and records the job when done.
-    """
-    outcome = resend_mod.PageResult()
+def _resend_ids(runtime: Runtime, ids: list[str], *, actor: Actor,
+                force: bool) -> tuple[list[str], list[str], dict[str, str]]:
+    """Resend the named letters in pages small enough to be done at once, keeping each id's
+    outcome for the report (a background job only counts skips by reason); returns the job
+    ids, the letters resent and why the others were not."""
+    jobs: list[str] = []
+    resent: list[str] = []
+    skipped: dict[str, str] = {}
     with click.progressbar(length=len(ids), label="resending", show_pos=True,
                            file=sys.stderr) as bar:
-        for start in range(0, len(ids), resend_mod.PAGE_SIZE):
-            page = ids[start:start + resend_mod.PAGE_SIZE]
+        for start in range(0, len(ids), dead_letters.inline_limit()):
+            page = ids[start:start + dead_letters.inline_limit()]
             with runtime.db.begin() as session:
-                result = resend_mod.resend_ids_inline(session, runtime.redis, page,
-                                                      actor=actor, force=force)
-            outcome.resent += result.resent
-            outcome.delivery_ids += result.delivery_ids
-            outcome.skipped.update(result.skipped)
+                outcome = dead_letters.resend_ids(session, runtime, actor, page, force=force)
+                jobs.append(outcome.job.id)
+            resent += outcome.resent
+            skipped.update(outcome.skipped)
             bar.update(len(page))
-    with runtime.db.begin() as session:
-        op = resend_mod.record_inline(session, outcome, ids, actor=actor, force=force)
-        return op.id, outcome
+    return jobs, resent, skipped
 
 
 def _summary(done: int, total: int, op_id: str, skipped: Mapping[str, int]) -> None:
@@ -132,7 +126,7 @@ def _summary(done: int, total: int, op_id: str, skipped: Mapping[str, int]) -> N
     if skipped:
         click.echo("skipped: " + ", ".join(f"{reason} {n}" for reason, n in
                                            sorted(skipped.items())))
-        if skipped.get(resend_mod.ENDPOINT_DISABLED):
+        if skipped.get(dead_letters.ENDPOINT_DISABLED):
             click.echo("hint: enable the endpoint first, or pass --force")
 
 
@@ -141,7 +135,8 @@ def _summary(done: int, total: int, op_id: str, skipped: Mapping[str, int]) -> N
 @filter_options(with_state=False)
 @click.option("--all", "all_open", is_flag=True, help="Resend every open dead letter.")
 @click.option("--force", is_flag=True, help="Resend even to disabled endpoints.")
-@click.option("--actor", default=None, help="Name recorded in the audit trail.")
+@click.option("--actor", default=None,
+              help="Name recorded in the audit trail as cli:<name> (default: your user).")
 def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | None,
                **values: Any) -> None:
     """Resend dead letters by id, or every open one matching the filters, with progress.
@@ -154,33 +149,35 @@ def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | N
         fail("give either --id or filters, not both", 2)
     if not ids and flt.is_empty() and not all_open:
         fail("nothing selected: give --id, filters, or --all to resend every open letter", 2)
-    actor = actor or _default_actor()
+    who = cli_actor(actor)
     runtime = make_runtime()
     if ids:
         wanted = list(dict.fromkeys(i.strip() for i in ids if i.strip()))
         if not wanted:
             fail("--id must not be empty", 2)
         try:
-            op_id, outcome = _resend_ids(runtime, wanted, actor=actor, force=force)
+            jobs, resent, skipped = _resend_ids(runtime, wanted, actor=who, force=force)
         except KurirError as exc:
             fail(exc.message, 2)
-        for letter_id in outcome.resent:
+        for letter_id in resent:
             click.echo(f"resent {letter_id}")
-        for letter_id, reason in outcome.skipped.items():
+        for letter_id, reason in skipped.items():
             click.echo(f"kurir: {letter_id}: not resent: {reason}", err=True)
-        _summary(len(outcome.resent), len(wanted), op_id, Counter(outcome.skipped.values()))
-        if outcome.skipped:
+        _summary(len(resent), len(wanted), ", ".join(jobs), Counter(skipped.values()))
+        if skipped:
             raise SystemExit(1)
         return
     try:
         with runtime.db.begin() as session:
-            op = resend_mod.start_bulk(session, actor=actor, flt=flt, force=force)
+            op = dead_letters.resend_matching(session, runtime, who,
+                                              dead_letters.FilterForm(flt),
+                                              everything=all_open, force=force, enqueue=False)
             op_id, total = op.id, op.total
         if total == 0:
             click.echo("no open dead letters match")
         with click.progressbar(length=total, label="resending", show_pos=True,
                                file=sys.stderr) as bar:
-            op = resend_mod.run_bulk(runtime, op_id, progress=bar.update)
+            op = dead_letters.run_job(runtime, op_id, progress=bar.update)
     except KurirError as exc:
         fail(exc.message, 2)
     _summary(op.done, op.total, op.id, op.params.get("skipped") or {})
@@ -189,16 +186,17 @@ def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | N
 @dlq_group.command("discard")
 @click.option("--id", "ids", multiple=True, required=True, help="A dead letter id (repeatable).")
 @click.option("--note", default=None, help="Why it will never be resent.")
-@click.option("--actor", default=None, help="Name recorded in the audit trail.")
+@click.option("--actor", default=None,
+              help="Name recorded in the audit trail as cli:<name> (default: your user).")
 def dlq_discard(ids: tuple[str, ...], note: str | None, actor: str | None) -> None:
     """Discard dead letters: they stay searchable but will not be resent."""
-    actor = actor or _default_actor()
+    who = cli_actor(actor)
     runtime = make_runtime()
     failed = 0
     for letter_id in ids:
         try:
             with runtime.db.begin() as session:
-                discard_mod.discard(session, letter_id, actor=actor, note=note)
+                dead_letters.discard(session, who, letter_id, note=note)
             click.echo(f"discarded {letter_id}")
         except KurirError as exc:
             failed += 1

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from app.cli.common import fail, make_runtime
+from app.cli.common import cli_actor, fail, make_runtime
 from app.errors import KurirError
-from app.inbound import reconcile, sources
-from app.inbound.verify import SCHEMES
+from app.services import sources
 
 # CLI option -> mapping field. A PATH of "none" switches the preset's field off.
 _MAPPING_OPTIONS = (
@@ -37,7 +36,7 @@ def _mapping_options(func: click.decorators.FC) -> click.decorators.FC:
 
 @sources_group.command("create")
 @click.argument("name")
-@click.option("--scheme", required=True, type=click.Choice(SCHEMES),
+@click.option("--scheme", required=True, type=click.Choice(sources.SCHEMES),
               help="How the partner signs its callbacks.")
 @click.option("--secret", "secrets", multiple=True, required=True,
               help="Verification secret (repeatable: several are valid during a rotation; "
@@ -50,9 +49,9 @@ def _mapping_options(func: click.decorators.FC) -> click.decorators.FC:
               help="Provider API answering GET URL?resource_id=… with {id, version, status}.")
 @click.option("--no-gaps", is_flag=True,
               help="Quarantine an event whose version skips one (default: gaps allowed).")
-@click.option("--handler", "handlers", multiple=True, metavar="PATH",
-              help="Handler run for every applied event: package.module:function "
-                   "(repeatable).")
+@click.option("--handler", "handlers", multiple=True, metavar="NAME|PATH",
+              help="Handler run for every applied event: a name registered in "
+                   "KURIR_INBOUND_HANDLERS, or package.module:function (repeatable).")
 def sources_create(name: str, scheme: str, secrets: tuple[str, ...], tolerance: int | None,
                    reconcile_url: str | None, no_gaps: bool, handlers: tuple[str, ...],
                    **paths: str | None) -> None:
@@ -60,13 +59,13 @@ def sources_create(name: str, scheme: str, secrets: tuple[str, ...], tolerance: 
     mapping = {field: (None if value.lower() == "none" else value)
                for field, value in paths.items() if value is not None}
     runtime = make_runtime()
+    body = {"name": name, "scheme": scheme, "secrets": list(secrets), "tolerance_s": tolerance,
+            "mapping": mapping, "allow_gaps": not no_gaps, "handlers": list(handlers),
+            "reconcile_url": reconcile_url}
     try:
         with runtime.db.begin() as session:
-            source = sources.create_source(
-                session, runtime.secret_box, runtime.settings, name=name, scheme=scheme,
-                secrets=list(secrets), tolerance_s=tolerance, mapping=mapping,
-                allow_gaps=not no_gaps, handlers=list(handlers), reconcile_url=reconcile_url)
-            shown = sources.source_to_dict(source)
+            source = sources.create(session, runtime, cli_actor(), body)
+            shown = sources.describe(source)
     except KurirError as exc:
         fail(exc.message)
     click.echo(f"created source {shown['name']} ({shown['id']}), scheme {shown['scheme']}, "
@@ -81,7 +80,7 @@ def sources_ls() -> None:
     """List the sources."""
     runtime = make_runtime()
     with runtime.db.begin() as session:
-        rows = [sources.source_to_dict(s) for s in sources.list_sources(session)]
+        rows = [sources.describe(s) for s in sources.every(session, cli_actor())]
     if not rows:
         click.echo("no sources")
         return
@@ -102,9 +101,7 @@ def sources_add_secret(name: str, secret: str, rotate: bool) -> None:
     runtime = make_runtime()
     try:
         with runtime.db.begin() as session:
-            source = sources.get_source(session, name)
-            sources.add_secret(session, runtime.secret_box, source, secret, rotate=rotate,
-                               overlap_s=runtime.settings.secret_rotation_overlap_seconds)
+            sources.add_secret(session, runtime, cli_actor(), name, secret, rotate=rotate)
     except KurirError as exc:
         fail(exc.message)
     click.echo(f"added a secret to {name}" + (" (others retire after the overlap)"
@@ -124,17 +121,17 @@ def inbound_reconcile(source_name: str | None) -> None:
     if source_name is not None:
         try:
             with runtime.db.begin() as session:
-                if not sources.get_source(session, source_name).reconcile_url:
+                if not sources.get(session, cli_actor(), source_name).reconcile_url:
                     fail(f"source {source_name!r} has no reconcile URL")
         except KurirError as exc:
             fail(exc.message)
-    outcomes = reconcile.reconcile_now(runtime, source_name=source_name)
+    outcomes = sources.reconcile_now(runtime, cli_actor(), source_name=source_name)
     failed = 0
     for outcome in outcomes:
         line = f"{outcome.request_id}: {outcome.state}"
         if outcome.error:
             line += f" ({outcome.error})"
-            failed += outcome.state == reconcile.FAILED
+            failed += outcome.state == sources.RECONCILE_FAILED
         else:
             line += f", {outcome.applied} state(s) moved, {outcome.resolved} event(s) resolved"
         click.echo(line)

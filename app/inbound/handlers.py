@@ -1,9 +1,14 @@
 """Event handlers: the application's own code, run inside the transaction that applies an event.
 
-A handler is a function ``handler(ctx: HandlerContext) -> None``. It is found either
+A handler is a function ``handler(ctx: HandlerContext) -> None``. Handlers are code, so only
+the operator names code to run, in one of three ways:
 
-- by a dotted path on the source: ``{"event_type": "payment.*", "path": "billing.hooks:on_paid"}``
-  (a bare string ``"billing.hooks:on_paid"`` matches every event type), or
+- in the configuration: ``KURIR_INBOUND_HANDLERS="on_paid=billing.hooks:on_paid,..."``
+  registers handlers *by name*; a source selects them by name, ``{"event_type": "payment.*",
+  "handler": "on_paid"}`` (a bare string ``"on_paid"`` matches every event type). This is all
+  the HTTP API may do: a name that is not registered is refused and nothing is imported;
+- on the command line: ``kurir sources create --handler billing.hooks:on_paid`` may also give a
+  dotted path (``{"path": ...}`` in the source), checked by importing it there and then;
 - through the Python entry point group ``kurir.inbound_handlers``, whose entry point *name* is
   the event-type pattern (``payment.* = billing.hooks:on_paid``); those run for every source.
 
@@ -21,8 +26,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from importlib.metadata import entry_points
@@ -30,13 +34,13 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
+from app.config import HANDLER_PATH
 from app.errors import ValidationFailed
 from app.models import InboundEvent, InboundSource, ResourceState
 
 ENTRY_POINT_GROUP = "kurir.inbound_handlers"
 SIDE_EFFECT_ATTR = "kurir_side_effect_only"
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-                     r"(:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)?$")
+_DOTTED = HANDLER_PATH
 MAX_HANDLERS = 50
 
 Handler = Callable[["HandlerContext"], None]
@@ -108,28 +112,35 @@ def resolve(path: str) -> Handler:
     return target  # type: ignore[no-any-return]
 
 
-def validate_specs(specs: Iterable[Any]) -> list[dict[str, Any]]:
-    """Normalise a source's handler list and check every path resolves.
+def validate_specs(specs: Iterable[Any], registry: Mapping[str, str], *,
+                   allow_paths: bool = False) -> list[dict[str, Any]]:
+    """Normalise a source's handler list: registered names, or (``allow_paths``, the operator
+    on the command line) dotted paths, which are imported here to be sure they resolve.
 
     Raises:
-        ValidationFailed: a spec is malformed or its path cannot be imported.
+        ValidationFailed: a spec is malformed, names no registered handler, or (paths) cannot
+            be imported. A name that is not registered is never imported.
     """
     if specs is None:
         return []
     if isinstance(specs, str | bytes | dict) or not isinstance(specs, Iterable):
         raise ValidationFailed("handlers must be a list", code="invalid_handler")
+    known = ", ".join(sorted(registry)) or "none (set KURIR_INBOUND_HANDLERS)"
     result: list[dict[str, Any]] = []
     for spec in specs:
         if isinstance(spec, str):
-            spec = {"event_type": "*", "path": spec}
-        if not isinstance(spec, dict) or not isinstance(spec.get("path"), str):
+            spec = {"event_type": "*", "path" if allow_paths and spec not in registry
+                    else "handler": spec}
+        if not isinstance(spec, dict) or (
+                not isinstance(spec.get("handler"), str) and not isinstance(spec.get("path"), str)):
             raise ValidationFailed(
-                'a handler is "module:function" or {"event_type", "path", "side_effect_only"}',
+                'a handler is a registered name or {"event_type", "handler", '
+                '"side_effect_only"}', code="invalid_handler")
+        unknown = set(spec) - {"event_type", "handler", "path", "side_effect_only"}
+        if unknown or ("handler" in spec and "path" in spec):
+            raise ValidationFailed(
+                f"unknown handler field(s): {', '.join(sorted(unknown or {'path'}))}",
                 code="invalid_handler")
-        unknown = set(spec) - {"event_type", "path", "side_effect_only"}
-        if unknown:
-            raise ValidationFailed(f"unknown handler field(s): {', '.join(sorted(unknown))}",
-                                   code="invalid_handler")
         pattern = spec.get("event_type", "*")
         if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
             raise ValidationFailed("handler event_type must be a non-empty pattern",
@@ -137,6 +148,19 @@ def validate_specs(specs: Iterable[Any]) -> list[dict[str, Any]]:
         flag = spec.get("side_effect_only", False)
         if not isinstance(flag, bool):
             raise ValidationFailed("side_effect_only must be a boolean", code="invalid_handler")
+        if "handler" in spec:
+            name = spec["handler"]
+            if name not in registry:
+                raise ValidationFailed(
+                    f"no handler is registered as {name!r}; registered: {known}",
+                    code="unknown_handler", details={"handler": name})
+            result.append({"event_type": pattern, "handler": name, "side_effect_only": flag})
+            continue
+        if not allow_paths:
+            raise ValidationFailed(
+                "handlers are code: select one registered by name (KURIR_INBOUND_HANDLERS); "
+                "only the operator's command line names a module path",
+                code="unknown_handler", details={"handler": spec["path"]})
         try:
             resolve(spec["path"])
         except ValueError as exc:
@@ -168,17 +192,38 @@ def reload_entry_points() -> None:
     _entry_point_handlers.cache_clear()
 
 
-def handlers_for(source: HasHandlers, event_type: str | None) -> list[BoundHandler]:
-    """Entry-point handlers first, then the source's own, in their configured order."""
+def _registry() -> Mapping[str, str]:
+    """The operator's named handlers, from the process's settings."""
+    from app import runtime as runtime_mod
+
+    return runtime_mod.current().settings.handler_registry
+
+
+def handlers_for(source: HasHandlers, event_type: str | None,
+                 registry: Mapping[str, str] | None = None) -> list[BoundHandler]:
+    """Entry-point handlers first, then the source's own, in their configured order.
+
+    Raises:
+        ValueError: the source selects a name that is no longer registered (the event fails
+            with this message rather than running something else).
+    """
     bound = [h for h in _entry_point_handlers() if fnmatchcase(event_type or "", h.pattern)]
     for spec in source.handlers or []:
         if isinstance(spec, str):
             spec = {"event_type": "*", "path": spec}
         if not fnmatchcase(event_type or "", spec.get("event_type", "*")):
             continue
-        func = _resolved(spec["path"])
+        if "handler" in spec:
+            names = _registry() if registry is None else registry
+            path = names.get(spec["handler"])
+            if path is None:
+                raise ValueError(f"handler {spec['handler']!r} is not registered "
+                                 "(KURIR_INBOUND_HANDLERS)")
+        else:
+            path = spec["path"]
+        func = _resolved(path)
         flag = bool(spec.get("side_effect_only")) or bool(getattr(func, SIDE_EFFECT_ATTR, False))
-        bound.append(BoundHandler(spec.get("event_type", "*"), spec["path"], func, flag))
+        bound.append(BoundHandler(spec.get("event_type", "*"), path, func, flag))
     return bound
 
 

@@ -32,6 +32,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
+from app import headers as header_rules
 from app import jsonstrict
 from app.errors import BadRequest, PayloadTooLarge, Unauthorized, Unavailable
 from app.inbound import mapping as field_mapping
@@ -48,8 +49,6 @@ _EVENTS = cast(Table, InboundEvent.__table__)
 PROCESS_JOB = "app.inbound.process.process_event"
 RECEIVED, FAILED = "received", "failed"
 REQUIRED_FIELDS = ("event_id", "event_type")
-# Headers that may carry the partner's credentials are not kept with the event.
-UNSTORED_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 # Column widths of inbound_events: longer values are refused, not truncated or 5xx'd.
 _TEXT_LIMITS = {"event_id": 255, "event_type": 200, "resource_id": 255, "resource_type": 200,
                 "status": 200}
@@ -78,13 +77,19 @@ class StoreUnavailable(Unavailable):
                          details={"retry_after_s": RETRY_AFTER_S})
 
 
-def headers_for_storage(headers: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """Headers as {lower-case name: value}, a repeated header as a list of its values."""
+def headers_for_storage(headers: Sequence[tuple[str, str]],
+                        scheme: str | None = None) -> dict[str, Any]:
+    """Headers as {lower-case name: value}, a repeated header as a list of its values.
+
+    The caller's credentials and the scheme's signature are kept by name only (see
+    `app.headers`): whoever reads stored events must not be able to replay or impersonate.
+    """
+    redacted = header_rules.inbound_redacted(scheme)
     stored: dict[str, Any] = {}
     for name, value in headers:
         key = name.lower()
-        if key in UNSTORED_HEADERS:
-            continue
+        if key in redacted:
+            value = header_rules.REDACTED
         if key in stored:
             previous = stored[key]
             stored[key] = [*previous, value] if isinstance(previous, list) else [previous, value]
@@ -177,7 +182,7 @@ def receive(runtime: Runtime, source_name: str, headers: Sequence[tuple[str, str
                                                      "reason": exc.reason})
         raise Unauthorized(f"signature verification failed: {exc}", code="invalid_signature",
                            details={"reason": exc.reason}) from None
-    stored_headers = headers_for_storage(headers)
+    stored_headers = headers_for_storage(headers, config.scheme)
     try:
         extracted = parse_and_extract(config.mapping, headers, body)
     except field_mapping.MappingError as exc:

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from app import headers as header_rules
 from app.clock import utcnow
 from app.config import Settings
 from app.crypto import SecretBox
@@ -142,8 +143,12 @@ def create_source(
     allow_gaps: bool = True,
     handlers: Iterable[Any] = (),
     reconcile_url: str | None = None,
+    allow_handler_paths: bool = False,
 ) -> InboundSource:
     """Create a source with its secrets; the caller commits.
+
+    `handlers` select handlers registered by name (KURIR_INBOUND_HANDLERS); only with
+    `allow_handler_paths` (the operator's command line) may they name a module path.
 
     Raises:
         ValidationFailed: any field is invalid (the message names it).
@@ -162,7 +167,8 @@ def create_source(
     if not isinstance(allow_gaps, bool):
         raise ValidationFailed("allow_gaps must be a boolean", code="invalid_source",
                                details={"field": "allow_gaps"})
-    handler_specs = handler_registry.validate_specs(handlers)
+    handler_specs = handler_registry.validate_specs(handlers, settings.handler_registry,
+                                                    allow_paths=allow_handler_paths)
     url = validate_reconcile_url(reconcile_url, settings)
     if session.scalar(select(InboundSource.id).where(InboundSource.name == name)):
         raise Conflict(f"a source named {name!r} already exists", code="source_exists")
@@ -284,7 +290,7 @@ def source_to_dict(source: InboundSource, now: datetime | None = None) -> dict[s
         "mapping_overrides": dict(source.mapping or {}),
         "allow_gaps": source.allow_gaps,
         "handlers": list(source.handlers or []),
-        "reconcile_url": source.reconcile_url,
+        "reconcile_url": header_rules.redact_url(source.reconcile_url),
         "receive_path": f"/inbound/{source.name}",
         "secrets": [
             {"id": s.id, "created_at": isoformat(s.created_at),

@@ -6,7 +6,7 @@ from flask import Flask
 
 from app.config import Settings, load_settings
 from app.runtime import Runtime
-from app.web import errors, health, inbound, metrics, ui
+from app.web import errors, health, inbound, metrics, proxy, ui
 from app.web.api import register_api
 
 
@@ -26,4 +26,5 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     register_api(app)
     ui.register(app)
     app.register_blueprint(metrics.blueprint)
+    app.wsgi_app = proxy.wrap(app.wsgi_app, settings.trusted_proxies)  # type: ignore[method-assign]
     return app

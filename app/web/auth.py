@@ -1,53 +1,33 @@
-"""Bearer-key authentication and scope checks for the `/v1` API."""
+"""Bearer-key authentication for the `/v1` API: who is calling, as an Actor.
+
+Authentication is the face's job (a 401 names the header problem); what the actor may do is
+decided by the services. `require_scope` remains for routes that call no service.
+"""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
 from flask import g, request
 
-from app.accounts import Principal, authenticate, hash_key
-from app.errors import Forbidden, Unauthorized
+from app.errors import Unauthorized
+from app.services import keys
+from app.services.actor import Actor
 from app.web.context import runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# A key lookup per request costs a query on the hot publish path; revocation still takes
-# effect within this many seconds.
-CACHE_TTL_S = 30.0
-_cache: dict[str, tuple[float, Principal]] = {}
-_cache_lock = threading.Lock()
-
-
-def _principal_for(token: str) -> Principal | None:
-    digest = hash_key(token)
-    now = time.monotonic()
-    with _cache_lock:
-        hit = _cache.get(digest)
-        if hit and now - hit[0] < CACHE_TTL_S:
-            return hit[1]
-    with runtime().db.begin() as session:
-        principal = authenticate(session, token)
-    if principal is not None:
-        with _cache_lock:
-            if len(_cache) > 10_000:
-                _cache.clear()
-            _cache[digest] = (now, principal)
-    return principal
-
 
 def clear_cache() -> None:
-    with _cache_lock:
-        _cache.clear()
+    """Forget every key this process has seen (tests that make keys behind its back)."""
+    keys.forget()
 
 
-def current_principal() -> Principal:
+def current_actor() -> Actor:
     """The authenticated caller; raises 401 when there is none or the key is wrong."""
-    cached = g.get("principal")
+    cached = g.get("actor")
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     header = request.headers.get("Authorization", "")
@@ -56,24 +36,20 @@ def current_principal() -> Principal:
         raise Unauthorized("missing Authorization header (expected: Bearer <api key>)")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("Authorization must be: Bearer <api key>")
-    principal = _principal_for(token.strip())
-    if principal is None:
+    actor = keys.authenticate(runtime(), token.strip())
+    if actor is None:
         raise Unauthorized("invalid or revoked API key")
-    g.principal = principal
-    return principal
+    g.actor = actor
+    return actor
 
 
 def require_scope(scope: str) -> Callable[[F], F]:
-    """Decorate a view: 401 without a valid key, 403 when the key lacks `scope`."""
+    """Decorate a view that calls no service: 401 without a valid key, 403 without `scope`."""
 
     def decorator(view: F) -> F:
         @wraps(view)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            principal = current_principal()
-            if not principal.allows(scope):
-                raise Forbidden(f"this API key lacks the scope {scope!r}",
-                                details={"required_scope": scope,
-                                         "granted": sorted(principal.scopes)})
+            current_actor().require(scope)
             return view(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]

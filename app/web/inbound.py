@@ -1,7 +1,7 @@
 """`POST /inbound/<source>`: the public door for partner callbacks.
 
 No API key: authenticity is the source's signature, checked over the raw bytes by
-:func:`app.inbound.receive.receive` before anything parses them. The body is read once with
+:func:`app.services.sources.receive` before anything parses them. The body is read once with
 ``get_data()`` and never through ``request.json``/``form``, which would decode it.
 
 WSGI servers (werkzeug, gunicorn) fold a repeated header into one comma-joined value, so a
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
 
-from app.inbound.receive import RETRY_AFTER_S, StoreUnavailable, receive
+from app.services import sources
 from app.web.context import runtime
 from app.web.errors import error_response
 
@@ -24,10 +24,10 @@ def receive_callback(source: str) -> Response:
     body = request.get_data(cache=False)
     headers = list(request.headers.items())
     try:
-        receipt = receive(runtime(), source, headers, body)
-    except StoreUnavailable as exc:
+        receipt = sources.receive(runtime(), source, headers, body)
+    except sources.StoreUnavailable as exc:
         response = error_response(exc.status, exc.code, exc.message, exc.details)
-        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        response.headers["Retry-After"] = str(sources.RETRY_AFTER_S)
         return response
     response = jsonify(receipt.to_dict())
     response.status_code = receipt.status_code

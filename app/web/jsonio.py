@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from flask import request
+from flask import Response, request
 
 from app import jsonstrict
 from app.clock import parse_time
-from app.errors import BadRequest, UnsupportedMediaType
+from app.errors import BadRequest, UnsupportedMediaType, ValidationFailed
 
 
 def read_json_object() -> dict[str, Any]:
@@ -43,3 +43,51 @@ def time_param(name: str) -> datetime | None:
     except ValueError:
         raise BadRequest(f"{name} must be an RFC 3339 timestamp", code="invalid_parameter",
                          details={"parameter": name}) from None
+
+
+def optional_json(allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """An action's optional body: none at all is `{}`; one that is sent must be an object
+    (with only the `allowed` keys, when given)."""
+    if not request.content_length and not request.get_data(cache=True):
+        return {}
+    body = read_json_object()
+    if allowed is not None:
+        unknown = sorted(set(body) - set(allowed))
+        if unknown:
+            raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}",
+                                   code="unknown_field", details={"fields": unknown})
+    return body
+
+
+def bool_param(name: str) -> bool | None:
+    """A true/false query parameter; absent or empty is None, anything else a 400."""
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    value = raw.strip().lower()
+    if value in {"true", "1"}:
+        return True
+    if value in {"false", "0"}:
+        return False
+    raise BadRequest(f"{name} must be true or false", code="invalid_parameter",
+                     details={"parameter": name})
+
+
+def force_flag(body: dict[str, Any]) -> bool:
+    """`force` from the JSON body (a boolean) or the query string (true/false/1/0)."""
+    if "force" in body:
+        value = body["force"]
+    else:
+        raw = request.args.get("force", "false").strip().lower()
+        value = {"1": True, "true": True, "0": False, "false": False, "": False}.get(raw, raw)
+    if not isinstance(value, bool):
+        raise ValidationFailed("force must be a boolean", code="invalid_parameter",
+                               details={"parameter": "force"})
+    return value
+
+
+def no_content() -> Response:
+    """204 with no body and no Content-Type (there is no content to type)."""
+    response = Response(status=204)
+    del response.headers["Content-Type"]
+    return response

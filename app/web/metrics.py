@@ -25,6 +25,7 @@ from app.clock import utcnow
 from app.errors import Unauthorized
 from app.models import (
     DELIVERY_STATES,
+    DL_STATES,
     INBOUND_STATUSES,
     Attempt,
     DeadLetter,
@@ -34,7 +35,6 @@ from app.models import (
 )
 from app.queues import ALL_QUEUES
 from app.web.context import runtime
-from dlq.search import DL_STATES
 
 log = logging.getLogger(__name__)
 

@@ -192,10 +192,41 @@ schema("Error", obj({"error": obj({
 
 # ---------------------------------------------------------------------------- keys
 
-TAGS.append({"name": "keys", "description": "the calling API key"})
+TAGS.append({"name": "keys", "description": "API keys, and the audit trail"})
 add("/v1/me", "get", op(
     "Who am I: the calling key and its scopes", tag="keys", scope="read",
-    ok={200: obj({"id": STRING, "name": STRING, "scopes": array(STRING)})}))
+    ok={200: obj({"id": STRING, "name": STRING, "scopes": array(STRING),
+                  "partner": dict(OPT_STRING, description="uid of the partner the key is "
+                                                           "bound to, if any")})}))
+API_KEY = schema("ApiKey", obj({
+    "id": STRING, "name": STRING,
+    "prefix": {"type": "string", "description": "the first characters of the key, to tell "
+                                                "keys apart; never the key"},
+    "scopes": array(STRING), "partner": OPT_STRING, "created_at": TIMESTAMP,
+    "last_used_at": dict(OPT_TIMESTAMP, description="updated at most once a minute"),
+    "revoked_at": OPT_TIMESTAMP}))
+KEY_ID = [path_param("key_id", "API key id")]
+add("/v1/keys", "get", op(
+    "List API keys, newest first (never the keys themselves)", tag="keys", scope="admin",
+    params=PAGE_PARAMS, ok={200: schema("ApiKeyPage", page_of("ApiKey"))}, errors=(400,)))
+add("/v1/keys/{key_id}", "get", op(
+    "Read an API key", tag="keys", scope="admin", params=KEY_ID, ok={200: API_KEY},
+    errors=(404,)))
+add("/v1/keys/{key_id}", "delete", op(
+    "Revoke an API key: every API process refuses it within a second", tag="keys",
+    scope="admin", params=KEY_ID, ok={200: API_KEY}, errors=(404, 409)))
+AUDIT_RECORD = schema("AuditRecord", obj({
+    "id": STRING,
+    "actor": {"type": "string", "description": "key:<name>, operator:<email>, cli[:<user>], "
+                                               "portal:<uid> or system"},
+    "action": {"type": "string", "examples": ["endpoint.disabled"]},
+    "subject_type": STRING, "subject_id": STRING, "details": ANY_OBJECT,
+    "created_at": TIMESTAMP}))
+add("/v1/audit", "get", op(
+    "The audit trail, newest first: every state change, by whom", tag="keys", scope="read",
+    params=[query("subject", "only changes to this id (an endpoint, a key, ...)"),
+            query("action", "only this action, e.g. endpoint.secret_rotated"), *PAGE_PARAMS],
+    ok={200: schema("AuditRecordPage", page_of("AuditRecord"))}, errors=(400,)))
 
 # ---------------------------------------------------------------------------- event types
 
@@ -268,6 +299,15 @@ _HEADERS: Schema = {"type": "object", "additionalProperties": {"type": "string"}
                     "maxProperties": 20,
                     "description": "custom headers; no CR/LF, no webhook-*, content-type, "
                                    "content-length, host, transfer-encoding, user-agent"}
+_HEADERS_SHOWN: Schema = {"type": "object", "additionalProperties": nullable(STRING),
+                          "description": "every custom header by name; values are write-only "
+                                         "(null) unless listed in public_headers"}
+_HEADERS_CHANGE: Schema = {"type": "object", "additionalProperties": nullable(STRING),
+                           "maxProperties": 20,
+                           "description": "replaces the custom headers; a null value keeps "
+                                          "that header's stored value"}
+_PUBLIC_HEADERS: Schema = array(STRING, description="custom headers whose values reads may "
+                                                    "show (the others are write-only)")
 _EVENT_TYPES: Schema = nullable(array(STRING, minItems=1))
 _EVENT_TYPES["description"] = "names of registered event types; null subscribes to all"
 _TIMEOUT: Schema = {"type": "integer", "minimum": 1, "maximum": 30}
@@ -280,7 +320,8 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "url": {"type": "string", "format": "uri"},
     "event_types": _EVENT_TYPES,
     "description": OPT_STRING,
-    "headers": _HEADERS,
+    "headers": _HEADERS_SHOWN,
+    "public_headers": _PUBLIC_HEADERS,
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
     "state": {"type": "string", "enum": ["enabled", "disabled"]},
@@ -298,10 +339,12 @@ ENDPOINT_WITH_SECRET = schema("EndpointWithSecret", obj({**_ENDPOINT_PROPS, "sec
                                                                     "create and rotate"))
 ENDPOINT_CREATE = schema("EndpointCreate", obj({
     "url": {"type": "string", "format": "uri", "maxLength": 2048,
-            "description": "http(s); refused when it resolves to an internal address"},
+            "description": "http(s); refused when it resolves to an internal address or "
+                           "carries user:password@ (send credentials in a header)"},
     "event_types": _EVENT_TYPES,
     "description": nullable({"type": "string", "maxLength": 1000}),
     "headers": _HEADERS,
+    "public_headers": _PUBLIC_HEADERS,
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
     "secret": dict(SECRET, description="optional; generated when absent"),
@@ -310,7 +353,8 @@ ENDPOINT_UPDATE = schema("EndpointUpdate", obj({
     "url": {"type": "string", "format": "uri", "maxLength": 2048},
     "event_types": _EVENT_TYPES,
     "description": nullable({"type": "string", "maxLength": 1000}),
-    "headers": _HEADERS,
+    "headers": _HEADERS_CHANGE,
+    "public_headers": _PUBLIC_HEADERS,
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
 }, required=[]))
@@ -561,6 +605,9 @@ add("/v1/sources", "post", op(
         "handlers": array({"oneOf": [STRING, ANY_OBJECT]}),
         "reconcile_url": OPT_STRING}},
     ok={201: SOURCE}, errors=(400, 409, 413, 415, 422)))
+add("/v1/inbound-handlers", "get", op(
+    "The handlers a source may select by name (KURIR_INBOUND_HANDLERS)", tag="inbound",
+    scope="read", ok={200: obj({"data": array(obj({"name": STRING, "path": STRING}))})}))
 add("/v1/sources", "get", op(
     "List inbound sources", tag="inbound", scope="read", params=PAGE_PARAMS,
     ok={200: schema("SourcePage", page_of("Source"))}, errors=(400,)))

@@ -152,7 +152,7 @@ def test_bulk_resend_a_filter_of_fifty_and_discard_one(page, kurir, runtime):
     with runtime.db.begin() as session:
         doomed = session.get_one(DeadLetter, kurir.doomed)
         assert (doomed.state, doomed.note) == ("discarded", "refunded by hand")
-        assert doomed.audit[-1].actor == EMAIL
+        assert doomed.audit[-1].actor == f"operator:{EMAIL}"
 
 
 def test_forged_post_is_rejected_and_logout_locks_the_ui(page, kurir, runtime):

@@ -40,6 +40,8 @@ OTHER_SECRETS = {
 
 def create_source(runtime: Runtime, name: str, scheme: str, **options: Any) -> str:
     secrets = options.pop("secrets", [SECRETS[scheme]])
+    # As the operator's command line does: handlers may be given as module paths.
+    options.setdefault("allow_handler_paths", True)
     with runtime.db.begin() as session:
         source = sources.create_source(session, runtime.secret_box, runtime.settings,
                                        name=name, scheme=scheme, secrets=secrets, **options)

@@ -41,7 +41,8 @@ def probe_app(app: Flask) -> Flask:
 
 
 def _create_key(settings: Settings, *scopes: str) -> str:
-    env = {"DATABASE_URL": settings.database_url, "KURIR_DATA_DIR": str(settings.data_dir)}
+    env = {"DATABASE_URL": settings.database_url, "KURIR_DATA_DIR": str(settings.data_dir),
+           "KURIR_SECRET_KEY": settings.secret_key}
     args = ["keys", "create", "--name", "svc"]
     for scope in scopes:
         args += ["--scope", scope]
@@ -85,7 +86,8 @@ def test_missing_scope_is_403_and_granted_scope_passes(probe_app, settings):
 
 
 def test_unknown_scope_is_refused_by_cli(settings, runtime):
-    env = {"DATABASE_URL": settings.database_url, "KURIR_DATA_DIR": str(settings.data_dir)}
+    env = {"DATABASE_URL": settings.database_url, "KURIR_DATA_DIR": str(settings.data_dir),
+           "KURIR_SECRET_KEY": settings.secret_key}
     result = CliRunner().invoke(cli, ["keys", "create", "--name", "x", "--scope", "root"],
                                 env=env)
     assert result.exit_code != 0
@@ -151,7 +153,8 @@ def test_readyz_is_503_naming_database_when_it_is_down(settings, redis_client):
 def test_operator_created_from_stdin_can_be_verified(settings, runtime):
     from app.accounts import verify_operator
 
-    env = {"DATABASE_URL": settings.database_url, "KURIR_DATA_DIR": str(settings.data_dir)}
+    env = {"DATABASE_URL": settings.database_url, "KURIR_DATA_DIR": str(settings.data_dir),
+           "KURIR_SECRET_KEY": settings.secret_key}
     result = CliRunner().invoke(cli, ["operators", "create", "--email", "Ops@Example.com"],
                                 input="correct horse battery\n", env=env)
     assert result.exit_code == 0, result.output

@@ -90,7 +90,7 @@ def test_retry_of_a_dead_delivery_resends_it_once_its_endpoint_is_enabled(runtim
     letter = client.get(f"/v1/dead-letters/{letter_id}", headers=auth).get_json()
     assert letter["state"] == "resent" and letter["run"] == 2
     last = letter["audit"][-1]
-    assert (last["actor"], last["action"]) == ("test-admin", "resend")
+    assert (last["actor"], last["action"]) == ("key:test-admin", "resend")
     assert last["outcome"] == "resent as run 2"
     delivery = client.get(f"/v1/deliveries/{delivery_id}", headers=auth).get_json()
     assert delivery["state"] == SUCCEEDED and delivery["attempt_count"] == 3

@@ -83,7 +83,7 @@ def test_read_scope_reads_but_cannot_act_and_actor_is_the_key_name(client, runti
     assert done.status_code == 200, done.get_json()
     body = done.get_json()
     assert body["state"] == "resent" and body["run"] == 2 and body["delivery_state"] == "pending"
-    assert body["audit"][-1]["actor"] == "oncall-bot"
+    assert body["audit"][-1]["actor"] == "key:oncall-bot"
 
 
 def test_resend_one_refuses_a_disabled_endpoint_unless_forced(client, auth, runtime,

@@ -72,7 +72,7 @@ def test_resend_by_filter_shows_progress_and_reports_skips(run, runtime, letters
         actors = set(session.scalars(select(DeadLetterAudit.actor)
                                      .where(DeadLetterAudit.action == "resend")))
     assert {states[i] for i in a} == {"resent"} and {states[i] for i in b} == {"open"}
-    assert "ops@example.com" in actors and any(x.startswith("cli") for x in actors)
+    assert "cli:ops@example.com" in actors and any(x.startswith("cli:") for x in actors)
     assert len(Queue(DELIVERIES, connection=redis_client).get_jobs()) == 1
 
 

@@ -115,7 +115,17 @@ def test_cursor_pagination_walks_every_letter_once_newest_first(runtime):
 def test_malformed_filters_are_rejected_naming_the_parameter(params, parameter):
     with pytest.raises(BadRequest) as info:
         DeadLetterFilter.from_params(params)
-    assert info.value.details == {"parameter": parameter}
+    assert info.value.details["parameter"] == parameter
+    assert set(info.value.details["errors"]) == {parameter}
+
+
+def test_every_unreadable_field_is_named_and_the_rest_is_kept():
+    """A form marks each bad field and keeps the good ones; nothing may act on the rest."""
+    flt, errors = DeadLetterFilter.parse({"partner": "acme", "since": "yesterday",
+                                          "status_code": "five hundred", "type": "order.paid"})
+    assert set(errors) == {"since", "status_code"}
+    assert (flt.partner, flt.type, flt.since, flt.status_code) == ("acme", "order.paid",
+                                                                   None, None)
 
 
 def test_filter_round_trips_through_its_params():

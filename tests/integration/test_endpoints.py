@@ -22,7 +22,8 @@ from tests.integration._publish_support import (
     make_partner,
 )
 
-ENDPOINT_KEYS = {"id", "partner", "url", "event_types", "description", "headers", "timeout_s",
+ENDPOINT_KEYS = {"id", "partner", "url", "event_types", "description", "headers",
+                 "public_headers", "timeout_s",
                  "rate_limit_per_s", "state", "disabled_reason", "disabled_at", "created_at",
                  "updated_at", "consecutive_failures", "last_success_at", "last_failure_at"}
 
@@ -126,10 +127,13 @@ def test_all_fields_round_trip(client, auth):
     make_event_type(client, auth, "order.paid")
     created = make_endpoint(client, auth, url="https://127.0.0.1:8443/in",
                             event_types=["order.created", "order.paid"],
-                            description="billing", headers={"X-Team": "billing"},
-                            timeout_s=30, rate_limit_per_s=5)
+                            description="billing",
+                            headers={"X-Team": "billing", "Authorization": "Bearer s3cr3t"},
+                            public_headers=["x-team"], timeout_s=30, rate_limit_per_s=5)
     assert created["event_types"] == ["order.created", "order.paid"]
-    assert created["headers"] == {"X-Team": "billing"}
+    # Values are write-only but for the headers their creator listed as public.
+    assert created["headers"] == {"X-Team": "billing", "Authorization": None}
+    assert created["public_headers"] == ["X-Team"]
     assert (created["timeout_s"], created["rate_limit_per_s"]) == (30, 5)
     assert created["description"] == "billing"
 
@@ -259,7 +263,8 @@ def test_unknown_field_is_422(client, auth):
 def test_patch_changes_only_given_fields_and_validates(client, auth):
     make_partner(client, auth)
     make_event_type(client, auth, "order.created")
-    ep = make_endpoint(client, auth, description="one", headers={"X-A": "1"})
+    ep = make_endpoint(client, auth, description="one", headers={"X-A": "1"},
+                       public_headers=["X-A"])
     path = f"/v1/partners/acme/endpoints/{ep['id']}"
     response = client.patch(path, headers=auth, json={"timeout_s": 5,
                                                       "event_types": ["order.created"]})

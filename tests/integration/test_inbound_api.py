@@ -77,7 +77,9 @@ def test_create_and_read_a_source_over_the_api(runtime, live_server, auth):
     ({"mapping": {"event_id": "data.id"}}, "invalid_mapping"),
     ({"mapping": {"colour": "/x"}}, "invalid_mapping"),
     ({"tolerance_s": 0}, "invalid_source"),
-    ({"handlers": ["no.such.module:fn"]}, "invalid_handler"),
+    ({"handlers": ["no.such.module:fn"]}, "unknown_handler"),
+    ({"handlers": [{"path": "os:system"}]}, "unknown_handler"),
+    ({"handlers": 5}, "invalid_handler"),
     ({"reconcile_url": "gopher://x"}, "invalid_reconcile_url"),
     ({"surprise": 1}, "invalid_source"),
 ])

@@ -94,8 +94,10 @@ def test_tampered_body_and_wrong_secret_are_401_with_nothing_stored(scheme, runt
 
 
 @pytest.mark.parametrize("scheme", kit.TIMESTAMPED)
-@pytest.mark.parametrize("offset", [-301, +301, -86400, +86400])
+@pytest.mark.parametrize("offset", [-310, +310, -86400, +86400])
 def test_expired_and_future_timestamps_are_401(scheme, offset, runtime, live_server):
+    # 10 s past the tolerance: a loaded machine may take seconds between signing and
+    # verifying, which brings a future timestamp closer (a past one only further away).
     kit.create_source(runtime, "partner", scheme, tolerance_s=300)
     body, headers = kit.signed_callback(scheme, event_id="evt_1", resource_id="pay_1",
                                         timestamp=int(time.time()) + offset)
@@ -336,14 +338,15 @@ def test_nul_and_overlong_fields_are_400_not_5xx(runtime, live_server):
         assert stored.one().raw_body == body
 
 
-def test_credentials_headers_are_not_stored(runtime, live_server):
+def test_credentials_and_the_signature_are_stored_by_name_only(runtime, live_server):
     kit.create_source(runtime, "partner", "github")
     body, headers = kit.signed_callback("github", event_id="evt_1", resource_id="4242")
     headers += [("Authorization", "Basic c2VjcmV0"), ("Cookie", "session=abc")]
     response = _post(live_server, "partner", body, headers)
     with runtime.db.begin() as session:
         event = session.get(InboundEvent, response.json()["id"])
-    assert "authorization" not in event.headers and "cookie" not in event.headers
+    for name in ("authorization", "cookie", "x-hub-signature-256"):
+        assert event.headers[name] == "[redacted]", name
     assert event.headers["x-github-delivery"] == "evt_1"
 
 

@@ -15,6 +15,7 @@ import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 from sqlalchemy import select
 
+from app.accounts import create_api_key
 from app.clock import utcnow
 from app.config import Settings
 from app.models import Attempt, Delivery
@@ -278,6 +279,20 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     assert api.get(f"/v1/dead-letters/{letter}", headers=auth).status_code == 200
     assert api.get("/v1/sources", headers=auth).status_code == 200
     assert api.get("/v1/inbound-events", headers=auth).status_code == 200
+    assert api.get("/v1/inbound-handlers", headers=auth).status_code == 200
+
+    # keys and the audit trail
+    with runtime.db.begin() as session:
+        spare, _ = create_api_key(session, "spare", ["read"])
+        spare_id = spare.id
+    listed = api.get("/v1/keys?limit=5", headers=auth)
+    assert listed.status_code == 200 and spare_id in {k["id"] for k in listed.get_json()["data"]}
+    assert api.get(f"/v1/keys/{spare_id}", headers=auth).status_code == 200
+    assert api.get("/v1/keys/key_nope", headers=auth).status_code == 404
+    assert api.delete(f"/v1/keys/{spare_id}", headers=auth).status_code == 200
+    assert api.delete(f"/v1/keys/{spare_id}", headers=auth).status_code == 409
+    trail = api.get(f"/v1/audit?subject={ep}", headers=auth)
+    assert trail.status_code == 200 and trail.get_json()["data"]
 
     # every operation of the publish API was seen succeeding
     mine = {"keys", "event-types", "partners", "endpoints", "events"}

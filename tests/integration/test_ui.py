@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
@@ -14,15 +15,18 @@ from sqlalchemy import select
 from app.accounts import create_operator
 from app.clock import utcnow
 from app.models import (
+    AuditRecord,
     BulkOperation,
     DeadLetter,
     Endpoint,
+    EndpointSecret,
     InboundEvent,
     InboundSource,
     OperationalEvent,
     Operator,
 )
 from app.queues import DEFAULT
+from app.runtime import Runtime
 from app.web.ui import throttle
 from dlq import resend as resend_mod
 from sender.secrets import current_secret
@@ -215,7 +219,7 @@ def test_bulk_resend_and_discard_of_selected_letters(ui, runtime, letters):
         letters_ = {dl.id: dl for dl in session.scalars(select(DeadLetter))}
         assert [letters_[i].state for i in ids] == ["resent", "resent", "discarded"]
         assert letters_[ids[2]].note == "dup of #12"
-        assert letters_[ids[0]].audit[-1].actor == EMAIL
+        assert letters_[ids[0]].audit[-1].actor == f"operator:{EMAIL}"
     none = ui.post("/ui/dead-letters/bulk", data={"csrf_token": csrf, "action": "resend"},
                    follow_redirects=True)
     assert "Select at least one" in none.text
@@ -278,7 +282,7 @@ def test_detail_shows_payload_attempts_and_hides_secrets(ui, letters):
     assert "webhook-signature" in page.text and "c2VjcmV0LXNpZ25hdHVyZQ" not in page.text
     assert "park" in page.text  # the audit trail
     missing = ui.get("/ui/dead-letters/dl_nope")
-    assert missing.status_code == 404 and "There is no dead letter" in missing.text
+    assert missing.status_code == 404 and "dead letter dl_nope not found" in missing.text
 
 
 def test_resend_from_detail_to_a_disabled_endpoint_enables_it_or_is_forced(ui, runtime):
@@ -337,16 +341,41 @@ def test_disable_enable_and_rotate_an_endpoint(ui, runtime, letters):
                                                               "partner maintenance")
     ui.post(f"{url}/enable", data={"csrf_token": csrf})
     rotated = ui.post(f"{url}/rotate-secret", data={"csrf_token": csrf})
-    secret = re.search(r'data-testid="secret">(whsec_[^<]+)<', rotated.text).group(1)
-    assert secret not in ui.get(url).text  # shown once, not flashed through the cookie
+    # Post, redirect, get: the page showing the secret is safe to reload.
+    assert rotated.status_code == 302
+    assert rotated.headers["Location"] == f"{url}/secret"
+    assert "whsec_" not in rotated.text
+    shown = ui.get(f"{url}/secret")
+    secret = re.search(r'data-testid="secret">(whsec_[^<]+)<', shown.text).group(1)
+    assert 'data-copy="#secret"' in shown.text and 'data-testid="overlap"' in shown.text
+    assert secret not in ui.get(url).text  # never flashed through the cookie
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, scene.endpoint_id)
         assert endpoint.state == "enabled"
         assert current_secret(endpoint, runtime.secret_box, utcnow()) == secret != scene.secret
         kinds = session.scalars(select(OperationalEvent.kind).order_by(OperationalEvent.id))
-        assert list(kinds) == ["endpoint.disabled", "endpoint.enabled",
-                               "endpoint.secret_rotated"]
-    assert "endpoint.enabled" in ui.get(url).text
+        assert list(kinds) == ["endpoint.disabled", "endpoint.enabled"]
+        trail = session.execute(select(AuditRecord.action, AuditRecord.actor)
+                                .where(AuditRecord.subject_id == scene.endpoint_id)
+                                .order_by(AuditRecord.id)).all()
+        assert trail == [(action, f"operator:{EMAIL}") for action in (
+            "endpoint.disabled", "endpoint.enabled", "endpoint.secret_rotated")]
+    page = ui.get(url).text
+    assert "endpoint.enabled" in page and "endpoint.secret_rotated" in page
+
+
+def test_reloading_the_secret_page_after_a_rotation_rotates_nothing(ui, runtime, letters):
+    scene, _ = letters
+    url = f"/ui/endpoints/{scene.endpoint_id}"
+    ui.post(f"{url}/rotate-secret", data={"csrf_token": token(ui, url)})
+    first = ui.get(f"{url}/secret").text
+    again = ui.get(f"{url}/secret").text
+    pattern = r'data-testid="secret">(whsec_[^<]+)<'
+    assert re.search(pattern, first).group(1) == re.search(pattern, again).group(1)
+    with runtime.db.begin() as session:
+        secrets = session.scalars(select(EndpointSecret.id).where(
+            EndpointSecret.endpoint_id == scene.endpoint_id)).all()
+    assert len(secrets) == 2  # the first one and one rotation, however often it is shown
 
 
 def test_resend_everything_parked_since_the_endpoint_was_disabled(ui, runtime, redis_client):
@@ -422,10 +451,6 @@ def test_inbound_page_lists_by_status_and_replays(ui, runtime):
     assert "gh-1" in page.text and "gh-2" not in page.text and "version_gap" in page.text
     empty = ui.get("/ui/inbound?status=failed")
     assert "No inbound event matches" in empty.text
-    from app.web.ui import views
-
-    if views.inbound_replay is None:
-        pytest.skip("app.inbound.replay is not available")
     with runtime.db.begin() as session:
         inbound_id = session.scalar(select(InboundEvent.id)
                                     .where(InboundEvent.event_id == "gh-1"))
@@ -437,3 +462,75 @@ def test_inbound_page_lists_by_status_and_replays(ui, runtime):
     missing = ui.post("/ui/inbound/ine_nope/replay",
                       data={"csrf_token": token(ui, "/ui/inbound")}, follow_redirects=True)
     assert "flash-error" in missing.text
+
+
+# ------------------------------------------------------------------------------ review fixes
+
+
+def test_a_filter_typo_is_marked_and_never_widens_a_bulk_action(ui, runtime, redis_client):
+    """`since=yesterday` once dropped the whole filter: the page listed every open letter and
+    offered to resend them all. Now the field is marked, the valid criteria stay applied and
+    every bulk action is off; a hand-made POST with the typo resends nothing."""
+    with runtime.db.begin() as session:
+        mine = letters_for(session, make_scene(session, runtime.secret_box, uid="acme"), 2)
+        other = letters_for(session, make_scene(session, runtime.secret_box, uid="globex"), 2)
+    page = ui.get("/ui/dead-letters?partner=acme&since=yesterday")
+    assert page.status_code == 200
+    assert 'data-testid="error-since"' in page.text and 'aria-invalid="true"' in page.text
+    assert 'value="yesterday"' in page.text  # what was typed stays, to be fixed
+    assert all(i in page.text for i in mine) and not any(i in page.text for i in other)
+    assert 'data-testid="bulk-off"' in page.text
+    assert "resend-matching" not in page.text
+    assert re.search(r'<button[^>]*value="resend"[^>]*disabled', page.text)
+    posted = ui.post("/ui/dead-letters/resend-matching",
+                     data={"csrf_token": token(ui, "/ui/dead-letters"), "partner": "acme",
+                           "since": "yesterday"}, follow_redirects=True)
+    assert "Not resent" in posted.text and "since" in posted.text
+    assert [_state(runtime, i) for i in mine + other] == ["open"] * 4
+    assert Queue(DEFAULT, connection=redis_client).get_jobs() == []
+
+
+_sprayed = itertools.count()
+
+
+def test_behind_trusted_proxies_the_throttle_counts_the_real_client(settings, runtime,
+                                                                    operator):
+    from app.web import create_app
+
+    app = create_app(runtime=Runtime(settings.with_overrides(trusted_proxies=("10.0.0.0/8",)),
+                                     database=runtime.db))
+    client = app.test_client()
+
+    def attempt(forwarded: str, password: str = "guess", peer: str = "10.1.2.3",  # noqa: S107
+                email: str | None = None) -> int:
+        return client.post("/ui/login", data={
+            "email": email or f"u{next(_sprayed)}@example.com", "password": password,
+            "csrf_token": token(client)}, headers={"X-Forwarded-For": forwarded},
+            environ_base={"REMOTE_ADDR": peer}).status_code
+
+    for _ in range(throttle.MAX_FAILURES_PER_CLIENT):
+        assert attempt("203.0.113.7") == 401
+    assert attempt("203.0.113.7", PASSWORD, email=EMAIL) == 429
+    # Another client behind the same proxy is not locked out with the first one...
+    assert attempt("198.51.100.20", PASSWORD, email=EMAIL) == 302
+    # ...and a peer outside the trusted networks cannot choose its address.
+    assert attempt("198.51.100.21", PASSWORD, email=EMAIL, peer="203.0.113.7") == 429
+
+
+@pytest.mark.parametrize(("base_url", "configured", "secure"), [
+    ("http://localhost", None, False),  # a laptop over plain HTTP: the browser keeps it
+    ("http://127.0.0.1:8080", None, False),
+    ("http://kurir.internal.example", None, True),
+    ("https://kurir.example.com", None, True),
+    ("http://kurir.internal.example", False, False),  # said outright
+    ("http://localhost", True, True),
+])
+def test_session_cookie_secure_flag(settings, runtime, operator, base_url, configured, secure):
+    from app.web import create_app
+
+    app = create_app(runtime=Runtime(settings.with_overrides(cookie_secure=configured),
+                                     database=runtime.db))
+    client = app.test_client()
+    page = client.get("/ui/login", base_url=base_url)
+    cookie = page.headers["Set-Cookie"]
+    assert ("; Secure" in cookie) is secure

@@ -27,6 +27,10 @@ def test_every_variable_is_read() -> None:
     env = {
         "KURIR_DATA_DIR": "/srv/kurir",
         "DATABASE_URL": "postgres://u:p@db:5432/kurir",
+        "KURIR_SECRET_KEY": "a long shared passphrase",
+        "KURIR_INBOUND_HANDLERS": "on_paid=billing.hooks:on_paid, audit=billing.audit:log",
+        "KURIR_TRUSTED_PROXIES": "10.0.0.0/8,192.168.1.5",
+        "KURIR_COOKIE_SECURE": "0",
         "REDIS_URL": "redis://cache:6379/1",
         "KURIR_MAX_PAYLOAD_BYTES": "4096",
         "KURIR_RETRY_SCHEDULE": "1, 2,3",
@@ -53,6 +57,28 @@ def test_every_variable_is_read() -> None:
     assert settings.secret_rotation_overlap_seconds == 10
     assert settings.reconcile_cron == "*/5 * * * *"
     assert settings.log_format == "json"
+    assert settings.handler_registry == {"on_paid": "billing.hooks:on_paid",
+                                         "audit": "billing.audit:log"}
+    assert settings.trusted_proxies == ("10.0.0.0/8", "192.168.1.5")
+    assert settings.cookie_secure is False
+
+
+def test_trusted_proxies_is_a_hop_count_or_networks_and_cookie_secure_defaults_to_auto() -> None:
+    assert load_settings({}).trusted_proxies == 0
+    assert load_settings({}).cookie_secure is None
+    assert load_settings({"KURIR_TRUSTED_PROXIES": "2"}).trusted_proxies == 2
+    assert load_settings({"KURIR_COOKIE_SECURE": "auto"}).cookie_secure is None
+    assert load_settings({"KURIR_COOKIE_SECURE": "1"}).cookie_secure is True
+
+
+def test_postgresql_without_a_secret_key_is_refused_naming_the_variable() -> None:
+    """Separate processes would each invent a development key and fail to decrypt each
+    other's secrets: a deployment must share one."""
+    with pytest.raises(ConfigError, match="KURIR_SECRET_KEY"):
+        load_settings({"DATABASE_URL": "postgresql://u@db/kurir"})
+    assert load_settings({"DATABASE_URL": "postgresql://u@db/kurir",
+                          "KURIR_SECRET_KEY": "k"}).secret_key == "k"
+    assert load_settings({}).secret_key is None  # the embedded default makes its own
 
 
 @pytest.mark.parametrize(
@@ -72,6 +98,10 @@ def test_every_variable_is_read() -> None:
         ("KURIR_DEFAULT_TIMEOUT_S", "31"),
         ("DATABASE_URL", "mysql://localhost/kurir"),
         ("REDIS_URL", "http://localhost:6379"),
+        ("KURIR_INBOUND_HANDLERS", "os:system"),
+        ("KURIR_INBOUND_HANDLERS", "x=not a path"),
+        ("KURIR_TRUSTED_PROXIES", "10.0.0.0/33"),
+        ("KURIR_COOKIE_SECURE", "sometimes"),
     ],
 )
 def test_invalid_value_names_the_variable(var: str, value: str) -> None:

@@ -6,7 +6,8 @@ import time
 
 from standardwebhooks.webhooks import Webhook
 
-from sender.deliver import REDACTED, custom_headers, redact, request_headers
+from app.headers import REDACTED, redact_sent
+from sender.deliver import custom_headers, request_headers
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 BODY = b'{"test": 2432232314}'
@@ -40,8 +41,11 @@ def test_custom_headers_ignore_non_strings():
     assert custom_headers({"X-Num": 5, "X-Ok": "yes"}) == {"X-Ok": "yes"}
 
 
-def test_stored_request_headers_hide_credentials():
-    stored = redact({"Authorization": "Bearer abc", "X-Api-Key": "k", "X-Auth-Token": "t",
-                     "webhook-signature": "v1,sig", "X-Tenant": "t-1"})
-    assert stored["Authorization"] == stored["X-Api-Key"] == stored["X-Auth-Token"] == REDACTED
-    assert stored["X-Tenant"] == "t-1" and stored["webhook-signature"] == "v1,sig"
+def test_stored_request_headers_keep_custom_values_only_when_public():
+    custom = {"Authorization": "Bearer abc", "X-Partner-Ref": "p-9", "X-Tenant": "t-1"}
+    sent = {**custom, "webhook-signature": "v1,sig", "user-agent": "Kurir/1"}
+    stored = redact_sent(sent, custom, public=["x-tenant"])
+    # Write-only by default, whatever the name looks like: X-Partner-Ref may be a credential.
+    assert stored["Authorization"] == stored["X-Partner-Ref"] == REDACTED
+    assert stored["X-Tenant"] == "t-1"
+    assert stored["webhook-signature"] == "v1,sig" and stored["user-agent"] == "Kurir/1"

@@ -5,24 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
 
 from app.clock import isoformat
-from app.errors import NotFound, ValidationFailed
-from app.models import Attempt, BulkOperation, DeadLetter, Delivery, Partner
+from app.errors import ValidationFailed
+from app.models import Attempt, BulkOperation, DeadLetter, Delivery
 from app.pagination import parse_limit
+from app.services import dead_letters
 from app.web.api.serializers import attempt_json
-from app.web.auth import current_principal, require_scope
+from app.web.auth import current_actor
 from app.web.context import runtime
-from app.web.jsonio import read_json_object
-from dlq import discard as discard_mod
-from dlq import resend as resend_mod
-from dlq.search import DeadLetterFilter, search
+from app.web.jsonio import force_flag, optional_json, read_json_object
 
 blueprint = Blueprint("api_dead_letters", __name__)
-
-_LOAD = (selectinload(DeadLetter.audit), selectinload(DeadLetter.delivery))
 
 
 def audit_json(letter: DeadLetter) -> list[dict[str, Any]]:
@@ -32,7 +26,7 @@ def audit_json(letter: DeadLetter) -> list[dict[str, Any]]:
 
 def dead_letter_json(letter: DeadLetter, partner_uid: str, *,
                      attempts: list[Attempt] | None = None) -> dict[str, Any]:
-    """The SPEC §4 shape, plus links to the event, the delivery and its attempts."""
+    """The dead-letter shape, plus links to the event, the delivery and its attempts."""
     delivery: Delivery = letter.delivery
     body: dict[str, Any] = {
         "id": letter.id,
@@ -86,175 +80,109 @@ def bulk_json(op: BulkOperation) -> dict[str, Any]:
     }
 
 
-def _load(session: Session, letter_id: str) -> tuple[DeadLetter, str]:
-    letter = session.scalar(select(DeadLetter).where(DeadLetter.id == letter_id).options(*_LOAD))
-    if letter is None:
-        raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
-    uid = session.scalar(select(Partner.uid).where(Partner.id == letter.partner_id)) or ""
-    return letter, uid
-
-
-def optional_body() -> dict[str, Any]:
-    """Action bodies are optional; when one is sent it must be a JSON object."""
-    if not request.get_data(cache=True):
-        return {}
-    return read_json_object()
-
-
-def parse_force(body: dict[str, Any]) -> bool:
-    """`force` from the JSON body (a boolean) or the query string (true/false/1/0).
-
-    Shared with `POST /v1/deliveries/{id}/retry`, which resends a dead delivery the same way.
-    """
-    if "force" in body:
-        value = body["force"]
-    else:
-        raw = request.args.get("force", "false").strip().lower()
-        value = {"1": True, "true": True, "0": False, "false": False, "": False}.get(raw, raw)
-    if not isinstance(value, bool):
-        raise ValidationFailed("force must be a boolean", code="invalid_parameter",
-                               details={"parameter": "force"})
-    return value
-
-
-def _resend_filter(raw: dict[str, Any]) -> DeadLetterFilter:
-    """The filter of a bulk resend; with no criteria it must say `"all": true`.
-
-    A bulk resend only touches open letters, so an empty filter (or one with only `state`)
-    means every open letter: too easy to send by mistake, hence the explicit `all`, like
-    the CLI's `--all`.
-    """
-    everything = raw.get("all", False)
-    if not isinstance(everything, bool):
-        raise ValidationFailed("filter.all must be a boolean", code="invalid_parameter",
-                               details={"parameter": "filter.all"})
-    flt = DeadLetterFilter.from_params({k: v for k, v in raw.items() if k != "all"},
-                                       strict=True)
-    if flt.with_state(None).is_empty() and not everything:
-        raise ValidationFailed(
-            "the filter has no criteria and would resend every open dead letter: pass at "
-            "least one criterion (partner, endpoint, type, reason, status_code, error, q, "
-            'since, until) or "all": true', code="invalid_parameter",
-            details={"parameter": "filter"})
-    return flt
+def _letter_answer(letter_id: str) -> Response:
+    with runtime().db.begin() as session:
+        letter, uid = dead_letters.get(session, current_actor(), letter_id)
+        return jsonify(dead_letter_json(letter, uid))
 
 
 @blueprint.get("/dead-letters")
-@require_scope("read")
 def list_dead_letters() -> Response:
-    flt = DeadLetterFilter.from_params(request.args)
+    actor = current_actor()
+    flt = dead_letters.DeadLetterFilter.from_params(request.args)
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        page = search(session, flt, limit=limit, cursor=request.args.get("cursor"),
-                      options=_LOAD)
+        page = dead_letters.page(session, actor, flt, limit=limit,
+                                 cursor=request.args.get("cursor"))
         data = [dead_letter_json(letter, page.partner_uids.get(letter.partner_id, ""))
                 for letter in page.letters]
     return jsonify({"data": data, "next_cursor": page.next_cursor})
 
 
 @blueprint.get("/dead-letters/<letter_id>")
-@require_scope("read")
 def get_dead_letter(letter_id: str) -> Response:
+    actor = current_actor()
     with runtime().db.begin() as session:
-        letter, uid = _load(session, letter_id)
-        attempts = list(session.scalars(select(Attempt).where(
-            Attempt.delivery_id == letter.delivery_id).order_by(Attempt.n)))
+        letter, uid = dead_letters.get(session, actor, letter_id)
+        attempts = dead_letters.attempts(session, letter)
         return jsonify(dead_letter_json(letter, uid, attempts=attempts))
 
 
 @blueprint.post("/dead-letters/<letter_id>/resend")
-@require_scope("dlq:write")
 def resend_dead_letter(letter_id: str) -> Response:
-    body = optional_body()
-    force = parse_force(body)
+    actor = current_actor()
+    force = force_flag(optional_json())
     rt = runtime()
-    actor = current_principal().name
     with rt.db.begin() as session:
-        resend_mod.resend_one(session, rt.redis, letter_id, actor=actor, force=force)
-    with rt.db.begin() as session:
-        letter, uid = _load(session, letter_id)
-        return jsonify(dead_letter_json(letter, uid))
+        dead_letters.resend_one(session, rt, actor, letter_id, force=force)
+    return _letter_answer(letter_id)
+
+
+def _status_url(op_id: str) -> str:
+    return f"/v1/dead-letters/resend-jobs/{op_id}"
 
 
 @blueprint.post("/dead-letters/resend")
-@require_scope("dlq:write")
 def resend_many() -> tuple[Response, int]:
     """`{"ids": [...]}` (a few: now, 200; many: in the background, 202) or `{"filter": {...}}`.
 
     A filter needs at least one criterion, or `"all": true` to resend every open letter.
-
     Every answer carries `count` and `job_id`, whose progress `GET …/resend-jobs/{id}` shows.
     """
+    actor = current_actor()
     body = read_json_object()
     unknown = sorted(set(body) - {"ids", "filter", "force"})
     if unknown or ("ids" in body) == ("filter" in body):
         raise ValidationFailed('body must be {"ids": [...]} or {"filter": {...}}, optionally '
                                'with "force": true', code="invalid_parameter",
                                details={"unknown": unknown})
-    force = parse_force(body)
+    force = force_flag(body)
     rt = runtime()
-    actor = current_principal().name
     if "ids" in body:
         ids = body["ids"]
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise ValidationFailed("ids must be a list of dead letter ids",
                                    code="invalid_parameter", details={"parameter": "ids"})
-        unique = list(dict.fromkeys(ids))
-        if len(unique) <= resend_mod.INLINE_LIMIT:
-            if not unique:
-                raise ValidationFailed("ids must not be empty", code="invalid_parameter",
-                                       details={"parameter": "ids"})
-            with rt.db.begin() as session:
-                result = resend_mod.resend_ids_inline(session, rt.redis, unique, actor=actor,
-                                                      force=force)
-                op = resend_mod.record_inline(session, result, unique, actor=actor,
-                                              force=force)
-                op_id = op.id
-            return jsonify({"count": len(result.resent), "job_id": op_id,
-                            "status_url": f"/v1/dead-letters/resend-jobs/{op_id}",
-                            "resent": result.resent,
-                            "skipped": [{"id": i, "reason": r}
-                                        for i, r in result.skipped.items()]}), 200
         with rt.db.begin() as session:
-            op = resend_mod.start_bulk(session, actor=actor, ids=unique, force=force,
-                                       connection=rt.redis)
-            answer = {"count": op.total, "job_id": op.id,
-                      "status_url": f"/v1/dead-letters/resend-jobs/{op.id}"}
-        return jsonify(answer), 202
-    raw_filter = body["filter"]
-    if not isinstance(raw_filter, dict):
+            outcome = dead_letters.resend_ids(session, rt, actor, ids, force=force)
+            op_id, total = outcome.job.id, outcome.job.total
+        if outcome.inline:
+            return jsonify({"count": len(outcome.resent), "job_id": op_id,
+                            "status_url": _status_url(op_id), "resent": outcome.resent,
+                            "skipped": [{"id": i, "reason": r}
+                                        for i, r in outcome.skipped.items()]}), 200
+        return jsonify({"count": total, "job_id": op_id, "status_url": _status_url(op_id)}), 202
+    raw = body["filter"]
+    if not isinstance(raw, dict):
         raise ValidationFailed("filter must be an object of search parameters",
                                code="invalid_parameter", details={"parameter": "filter"})
-    flt = _resend_filter(raw_filter)
+    everything = raw.get("all", False)
+    if not isinstance(everything, bool):
+        raise ValidationFailed("filter.all must be a boolean", code="invalid_parameter",
+                               details={"parameter": "filter.all"})
+    form = dead_letters.parse_filter({k: v for k, v in raw.items() if k != "all"}, strict=True)
     with rt.db.begin() as session:
-        op = resend_mod.start_bulk(session, actor=actor, flt=flt, force=force,
-                                   connection=rt.redis)
-        answer = {"count": op.total, "job_id": op.id,
-                  "status_url": f"/v1/dead-letters/resend-jobs/{op.id}"}
+        op = dead_letters.resend_matching(session, rt, actor, form, everything=everything,
+                                          force=force)
+        answer = {"count": op.total, "job_id": op.id, "status_url": _status_url(op.id)}
     return jsonify(answer), 202
 
 
 @blueprint.get("/dead-letters/resend-jobs/<op_id>")
-@require_scope("read")
 def resend_job(op_id: str) -> Response:
+    actor = current_actor()
     with runtime().db.begin() as session:
-        op = session.get(BulkOperation, op_id)
-        if op is None or op.kind != resend_mod.BULK_KIND:
-            raise NotFound(f"resend job {op_id} not found", details={"id": op_id})
-        return jsonify(bulk_json(op))
+        return jsonify(bulk_json(dead_letters.job(session, actor, op_id)))
 
 
 @blueprint.post("/dead-letters/<letter_id>/discard")
-@require_scope("dlq:write")
 def discard_dead_letter(letter_id: str) -> Response:
-    body = optional_body()
+    actor = current_actor()
+    body = optional_json()
     note = body.get("note")
     if note is not None and not isinstance(note, str):
         raise ValidationFailed("note must be a string", code="invalid_parameter",
                                details={"parameter": "note"})
-    rt = runtime()
-    with rt.db.begin() as session:
-        discard_mod.discard(session, letter_id, actor=current_principal().name, note=note)
-    with rt.db.begin() as session:
-        letter, uid = _load(session, letter_id)
-        return jsonify(dead_letter_json(letter, uid))
+    with runtime().db.begin() as session:
+        dead_letters.discard(session, actor, letter_id, note=note)
+    return _letter_answer(letter_id)

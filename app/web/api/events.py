@@ -1,27 +1,23 @@
-"""Publishing and reading events over HTTP (SPEC §4); the rules live in sender.publish."""
+"""Publishing and reading events over HTTP; the rules live in app.services.events."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
-from sqlalchemy import exists, select
-from sqlalchemy.orm import selectinload
 
-from app.errors import BadRequest, NotFound, PayloadTooLarge
-from app.models import SUCCEEDED, Delivery, Event, Partner
-from app.pagination import paginate, parse_limit
+from app.errors import PayloadTooLarge
+from app.pagination import parse_limit
+from app.services import events
 from app.web.api.serializers import event_json
-from app.web.auth import current_principal, require_scope
+from app.web.auth import current_actor
 from app.web.context import runtime
-from app.web.jsonio import read_json_object, time_param
-from sender import endpoints as endpoint_service
-from sender.publish import publish_event
+from app.web.jsonio import bool_param, read_json_object, time_param
 
 blueprint = Blueprint("api_events", __name__)
 
 
 @blueprint.post("/partners/<uid>/events")
-@require_scope("events:write")
 def publish(uid: str) -> Response:
+    actor = current_actor()
     rt = runtime()
     limit = rt.settings.max_payload_bytes
     if request.content_length is not None and request.content_length > limit:
@@ -31,10 +27,7 @@ def publish(uid: str) -> Response:
         # A chunked body is cut at the limit by Werkzeug, silently: refuse it whole.
         raise PayloadTooLarge.over(limit)
     body = read_json_object()
-    principal = current_principal()
-    result = publish_event(rt.db, rt.redis, rt.settings, partner_uid=uid, body=body,
-                           api_key_id=principal.key_id,
-                           idempotency_key=request.headers.get("Idempotency-Key"))
+    result = events.publish(rt, actor, uid, body, request.headers.get("Idempotency-Key"))
     response = jsonify(result.body)
     response.status_code = result.status
     if result.replayed:
@@ -42,55 +35,24 @@ def publish(uid: str) -> Response:
     return response
 
 
-def _bool_arg(name: str) -> bool | None:
-    raw = request.args.get(name)
-    if raw is None or raw == "":
-        return None
-    value = raw.strip().lower()
-    if value in {"true", "1"}:
-        return True
-    if value in {"false", "0"}:
-        return False
-    raise BadRequest(f"{name} must be true or false", code="invalid_parameter",
-                     details={"parameter": name})
-
-
 @blueprint.get("/partners/<uid>/events")
-@require_scope("read")
 def list_events(uid: str) -> Response:
-    """The partner's feed, newest first; `delivery_success=false` is what did not arrive."""
+    """The partner's events, newest first; `delivery_success=false` is what did not arrive."""
+    actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     since, until = time_param("since"), time_param("until")
-    success = _bool_arg("delivery_success")
+    success = bool_param("delivery_success")
     with runtime().db.begin() as session:
-        partner = endpoint_service.get_partner(session, uid)
-        stmt = select(Event).where(Event.partner_id == partner.id)
-        type_ = request.args.get("type")
-        if type_:
-            stmt = stmt.where(Event.type == type_)
-        if since is not None:
-            stmt = stmt.where(Event.created_at >= since)
-        if until is not None:
-            stmt = stmt.where(Event.created_at < until)
-        if success is not None:
-            unfinished = exists().where(Delivery.event_id == Event.id,
-                                        Delivery.state != SUCCEEDED)
-            stmt = stmt.where(unfinished if success is False else ~unfinished)
-        rows, cursor = paginate(session, stmt, Event.id, limit=limit,
-                                cursor=request.args.get("cursor"))
+        rows, cursor = events.page(session, actor, uid, type_=request.args.get("type"),
+                                   since=since, until=until, delivery_success=success,
+                                   limit=limit, cursor=request.args.get("cursor"))
         data = [event_json(event, uid) for event in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 
 
 @blueprint.get("/events/<event_id>")
-@require_scope("read")
 def get_event(event_id: str) -> Response:
+    actor = current_actor()
     with runtime().db.begin() as session:
-        row = session.execute(
-            select(Event, Partner.uid).join(Partner, Partner.id == Event.partner_id)
-            .where(Event.id == event_id)
-            .options(selectinload(Event.deliveries).selectinload(Delivery.attempts))).first()
-        if row is None:
-            raise NotFound(f"event {event_id!r} does not exist", details={"id": event_id})
-        event, uid = row
+        event, uid = events.get(session, actor, event_id)
         return jsonify(event_json(event, uid, deliveries=list(event.deliveries)))

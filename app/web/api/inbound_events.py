@@ -5,15 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
-from sqlalchemy import select
 
 from app.clock import isoformat
-from app.errors import BadRequest, NotFound
-from app.inbound.replay import replay
-from app.inbound.sources import get_source
-from app.models import INBOUND_STATUSES, InboundEvent, InboundSource
-from app.pagination import paginate, parse_limit
-from app.web.auth import require_scope
+from app.models import InboundEvent
+from app.pagination import parse_limit
+from app.services import sources
+from app.web.auth import current_actor
 from app.web.context import runtime
 from app.web.jsonio import time_param
 
@@ -22,7 +19,7 @@ blueprint = Blueprint("api_inbound_events", __name__)
 
 def inbound_event_json(event: InboundEvent, source_name: str, *,
                        detail: bool = False) -> dict[str, Any]:
-    """The SPEC §4 shape; the detail adds the body and how processing went."""
+    """The list shape; the detail adds the body and how processing went."""
     body: dict[str, Any] = {
         "id": event.id,
         "source": source_name,
@@ -34,7 +31,7 @@ def inbound_event_json(event: InboundEvent, source_name: str, *,
         "status": event.status,
         "reason": event.reason,
         "received_at": isoformat(event.received_at),
-        "created_at": isoformat(event.received_at),  # every resource has one (SPEC §4)
+        "created_at": isoformat(event.received_at),  # every resource has one
     }
     if detail:
         try:
@@ -55,66 +52,33 @@ def inbound_event_json(event: InboundEvent, source_name: str, *,
 
 
 @blueprint.get("/inbound-events")
-@require_scope("read")
 def list_inbound_events() -> Response:
+    actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
-    status = request.args.get("status")
-    if status and status not in INBOUND_STATUSES:
-        raise BadRequest(f"status must be one of {', '.join(INBOUND_STATUSES)}",
-                         code="invalid_parameter", details={"parameter": "status"})
     since, until = time_param("since"), time_param("until")
     with runtime().db.begin() as session:
-        stmt = select(InboundEvent)
-        names: dict[str, str] = {}
-        source_name = request.args.get("source")
-        if source_name:
-            source = get_source(session, source_name)
-            stmt = stmt.where(InboundEvent.source_id == source.id)
-            names[source.id] = source.name
-        if status:
-            stmt = stmt.where(InboundEvent.status == status)
-        resource_id = request.args.get("resource_id")
-        if resource_id:
-            stmt = stmt.where(InboundEvent.resource_id == resource_id)
-        if since is not None:
-            stmt = stmt.where(InboundEvent.received_at >= since)
-        if until is not None:
-            stmt = stmt.where(InboundEvent.received_at < until)
-        rows, cursor = paginate(session, stmt, InboundEvent.id, limit=limit,
-                                cursor=request.args.get("cursor"))
-        missing = {e.source_id for e in rows} - set(names)
-        if missing:
-            for source_id, name in session.execute(
-                    select(InboundSource.id, InboundSource.name)
-                    .where(InboundSource.id.in_(missing))):
-                names[source_id] = name
+        rows, cursor, names = sources.event_page(
+            session, actor, source=request.args.get("source"), status=request.args.get("status"),
+            resource_id=request.args.get("resource_id"), since=since, until=until,
+            limit=limit, cursor=request.args.get("cursor"))
         data = [inbound_event_json(e, names.get(e.source_id, "")) for e in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 
 
-def _load(session: Any, event_id: str) -> tuple[InboundEvent, str]:
-    event = session.get(InboundEvent, event_id)
-    if event is None:
-        raise NotFound(f"no inbound event {event_id!r}", details={"id": event_id})
-    name = session.scalar(select(InboundSource.name).where(InboundSource.id == event.source_id))
-    return event, name or ""
-
-
 @blueprint.get("/inbound-events/<event_id>")
-@require_scope("read")
 def get_inbound_event(event_id: str) -> Response:
+    actor = current_actor()
     with runtime().db.begin() as session:
-        event, name = _load(session, event_id)
+        event, name = sources.event(session, actor, event_id)
         return jsonify(inbound_event_json(event, name, detail=True))
 
 
 @blueprint.post("/inbound-events/<event_id>/replay")
-@require_scope("sources:write")
 def replay_inbound_event(event_id: str) -> tuple[Response, int]:
+    actor = current_actor()
     rt = runtime()
     with rt.db.begin() as session:
-        event = replay(session, rt, event_id)
-        name = session.scalar(select(InboundSource.name)
-                              .where(InboundSource.id == event.source_id))
-        payload = inbound_event_json(event, name or "", detail=True)
+        event = sources.replay(session, rt, actor, event_id)
+        name = sources.source_names(session, {event.source_id}).get(event.source_id, "")
+        payload = inbound_event_json(event, name, detail=True)
     return jsonify(payload), 202

@@ -1,166 +1,139 @@
-"""Partners and their endpoints over HTTP (SPEC §4); the rules live in sender.endpoints."""
+"""Partners and their endpoints over HTTP; the decisions live in app.services."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
-from sqlalchemy import select
 
 from app.clock import isoformat
-from app.models import Endpoint, Partner
-from app.pagination import paginate, parse_limit
+from app.pagination import parse_limit
+from app.services import endpoints, partners
 from app.web.api.serializers import endpoint_json, partner_json
-from app.web.auth import require_scope
+from app.web.auth import current_actor
 from app.web.context import runtime
-from app.web.jsonio import read_json_object
-from sender import endpoints as service
+from app.web.jsonio import no_content, optional_json, read_json_object
 
 blueprint = Blueprint("api_partners", __name__)
-
-
-def _optional_json() -> dict[str, Any]:
-    """Action routes take an optional body: none at all is the same as `{}`."""
-    if not request.content_length and not request.get_data(cache=True):
-        return {}
-    return read_json_object()
 
 
 # ---------------------------------------------------------------------------- partners
 
 
 @blueprint.post("/partners")
-@require_scope("endpoints:write")
 def create_partner() -> tuple[Response, int]:
+    actor = current_actor()
     body = read_json_object()
     with runtime().db.begin() as session:
-        partner = service.create_partner(session, body)
-        answer = partner_json(partner)
+        answer = partner_json(partners.create(session, actor, body))
     return jsonify(answer), 201
 
 
 @blueprint.get("/partners")
-@require_scope("read")
 def list_partners() -> Response:
+    actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        rows, cursor = paginate(session, select(Partner), Partner.id, limit=limit,
-                                cursor=request.args.get("cursor"))
+        rows, cursor = partners.page(session, actor, limit=limit,
+                                     cursor=request.args.get("cursor"))
         data = [partner_json(p) for p in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 
 
 @blueprint.get("/partners/<uid>")
-@require_scope("read")
 def get_partner(uid: str) -> Response:
+    actor = current_actor()
     with runtime().db.begin() as session:
-        return jsonify(partner_json(service.get_partner(session, uid)))
+        return jsonify(partner_json(partners.get(session, actor, uid)))
 
 
 # ---------------------------------------------------------------------------- endpoints
 
 
 @blueprint.post("/partners/<uid>/endpoints")
-@require_scope("endpoints:write")
 def create_endpoint(uid: str) -> tuple[Response, int]:
+    actor = current_actor()
     body = read_json_object()
     rt = runtime()
     with rt.db.begin() as session:
-        partner = service.get_partner(session, uid)
-        created = service.create_endpoint(session, partner, body, rt.settings, rt.secret_box)
+        created = endpoints.create(session, rt, actor, uid, body)
         answer = endpoint_json(created.endpoint, uid, secret=created.secret)
     return jsonify(answer), 201
 
 
 @blueprint.get("/partners/<uid>/endpoints")
-@require_scope("read")
 def list_endpoints(uid: str) -> Response:
+    actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        partner = service.get_partner(session, uid)
-        stmt = service.live_endpoints_query(partner)
-        state = request.args.get("state")
-        if state:
-            stmt = stmt.where(Endpoint.state == state)
-        rows, cursor = paginate(session, stmt, Endpoint.id, limit=limit,
-                                cursor=request.args.get("cursor"))
+        rows, cursor = endpoints.page(session, actor, uid, state=request.args.get("state"),
+                                      limit=limit, cursor=request.args.get("cursor"))
         data = [endpoint_json(e, uid) for e in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 
 
 @blueprint.get("/partners/<uid>/endpoints/<endpoint_id>")
-@require_scope("read")
 def get_endpoint(uid: str, endpoint_id: str) -> Response:
+    actor = current_actor()
     with runtime().db.begin() as session:
-        partner = service.get_partner(session, uid)
-        return jsonify(endpoint_json(service.get_endpoint(session, partner, endpoint_id), uid))
+        return jsonify(endpoint_json(endpoints.get(session, actor, uid, endpoint_id), uid))
 
 
 @blueprint.patch("/partners/<uid>/endpoints/<endpoint_id>")
-@require_scope("endpoints:write")
 def update_endpoint(uid: str, endpoint_id: str) -> Response:
+    actor = current_actor()
     body = read_json_object()
     rt = runtime()
     with rt.db.begin() as session:
-        partner = service.get_partner(session, uid)
-        endpoint = service.get_endpoint(session, partner, endpoint_id)
-        service.update_endpoint(session, endpoint, body, rt.settings)
+        endpoint = endpoints.update(session, rt, actor, uid, endpoint_id, body)
         return jsonify(endpoint_json(endpoint, uid))
 
 
 @blueprint.delete("/partners/<uid>/endpoints/<endpoint_id>")
-@require_scope("endpoints:write")
 def delete_endpoint(uid: str, endpoint_id: str) -> Response:
+    actor = current_actor()
     with runtime().db.begin() as session:
-        partner = service.get_partner(session, uid)
-        service.delete_endpoint(session, service.get_endpoint(session, partner, endpoint_id))
-    no_content = Response(status=204)
-    del no_content.headers["Content-Type"]  # there is no content to type
-    return no_content
+        endpoints.delete(session, actor, uid, endpoint_id)
+    return no_content()
 
 
 @blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/enable")
-@require_scope("endpoints:write")
 def enable_endpoint(uid: str, endpoint_id: str) -> Response:
+    actor = current_actor()
     with runtime().db.begin() as session:
-        partner = service.get_partner(session, uid)
-        endpoint = service.enable_endpoint(
-            session, service.get_endpoint(session, partner, endpoint_id))
+        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        endpoints.enable(session, actor, endpoint)
         return jsonify(endpoint_json(endpoint, uid))
 
 
 @blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/disable")
-@require_scope("endpoints:write")
 def disable_endpoint(uid: str, endpoint_id: str) -> Response:
-    body = _optional_json()
+    actor = current_actor()
+    body = optional_json(allowed=("reason",))
     with runtime().db.begin() as session:
-        partner = service.get_partner(session, uid)
-        endpoint = service.get_endpoint(session, partner, endpoint_id)
-        service.reject_unknown(body, ("reason",))
-        service.disable_endpoint(session, endpoint, body.get("reason"))
+        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        endpoints.disable(session, actor, endpoint, body.get("reason"))
         return jsonify(endpoint_json(endpoint, uid))
 
 
 @blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/secret/rotate")
-@require_scope("endpoints:write")
 def rotate_secret(uid: str, endpoint_id: str) -> Response:
-    body = _optional_json()
+    actor = current_actor()
+    body: dict[str, Any] = optional_json()
     rt = runtime()
     with rt.db.begin() as session:
-        partner = service.get_partner(session, uid)
-        endpoint = service.get_endpoint(session, partner, endpoint_id)
-        secret = service.rotate_secret(session, endpoint, body, rt.settings, rt.secret_box)
+        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        secret = endpoints.rotate_secret(session, rt, actor, endpoint, body)
         return jsonify(endpoint_json(endpoint, uid, secret=secret))
 
 
 @blueprint.get("/partners/<uid>/endpoints/<endpoint_id>/secret")
-@require_scope("endpoints:write")
 def read_secret(uid: str, endpoint_id: str) -> Response:
+    actor = current_actor()
     rt = runtime()
     with rt.db.begin() as session:
-        partner = service.get_partner(session, uid)
-        endpoint = service.get_endpoint(session, partner, endpoint_id)
-        row, secret = service.read_secret(endpoint, rt.secret_box)
+        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        row, secret = endpoints.read_secret(session, rt, actor, endpoint)
         return jsonify({"id": row.id, "endpoint": endpoint.id, "secret": secret,
                         "created_at": isoformat(row.created_at),
                         "expires_at": isoformat(row.expires_at)})

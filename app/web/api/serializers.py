@@ -1,11 +1,12 @@
-"""The JSON shapes of SPEC §4, in one place so every view (and the OpenAPI test) agrees."""
+"""The API's JSON shapes, in one place so every view (and the OpenAPI test) agrees."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from app import headers as header_rules
 from app.clock import isoformat
-from app.models import Attempt, Delivery, Endpoint, Event, EventType, Partner
+from app.models import ApiKey, Attempt, AuditRecord, Delivery, Endpoint, Event, EventType, Partner
 
 
 def event_type_json(row: EventType) -> dict[str, Any]:
@@ -33,14 +34,19 @@ def partner_json(partner: Partner) -> dict[str, Any]:
 
 def endpoint_json(endpoint: Endpoint, partner_uid: str,
                   secret: str | None = None) -> dict[str, Any]:
-    """`secret` is given only by create, rotate and GET …/secret (SPEC §4)."""
+    """`secret` is given only by create, rotate and GET …/secret.
+
+    Custom header values are write-only: `headers` names every header, with its value only
+    when it is listed in `public_headers` (null otherwise; sending null back keeps it).
+    """
     body: dict[str, Any] = {
         "id": endpoint.id,
         "partner": partner_uid,
-        "url": endpoint.url,
+        "url": header_rules.redact_url(endpoint.url),
         "event_types": endpoint.event_types,
         "description": endpoint.description,
-        "headers": endpoint.headers or {},
+        "headers": header_rules.redact_custom(endpoint.headers or {}, endpoint.public_headers),
+        "public_headers": list(endpoint.public_headers or []),
         "timeout_s": endpoint.timeout_s,
         "rate_limit_per_s": endpoint.rate_limit_per_s,
         "state": endpoint.state,
@@ -108,3 +114,29 @@ def event_json(event: Event, partner_uid: str, *,
     if deliveries is not None:
         body["deliveries"] = [delivery_json(d) for d in deliveries]
     return body
+
+
+def key_json(key: ApiKey, partner_uid: str | None) -> dict[str, Any]:
+    """An API key as anyone may see it: never the key, nor its hash."""
+    return {
+        "id": key.id,
+        "name": key.name,
+        "prefix": key.prefix,
+        "scopes": list(key.scopes or []),
+        "partner": partner_uid,
+        "created_at": isoformat(key.created_at),
+        "last_used_at": isoformat(key.last_used_at),
+        "revoked_at": isoformat(key.revoked_at),
+    }
+
+
+def audit_record_json(row: AuditRecord) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "actor": row.actor,
+        "action": row.action,
+        "subject_type": row.subject_type,
+        "subject_id": row.subject_id,
+        "details": row.details or {},
+        "created_at": isoformat(row.created_at),
+    }

@@ -6,14 +6,10 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from app import headers as header_rules
 from app.clock import utcnow
 
 HIDDEN = "•••••• (hidden)"
-# Header names that carry credentials, by exact name or by a telling part of the name.
-_SECRET_NAMES = frozenset({"webhook-signature", "authorization", "proxy-authorization",
-                           "cookie", "set-cookie"})
-_SECRET_PARTS = ("auth", "token", "secret", "signature", "password", "passwd", "key",
-                 "session", "cookie", "credential", "bearer")
 
 
 @dataclass(frozen=True)
@@ -23,20 +19,24 @@ class ShownHeader:
     hidden: bool
 
 
-def is_secret_header(name: str) -> bool:
-    lower = name.strip().lower()
-    return lower in _SECRET_NAMES or any(part in lower for part in _SECRET_PARTS)
-
-
 def shown_headers(headers: dict[str, object] | None) -> list[ShownHeader]:
-    """Request headers as sent, minus the value of anything that could authenticate."""
+    """Request headers as stored, minus the value of anything that could authenticate (rows
+    stored before custom values became write-only may still hold one)."""
     out = []
     for name, value in (headers or {}).items():
-        if is_secret_header(name):
+        if header_rules.is_sensitive(name) or value == header_rules.REDACTED:
             out.append(ShownHeader(name, HIDDEN, True))
         else:
             out.append(ShownHeader(name, str(value), False))
     return out
+
+
+def endpoint_headers(headers: dict[str, object] | None,
+                     public: list[str] | None) -> list[ShownHeader]:
+    """An endpoint's custom headers: every name, values only for the public ones."""
+    return [ShownHeader(name, HIDDEN, True) if value is None
+            else ShownHeader(name, str(value), False)
+            for name, value in header_rules.redact_custom(headers or {}, public).items()]
 
 
 def pretty_json(raw: str | bytes | None) -> str:

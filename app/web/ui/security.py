@@ -22,6 +22,7 @@ from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from app.crypto import DEV_KEY_FILE
 from app.models import Operator
 from app.runtime import Runtime
+from app.services.actor import Actor
 from app.web.context import runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,6 +43,25 @@ def session_secret(rt: Runtime) -> str:
     return hmac.new(material.encode(), SESSION_LABEL, hashlib.sha256).hexdigest()
 
 
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def is_loopback_plain_http(req: Any) -> bool:
+    """Whether this request reached us over plain HTTP at a loopback address (a laptop)."""
+    host = (req.host or "").rsplit(":", 1)[0] if not (req.host or "").startswith("[") \
+        else (req.host or "").split("]")[0] + "]"
+    return not req.is_secure and (host in LOOPBACK_HOSTS or host.startswith("127."))
+
+
+def cookie_secure(rt: Runtime, req: Any) -> bool:
+    """KURIR_COOKIE_SECURE when set; otherwise Secure unless the UI is served over plain HTTP
+    on a loopback address, where a browser would refuse to keep a Secure cookie."""
+    configured = rt.settings.cookie_secure
+    if configured is not None:
+        return configured
+    return rt.settings.require_https or not is_loopback_plain_http(req)
+
+
 class UISessionInterface(SecureCookieSessionInterface):
     """Sessions exist only under /ui: the API and the inbound receiver never pay for one."""
 
@@ -49,6 +69,9 @@ class UISessionInterface(SecureCookieSessionInterface):
         if not request.path.startswith("/ui"):
             return None  # Flask substitutes its cheap null session
         return super().open_session(app, request)
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return cookie_secure(app.extensions["kurir"], request)
 
 
 def configure(app: Flask, rt: Runtime) -> None:
@@ -58,7 +81,6 @@ def configure(app: Flask, rt: Runtime) -> None:
         SESSION_COOKIE_NAME="kurir_session",
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_SECURE=rt.settings.require_https,
         SESSION_COOKIE_PATH="/ui",
         PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
     )
@@ -127,6 +149,6 @@ def login_required(view: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def actor() -> str:
-    """The name audits record for the signed-in operator."""
-    return str(g.get("operator_email") or session.get("email") or "operator")
+def actor() -> Actor:
+    """The signed-in operator, as the services see it (audited as `operator:<email>`)."""
+    return Actor.operator(str(g.get("operator_email") or session.get("email") or "unknown"))

@@ -1,21 +1,21 @@
-"""The operator pages (SPEC §8): dashboard, dead letters, endpoints, events, inbound events.
+"""The operator pages: dashboard, dead letters, endpoints, events, inbound events.
 
-Views parse the form, call the same services the API calls (`dlq.*`, `sender.endpoints`),
-and render; errors from those services become flash messages, never a JSON body.
+Views parse the form, call the same services the API calls (`app.services`, acting as
+`operator:<email>`), and render; errors from those services become flash messages, never a
+JSON body. Every state change is a POST answered by a redirect to a page that is safe to
+reload.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
 from flask import (
     Blueprint,
-    abort,
     flash,
     g,
     redirect,
@@ -24,35 +24,30 @@ from flask import (
     url_for,
 )
 from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from app.accounts import verify_operator
-from app.clock import isoformat, parse_time, utcnow
+from app.clock import isoformat, utcnow
 from app.errors import KurirError, NotFound
 from app.models import (
     DL_OPEN,
+    DL_STATES,
     INBOUND_STATUSES,
     Attempt,
-    BulkOperation,
     DeadLetter,
     Delivery,
     Endpoint,
     Event,
-    InboundEvent,
-    InboundSource,
     OperationalEvent,
     Partner,
 )
-from app.pagination import paginate, parse_limit
+from app.pagination import parse_limit
+from app.services import audit, dead_letters, endpoints, events, operators, partners, sources
+from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
 from app.web.context import runtime
 from app.web.metrics import queue_stats
 from app.web.ui import present, security, stats
 from app.web.ui.throttle import LoginThrottle
-from dlq import discard as discard_mod
-from dlq import resend as resend_mod
-from dlq.search import DL_STATES, FILTER_KEYS, DeadLetterFilter, count, search
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +56,6 @@ blueprint = Blueprint("ui", __name__, url_prefix="/ui")
 KNOWN_REASONS = ("retries_exhausted", "endpoint_disabled", "blocked_address", "endpoint_gone",
                  "endpoint_deleted")
 PAGE_SIZES = (25, 50, 100, 250)
-
-inbound_replay: Callable[..., Any] | None
-try:  # the inbound subsystem may be absent from a trimmed build
-    from app.inbound.replay import replay as inbound_replay
-except ImportError:  # pragma: no cover - depends on what is installed
-    inbound_replay = None
 
 Page = str | WerkzeugResponse | tuple[str, int] | tuple[str, int, dict[str, str]]
 
@@ -151,9 +140,9 @@ def _ui_filter_args() -> dict[str, str]:
     return args
 
 
-def _filter_from(args: dict[str, str]) -> DeadLetterFilter:
+def _filter_form(args: dict[str, str]) -> dead_letters.FilterForm:
     params = {k: v for k, v in args.items() if v and not (k == "state" and v == "any")}
-    return DeadLetterFilter.from_params(params)
+    return dead_letters.parse_filter(params)
 
 
 # ------------------------------------------------------------------------------ session
@@ -177,7 +166,7 @@ def login() -> Page:
         page = render_template("ui/login.html", next=next_url, email=email)
         return page, 429, {"Retry-After": str(wait_s)}
     with runtime().db.begin() as session:
-        operator = verify_operator(session, email, password) if email and password else None
+        operator = operators.sign_in(session, email, password)
         if operator is not None:
             security.start_session(operator)
     if operator is None:
@@ -209,54 +198,43 @@ def dashboard() -> Page:
     except Exception as exc:  # Redis down must not take the dashboard with it
         queues, queue_error = [], f"Redis is not reachable ({type(exc).__name__})"
     with rt.db.begin() as session:
+        disabled = stats.disabled_endpoints(session)
         return render_template(
             "ui/dashboard.html",
             chart=stats.deliveries_by_hour(session),
             in_flight=stats.in_flight(session),
             open_letters=stats.open_dead_letters(session),
             quarantined=stats.quarantined_inbound(session),
-            disabled=stats.disabled_endpoints(session),
-            partners=_partner_uids(session, None),
+            disabled=disabled,
+            partners=partners.uids(session, {e.partner_id for e in disabled}),
             events=stats.recent_operational_events(session),
             queues=queues, queue_error=queue_error)
-
-
-def _partner_uids(session: Session, partner_ids: set[str] | None) -> dict[str, str]:
-    stmt = select(Partner.id, Partner.uid)
-    if partner_ids is not None:
-        if not partner_ids:
-            return {}
-        stmt = stmt.where(Partner.id.in_(partner_ids))
-    else:
-        stmt = stmt.join(Endpoint, Endpoint.partner_id == Partner.id).where(
-            Endpoint.state == "disabled")
-    return {pid: uid for pid, uid in session.execute(stmt)}
 
 
 # ------------------------------------------------------------------------------ dead letters
 
 
-@blueprint.get("/dead-letters")
+@blueprint.get("/dead-letters", endpoint="dead_letters")
 @security.login_required
-def dead_letters() -> Page:
+def dead_letters_page() -> Page:
     args = _ui_filter_args()
-    try:
-        flt = _filter_from(args)
-    except KurirError as exc:
-        flash(exc.message, "error")
-        flt, args = DeadLetterFilter(state=DL_OPEN), {**args, "state": DL_OPEN}
+    form = _filter_form(args)
+    if not form.valid:
+        flash("Some filters cannot be read; they are marked below. The other criteria are "
+              "applied, and bulk actions stay off until every field is valid.", "error")
+    flt = form.filter
     limit = parse_limit(request.args.get("limit") or "50")
     cursor = request.args.get("cursor") or None
+    actor = security.actor()
     with runtime().db.begin() as session:
-        page = search(session, flt, limit=limit, cursor=cursor)
-        matching = count(session, flt)
-        any_open = matching > 0 or bool(session.scalar(
-            select(DeadLetter.id).where(DeadLetter.state == DL_OPEN).limit(1)))
+        page = dead_letters.page(session, actor, flt, limit=limit, cursor=cursor, options=())
+        matching = dead_letters.matching(session, actor, flt)
+        any_open = matching > 0 or dead_letters.open_dead_letter_exists(session)
         query = {k: v for k, v in args.items() if v}
         return render_template(
             "ui/dead_letters.html", page=page, args=args, flt=flt, matching=matching,
-            any_open=any_open, limit=limit, cursor=cursor, states=DL_STATES,
-            reasons=KNOWN_REASONS, page_sizes=PAGE_SIZES,
+            errors=form.errors, any_open=any_open, limit=limit, cursor=cursor,
+            states=DL_STATES, reasons=KNOWN_REASONS, page_sizes=PAGE_SIZES,
             next_url=(dead_letters_url(**query, limit=limit, cursor=page.next_cursor)
                       if page.next_cursor else None),
             first_url=dead_letters_url(**query, limit=limit) if cursor else None,
@@ -273,19 +251,16 @@ def dead_letters_bulk() -> WerkzeugResponse:
         flash("Select at least one dead letter first.", "error")
         return back
     rt = runtime()
+    actor = security.actor()
     force = request.form.get("force") == "1"
     if action == "resend":
-        if len(ids) > resend_mod.INLINE_LIMIT:
-            with rt.db.begin() as session:
-                op = resend_mod.start_bulk(session, actor=security.actor(), ids=ids,
-                                           force=force, connection=rt.redis)
-                op_id = op.id
+        with rt.db.begin() as session:
+            outcome = dead_letters.resend_ids(session, rt, actor, ids, force=force)
+            op_id = outcome.job.id
+        if not outcome.inline:
             flash(f"Resending {len(ids)} dead letters in the background.", "ok")
             return redirect(url_for("ui.job", op_id=op_id))
-        with rt.db.begin() as session:
-            result = resend_mod.resend_ids_inline(session, rt.redis, ids,
-                                                  actor=security.actor(), force=force)
-        _flash_resend(len(result.resent), result.skipped)
+        _flash_resend(len(outcome.resent), outcome.skipped)
         return back
     if action == "discard":
         note = request.form.get("note", "")
@@ -293,7 +268,7 @@ def dead_letters_bulk() -> WerkzeugResponse:
         for letter_id in ids:
             try:
                 with rt.db.begin() as session:
-                    discard_mod.discard(session, letter_id, actor=security.actor(), note=note)
+                    dead_letters.discard(session, actor, letter_id, note=note)
                 done += 1
             except KurirError:
                 pass
@@ -314,7 +289,7 @@ def _flash_resend(resent: int, skipped: dict[str, str]) -> None:
             reasons[reason] = reasons.get(reason, 0) + 1
         text = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in reasons.items())
         hint = (" Enable the endpoint first, or tick “resend even to disabled endpoints”."
-                if resend_mod.ENDPOINT_DISABLED in reasons else "")
+                if dead_letters.ENDPOINT_DISABLED in reasons else "")
         flash(f"Not resent: {text}.{hint}", "error")
 
 
@@ -323,16 +298,23 @@ def _flash_resend(resent: int, skipped: dict[str, str]) -> None:
 def dead_letters_resend_matching() -> WerkzeugResponse:
     params = {k: request.form.get(k, "") for k in FILTER_KEYS if request.form.get(k)}
     params["state"] = DL_OPEN
-    flt = DeadLetterFilter.from_params(params)
-    if flt.with_state(None).is_empty() and request.form.get("all") != "1":
+    form = dead_letters.parse_filter(params)
+    back = dead_letters_url(**{k: v for k, v in params.items() if k != "state"})
+    if not form.valid:
+        # Acting on the fields that did parse would resend more than was asked for.
+        flash("Not resent: " + "; ".join(f"{k} {m}" for k, m in form.errors.items())
+              + ". Fix the filter first.", "error")
+        return redirect(back)
+    if form.filter.with_state(None).is_empty() and request.form.get("all") != "1":
         # As in the API: "everything" is said outright, never implied by missing criteria.
         flash("Not resent: no search criteria were given. To resend every open dead letter, "
               "use \"Resend all matching\" on the unfiltered list.", "error")
         return redirect(url_for("ui.dead_letters"))
     rt = runtime()
     with rt.db.begin() as session:
-        op = resend_mod.start_bulk(session, actor=security.actor(), flt=flt,
-                                   force=request.form.get("force") == "1", connection=rt.redis)
+        op = dead_letters.resend_matching(session, rt, security.actor(), form,
+                                          everything=request.form.get("all") == "1",
+                                          force=request.form.get("force") == "1")
         op_id, total = op.id, op.total
     flash(f"Resending {total} dead letter{'s' if total != 1 else ''} in the background.", "ok")
     return redirect(url_for("ui.job", op_id=op_id))
@@ -342,16 +324,12 @@ def dead_letters_resend_matching() -> WerkzeugResponse:
 @security.login_required
 def dead_letter(letter_id: str) -> Page:
     with runtime().db.begin() as session:
-        letter = session.scalar(select(DeadLetter).where(DeadLetter.id == letter_id)
-                                .options(selectinload(DeadLetter.audit)))
-        if letter is None:
-            raise NotFound(f"There is no dead letter {letter_id}.")
-        delivery = session.get_one(Delivery, letter.delivery_id)
+        letter, uid = dead_letters.get(session, security.actor(), letter_id)
+        delivery = letter.delivery
         event = session.get_one(Event, letter.event_id)
         endpoint = session.get_one(Endpoint, letter.endpoint_id)
         partner = session.get_one(Partner, letter.partner_id)
-        attempts = list(session.scalars(select(Attempt).where(
-            Attempt.delivery_id == delivery.id).order_by(Attempt.n.desc())))
+        attempts = dead_letters.attempts(session, letter, newest_first=True)
         return render_template(
             "ui/dead_letter.html", letter=letter, delivery=delivery, event=event,
             endpoint=endpoint, partner=partner, payload=present.pretty_json(event.payload),
@@ -363,18 +341,16 @@ def dead_letter(letter_id: str) -> Page:
 @security.login_required
 def dead_letter_resend(letter_id: str) -> WerkzeugResponse:
     rt = runtime()
+    actor = security.actor()
     enabled = False
     with rt.db.begin() as session:
-        found = session.get(DeadLetter, letter_id)
-        if found is None:
-            raise NotFound(f"There is no dead letter {letter_id}.")
+        found, _ = dead_letters.get(session, actor, letter_id)
         if request.form.get("enable") == "1":
-            ep = _get_endpoint(session, found.endpoint_id)
-            if ep.state == "disabled" and ep.deleted_at is None:
-                _enable(session, ep)
-                enabled = True
-        letter = resend_mod.resend_one(session, rt.redis, letter_id, actor=security.actor(),
-                                       force=request.form.get("force") == "1")
+            ep = endpoints.by_id(session, actor, found.endpoint_id, "endpoints:write")
+            if ep.deleted_at is None:
+                enabled = endpoints.enable(session, actor, ep)
+        letter = dead_letters.resend_one(session, rt, actor, letter_id,
+                                         force=request.form.get("force") == "1")
         run = letter.delivery.run
     flash(("Endpoint enabled. " if enabled else "")
           + f"Resent: the delivery starts run {run} with a fresh retry budget.", "ok")
@@ -385,8 +361,8 @@ def dead_letter_resend(letter_id: str) -> WerkzeugResponse:
 @security.login_required
 def dead_letter_discard(letter_id: str) -> WerkzeugResponse:
     with runtime().db.begin() as session:
-        discard_mod.discard(session, letter_id, actor=security.actor(),
-                            note=request.form.get("note", ""))
+        dead_letters.discard(session, security.actor(), letter_id,
+                             note=request.form.get("note", ""))
     flash("Discarded. It stays searchable, and will not be resent.", "ok")
     return redirect(url_for("ui.dead_letter", letter_id=letter_id))
 
@@ -395,9 +371,7 @@ def dead_letter_discard(letter_id: str) -> WerkzeugResponse:
 @security.login_required
 def job(op_id: str) -> Page:
     with runtime().db.begin() as session:
-        op = session.get(BulkOperation, op_id)
-        if op is None:
-            raise NotFound(f"There is no background job {op_id}.")
+        op = dead_letters.job(session, security.actor(), op_id)
         flt = DeadLetterFilter.from_params(op.params.get("filter") or {})
         return render_template("ui/job.html", op=op, flt=flt,
                                skipped=op.params.get("skipped") or {},
@@ -407,27 +381,28 @@ def job(op_id: str) -> Page:
 # ------------------------------------------------------------------------------ endpoints
 
 
-@blueprint.get("/endpoints")
+@blueprint.get("/endpoints", endpoint="endpoints")
 @security.login_required
-def endpoints() -> Page:
+def endpoints_page() -> Page:
     state = request.args.get("state", "")
     partner_uid = request.args.get("partner", "").strip()
     limit = parse_limit(request.args.get("limit") or "50")
+    actor = security.actor()
     with runtime().db.begin() as session:
-        stmt = select(Endpoint).where(Endpoint.deleted_at.is_(None))
-        if state in ("enabled", "disabled"):
-            stmt = stmt.where(Endpoint.state == state)
-        if partner_uid:
-            stmt = stmt.join(Partner, Partner.id == Endpoint.partner_id).where(
-                Partner.uid == partner_uid)
-        rows, next_cursor = paginate(session, stmt, Endpoint.id, limit=limit,
-                                     cursor=request.args.get("cursor"))
+        try:
+            rows, next_cursor = endpoints.page(
+                session, actor, partner_uid or None,
+                state=state if state in ("enabled", "disabled") else None,
+                limit=limit, cursor=request.args.get("cursor"))
+        except NotFound:
+            flash(f"There is no partner {partner_uid!r}.", "error")
+            rows, next_cursor = [], None
         ids = [e.id for e in rows]
         query: dict[str, Any] = {k: v for k, v in {"state": state,
                                                    "partner": partner_uid}.items() if v}
         return render_template(
             "ui/endpoints.html", endpoints=rows, state=state, partner=partner_uid,
-            partners=_partner_uids(session, {e.partner_id for e in rows}),
+            partners=partners.uids(session, {e.partner_id for e in rows}),
             health=stats.endpoint_health(session, ids, since=utcnow() - timedelta(hours=24)),
             open_letters=stats.open_letters_by_endpoint(session, ids),
             next_url=(url_for("ui.endpoints", **query, cursor=next_cursor)
@@ -435,122 +410,99 @@ def endpoints() -> Page:
             any_endpoint=bool(rows) or bool(session.scalar(select(Endpoint.id).limit(1))))
 
 
-def _get_endpoint(session: Session, endpoint_id: str) -> Endpoint:
-    endpoint = session.get(Endpoint, endpoint_id)
-    if endpoint is None:
-        raise NotFound(f"There is no endpoint {endpoint_id}.")
-    return endpoint
-
-
-def parked_since(session: Session, endpoint: Endpoint) -> Any:
-    """When the endpoint was last disabled: now, or before its latest re-enable."""
-    if endpoint.state == "disabled" and endpoint.disabled_at is not None:
-        return endpoint.disabled_at
-    latest = session.scalar(
-        select(OperationalEvent)
-        .where(OperationalEvent.subject_id == endpoint.id,
-               OperationalEvent.kind.in_(("endpoint.enabled", "endpoint.disabled")))
-        .order_by(OperationalEvent.id.desc()).limit(1))
-    if latest is None:
-        return None
-    if latest.kind == "endpoint.enabled":
-        raw = (latest.data or {}).get("was_disabled_at")
-        if raw:
-            return parse_time(raw)
-        return None
-    return latest.created_at
-
-
 @blueprint.get("/endpoints/<endpoint_id>")
 @security.login_required
 def endpoint(endpoint_id: str) -> Page:
+    actor = security.actor()
     with runtime().db.begin() as session:
-        ep = _get_endpoint(session, endpoint_id)
+        ep = endpoints.by_id(session, actor, endpoint_id)
         partner = session.get_one(Partner, ep.partner_id)
-        since = parked_since(session, ep)
-        parked = count(session, DeadLetterFilter(endpoint=ep.id, state=DL_OPEN, since=since))
+        since = endpoints.parked_since(session, ep)
+        parked = dead_letters.matching(session, actor, DeadLetterFilter(
+            endpoint=ep.id, state=DL_OPEN, since=since))
         health = stats.endpoint_health(session, [ep.id], since=utcnow() - timedelta(hours=24))
         recent = list(session.scalars(
             select(OperationalEvent).where(OperationalEvent.subject_id == ep.id)
             .order_by(OperationalEvent.id.desc()).limit(10)))
+        trail, _ = audit.search(session, actor, subject_id=ep.id, limit=10)
         return render_template(
             "ui/endpoint.html", ep=ep, partner=partner, since=since, parked=parked,
-            health=health.get(ep.id, stats.Health(0, 0)), recent=recent,
+            health=health.get(ep.id, stats.Health(0, 0)), recent=recent, trail=trail,
+            headers=present.endpoint_headers(ep.headers, ep.public_headers),
             open_letters=stats.open_letters_by_endpoint(session, [ep.id]).get(ep.id, 0))
-
-
-def _record(session: Session, kind: str, endpoint: Endpoint, **data: Any) -> None:
-    session.add(OperationalEvent(kind=kind, subject_id=endpoint.id,
-                                 data={"actor": security.actor(), **data}))
-
-
-def _enable(session: Session, ep: Endpoint) -> None:
-    from sender.endpoints import enable_endpoint
-
-    was = isoformat(ep.disabled_at)
-    enable_endpoint(session, ep)
-    _record(session, "endpoint.enabled", ep, was_disabled_at=was)
 
 
 @blueprint.post("/endpoints/<endpoint_id>/enable")
 @security.login_required
 def endpoint_enable(endpoint_id: str) -> WerkzeugResponse:
+    actor = security.actor()
     with runtime().db.begin() as session:
-        ep = _get_endpoint(session, endpoint_id)
-        if ep.state == "enabled":
-            flash("The endpoint is already enabled.", "info")
-        else:
-            _enable(session, ep)
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        if endpoints.enable(session, actor, ep):
             flash("Enabled. New events will be delivered to it again.", "ok")
+        else:
+            flash("The endpoint is already enabled.", "info")
     return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
 
 
 @blueprint.post("/endpoints/<endpoint_id>/disable")
 @security.login_required
 def endpoint_disable(endpoint_id: str) -> WerkzeugResponse:
-    from sender.endpoints import disable_endpoint
-
     reason = request.form.get("reason", "").strip() or None
+    actor = security.actor()
     with runtime().db.begin() as session:
-        ep = _get_endpoint(session, endpoint_id)
-        if ep.state == "disabled":
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        if ep.state == endpoints.DISABLED:
             flash("The endpoint is already disabled.", "info")
         else:
-            disable_endpoint(session, ep, reason)
-            _record(session, "endpoint.disabled", ep, reason=ep.disabled_reason, manual=True)
+            endpoints.disable(session, actor, ep, reason)
             flash("Disabled. New events for it are parked as dead letters.", "ok")
     return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
 
 
 @blueprint.post("/endpoints/<endpoint_id>/rotate-secret")
 @security.login_required
-def endpoint_rotate(endpoint_id: str) -> Page:
-    from sender.endpoints import rotate_secret
-
+def endpoint_rotate(endpoint_id: str) -> WerkzeugResponse:
     rt = runtime()
+    actor = security.actor()
     with rt.db.begin() as session:
-        ep = _get_endpoint(session, endpoint_id)
-        secret = rotate_secret(session, ep, {}, rt.settings, rt.secret_box)
-        _record(session, "endpoint.secret_rotated", ep)
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        endpoints.rotate_secret(session, rt, actor, ep)
+    flash("Rotated. The new secret is below; the old one keeps signing during the overlap.",
+          "ok")
+    # The secret is read by the page, never carried in the redirect or the session cookie;
+    # reloading that page shows it again and rotates nothing.
+    return redirect(url_for("ui.endpoint_secret", endpoint_id=endpoint_id))
+
+
+@blueprint.get("/endpoints/<endpoint_id>/secret")
+@security.login_required
+def endpoint_secret(endpoint_id: str) -> Page:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        if ep.deleted_at is not None:
+            raise NotFound(f"Endpoint {endpoint_id} is deleted; it has no secret to show.")
+        row, secret = endpoints.read_secret(session, rt, actor, ep)
         partner = session.get_one(Partner, ep.partner_id)
-        # Rendered directly, not flashed: the secret must not travel in the session cookie.
         return render_template("ui/secret.html", ep=ep, partner=partner, secret=secret,
-                               overlap=present.duration(
-                                   rt.settings.secret_rotation_overlap_seconds))
+                               since=row.created_at,
+                               old_until=endpoints.previous_secret_expiry(ep))
 
 
 @blueprint.post("/endpoints/<endpoint_id>/resend-parked")
 @security.login_required
 def endpoint_resend_parked(endpoint_id: str) -> WerkzeugResponse:
     rt = runtime()
+    actor = security.actor()
     with rt.db.begin() as session:
-        ep = _get_endpoint(session, endpoint_id)
-        since = parked_since(session, ep)
-        if ep.state == "disabled":
-            _enable(session, ep)
-        flt = DeadLetterFilter(endpoint=ep.id, state=DL_OPEN, since=since)
-        op = resend_mod.start_bulk(session, actor=security.actor(), flt=flt,
-                                   connection=rt.redis)
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        since = endpoints.parked_since(session, ep)
+        endpoints.enable(session, actor, ep)
+        form = dead_letters.FilterForm(DeadLetterFilter(endpoint=ep.id, state=DL_OPEN,
+                                                        since=since))
+        op = dead_letters.resend_matching(session, rt, actor, form)
         op_id, total = op.id, op.total
     flash(f"Endpoint enabled; resending {total} parked dead letter"
           f"{'s' if total != 1 else ''}.", "ok")
@@ -584,21 +536,15 @@ def event_lookup() -> Page:
 @security.login_required
 def event(event_id: str) -> Page:
     with runtime().db.begin() as session:
-        ev = session.get(Event, event_id)
-        if ev is None:
-            raise NotFound(f"There is no event {event_id}.")
+        ev, _uid = events.get(session, security.actor(), event_id)
         partner = session.get_one(Partner, ev.partner_id)
-        deliveries = list(session.scalars(select(Delivery).where(Delivery.event_id == ev.id)
-                                          .order_by(Delivery.id)))
+        deliveries = list(ev.deliveries)
         endpoints_by_id = {e.id: e for e in session.scalars(select(Endpoint).where(
             Endpoint.id.in_([d.endpoint_id for d in deliveries])))} if deliveries else {}
         letters = {dl.delivery_id: dl for dl in session.scalars(
             select(DeadLetter).where(DeadLetter.event_id == ev.id)
             .order_by(DeadLetter.id))}
-        attempts: dict[str, list[Attempt]] = {}
-        for attempt in session.scalars(select(Attempt).where(
-                Attempt.delivery_id.in_([d.id for d in deliveries])).order_by(Attempt.n)):
-            attempts.setdefault(attempt.delivery_id, []).append(attempt)
+        attempts: dict[str, list[Attempt]] = {d.id: list(d.attempts) for d in deliveries}
         return render_template("ui/event.html", ev=ev, partner=partner, deliveries=deliveries,
                                endpoints=endpoints_by_id, letters=letters, attempts=attempts,
                                payload=present.pretty_json(ev.payload))
@@ -614,25 +560,24 @@ def inbound() -> Page:
     source_name = request.args.get("source", "").strip()
     resource_id = request.args.get("resource_id", "").strip()
     limit = parse_limit(request.args.get("limit") or "50")
+    actor = security.actor()
     with runtime().db.begin() as session:
-        sources = {s.id: s.name for s in session.scalars(select(InboundSource)
-                                                         .order_by(InboundSource.name))}
-        stmt = select(InboundEvent)
-        if status in INBOUND_STATUSES:
-            stmt = stmt.where(InboundEvent.status == status)
-        if source_name:
-            stmt = stmt.where(InboundEvent.source_id == select(InboundSource.id).where(
-                InboundSource.name == source_name).scalar_subquery())
-        if resource_id:
-            stmt = stmt.where(InboundEvent.resource_id == resource_id)
-        rows, next_cursor = paginate(session, stmt, InboundEvent.id, limit=limit,
-                                     cursor=request.args.get("cursor"))
+        names = {s.id: s.name for s in sources.every(session, actor)}
+        try:
+            rows, next_cursor, _ = sources.event_page(
+                session, actor, source=source_name or None,
+                status=status if status in INBOUND_STATUSES else None,
+                resource_id=resource_id or None, limit=limit,
+                cursor=request.args.get("cursor"))
+        except NotFound:
+            flash(f"There is no source {source_name!r}.", "error")
+            rows, next_cursor = [], None
         query: dict[str, Any] = {k: v for k, v in {"status": status, "source": source_name,
                                                    "resource_id": resource_id}.items() if v}
         return render_template(
             "ui/inbound.html", rows=rows, status=status, source=source_name,
-            resource_id=resource_id, sources=sources, statuses=INBOUND_STATUSES,
-            counts=stats.inbound_by_status(session), can_replay=inbound_replay is not None,
+            resource_id=resource_id, sources=names, statuses=INBOUND_STATUSES,
+            counts=stats.inbound_by_status(session), can_replay=True,
             next_url=(url_for("ui.inbound", **query, cursor=next_cursor)
                       if next_cursor else None))
 
@@ -640,11 +585,9 @@ def inbound() -> Page:
 @blueprint.post("/inbound/<inbound_id>/replay")
 @security.login_required
 def inbound_replay_view(inbound_id: str) -> WerkzeugResponse:
-    if inbound_replay is None:
-        abort(404)
     rt = runtime()
     with rt.db.begin() as session:
-        inbound_replay(session, rt, inbound_id)
+        sources.replay(session, rt, security.actor(), inbound_id)
     flash(f"Replaying {inbound_id}: it is queued for processing again.", "ok")
     return _back(url_for("ui.inbound"))
 

@@ -27,6 +27,16 @@
   });
 
   document.addEventListener("click", function (event) {
+    var copy = event.target.closest("[data-copy]");
+    if (copy) {
+      var source = document.querySelector(copy.getAttribute("data-copy"));
+      if (source && navigator.clipboard) {
+        navigator.clipboard.writeText(source.textContent.trim()).then(function () {
+          copy.textContent = "Copied";
+        });
+      }
+      return;
+    }
     var button = event.target.closest("[data-confirm]");
     if (button && !window.confirm(button.getAttribute("data-confirm"))) {
       event.preventDefault();

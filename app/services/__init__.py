@@ -1,0 +1,26 @@
+"""The services: what any actor can do to Kurir's resources, decided and audited once.
+
+Every face — the REST API (`app.web.api`), the operator UI (`app.web.ui`), the command line
+(`app.cli`) and, later, the partner portal — parses its input, opens the transaction, calls one
+service function with an `Actor`, and renders the answer. The services
+
+- check what the actor may do (its scopes; for a partner-bound actor, its partner only, every
+  other partner's resources answering `404 not_found`),
+- validate through the pipelines' rules (`sender`, `dlq`, `app.inbound`),
+- write the audit row (`app.services.audit`) in the caller's transaction,
+
+and never import Flask or click, never commit. One module per thing an actor acts on:
+
+    actor          who is acting, and what it may do
+    audit          the audit trail
+    partners       partners, and which of them an actor may see
+    endpoints      endpoints: create, change, enable/disable, secrets
+    event_types    contracts (event types and versions)
+    events         publishing, and reading events back
+    deliveries     one delivery, and "try it now"
+    dead_letters   search, resend, discard
+    keys           API keys, and authentication of a bearer token
+    operators      UI accounts
+    sources        inbound sources, received callbacks, replay, the receiving door
+    secret_keys    re-encryption under a new master key
+"""

@@ -1,0 +1,91 @@
+"""Who is acting: the one value every service takes to decide, and to write in the audit.
+
+Each face turns its own credential into an Actor: the API a bearer key (`key:<name>`), the
+operator UI a signed-in operator (`operator:<email>`), the command line the shell user
+(`cli`), the partner portal a magic-link session (`portal:<uid>`); Kurir's own jobs act as
+`system`. Services ask the actor, never the face, what it may do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from app.errors import Forbidden, NotFound
+from app.models import SCOPES
+
+KEY, OPERATOR, CLI, PORTAL, SYSTEM = "key", "operator", "cli", "portal", "system"
+ALL_SCOPES = frozenset(SCOPES)
+# Scopes a partner-scoped credential can hold: it can never publish, nor manage contracts,
+# sources, operators or keys.
+PARTNER_SCOPES = frozenset({"read", "endpoints:write", "dlq:write"})
+
+
+def scope_allows(granted: Iterable[str], needed: str) -> bool:
+    """`admin` grants everything; any write scope also grants `read`."""
+    granted = set(granted)
+    if "admin" in granted or needed in granted:
+        return True
+    return needed == "read" and any(s.endswith(":write") for s in granted)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """An authenticated caller: what it is, what it may do, and which partner it is bound to."""
+
+    kind: str
+    name: str = ""
+    scopes: frozenset[str] = field(default=ALL_SCOPES)
+    key_id: str | None = None
+    # Set for partner-bound callers (partner keys, the portal): they reach only this partner.
+    partner_id: str | None = None
+    partner_uid: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}" if self.name else self.kind
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def key(cls, name: str, scopes: Iterable[str], key_id: str, *,
+            partner_id: str | None = None, partner_uid: str | None = None) -> Actor:
+        return cls(KEY, name, frozenset(scopes), key_id, partner_id, partner_uid)
+
+    @classmethod
+    def operator(cls, email: str) -> Actor:
+        return cls(OPERATOR, email)
+
+    @classmethod
+    def cli(cls, user: str | None = None) -> Actor:
+        return cls(CLI, user or "")
+
+    @classmethod
+    def portal(cls, partner_id: str, partner_uid: str) -> Actor:
+        return cls(PORTAL, partner_uid, PARTNER_SCOPES, None, partner_id, partner_uid)
+
+    @classmethod
+    def system(cls) -> Actor:
+        return cls(SYSTEM)
+
+    # ------------------------------------------------------------------ decisions
+
+    def allows(self, scope: str) -> bool:
+        if self.partner_id is not None and scope not in PARTNER_SCOPES and scope != "read":
+            return False
+        return scope_allows(self.scopes, scope)
+
+    def require(self, scope: str) -> None:
+        """Raises Forbidden (403) when the actor lacks `scope`."""
+        if self.partner_id is not None and scope not in PARTNER_SCOPES:
+            # What a partner credential can never do does not exist for it.
+            raise NotFound("not found")
+        if not self.allows(scope):
+            raise Forbidden(f"this caller lacks the scope {scope!r}",
+                            details={"required_scope": scope, "granted": sorted(self.scopes)})
+
+    def may_see_partner(self, partner_id: str) -> bool:
+        return self.partner_id is None or self.partner_id == partner_id
+
+    @property
+    def bound_to_partner(self) -> bool:
+        return self.partner_id is not None

@@ -1,0 +1,197 @@
+"""Dead letters: search, read, resend (one, many, everything matching) and discard.
+
+Every action is audited on the letter itself (`dead_letter_audit`, shown with each letter),
+under the actor's name. A filter that does not parse never acts on what did parse: the caller
+gets every field's message, and a resend by filter without any criterion must say
+`everything` outright.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.sql.base import ExecutableOption
+
+from app.errors import BadRequest, NotFound, ValidationFailed
+from app.models import DL_OPEN, Attempt, BulkOperation, DeadLetter, Partner
+from app.runtime import Runtime
+from app.services.actor import Actor
+from dlq import discard as discard_mod
+from dlq import resend as resend_mod
+from dlq.search import FILTER_KEYS, DeadLetterFilter, SearchPage, count, search
+
+BULK_KIND = resend_mod.BULK_KIND
+ENDPOINT_DISABLED = resend_mod.ENDPOINT_DISABLED
+DETAIL_OPTIONS: tuple[ExecutableOption, ...] = (selectinload(DeadLetter.audit),
+                                                selectinload(DeadLetter.delivery))
+__all__ = ["FILTER_KEYS", "DeadLetterFilter", "FilterForm", "parse_filter"]
+
+
+@dataclass(frozen=True)
+class FilterForm:
+    """A filter as typed: the criteria that parsed, and a message per field that did not."""
+
+    filter: DeadLetterFilter
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+
+def parse_filter(params: Mapping[str, Any], *, strict: bool = False) -> FilterForm:
+    flt, errors = DeadLetterFilter.parse(params, strict=strict)
+    return FilterForm(flt, errors)
+
+
+def _scoped(actor: Actor, flt: DeadLetterFilter) -> DeadLetterFilter:
+    """A partner-bound actor's filter can only ever name its own partner."""
+    if actor.partner_id is None:
+        return flt
+    if flt.partner is not None and flt.partner != actor.partner_uid:
+        raise NotFound(f"partner {flt.partner!r} does not exist", details={"uid": flt.partner})
+    return replace(flt, partner=actor.partner_uid)
+
+
+def page(session: Session, actor: Actor, flt: DeadLetterFilter, *, limit: int,
+         cursor: str | None, options: Sequence[ExecutableOption] = DETAIL_OPTIONS
+         ) -> SearchPage:
+    actor.require("read")
+    return search(session, _scoped(actor, flt), limit=limit, cursor=cursor,
+                  options=options)
+
+
+def matching(session: Session, actor: Actor, flt: DeadLetterFilter) -> int:
+    actor.require("read")
+    return count(session, _scoped(actor, flt))
+
+
+def get(session: Session, actor: Actor, letter_id: str) -> tuple[DeadLetter, str]:
+    """The letter (audit and delivery loaded) and its partner's uid."""
+    actor.require("read")
+    letter = session.scalar(select(DeadLetter).where(DeadLetter.id == letter_id)
+                            .options(*DETAIL_OPTIONS))
+    if letter is None or not actor.may_see_partner(letter.partner_id):
+        raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
+    uid = session.scalar(select(Partner.uid).where(Partner.id == letter.partner_id)) or ""
+    return letter, uid
+
+
+def attempts(session: Session, letter: DeadLetter, *, newest_first: bool = False
+             ) -> list[Attempt]:
+    order = Attempt.n.desc() if newest_first else Attempt.n
+    return list(session.scalars(select(Attempt).where(Attempt.delivery_id == letter.delivery_id)
+                                .order_by(order)))
+
+
+def _own_ids(session: Session, actor: Actor, ids: Sequence[str]) -> list[str]:
+    """The ids a partner-bound actor may act on; the others behave as if they did not exist."""
+    if actor.partner_id is None:
+        return list(ids)
+    own = set(session.scalars(select(DeadLetter.id).where(
+        DeadLetter.id.in_(list(ids)), DeadLetter.partner_id == actor.partner_id)))
+    return [i for i in ids if i in own]
+
+
+def inline_limit() -> int:
+    """How many ids a resend handles at once; more go to a background job."""
+    return resend_mod.INLINE_LIMIT
+
+
+def resend_one(session: Session, rt: Runtime, actor: Actor, letter_id: str, *,
+               force: bool = False) -> DeadLetter:
+    """Raises NotFound, or Conflict with the reason it cannot be resent."""
+    actor.require("dlq:write")
+    if not _own_ids(session, actor, [letter_id]):
+        raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
+    return resend_mod.resend_one(session, rt.redis, letter_id, actor=str(actor), force=force)
+
+
+@dataclass
+class ResendOutcome:
+    """What a resend by ids or by filter did: at once (`inline`) or as a background job."""
+
+    job: BulkOperation
+    inline: bool
+    resent: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def resend_ids(session: Session, rt: Runtime, actor: Actor, ids: Sequence[str], *,
+               force: bool = False) -> ResendOutcome:
+    """A few ids are resent now, in this transaction; many go to a background job."""
+    actor.require("dlq:write")
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        raise ValidationFailed("ids must not be empty", code="invalid_parameter",
+                               details={"parameter": "ids"})
+    own = _own_ids(session, actor, wanted)
+    foreign = {i: resend_mod.NOT_FOUND for i in wanted if i not in set(own)}
+    if len(wanted) <= resend_mod.INLINE_LIMIT or not own:
+        result = resend_mod.resend_ids_inline(session, rt.redis, own, actor=str(actor),
+                                              force=force)
+        result.skipped.update(foreign)
+        job = resend_mod.record_inline(session, result, wanted, actor=str(actor), force=force)
+        return ResendOutcome(job, True, list(result.resent), dict(result.skipped))
+    job = resend_mod.start_bulk(session, actor=str(actor), ids=own, force=force,
+                                connection=rt.redis)
+    return ResendOutcome(job, False)
+
+
+def resend_matching(session: Session, rt: Runtime, actor: Actor, form: FilterForm, *,
+                    everything: bool = False, force: bool = False,
+                    enqueue: bool = True) -> BulkOperation:
+    """Resend every open letter matching the filter, in the background (or, without
+    `enqueue`, by whoever calls `run_job` next, e.g. the command line with its progress bar).
+
+    Raises:
+        BadRequest: a field of the filter does not parse (all of them in `details.errors`):
+            never resend by the part that did.
+        ValidationFailed: the filter has no criterion and `everything` was not said.
+    """
+    actor.require("dlq:write")
+    if not form.valid:
+        name = next(iter(form.errors))
+        raise BadRequest(f"{name}: {form.errors[name]}", code="invalid_parameter",
+                         details={"parameter": name, "errors": form.errors})
+    flt = form.filter
+    if flt.with_state(None).is_empty() and not everything:
+        raise ValidationFailed(
+            "the filter has no criteria and would resend every open dead letter: pass at "
+            "least one criterion (partner, endpoint, type, reason, status_code, error, q, "
+            'since, until) or "all": true', code="invalid_parameter",
+            details={"parameter": "filter"})
+    return resend_mod.start_bulk(session, actor=str(actor), flt=_scoped(actor, flt),
+                                 force=force, connection=rt.redis if enqueue else None)
+
+
+def run_job(rt: Runtime, op_id: str,
+            progress: Callable[[int], None] | None = None) -> BulkOperation:
+    """Run a resend job here and now, page by page (each page its own transaction)."""
+    return resend_mod.run_bulk(rt, op_id, progress=progress)
+
+
+def discard(session: Session, actor: Actor, letter_id: str,
+            note: str | None = None) -> DeadLetter:
+    actor.require("dlq:write")
+    if not _own_ids(session, actor, [letter_id]):
+        raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
+    return discard_mod.discard(session, letter_id, actor=str(actor), note=note)
+
+
+def job(session: Session, actor: Actor, op_id: str) -> BulkOperation:
+    actor.require("read")
+    op = session.get(BulkOperation, op_id)
+    if op is None or op.kind != BULK_KIND or (
+            actor.partner_id is not None and op.actor != str(actor)):
+        raise NotFound(f"resend job {op_id} not found", details={"id": op_id})
+    return op
+
+
+def open_dead_letter_exists(session: Session) -> bool:
+    return session.scalar(select(DeadLetter.id).where(DeadLetter.state == DL_OPEN)
+                          .limit(1)) is not None

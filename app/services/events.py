@@ -1,0 +1,66 @@
+"""Publishing events and reading them back.
+
+Publishing is the hot path: it owns its transaction (on PostgreSQL a key-less publish is one
+autocommit statement, see `sender.publish`), so this service takes the Runtime rather than a
+session. A publish is not written to the audit trail: the event row, immutable, is its record.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import exists, select
+from sqlalchemy.orm import Session, selectinload
+
+from app.errors import NotFound
+from app.models import SUCCEEDED, Delivery, Event, Partner
+from app.pagination import paginate
+from app.runtime import Runtime
+from app.services import partners
+from app.services.actor import Actor
+from sender.publish import PublishResult, publish_event
+
+
+def publish(rt: Runtime, actor: Actor, uid: str, body: dict[str, object],
+            idempotency_key: str | None) -> PublishResult:
+    """Validate and store one event with its fan-out; `202` only after the commit.
+
+    Raises what `sender.publish.publish` raises; NotFound for a partner-bound actor.
+    """
+    actor.require("events:write")
+    if actor.bound_to_partner:
+        raise NotFound("not found")
+    return publish_event(rt.db, rt.redis, rt.settings, partner_uid=uid, body=dict(body),
+                         api_key_id=actor.key_id or str(actor),
+                         idempotency_key=idempotency_key)
+
+
+def page(session: Session, actor: Actor, uid: str, *, type_: str | None = None,
+         since: datetime | None = None, until: datetime | None = None,
+         delivery_success: bool | None = None, limit: int,
+         cursor: str | None) -> tuple[list[Event], str | None]:
+    """The partner's events, newest first; `delivery_success=False` is what did not arrive."""
+    partner = partners.visible(session, actor, uid)
+    stmt = select(Event).where(Event.partner_id == partner.id)
+    if type_:
+        stmt = stmt.where(Event.type == type_)
+    if since is not None:
+        stmt = stmt.where(Event.created_at >= since)
+    if until is not None:
+        stmt = stmt.where(Event.created_at < until)
+    if delivery_success is not None:
+        unfinished = exists().where(Delivery.event_id == Event.id, Delivery.state != SUCCEEDED)
+        stmt = stmt.where(unfinished if delivery_success is False else ~unfinished)
+    return paginate(session, stmt, Event.id, limit=limit, cursor=cursor)
+
+
+def get(session: Session, actor: Actor, event_id: str) -> tuple[Event, str]:
+    """One event with its deliveries and their attempts, and its partner's uid."""
+    actor.require("read")
+    row = session.execute(
+        select(Event, Partner.uid).join(Partner, Partner.id == Event.partner_id)
+        .where(Event.id == event_id)
+        .options(selectinload(Event.deliveries).selectinload(Delivery.attempts))).first()
+    if row is None or not actor.may_see_partner(row[0].partner_id):
+        raise NotFound(f"event {event_id!r} does not exist", details={"id": event_id})
+    return row[0], row[1]

@@ -1,0 +1,173 @@
+"""API keys: create, list, read, revoke — and turn a bearer token into an Actor.
+
+Authentication runs on every API request, the publish hot path included, so each process keeps
+what it learned about a key for `CACHE_TTL_S`: a revoked key is refused by every process
+within that second. `last_used_at` is written at most once a minute per key, by a conditional
+UPDATE, so a busy key costs no write per request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from app import accounts
+from app.clock import utcnow
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.models import ApiKey, Partner
+from app.pagination import paginate
+from app.runtime import Runtime
+from app.services import audit, partners
+from app.services.actor import PARTNER_SCOPES, Actor
+
+CACHE_TTL_S = 1.0
+CACHE_MAX_KEYS = 10_000  # beyond this the cache starts over (one query per key to refill)
+LAST_USED_EVERY_S = 60.0
+
+
+@dataclass(frozen=True)
+class KeyView:
+    """A key as anyone may see it: never the key itself, nor its hash."""
+
+    key: ApiKey
+    partner_uid: str | None
+
+
+def _require_admin(actor: Actor) -> None:
+    """Keys are managed by admins; for a partner-bound caller they do not exist at all."""
+    if actor.bound_to_partner:
+        raise NotFound("not found")
+    actor.require("admin")
+
+
+def create(session: Session, actor: Actor, name: str, scopes: Iterable[str] = (), *,
+           partner_uid: str | None = None) -> tuple[KeyView, str]:
+    """A new key; the token is returned once and stored only as a hash.
+
+    A partner-bound key may hold only `read`, `endpoints:write` and `dlq:write` (default:
+    all three).
+    """
+    _require_admin(actor)
+    partner_id = None
+    if partner_uid is not None:
+        partner = partners.visible(session, actor, partner_uid, "admin")
+        partner_id = partner.id
+        scopes = list(scopes) or sorted(PARTNER_SCOPES)
+        refused = sorted(set(scopes) - PARTNER_SCOPES)
+        if refused:
+            raise ValidationFailed(
+                f"a partner key can hold only {', '.join(sorted(PARTNER_SCOPES))}; "
+                f"not {', '.join(refused)}", code="invalid_scope",
+                details={"scopes": refused})
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise ValidationFailed("name must be a non-empty string of at most 200 characters",
+                               code="invalid_field", details={"field": "name"})
+    key, token = accounts.create_api_key(session, name, scopes)
+    key.partner_id = partner_id
+    session.flush()
+    audit.record(session, actor, "key.created", "api_key", key.id, partner_id=partner_id,
+                 name=key.name, scopes=list(key.scopes))
+    return KeyView(key, partner_uid), token
+
+
+def _view(session: Session, key: ApiKey) -> KeyView:
+    uid = None
+    if key.partner_id is not None:
+        uid = session.scalar(select(Partner.uid).where(Partner.id == key.partner_id))
+    return KeyView(key, uid)
+
+
+def _visible_stmt(actor: Actor):  # type: ignore[no-untyped-def]
+    stmt = select(ApiKey)
+    if actor.partner_id is not None:
+        stmt = stmt.where(ApiKey.partner_id == actor.partner_id)
+    return stmt
+
+
+def page(session: Session, actor: Actor, *, limit: int,
+         cursor: str | None) -> tuple[list[KeyView], str | None]:
+    _require_admin(actor)
+    rows, next_cursor = paginate(session, _visible_stmt(actor), ApiKey.id, limit=limit,
+                                 cursor=cursor)
+    return [_view(session, k) for k in rows], next_cursor
+
+
+def get(session: Session, actor: Actor, key_id: str) -> KeyView:
+    _require_admin(actor)
+    key = session.scalar(_visible_stmt(actor).where(ApiKey.id == key_id))
+    if key is None:
+        raise NotFound(f"API key {key_id!r} does not exist", details={"id": key_id})
+    return _view(session, key)
+
+
+def revoke(session: Session, actor: Actor, key_id: str) -> KeyView:
+    """Revoke a key for good; every API process refuses it within `CACHE_TTL_S`."""
+    view = get(session, actor, key_id)
+    key = view.key
+    if key.revoked_at is not None:
+        raise Conflict(f"API key {key_id} was revoked already", code="key_revoked",
+                       details={"id": key_id, "revoked_at": key.revoked_at.isoformat()})
+    key.revoked_at = utcnow()
+    session.flush()
+    audit.record(session, actor, "key.revoked", "api_key", key.id, partner_id=key.partner_id,
+                 name=key.name)
+    forget(key.key_hash)
+    return view
+
+
+# ------------------------------------------------------------------------ authentication
+
+_cache: dict[str, tuple[float, Actor | None]] = {}
+_cache_lock = threading.Lock()
+_clock = time.monotonic  # the cache's clock; a test moves it instead of sleeping
+
+
+def forget(key_hash: str | None = None) -> None:
+    """Drop cached keys (one, or all) in this process."""
+    with _cache_lock:
+        if key_hash is None:
+            _cache.clear()
+        else:
+            _cache.pop(key_hash, None)
+
+
+def authenticate(rt: Runtime, token: str) -> Actor | None:
+    """The Actor a bearer token stands for; None for an unknown or revoked key."""
+    digest = accounts.hash_key(token)
+    now = _clock()
+    with _cache_lock:
+        hit = _cache.get(digest)
+    if hit is not None and now - hit[0] < CACHE_TTL_S:
+        return hit[1]
+    with rt.db.begin() as session:
+        actor = _load(session, digest, utcnow())
+    with _cache_lock:
+        if len(_cache) >= CACHE_MAX_KEYS:
+            _cache.clear()
+        _cache[digest] = (now, actor)
+    return actor
+
+
+def _load(session: Session, digest: str, now: datetime) -> Actor | None:
+    row = session.execute(
+        select(ApiKey, Partner.uid).outerjoin(Partner, Partner.id == ApiKey.partner_id)
+        .where(ApiKey.key_hash == digest)).first()
+    if row is None:
+        return None
+    key, partner_uid = row
+    if key.revoked_at is not None:
+        return None
+    if key.last_used_at is None or key.last_used_at < now - timedelta(seconds=LAST_USED_EVERY_S):
+        cutoff = now - timedelta(seconds=LAST_USED_EVERY_S)
+        session.execute(update(ApiKey).where(
+            ApiKey.id == key.id,
+            (ApiKey.last_used_at.is_(None)) | (ApiKey.last_used_at < cutoff),
+        ).values(last_used_at=now).execution_options(synchronize_session=False))
+    return Actor.key(key.name, key.scopes or (), key.id, partner_id=key.partner_id,
+                     partner_uid=partner_uid)

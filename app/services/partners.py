@@ -1,0 +1,64 @@
+"""Partners: create, read, list — and the one place that decides whether an actor sees one.
+
+Every service that takes a partner uid goes through `visible`, so a partner-bound actor
+(a partner key, the portal) meets `404 not_found` for any other partner, exactly as if it did
+not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.errors import NotFound
+from app.models import Partner
+from app.pagination import paginate
+from app.services import audit
+from app.services.actor import Actor
+from sender import endpoints as rules
+
+
+def _not_found(uid: str) -> NotFound:
+    return NotFound(f"partner {uid!r} does not exist", details={"uid": uid})
+
+
+def visible(session: Session, actor: Actor, uid: str, scope: str = "read") -> Partner:
+    """The partner `uid` if the actor holds `scope` and may see it; else 403 / 404."""
+    actor.require(scope)
+    partner = session.scalar(select(Partner).where(Partner.uid == uid))
+    if partner is None or not actor.may_see_partner(partner.id):
+        raise _not_found(uid)
+    return partner
+
+
+def create(session: Session, actor: Actor, body: dict[str, Any]) -> Partner:
+    actor.require("endpoints:write")
+    if actor.bound_to_partner:
+        raise NotFound("not found")
+    partner = rules.create_partner(session, body)
+    audit.record(session, actor, "partner.created", "partner", partner.id,
+                 partner_id=partner.id, uid=partner.uid, name=partner.name)
+    return partner
+
+
+def get(session: Session, actor: Actor, uid: str) -> Partner:
+    return visible(session, actor, uid)
+
+
+def page(session: Session, actor: Actor, *, limit: int,
+         cursor: str | None) -> tuple[list[Partner], str | None]:
+    actor.require("read")
+    stmt = select(Partner)
+    if actor.partner_id is not None:
+        stmt = stmt.where(Partner.id == actor.partner_id)
+    return paginate(session, stmt, Partner.id, limit=limit, cursor=cursor)
+
+
+def uids(session: Session, partner_ids: set[str]) -> dict[str, str]:
+    """Partner id → uid, for rendering rows that carry only the id."""
+    if not partner_ids:
+        return {}
+    return dict(session.execute(select(Partner.id, Partner.uid)
+                                .where(Partner.id.in_(partner_ids))).all())
