@@ -2,7 +2,14 @@
 
 A published version never changes its schema (registering it again with another schema is a
 conflict), so a compiled validator can be cached for the life of the process, keyed by the
-event type's row id. Only the `deprecated` flag can change, and it is re-read on every publish.
+event type's row id. Only the `deprecated` flag and the sunset can change, and they are
+re-read on every publish.
+
+A version N may declare how to make version N-1 from it: `downgrade`, a JMESPath expression
+over N's `data` (declared, not coded: nothing runs but the expression). It is checked at
+registration against N's `examples`, whose results must satisfy N-1's schema, and it is as
+immutable as the schema. Chains compose: 3 -> 2 -> 1. `produce` makes every version a
+publish needs, from the publisher's renditions first, then the chain.
 """
 
 from __future__ import annotations
@@ -13,8 +20,12 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import jmespath
+from jmespath.exceptions import JMESPathError
+from jmespath.parser import ParsedResult
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
@@ -31,6 +42,8 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 MAX_VERSION = 2**31 - 1
 MAX_ERRORS = 50
 MAX_DESCRIPTION = 4000
+MAX_EXAMPLES = 20
+MAX_DOWNGRADE = 4000
 
 
 def canonical_json(value: Any) -> str:
@@ -158,7 +171,8 @@ def register(session: Session, body: dict[str, Any]) -> Registered:
         ValidationFailed: a field or the schema is invalid.
         Conflict: the version exists with another schema (versions are immutable).
     """
-    unknown = sorted(set(body) - {"name", "version", "schema", "description"})
+    unknown = sorted(set(body) - {"name", "version", "schema", "description", "downgrade",
+                                  "examples"})
     if unknown:
         raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
                                details={"fields": unknown})
@@ -175,10 +189,15 @@ def register(session: Session, body: dict[str, Any]) -> Registered:
         raise ValidationFailed(f"description must be a string of at most {MAX_DESCRIPTION} "
                                "characters", code="invalid_field",
                                details={"field": "description"})
+    examples = _check_examples(body.get("examples"), schema)
+    downgrade = body.get("downgrade")
+    if downgrade is not None:
+        _check_downgrade(session, name, version, downgrade, examples)
 
     existing = find(session, name, version)
     if existing is None:
-        row = EventType(name=name, version=version, schema=schema, description=description)
+        row = EventType(name=name, version=version, schema=schema, description=description,
+                        downgrade=downgrade, examples=examples)
         try:
             with session.begin_nested():
                 session.add(row)
@@ -189,9 +208,12 @@ def register(session: Session, body: dict[str, Any]) -> Registered:
                 raise
         else:
             return Registered(row, created=True)
-    if canonical_json(existing.schema) != canonical_json(schema):
-        raise Conflict(f"{name} v{version} is already published with a different schema; "
-                       "publish a new version instead", code="event_type_version_exists",
+    if (canonical_json(existing.schema) != canonical_json(schema)
+            or existing.downgrade != downgrade
+            or canonical_json(existing.examples) != canonical_json(examples)):
+        raise Conflict(f"{name} v{version} is already published with a different schema, "
+                       "downgrade or examples; publish a new version instead",
+                       code="event_type_version_exists",
                        details={"name": name, "version": version})
     if "description" in body and existing.description != description:
         # The description documents the contract, it is not part of it: re-registering the
@@ -199,6 +221,71 @@ def register(session: Session, body: dict[str, Any]) -> Registered:
         existing.description = description
         session.flush()
     return Registered(existing, created=False)
+
+
+def _check_examples(examples: Any, schema: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Sample `data` of the version: each must satisfy the version's own schema."""
+    if examples is None:
+        return None
+    if not isinstance(examples, list) or len(examples) > MAX_EXAMPLES:
+        raise ValidationFailed(f"examples must be a list of at most {MAX_EXAMPLES} objects",
+                               code="invalid_field", details={"field": "examples"})
+    validator = compile_schema(schema)
+    for index, example in enumerate(examples):
+        if not isinstance(example, dict):
+            raise ValidationFailed(f"examples[{index}] must be a JSON object",
+                                   code="invalid_example", details={"example": index})
+        errors = data_errors(validator, example)
+        if errors:
+            raise ValidationFailed(f"examples[{index}] does not match this version's schema",
+                                   code="invalid_example",
+                                   details={"example": index, "errors": errors})
+    return examples
+
+
+def compile_downgrade(expression: str) -> ParsedResult:
+    """Raises ValueError when the expression is not JMESPath."""
+    try:
+        return jmespath.compile(expression)
+    except JMESPathError as exc:
+        raise ValueError(str(exc).strip()) from None
+
+
+def _check_downgrade(session: Session, name: str, version: int, expression: Any,
+                     examples: list[dict[str, Any]] | None) -> None:
+    """The expression compiles, the previous version exists, and every example comes out as
+    data the previous version's schema accepts."""
+    if not isinstance(expression, str) or not expression.strip() or len(
+            expression) > MAX_DOWNGRADE:
+        raise ValidationFailed(f"downgrade must be a JMESPath expression of at most "
+                               f"{MAX_DOWNGRADE} characters", code="invalid_downgrade",
+                               details={"field": "downgrade"})
+    try:
+        compiled = compile_downgrade(expression)
+    except ValueError as exc:
+        raise ValidationFailed(f"downgrade is not a valid JMESPath expression: {exc}",
+                               code="invalid_downgrade", details={"field": "downgrade"}) from None
+    previous = find(session, name, version - 1)
+    if previous is None:
+        raise ValidationFailed(
+            f"downgrade makes {name} v{version - 1} from v{version}, and v{version - 1} is "
+            "not registered", code="invalid_downgrade",
+            details={"field": "downgrade", "missing_version": version - 1})
+    validator = compile_schema(previous.schema)
+    for index, example in enumerate(examples or ()):
+        result = apply_downgrade(compiled, example)
+        errors = ([{"path": "/", "message": "the result is not a JSON object",
+                    "keyword": "type"}] if not isinstance(result, dict)
+                  else data_errors(validator, result))
+        if errors:
+            raise ValidationFailed(
+                f"downgrade of examples[{index}] does not match {name} v{version - 1}'s schema",
+                code="invalid_downgrade",
+                details={"example": index, "version": version - 1, "errors": errors})
+
+
+def apply_downgrade(compiled: ParsedResult, data: dict[str, Any]) -> Any:
+    return compiled.search(data)
 
 
 def find(session: Session, name: str, version: int) -> EventType | None:
@@ -214,14 +301,27 @@ def get(session: Session, name: str, version: int) -> EventType:
     return row
 
 
-def deprecate(session: Session, name: str, version: int) -> EventType:
-    """Mark a version deprecated: still accepted, but publishers are warned."""
+def deprecate(session: Session, name: str, version: int,
+              sunset_at: datetime | None = None) -> EventType:
+    """Mark a version deprecated: still accepted, but publishers are warned; `sunset_at` (may
+    be moved) says from when endpoints still pinned to it are reported."""
     row = get(session, name, version)
     if not row.deprecated:
         row.deprecated = True
         row.deprecated_at = utcnow()
-        session.flush()
+    if sunset_at is not None and sunset_at != row.sunset_at:
+        row.sunset_at = sunset_at
+        row.sunset_reported_at = None
+    session.flush()
     return row
+
+
+def registered_pairs(session: Session, names: list[str]) -> set[tuple[str, int]]:
+    """The (name, version) pairs registered for these type names."""
+    if not names:
+        return set()
+    return {(n, v) for n, v in session.execute(
+        select(EventType.name, EventType.version).where(EventType.name.in_(names)))}
 
 
 def existing_names(session: Session, names: list[str]) -> set[str]:
@@ -242,15 +342,17 @@ class Contract:
     validator: Validator
 
 
-def lookup_columns(name: Any, version: Any) -> tuple[Any, Any]:
-    """Scalar subqueries (row id, deprecated) of a contract, to ride along another query.
+def lookup_columns(name: Any, version: Any) -> tuple[Any, Any, Any]:
+    """Scalar subqueries (row id, deprecated, sunset) of a contract, to ride along another
+    query.
 
     `name` and `version` may be values or bind parameters.
     """
     table = EventType.__table__
     where = (table.c.name == name) & (table.c.version == version)
     return (select(table.c.id).where(where).scalar_subquery().label("contract_id"),
-            select(table.c.deprecated).where(where).scalar_subquery().label("deprecated"))
+            select(table.c.deprecated).where(where).scalar_subquery().label("deprecated"),
+            select(table.c.sunset_at).where(where).scalar_subquery().label("sunset_at"))
 
 
 def contract_for(session: Session, name: str, version: int) -> Contract | None:
@@ -274,3 +376,124 @@ def contract_from(session: Session | Connection, type_id: str | None, deprecated
         validator = compile_schema(schema or {})
         validators.put(type_id, validator)
     return Contract(type_id, name, version, bool(deprecated), validator)
+
+
+# ---------------------------------------------------------------------------- versions
+
+
+@dataclass(frozen=True)
+class Version:
+    """One registered version of a type, ready to validate and to downgrade from."""
+
+    id: str
+    version: int
+    deprecated: bool
+    sunset_at: datetime | None
+    validator: Validator
+    downgrade: ParsedResult | None
+
+
+class _DowngradeCache:
+    """Compiled downgrade expressions by event-type row id (they are immutable)."""
+
+    def __init__(self, max_size: int = 4096) -> None:
+        self._items: dict[str, ParsedResult] = {}
+        self._lock = threading.Lock()
+        self._max = max_size
+
+    def get(self, key: str, expression: str) -> ParsedResult:
+        found = self._items.get(key)
+        if found is None:
+            found = compile_downgrade(expression)
+            with self._lock:
+                if len(self._items) >= self._max:
+                    self._items.clear()
+                self._items[key] = found
+        return found
+
+
+downgrades = _DowngradeCache()
+
+
+def versions_of(session: Session | Connection, name: str) -> dict[int, Version]:
+    """Every registered version of the type `name`, by number (one query)."""
+    rows = session.execute(
+        select(EventType.id, EventType.version, EventType.deprecated, EventType.sunset_at,
+               EventType.downgrade).where(EventType.name == name)).all()
+    found: dict[int, Version] = {}
+    for type_id, version, deprecated, sunset_at, downgrade in rows:
+        validator = validators.get(type_id)
+        if validator is None:
+            schema = session.scalar(select(EventType.schema).where(EventType.id == type_id))
+            validator = compile_schema(schema or {})
+            validators.put(type_id, validator)
+        compiled = downgrades.get(type_id, downgrade) if downgrade else None
+        found[version] = Version(type_id, version, bool(deprecated), sunset_at, validator,
+                                 compiled)
+    return found
+
+
+class VersionUnavailable(Exception):
+    """No rendition and no chain of downgrades makes this version from the published one."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"version {version} cannot be produced")
+        self.version = version
+
+
+class VersionInvalid(Exception):
+    """A produced version breaks its own schema."""
+
+    def __init__(self, version: int, source: str, errors: list[dict[str, str]]) -> None:
+        super().__init__(f"version {version} ({source}) does not match its schema")
+        self.version = version
+        self.source = source
+        self.errors = errors
+
+
+def produce(versions: dict[int, Version], published: int, data: dict[str, Any],
+            renditions: dict[int, dict[str, Any]],
+            wanted: set[int]) -> dict[int, tuple[dict[str, Any], str]]:
+    """`data` in every wanted version other than the published one, and in every rendition,
+    with how it was made.
+
+    A publisher's rendition wins over a transform; otherwise version v comes from v+1 (itself
+    a rendition or produced) through v+1's downgrade. Transforms never go up: a wanted version
+    above the published one exists only as a rendition. Every rendition and every version made
+    on the way is validated against its own schema.
+
+    Raises:
+        VersionUnavailable: a wanted version cannot be made.
+        VersionInvalid: a made version breaks its schema.
+    """
+    made: dict[int, tuple[dict[str, Any], str]] = {}
+
+    def make(version: int) -> dict[str, Any]:
+        if version in made:
+            return made[version][0]
+        if version == published:
+            return data
+        if version not in versions:
+            raise VersionUnavailable(version)
+        if version in renditions:
+            result, source = renditions[version], "rendition"
+        elif version > published:
+            raise VersionUnavailable(version)  # transforms only go down
+        else:
+            upper = versions.get(version + 1)
+            if upper is None or upper.downgrade is None:
+                raise VersionUnavailable(version)
+            result, source = apply_downgrade(upper.downgrade, make(version + 1)), "downgrade"
+            if not isinstance(result, dict):
+                raise VersionInvalid(version, source, [{
+                    "path": "/", "message": "the downgrade did not produce a JSON object",
+                    "keyword": "type"}])
+        errors = data_errors(versions[version].validator, result)
+        if errors:
+            raise VersionInvalid(version, source, errors)
+        made[version] = (result, source)
+        return result
+
+    for version in sorted(set(wanted) | set(renditions), reverse=True):
+        make(version)
+    return {v: made[v] for v in set(wanted) | set(renditions) if v != published}

@@ -188,6 +188,13 @@ class EventType(Base):
     description: Mapped[str | None] = mapped_column(Text)
     deprecated: Mapped[bool] = mapped_column(Boolean, default=False)
     deprecated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # After this moment endpoints still pinned to the version are reported (once each).
+    sunset_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    sunset_reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # A JMESPath expression turning this version's `data` into the previous version's.
+    downgrade: Mapped[str | None] = mapped_column(Text)
+    # Sample `data` of this version, checked against its schema (and the downgrade) once.
+    examples: Mapped[list[Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = _created()
 
 
@@ -223,6 +230,9 @@ class Endpoint(Base):
     headers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # Names of custom headers whose values reads may show; every other value is write-only.
     public_headers: Mapped[list[Any] | None] = mapped_column(JSON)
+    # Contract version pinned per event type ({"payment.succeeded": 1}); others get the
+    # version published.
+    versions: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     timeout_s: Mapped[int] = mapped_column(Integer, default=15)
     rate_limit_per_s: Mapped[int | None] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16), default="enabled")
@@ -282,6 +292,21 @@ class Event(Base):
                                                       order_by="Delivery.id")
 
 
+class EventVersion(Base):
+    """The event in another contract version than the one published, for the endpoints
+    pinned to it: stored once per version, not per endpoint, and never changed."""
+
+    __tablename__ = "event_versions"
+
+    event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    payload: Mapped[str] = mapped_column(Text)
+    # "rendition" (sent by the publisher) or "downgrade" (made by the contract's transform).
+    source: Mapped[str] = mapped_column(String(16))
+
+
 class Delivery(Base):
     """One event to one endpoint; its state machine drives the workers and the sweeper.
 
@@ -300,6 +325,9 @@ class Delivery(Base):
     event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"))
     endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"))
     state: Mapped[str] = mapped_column(String(16), default=PENDING)
+    # The contract version this delivery carries when it is not the published one (a pin):
+    # its body is then the event's `event_versions` row. Kept through every resend.
+    version: Mapped[int | None] = mapped_column(Integer)
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
     run_attempts: Mapped[int] = mapped_column(Integer, default=0)
     run: Mapped[int] = mapped_column(Integer, default=1)

@@ -45,9 +45,9 @@ _BAD_VALUE_CHARS = re.compile(r"[\r\n\x00]")
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
 ENDPOINT_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
-                   "timeout_s", "rate_limit_per_s", "secret")
+                   "timeout_s", "rate_limit_per_s", "secret", "versions")
 PATCHABLE_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
-                    "timeout_s", "rate_limit_per_s")
+                    "timeout_s", "rate_limit_per_s", "versions")
 
 ENABLED, DISABLED = "enabled", "disabled"
 
@@ -219,6 +219,29 @@ def check_event_types(session: Session, event_types: Any) -> list[str] | None:
     return names
 
 
+def check_versions(session: Session, value: Any) -> dict[str, int] | None:
+    """Version pins `{type: version}`: each (type, version) must be registered. Null or `{}`
+    pins nothing (every type arrives in the version published)."""
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_EVENT_TYPES:
+        raise _invalid("versions", 'versions must be an object {"<event type>": <version>}')
+    for name, version in value.items():
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValidationFailed(f"versions[{name!r}] must be a positive integer",
+                                   code="invalid_field",
+                                   details={"field": "versions", "type": name})
+    registered = contracts.registered_pairs(session, list(value))
+    missing = sorted((n, v) for n, v in value.items() if (n, v) not in registered)
+    if missing:
+        raise ValidationFailed(
+            "no such contract version: " + ", ".join(f"{n} v{v}" for n, v in missing),
+            code="unknown_event_type",
+            details={"field": "versions",
+                     "unknown": [{"type": n, "version": v} for n, v in missing]})
+    return dict(sorted(value.items()))
+
+
 def check_timeout(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TIMEOUT_S:
         raise _invalid("timeout_s", f"timeout_s must be an integer from 1 to {MAX_TIMEOUT_S}")
@@ -276,13 +299,14 @@ def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], se
     event_types = check_event_types(session, body.get("event_types"))
     headers = check_headers(body.get("headers"))
     public_headers = check_public_headers(body.get("public_headers"), headers)
+    versions = check_versions(session, body.get("versions"))
     timeout_s = check_timeout(body.get("timeout_s", settings.default_timeout_s))
     rate_limit = check_rate_limit(body.get("rate_limit_per_s"))
     description = check_description(body.get("description"))
     given = body.get("secret")
     secret = check_secret(given) if given is not None else generate_secret()
     endpoint = Endpoint(partner=partner, url=url, event_types=event_types, headers=headers,
-                        public_headers=public_headers, timeout_s=timeout_s,
+                        public_headers=public_headers, versions=versions, timeout_s=timeout_s,
                         rate_limit_per_s=rate_limit, description=description, state=ENABLED)
     session.add(endpoint)
     add_secret(session, endpoint, secret, box)
@@ -327,6 +351,8 @@ def update_endpoint(session: Session, endpoint: Endpoint, body: dict[str, Any],
         present = {h.lower() for h in endpoint.headers or {}}
         endpoint.public_headers = [n for n in endpoint.public_headers
                                    if n.lower() in present] or None
+    if "versions" in body:
+        endpoint.versions = check_versions(session, body["versions"])
     if "timeout_s" in body:
         endpoint.timeout_s = check_timeout(body["timeout_s"])
     if "rate_limit_per_s" in body:

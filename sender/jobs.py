@@ -65,6 +65,7 @@ from app.models import (
     Endpoint,
     EndpointSecret,
     Event,
+    EventVersion,
 )
 from app.runtime import Runtime
 from dlq.park import park
@@ -413,9 +414,11 @@ class Engine:
                     self._unclaim(session, [i for i, _ in held], lease,
                                   max(u for _, u in held) + timedelta(seconds=HOLD_GRACE_S))
                 if bodies is None:
-                    bodies = self._bodies(session, {r.event_id for r, _ in admitted})
+                    bodies = self._bodies(session, {(r.event_id, r.version)
+                                                    for r, _ in admitted})
                 claimed = [(Work(delivery_id=r.id, event_id=r.event_id,
-                                 target=targets[r.endpoint_id], body=bodies[r.event_id],
+                                 target=targets[r.endpoint_id],
+                                 body=bodies[(r.event_id, r.version)],
                                  n=r.attempt_count + 1, run_n=r.run_attempts + 1,
                                  lease=lease), offset)
                            for r, offset in admitted]
@@ -453,7 +456,7 @@ class Engine:
         live = select(Endpoint.id).where(Endpoint.deleted_at.is_(None))
         postgres = session.get_bind().dialect.name == "postgresql"
         columns = [table.c.id, table.c.event_id, table.c.endpoint_id, table.c.attempt_count,
-                   table.c.run_attempts]
+                   table.c.run_attempts, table.c.version]
         rows: list[Any] = []
         for chunk in _chunks(ids):
             stmt = (update(table)
@@ -465,14 +468,22 @@ class Engine:
                     .values(state=DELIVERING, lease_expires_at=lease, updated_at=now))
             if postgres:
                 events = _table(Event)
+                # A delivery pinned to another version carries that version's body; the
+                # others (nearly all) never look at event_versions.
+                versioned = (select(_table(EventVersion).c.payload)
+                             .where(_table(EventVersion).c.event_id == table.c.event_id,
+                                    _table(EventVersion).c.version == table.c.version)
+                             .scalar_subquery())
+                payload = case((table.c.version.is_(None), events.c.payload),
+                               else_=versioned).label("payload")
                 stmt = stmt.where(events.c.id == table.c.event_id).returning(
-                    *columns, events.c.payload)
+                    *columns, payload)
             else:
                 stmt = stmt.returning(*columns)
             rows += session.execute(stmt).all()
         if not postgres:
             return rows, None, lease
-        bodies = {r.event_id: r.payload.encode("utf-8") for r in rows}
+        bodies = {(r.event_id, r.version): r.payload.encode("utf-8") for r in rows}
         return rows, bodies, lease
 
     def _extend_lease(self, session: Session, rows: list[Any], targets: dict[str, Target],
@@ -510,12 +521,21 @@ class Engine:
             self._park_disabled(session, due)
         return later, len(ids) - len(due)
 
-    def _bodies(self, session: Session, event_ids: set[str]) -> dict[str, bytes]:
-        bodies: dict[str, bytes] = {}
-        for chunk in _chunks(sorted(event_ids)):
+    def _bodies(self, session: Session,
+                keys: set[tuple[str, int | None]]) -> dict[tuple[str, int | None], bytes]:
+        """Bodies by (event, version): the published payload, or a pinned version's."""
+        bodies: dict[tuple[str, int | None], bytes] = {}
+        published = sorted({event_id for event_id, version in keys if version is None})
+        for chunk in _chunks(published):
             for event_id, payload in session.execute(
                     select(Event.id, Event.payload).where(Event.id.in_(chunk))):
-                bodies[event_id] = payload.encode("utf-8")
+                bodies[(event_id, None)] = payload.encode("utf-8")
+        pinned = sorted({event_id for event_id, version in keys if version is not None})
+        for chunk in _chunks(pinned):
+            for event_id, version, payload in session.execute(
+                    select(EventVersion.event_id, EventVersion.version, EventVersion.payload)
+                    .where(EventVersion.event_id.in_(chunk))):
+                bodies[(event_id, version)] = payload.encode("utf-8")
         return bodies
 
     def _unclaim(self, session: Session, ids: list[str], lease: datetime,

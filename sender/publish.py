@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -41,7 +42,7 @@ from sender.dispatch import enqueue_after_commit, enqueue_now
 log = logging.getLogger(__name__)
 
 PUBLISH_FIELDS = frozenset({"type", "version", "data", "occurred_at", "resource",
-                            "correlation_id"})
+                            "correlation_id", "renditions"})
 RESOURCE_FIELDS = frozenset({"type", "id", "version"})
 MAX_IDEMPOTENCY_KEY = 255
 MAX_TEXT = 200
@@ -62,6 +63,8 @@ class PublishRequest:
     occurred_at: datetime | None
     resource: dict[str, Any] | None
     correlation_id: str | None
+    # The same event in other versions, as the publisher wrote them (they win over downgrades).
+    renditions: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -132,7 +135,27 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
             "version": None if version_ is None else _int(version_, "resource.version", 0),
         }
     correlation_id = _text(body.get("correlation_id"), "correlation_id", required=False)
-    return PublishRequest(type_, version, body["data"], occurred_at, resource, correlation_id)
+    renditions = _renditions(body.get("renditions"), version)
+    return PublishRequest(type_, version, body["data"], occurred_at, resource, correlation_id,
+                          renditions)
+
+
+def _renditions(raw: Any, published: int) -> dict[int, dict[str, Any]]:
+    """`{"1": {...data of v1...}}`: versions as decimal strings (JSON keys), data objects."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise _invalid("renditions", 'renditions must be an object {"<version>": {data}}')
+    found: dict[int, dict[str, Any]] = {}
+    for key, data in raw.items():
+        if not key.isdigit() or not 1 <= int(key) <= MAX_BIGINT or str(int(key)) != key:
+            raise _invalid("renditions", f"renditions key {key!r} is not a version number")
+        if int(key) == published:
+            raise _invalid("renditions", f"version {key} is the one published in data")
+        if not isinstance(data, dict):
+            raise _invalid("renditions", f"renditions[{key}] must be a JSON object")
+        found[int(key)] = data
+    return found
 
 
 def request_hash(partner_uid: str, body: dict[str, Any]) -> str:
@@ -151,17 +174,19 @@ def check_idempotency_key(key: str | None) -> str | None:
 
 
 def payload_json(event_id: str, req: PublishRequest, partner_uid: str,
-                 occurred_at: datetime) -> str:
-    """The exact body every attempt (and every resend) of this event sends (SPEC §3)."""
+                 occurred_at: datetime, version: int | None = None,
+                 data: dict[str, Any] | None = None) -> str:
+    """The exact body every attempt (and every resend) of this event sends, in the published
+    version or in `version` with its `data`."""
     body = {
         "id": event_id,
         "type": req.type,
-        "version": req.version,
+        "version": req.version if version is None else version,
         "occurred_at": isoformat(occurred_at),
         "partner": partner_uid,
         "resource": req.resource,
         "correlation_id": req.correlation_id,
-        "data": req.data,
+        "data": req.data if data is None else data,
     }
     # json escapes every control character even with ensure_ascii=False, so no raw NUL
     # reaches PostgreSQL text, and non-ASCII stays searchable in dead letters.
@@ -196,9 +221,11 @@ class _Targets:
     """What a publish plan is made from; `digest` (PostgreSQL) fingerprints the endpoints."""
 
     partner_id: str
-    endpoints: list[tuple[str, str, list[str] | None]]
+    # (endpoint id, state, subscribed types or None, pinned versions or None)
+    endpoints: list[tuple[str, str, list[str] | None, dict[str, Any] | None]]
     contract: contracts.Contract | None
     digest: str | None = None
+    sunset_at: datetime | None = None
 
 
 def _targets(connection: Connection, partner_uid: str, type_: str, version: int, *,
@@ -216,10 +243,12 @@ def _targets(connection: Connection, partner_uid: str, type_: str, version: int,
         raise NotFound(f"partner {partner_uid!r} does not exist", details={"uid": partner_uid})
     first = rows[0]
     return _Targets(
-        partner_id=first[0],
-        endpoints=[(row[1], row[2], row[3]) for row in rows if row[1] is not None],
-        contract=contracts.contract_from(connection, first[4], first[5], type_, version),
-        digest=first[6] if with_digest else None)
+        partner_id=first.partner_id,
+        endpoints=[(row.endpoint_id, row.state, row.event_types, row.versions)
+                   for row in rows if row.endpoint_id is not None],
+        contract=contracts.contract_from(connection, first.contract_id, first.deprecated,
+                                         type_, version),
+        digest=first.digest if with_digest else None, sunset_at=first.sunset_at)
 
 
 class _TargetsCache:
@@ -261,18 +290,28 @@ class _TargetsCache:
 _targets_cache = _TargetsCache()
 
 
+Planned = tuple[str, str, int | None]  # (delivery id, endpoint id, version unless published)
+
+
 @dataclass
 class _Plan:
     """One validated publish, ready to write: the event row and what each endpoint gets."""
 
     event_values: dict[str, Any]
-    pending: list[tuple[str, str]]  # (delivery id, endpoint id) to send
-    parked: list[tuple[str, str]]  # (delivery id, endpoint id) of disabled endpoints
+    pending: list[Planned]  # to send
+    parked: list[Planned]  # for disabled endpoints
     response: dict[str, Any]
+    # The event in other versions (event_versions rows): what pinned endpoints receive, and
+    # every rendition the publisher sent.
+    versions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def enqueued(self) -> list[str]:
-        return [delivery_id for delivery_id, _ in self.pending]
+        return [delivery_id for delivery_id, _, _ in self.pending]
+
+    @property
+    def versioned(self) -> bool:
+        return bool(self.versions)
 
 
 def _contract_of(targets: _Targets, req: PublishRequest) -> contracts.Contract:
@@ -283,20 +322,89 @@ def _contract_of(targets: _Targets, req: PublishRequest) -> contracts.Contract:
     return targets.contract
 
 
-def _warnings(req: PublishRequest, deprecated: bool) -> list[dict[str, str]]:
+def deprecation_warning(type_: str, version: int, sunset_at: datetime | None,
+                        endpoints: list[str]) -> dict[str, Any]:
+    """What a publish answers when it sends a deprecated version (published, or pinned)."""
+    message = f"{type_} v{version} is deprecated"
+    if sunset_at is not None:
+        message += f"; its sunset is {isoformat(sunset_at)}"
+    if endpoints:
+        message += f"; endpoints still on it: {', '.join(endpoints)}"
+    return {"code": "deprecated_event_type", "message": message + "; publish a newer version",
+            "type": type_, "version": version, "sunset_at": isoformat(sunset_at),
+            "endpoints": endpoints}
+
+
+def _warnings(req: PublishRequest, deprecated: bool,
+              sunset_at: datetime | None = None) -> list[dict[str, Any]]:
     if not deprecated:
         return []
-    return [{"code": "deprecated_event_type",
-             "message": f"{req.type} v{req.version} is deprecated; publish a newer version"}]
+    return [deprecation_warning(req.type, req.version, sunset_at, [])]
 
 
-def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetime) -> _Plan:
-    """Judge `data` by its contract and lay out the rows to write."""
+VersionsLoader = Callable[[str], dict[int, contracts.Version]]
+
+
+def _wanted_versions(targets: _Targets, req: PublishRequest) -> dict[str, int]:
+    """Endpoint id -> the version it is pinned to, for the subscribed endpoints with a pin
+    on this type other than the published version."""
+    wanted: dict[str, int] = {}
+    for endpoint_id, _, subscribed, pins in targets.endpoints:
+        if subscribed is not None and req.type not in subscribed:
+            continue
+        pinned = (pins or {}).get(req.type)
+        if pinned is not None and pinned != req.version:
+            wanted[endpoint_id] = int(pinned)
+    return wanted
+
+
+def _produce(req: PublishRequest, wanted: dict[str, int],
+             versions: dict[int, contracts.Version]) -> dict[int, tuple[dict[str, Any], str]]:
+    """Every version pinned endpoints need, or the 422 that says which cannot be had."""
+    try:
+        return contracts.produce(versions, req.version, req.data, req.renditions,
+                                 set(wanted.values()))
+    except contracts.VersionInvalid as exc:
+        raise ValidationFailed(
+            f"{req.type} v{exc.version} made by {exc.source} does not match its schema",
+            code="version_invalid",
+            details={"version": exc.version, "source": exc.source,
+                     "errors": exc.errors}) from None
+    except contracts.VersionUnavailable:
+        missing = []
+        for endpoint_id, version in sorted(wanted.items()):
+            try:
+                contracts.produce(versions, req.version, req.data, req.renditions, {version})
+            except contracts.VersionUnavailable:
+                missing.append({"endpoint": endpoint_id, "version": version})
+        unknown = sorted(set(req.renditions) - set(versions))
+        if unknown and not missing:
+            raise ValidationFailed(
+                f"renditions name version(s) of {req.type} that are not registered: "
+                f"{', '.join(map(str, unknown))}", code="unknown_event_type",
+                details={"type": req.type, "versions": unknown}) from None
+        raise ValidationFailed(
+            f"{req.type} v{req.version} cannot be turned into the version(s) some endpoints "
+            "are pinned to (no rendition, no chain of downgrades, and never upwards): "
+            + ", ".join(f"{m['endpoint']} needs v{m['version']}" for m in missing),
+            code="version_unavailable", details={"endpoints": missing}) from None
+
+
+def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetime,
+          load_versions: VersionsLoader) -> _Plan:
+    """Judge `data` by its contract, make the versions pinned endpoints need, and lay out the
+    rows to write. Without pins or renditions no other version is looked at."""
     contract = _contract_of(targets, req)
     errors = contracts.data_errors(contract.validator, req.data)
     if errors:
         raise ValidationFailed(f"data does not match the schema of {req.type} v{req.version}",
                                code="schema_validation_failed", details=errors)
+    wanted = _wanted_versions(targets, req)
+    made: dict[int, tuple[dict[str, Any], str]] = {}
+    family: dict[int, contracts.Version] = {}
+    if wanted or req.renditions:
+        family = load_versions(req.type)
+        made = _produce(req, wanted, family)
 
     event_id = new_id("evt")
     occurred_at = req.occurred_at or now
@@ -309,20 +417,30 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
         "resource_id": resource.get("id"), "resource_version": resource.get("version"),
         "correlation_id": req.correlation_id, "created_at": now,
     }
-    pending: list[tuple[str, str]] = []
-    parked: list[tuple[str, str]] = []
-    answer: list[dict[str, str]] = []
-    for endpoint_id, state, subscribed in targets.endpoints:
+    pending: list[Planned] = []
+    parked: list[Planned] = []
+    answer: list[dict[str, Any]] = []
+    for endpoint_id, state, subscribed, _ in targets.endpoints:
         if subscribed is not None and req.type not in subscribed:
             continue
         delivery_id = new_id("dlv")
         enabled = state == "enabled"
-        (pending if enabled else parked).append((delivery_id, endpoint_id))
+        version = wanted.get(endpoint_id)
+        (pending if enabled else parked).append((delivery_id, endpoint_id, version))
         answer.append({"id": delivery_id, "endpoint": endpoint_id,
-                       "state": PENDING if enabled else DEAD})
+                       "state": PENDING if enabled else DEAD,
+                       "version": req.version if version is None else version})
+    versions = [{"event_id": event_id, "version": version, "data": data, "source": source,
+                 "payload": payload_json(event_id, req, partner_uid, occurred_at, version, data)}
+                for version, (data, source) in sorted(made.items())]
+    warnings = _warnings(req, contract.deprecated, targets.sunset_at) if not family else [
+        deprecation_warning(req.type, number, family[number].sunset_at,
+                            sorted(e for e, v in wanted.items() if v == number))
+        for number in sorted({req.version, *wanted.values()}, reverse=True)
+        if family[number].deprecated]
     response = {"id": event_id, "type": req.type, "version": req.version,
-                "deliveries": answer, "warnings": _warnings(req, contract.deprecated)}
-    return _Plan(event_values, pending, parked, response)
+                "deliveries": answer, "warnings": warnings}
+    return _Plan(event_values, pending, parked, response, versions)
 
 
 def publish_event(db: Database, redis_client: redis.Redis, settings: Settings, *,
@@ -362,16 +480,18 @@ def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, An
                                    with_digest=True)
                 if targets.contract is not None:
                     _targets_cache.put(key, targets)
-            plan = _plan(targets, req, partner_uid, now)
+            if req.renditions or _wanted_versions(targets, req):
+                return None  # other versions to make and store: a transaction
+            plan = _plan(targets, req, partner_uid, now, _no_versions)
             if plan.parked:
                 return None  # dead letters and audit rows take a transaction
             params = sql.event_params(plan.event_values, plan.pending)
             params["digest"] = targets.digest
             params["type_id"] = _contract_of(targets, req).id
-            written, deprecated = connection.execute(
+            written, deprecated, sunset_at = connection.execute(
                 sql.GUARDED_EVENT_WITH_DELIVERIES, params).one()
             if written:
-                plan.response["warnings"] = _warnings(req, bool(deprecated))
+                plan.response["warnings"] = _warnings(req, bool(deprecated), sunset_at)
                 _log_published(plan, partner_uid)
                 return PublishResult(status=ACCEPTED, body=plan.response,
                                      enqueued=plan.enqueued)
@@ -380,6 +500,11 @@ def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, An
             if not from_cache:
                 return None  # changing under a fresh read too: let a transaction decide
             targets, from_cache = None, False
+
+
+def _no_versions(name: str) -> dict[int, contracts.Version]:
+    """The hot path publishes only the version sent: asking for others is a bug."""
+    raise AssertionError(f"the one-statement publish was asked for the versions of {name}")
 
 
 def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
@@ -404,7 +529,7 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
     req = parse_request(body)
     connection = session.connection()
     plan = _plan(_targets(connection, partner_uid, req.type, req.version), req, partner_uid,
-                 now)
+                 now, lambda name: contracts.versions_of(connection, name))
     if key is not None:
         # First write of the transaction: a concurrent twin blocks here on the unique index
         # (PostgreSQL) or never gets this far (SQLite's single writer), before doing any work.
@@ -428,7 +553,8 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
                            code="idempotency_key_in_flight",
                            details={"idempotency_key": key}) from None
 
-    _insert_event_and_deliveries(session.connection(), plan.event_values, plan.pending)
+    _insert_event_and_deliveries(session.connection(), plan.event_values, plan.pending,
+                                 plan.versions)
     if plan.parked:
         _park_for_disabled(session, Event(**plan.event_values), plan.parked, now)
     enqueue_after_commit(session, redis_client, plan.enqueued)
@@ -446,22 +572,26 @@ def _log_published(plan: _Plan, partner_uid: str) -> None:
 
 
 def _insert_event_and_deliveries(connection: Connection, event_values: dict[str, Any],
-                                 deliveries: list[tuple[str, str]]) -> None:
-    """Write the event and its pending deliveries: on PostgreSQL as one statement, whatever
-    the fan-out; on SQLite (local, no round trips) as two.
+                                 deliveries: list[Planned],
+                                 versions: list[dict[str, Any]]) -> None:
+    """Write the event, its other versions and its pending deliveries: on PostgreSQL as one
+    statement, whatever the fan-out, when there is only the published version; otherwise (and
+    on SQLite: local, no round trips) statement by statement.
     """
-    if connection.dialect.name == "postgresql":
+    if connection.dialect.name == "postgresql" and not versions:
         connection.execute(sql.EVENT_WITH_DELIVERIES,
                            sql.event_params(event_values, deliveries))
         return
     connection.execute(sql.EVENT, [event_values])
+    if versions:
+        connection.execute(sql.EVENT_VERSION, versions)
     if deliveries:
         now = event_values["created_at"]
         connection.execute(sql.DELIVERY, [
             {"id": delivery_id, "event_id": event_values["id"], "endpoint_id": endpoint_id,
-             "state": PENDING, "attempt_count": 0, "run_attempts": 0, "run": 1,
-             "next_attempt_at": now, "created_at": now, "updated_at": now}
-            for delivery_id, endpoint_id in deliveries])
+             "state": PENDING, "version": version, "attempt_count": 0, "run_attempts": 0,
+             "run": 1, "next_attempt_at": now, "created_at": now, "updated_at": now}
+            for delivery_id, endpoint_id, version in deliveries])
 
 
 def _lock_timed_out(exc: Exception) -> bool:
@@ -476,14 +606,15 @@ def _unique_violation(exc: Exception) -> bool:
             or "UNIQUE constraint failed" in str(exc.orig))
 
 
-def _park_for_disabled(session: Session, event: Event, parked: list[tuple[str, str]],
+def _park_for_disabled(session: Session, event: Event, parked: list[Planned],
                        now: datetime) -> None:
-    """A disabled endpoint's new events become dead letters at once (SPEC §5), resendable."""
+    """A disabled endpoint's new events become dead letters at once, resendable (with the
+    version the endpoint is pinned to)."""
     endpoints = {e.id: e for e in session.scalars(
-        select(Endpoint).where(Endpoint.id.in_([endpoint_id for _, endpoint_id in parked])))}
-    for delivery_id, endpoint_id in parked:
+        select(Endpoint).where(Endpoint.id.in_([endpoint_id for _, endpoint_id, _ in parked])))}
+    for delivery_id, endpoint_id, version in parked:
         delivery = Delivery(id=delivery_id, event_id=event.id, endpoint_id=endpoint_id,
-                            state=DEAD, attempt_count=0, run_attempts=0, run=1,
-                            created_at=now, updated_at=now)
+                            state=DEAD, version=version, attempt_count=0, run_attempts=0,
+                            run=1, created_at=now, updated_at=now)
         session.add(delivery)
         park(session, delivery, event, endpoints[endpoint_id], REASON_ENDPOINT_DISABLED)

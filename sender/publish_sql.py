@@ -25,26 +25,29 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from app import contracts
-from app.models import PENDING, Delivery, Endpoint, Event, EventType, Partner
+from app.models import PENDING, Delivery, Endpoint, Event, EventType, EventVersion, Partner
 
 PARTNERS = cast(Table, Partner.__table__)
 ENDPOINTS = cast(Table, Endpoint.__table__)
 EVENTS = cast(Table, Event.__table__)
 DELIVERIES = cast(Table, Delivery.__table__)
 EVENT_TYPES = cast(Table, EventType.__table__)
+EVENT_VERSIONS = cast(Table, EventVersion.__table__)
 EVENT_COLUMNS = tuple(c.name for c in EVENTS.columns)
 _DELIVERY_COLUMNS = ("id", "endpoint_id", "event_id", "state", "attempt_count", "run_attempts",
                      "run", "next_attempt_at", "created_at", "updated_at")
 
 
 def endpoints_digest(partner_id: Any) -> Any:
-    """PostgreSQL: md5 over what a publish plan depends on — each live endpoint's id, state
-    and subscription — so that a plan made from an earlier read can be checked in the write.
+    """PostgreSQL: md5 over what a publish plan depends on — each live endpoint's id, state,
+    subscription and version pins — so that a plan made from an earlier read can be checked in
+    the write.
     """
     e = ENDPOINTS
     colon: Any = literal_column("':'")
     entry = (e.c.id + colon + e.c.state + colon
-             + func.coalesce(sql_cast(e.c.event_types, Text), literal_column("'*'")))
+             + func.coalesce(sql_cast(e.c.event_types, Text), literal_column("'*'")) + colon
+             + func.coalesce(sql_cast(e.c.versions, Text), literal_column("''")))
     listing = func.string_agg(entry, aggregate_order_by(literal_column("','"), e.c.id))
     return (select(func.md5(func.coalesce(listing, literal_column("''"))))
             .where(e.c.partner_id == partner_id, e.c.deleted_at.is_(None))
@@ -57,7 +60,8 @@ def _targets(*, with_digest: bool) -> Any:
     The outer join keeps a partner without endpoints; the contract and the digest ride along
     as scalar subqueries.
     """
-    columns = [PARTNERS.c.id, ENDPOINTS.c.id, ENDPOINTS.c.state, ENDPOINTS.c.event_types,
+    columns = [PARTNERS.c.id.label("partner_id"), ENDPOINTS.c.id.label("endpoint_id"),
+               ENDPOINTS.c.state, ENDPOINTS.c.event_types, ENDPOINTS.c.versions,
                *contracts.lookup_columns(bindparam("type_name"), bindparam("type_version"))]
     if with_digest:
         # Uncorrelated (by uid, not by the joined row), so it is computed once, not per row.
@@ -112,17 +116,18 @@ def _event_with_deliveries(*, guarded: bool) -> Any:
     if not guarded:
         return deliveries
     written = select(func.count()).select_from(new_event).scalar_subquery()
-    deprecated = (select(EVENT_TYPES.c.deprecated)
-                  .where(EVENT_TYPES.c.id == bindparam("type_id")).scalar_subquery())
-    return select(written, deprecated).add_cte(deliveries.cte("new_deliveries"))
+    contract = EVENT_TYPES.c.id == bindparam("type_id")
+    deprecated = select(EVENT_TYPES.c.deprecated).where(contract).scalar_subquery()
+    sunset_at = select(EVENT_TYPES.c.sunset_at).where(contract).scalar_subquery()
+    return select(written, deprecated, sunset_at).add_cte(deliveries.cte("new_deliveries"))
 
 
 def event_params(event_values: dict[str, Any],
-                 deliveries: list[tuple[str, str]]) -> dict[str, Any]:
+                 deliveries: list[tuple[str, str, int | None]]) -> dict[str, Any]:
     """Binds of the event-with-deliveries statements."""
     params = {f"e_{name}": event_values.get(name) for name in EVENT_COLUMNS}
-    params["d_ids"] = [delivery_id for delivery_id, _ in deliveries]
-    params["d_endpoint_ids"] = [endpoint_id for _, endpoint_id in deliveries]
+    params["d_ids"] = [delivery[0] for delivery in deliveries]
+    params["d_endpoint_ids"] = [delivery[1] for delivery in deliveries]
     return params
 
 
@@ -131,4 +136,5 @@ TARGETS_WITH_DIGEST = _targets(with_digest=True)
 EVENT_WITH_DELIVERIES = _event_with_deliveries(guarded=False)
 GUARDED_EVENT_WITH_DELIVERIES = _event_with_deliveries(guarded=True)
 EVENT = insert(EVENTS)
+EVENT_VERSION = insert(EVENT_VERSIONS)
 DELIVERY = insert(DELIVERIES)

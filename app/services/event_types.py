@@ -6,14 +6,17 @@ it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app import contracts
+from app.clock import isoformat, utcnow
 from app.errors import NotFound
-from app.models import EventType
+from app.models import Delivery, Endpoint, Event, EventType, OperationalEvent
 from app.pagination import paginate
 from app.services import audit
 from app.services.actor import Actor
@@ -51,11 +54,101 @@ def page(session: Session, actor: Actor, *, name: str | None, limit: int,
     return paginate(session, stmt, EventType.id, limit=limit, cursor=cursor)
 
 
-def deprecate(session: Session, actor: Actor, name: str, version: int) -> EventType:
+def deprecate(session: Session, actor: Actor, name: str, version: int,
+              sunset_at: datetime | None = None) -> EventType:
+    """Deprecate a version (publishes of it get a warning); `sunset_at` says when endpoints
+    still pinned to it start being reported. They keep receiving it: a sunset never breaks a
+    partner silently."""
     _require_publisher(actor)
     row = contracts.get(session, name, version)
-    if not row.deprecated:
-        contracts.deprecate(session, name, version)
+    if not row.deprecated or (sunset_at is not None and sunset_at != row.sunset_at):
+        contracts.deprecate(session, name, version, sunset_at)
         audit.record(session, actor, "event_type.deprecated", "event_type", row.id,
-                     name=name, version=version)
+                     name=name, version=version, sunset_at=isoformat(row.sunset_at))
     return row
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """Who is on one version: endpoints pinned to it and deliveries of it lately."""
+
+    event_type: EventType
+    pinned: list[str]
+    deliveries_7d: int
+
+
+def adoption(session: Session, actor: Actor, name: str,
+             now: datetime | None = None) -> list[Adoption]:
+    """Every version of `name`, newest first, with its pinned endpoints and its deliveries of
+    the last 7 days (a delivery carries its pin, or the version published)."""
+    actor.require("read")
+    rows = list(session.scalars(select(EventType).where(EventType.name == name)
+                                .order_by(EventType.version.desc())))
+    if not rows:
+        raise NotFound(f"event type {name} does not exist", details={"name": name})
+    since = (now or utcnow()) - timedelta(days=7)
+    delivered_version = func.coalesce(Delivery.version, Event.version)
+    counts = dict(session.execute(
+        select(delivered_version, func.count())
+        .select_from(Delivery).join(Event, Event.id == Delivery.event_id)
+        .where(Event.type == name, Event.created_at >= since)
+        .group_by(delivered_version)).all())
+    pins = pinned_endpoints(session, name)
+    return [Adoption(row, sorted(pins.get(row.version, [])), int(counts.get(row.version, 0)))
+            for row in rows]
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One event type with every version, newest first, and who pins which."""
+
+    name: str
+    versions: list[EventType]
+    pinned: dict[int, list[str]]
+
+
+def catalog(session: Session, actor: Actor) -> list[CatalogEntry]:
+    """Every event type, by name (the operator's "Contracts" page)."""
+    actor.require("read")
+    by_name: dict[str, list[EventType]] = {}
+    for row in session.scalars(select(EventType).order_by(EventType.name,
+                                                          EventType.version.desc())):
+        by_name.setdefault(row.name, []).append(row)
+    pins: dict[str, dict[int, list[str]]] = {}
+    for endpoint_id, versions in session.execute(
+            select(Endpoint.id, Endpoint.versions).where(Endpoint.deleted_at.is_(None))):
+        for name, version in (versions or {}).items():
+            pins.setdefault(name, {}).setdefault(int(version), []).append(endpoint_id)
+    return [CatalogEntry(name, rows, pins.get(name, {})) for name, rows in by_name.items()]
+
+
+def pinned_endpoints(session: Session, name: str) -> dict[int, list[str]]:
+    """Version -> ids of the live endpoints pinned to it."""
+    found: dict[int, list[str]] = {}
+    for endpoint_id, versions in session.execute(
+            select(Endpoint.id, Endpoint.versions).where(Endpoint.deleted_at.is_(None),
+                                                         Endpoint.versions.is_not(None))):
+        version = (versions or {}).get(name)
+        if version is not None:
+            found.setdefault(int(version), []).append(endpoint_id)
+    return found
+
+
+def report_sunsets(session: Session, now: datetime | None = None) -> int:
+    """Record `event_type.sunset_passed` once per endpoint still pinned to a version whose
+    sunset has passed; returns how many were recorded. Run by the scheduler."""
+    now = now or utcnow()
+    recorded = 0
+    for row in session.scalars(select(EventType).where(
+            EventType.sunset_at.is_not(None), EventType.sunset_at <= now,
+            EventType.sunset_reported_at.is_(None)).with_for_update(skip_locked=True)):
+        for endpoint_id in pinned_endpoints(session, row.name).get(row.version, []):
+            session.add(OperationalEvent(
+                kind="event_type.sunset_passed", subject_id=endpoint_id,
+                data={"type": row.name, "version": row.version,
+                      "sunset_at": isoformat(row.sunset_at),
+                      "note": "the endpoint keeps receiving this version until its pin "
+                              "changes"}))
+            recorded += 1
+        row.sunset_reported_at = now
+    return recorded

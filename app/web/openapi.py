@@ -231,7 +231,7 @@ add("/v1/audit", "get", op(
 # ---------------------------------------------------------------------------- event types
 
 TAGS.append({"name": "event-types", "description": "versioned event contracts"})
-EVENT_TYPE = schema("EventType", obj({
+_EVENT_TYPE_PROPS: dict[str, Schema] = {
     "id": STRING,
     "name": STRING,
     "version": {"type": "integer", "minimum": 1},
@@ -239,8 +239,13 @@ EVENT_TYPE = schema("EventType", obj({
     "description": OPT_STRING,
     "deprecated": BOOLEAN,
     "deprecated_at": OPT_TIMESTAMP,
+    "sunset_at": OPT_TIMESTAMP,
+    "downgrade": dict(OPT_STRING, description="JMESPath from this version's data to the "
+                                              "previous version's"),
+    "examples": array(ANY_OBJECT),
     "created_at": TIMESTAMP,
-}))
+}
+EVENT_TYPE = schema("EventType", obj(_EVENT_TYPE_PROPS))
 EVENT_TYPE_CREATE = schema("EventTypeCreate", obj({
     "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$",
              "examples": ["payment.succeeded"]},
@@ -248,6 +253,12 @@ EVENT_TYPE_CREATE = schema("EventTypeCreate", obj({
     "schema": {"type": "object", "description": "a valid JSON Schema (2020-12 unless "
                                                 "`$schema` says otherwise); local $refs only"},
     "description": OPT_STRING,
+    "downgrade": {"type": "string", "maxLength": 4000,
+                  "description": "JMESPath turning this version's data into version-1's, "
+                                 "e.g. `{amount: amount_minor, currency: currency}`; checked "
+                                 "against every example at registration"},
+    "examples": array(ANY_OBJECT, maxItems=20,
+                      description="sample data of this version (validated)"),
 }, required=["name", "version", "schema"]))
 NAME_VERSION = [path_param("name", "event type name"),
                 path_param("version", "contract version", "integer")]
@@ -267,7 +278,18 @@ add("/v1/event-types/{name}/{version}", "get", op(
     ok={200: EVENT_TYPE}, errors=(404,)))
 add("/v1/event-types/{name}/{version}/deprecate", "post", op(
     "Deprecate a version: still accepted, with a warning", tag="event-types",
-    scope="events:write", params=NAME_VERSION, ok={200: EVENT_TYPE}, errors=(404,)))
+    scope="events:write", params=NAME_VERSION, body_required=False,
+    body=obj({"sunset_at": dict(TIMESTAMP, description="from when endpoints still pinned "
+                                                       "to it are reported")}, required=[]),
+    ok={200: EVENT_TYPE}, errors=(404, 415, 422)))
+add("/v1/event-types/{name}/versions", "get", op(
+    "Every version of a type with its adoption", tag="event-types", scope="read",
+    params=[path_param("name", "event type name")],
+    ok={200: obj({"data": array(schema("EventTypeAdoption", obj({
+        **_EVENT_TYPE_PROPS,
+        "endpoints_pinned": dict(array(STRING), description="live endpoints pinned to it"),
+        "deliveries_7d": dict(INTEGER, description="deliveries of it in the last 7 days")})))})},
+    errors=(404,)))
 
 # ---------------------------------------------------------------------------- partners
 
@@ -308,6 +330,10 @@ _HEADERS_CHANGE: Schema = {"type": "object", "additionalProperties": nullable(ST
                                           "that header's stored value"}
 _PUBLIC_HEADERS: Schema = array(STRING, description="custom headers whose values reads may "
                                                     "show (the others are write-only)")
+_VERSIONS: Schema = {"type": "object", "additionalProperties": {"type": "integer",
+                                                                  "minimum": 1},
+                     "description": "contract version pinned per event type; other types "
+                                    "arrive in the version published"}
 _EVENT_TYPES: Schema = nullable(array(STRING, minItems=1))
 _EVENT_TYPES["description"] = "names of registered event types; null subscribes to all"
 _TIMEOUT: Schema = {"type": "integer", "minimum": 1, "maximum": 30}
@@ -322,6 +348,7 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "description": OPT_STRING,
     "headers": _HEADERS_SHOWN,
     "public_headers": _PUBLIC_HEADERS,
+    "versions": _VERSIONS,
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
     "state": {"type": "string", "enum": ["enabled", "disabled"]},
@@ -345,6 +372,7 @@ ENDPOINT_CREATE = schema("EndpointCreate", obj({
     "description": nullable({"type": "string", "maxLength": 1000}),
     "headers": _HEADERS,
     "public_headers": _PUBLIC_HEADERS,
+    "versions": nullable(_VERSIONS),
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
     "secret": dict(SECRET, description="optional; generated when absent"),
@@ -355,6 +383,7 @@ ENDPOINT_UPDATE = schema("EndpointUpdate", obj({
     "description": nullable({"type": "string", "maxLength": 1000}),
     "headers": _HEADERS_CHANGE,
     "public_headers": _PUBLIC_HEADERS,
+    "versions": nullable(_VERSIONS),
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
 }, required=[]))
@@ -412,15 +441,26 @@ PUBLISH = schema("PublishRequest", obj({
     "occurred_at": dict(TIMESTAMP, description="default: now"),
     "resource": nullable(RESOURCE),
     "correlation_id": nullable({"type": "string", "maxLength": 200}),
+    "renditions": {"type": "object", "additionalProperties": {"type": "object"},
+                   "propertyNames": {"pattern": "^[1-9][0-9]*$"},
+                   "description": "the same event's `data` in other versions, by version "
+                                  "number; each is validated, and wins over a downgrade"},
 }, required=["type", "version", "data"]))
-WARNING = schema("Warning", obj({"code": STRING, "message": STRING}))
+WARNING = schema("Warning", obj({
+    "code": STRING, "message": STRING,
+    "type": STRING, "version": INTEGER,
+    "sunset_at": OPT_TIMESTAMP,
+    "endpoints": dict(array(STRING), description="endpoints pinned to this version")},
+    required=["code", "message"]))
 DELIVERY_STATE: Schema = {"type": "string",
                           "enum": ["pending", "delivering", "succeeded", "retrying", "dead"]}
 PUBLISHED = schema("PublishResponse", obj({
     "id": {"type": "string", "pattern": "^evt_"},
     "type": STRING,
     "version": INTEGER,
-    "deliveries": array(obj({"id": STRING, "endpoint": STRING, "state": DELIVERY_STATE})),
+    "deliveries": array(obj({"id": STRING, "endpoint": STRING, "state": DELIVERY_STATE,
+                             "version": dict(INTEGER, description="the contract version "
+                                                                  "this endpoint receives")})),
     "warnings": array(WARNING),
 }))
 ATTEMPT = schema("Attempt", obj({
@@ -436,6 +476,8 @@ _DELIVERY_PROPS: dict[str, Schema] = {
     "id": STRING,
     "event": STRING,
     "endpoint": STRING,
+    "version": dict(INTEGER, description="the contract version this delivery carries (its "
+                                         "endpoint's pin, or the version published)"),
     "state": DELIVERY_STATE,
     "attempt_count": {"type": "integer", "minimum": 0},
     "next_attempt_at": OPT_TIMESTAMP,

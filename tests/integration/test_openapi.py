@@ -183,6 +183,10 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     assert api.get("/v1/event-types/order.created/1", headers=auth).status_code == 200
     assert api.get("/v1/event-types/order.created/9", headers=auth).status_code == 404
     assert api.post("/v1/event-types/order.old/1/deprecate", headers=auth).status_code == 200
+    assert api.post("/v1/event-types/order.old/1/deprecate", headers=auth,
+                    json={"sunset_at": "2027-01-01T00:00:00Z"}).status_code == 200
+    assert api.get("/v1/event-types/order.old/versions", headers=auth).status_code == 200
+    assert api.get("/v1/event-types/nope/versions", headers=auth).status_code == 404
     assert api.post("/v1/event-types/nope/1/deprecate", headers=auth).status_code == 404
 
     # partners

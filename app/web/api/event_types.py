@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
 
+from app.clock import parse_rfc3339
+from app.errors import ValidationFailed
 from app.pagination import parse_limit
 from app.services import event_types
 from app.web.api.serializers import event_type_json
 from app.web.auth import current_actor
 from app.web.context import runtime
-from app.web.jsonio import read_json_object
+from app.web.jsonio import optional_json, read_json_object
 
 blueprint = Blueprint("api_event_types", __name__)
 
@@ -44,6 +46,28 @@ def get_event_type(name: str, version: int) -> Response:
 
 @blueprint.post("/event-types/<name>/<int:version>/deprecate")
 def deprecate_event_type(name: str, version: int) -> Response:
+    """Body optional: `{"sunset_at": "<RFC 3339>"}`."""
+    actor = current_actor()
+    body = optional_json(allowed=("sunset_at",))
+    sunset_at = None
+    if body.get("sunset_at") is not None:
+        try:
+            sunset_at = parse_rfc3339(str(body["sunset_at"]))
+        except ValueError:
+            raise ValidationFailed("sunset_at must be an RFC 3339 timestamp",
+                                   code="invalid_field",
+                                   details={"field": "sunset_at"}) from None
+    with runtime().db.begin() as session:
+        row = event_types.deprecate(session, actor, name, version, sunset_at)
+        return jsonify(event_type_json(row))
+
+
+@blueprint.get("/event-types/<name>/versions")
+def event_type_versions(name: str) -> Response:
+    """Adoption per version: endpoints pinned, deliveries in the last 7 days, sunset."""
     actor = current_actor()
     with runtime().db.begin() as session:
-        return jsonify(event_type_json(event_types.deprecate(session, actor, name, version)))
+        data = [{**event_type_json(a.event_type), "endpoints_pinned": a.pinned,
+                 "deliveries_7d": a.deliveries_7d}
+                for a in event_types.adoption(session, actor, name)]
+    return jsonify({"data": data})

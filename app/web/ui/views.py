@@ -42,7 +42,16 @@ from app.models import (
     Partner,
 )
 from app.pagination import parse_limit
-from app.services import audit, dead_letters, endpoints, events, operators, partners, sources
+from app.services import (
+    audit,
+    dead_letters,
+    endpoints,
+    event_types,
+    events,
+    operators,
+    partners,
+    sources,
+)
 from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
 from app.web.context import runtime
 from app.web.metrics import queue_stats
@@ -507,6 +516,17 @@ def endpoint_resend_parked(endpoint_id: str) -> WerkzeugResponse:
     flash(f"Endpoint enabled; resending {total} parked dead letter"
           f"{'s' if total != 1 else ''}.", "ok")
     return redirect(url_for("ui.job", op_id=op_id))
+
+
+# ------------------------------------------------------------------------------ contracts
+
+
+@blueprint.get("/contracts")
+@security.login_required
+def contracts() -> Page:
+    with runtime().db.begin() as session:
+        return render_template("ui/contracts.html",
+                               catalog=event_types.catalog(session, security.actor()))
 
 
 # ------------------------------------------------------------------------------ events
