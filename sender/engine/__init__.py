@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -48,16 +49,18 @@ from redis.retry import Retry
 from app.clock import utcnow
 from app.runtime import Runtime
 from sender import guard, health
+from sender.deliver import Target
 from sender.engine import claim
 from sender.engine.admission import MAX_LOCAL_WAIT_S, Admission
 from sender.engine.claim import HOLD_GRACE_S
+from sender.engine.errors import ERROR_EVENT_MISSING
 from sender.engine.lanes import Lanes
 from sender.engine.ledger import Ledger
 from sender.engine.recorder import Recorder
 from sender.engine.sql import transient
 from sender.engine.targets import TargetReader
 from sender.engine.timers import Housekeeper, Timers
-from sender.engine.work import Release, Work
+from sender.engine.work import Release, Unsendable, Work
 from sender.http import Transport
 from sender.policy import RetryPolicy
 from sender.ratelimit import RateLimiter
@@ -70,6 +73,8 @@ HIGH_WATER_MIN = 200
 BACKPRESSURE_MAX_WAIT_S = 30.0
 # A claim that fails on a transient database error is tried this many times in all.
 CLAIM_TRIES = 3
+# Foreign keys make this rare (the event's deletion cascades), never a reason to stop a batch.
+EVENT_MISSING = Unsendable(ERROR_EVENT_MISSING, "the delivery's event no longer exists")
 
 
 class Engine:
@@ -211,6 +216,7 @@ class Engine:
         later: list[tuple[str, datetime]] = []
         held: list[tuple[str, datetime]] = []
         claimed: list[tuple[Work, float]] = []
+        failed: list[tuple[Work, Unsendable]] = []
         not_due = 0
         with self.runtime.db.begin() as session:
             # The lease assumes the longest timeout this process knows of; it is lengthened
@@ -227,8 +233,9 @@ class Engine:
                     # Due now (a manual retry, say): a local timer for it is not needed.
                     for row in rows:
                         self.timers.cancel(row.id)
-                targets = self.targets.read(session, {r.endpoint_id for r in rows}, now)
-                admitted, held = self.admission.admit(rows, targets, now)
+                targets, broken = self.targets.read(session, {r.endpoint_id for r in rows}, now)
+                admitted, held = self.admission.admit(
+                    [r for r in rows if r.endpoint_id not in broken], targets, now)
                 needed = self._lease_until(max(t.timeout_s for t in targets.values()), now)
                 if needed > lease:
                     claim.extend_lease(session, [r.id for r in rows], lease, needed)
@@ -238,13 +245,19 @@ class Engine:
                                   max(u for _, u in held) + timedelta(seconds=HOLD_GRACE_S))
                 if bodies is None:
                     bodies = claim.read_bodies(session, {r.event_id for r, _ in admitted})
-                claimed = [(Work(delivery_id=r.id, event_id=r.event_id,
-                                 target=targets[r.endpoint_id], body=bodies[r.event_id],
-                                 n=r.attempt_count + 1, run_n=r.run_attempts + 1,
-                                 lease=lease), offset)
-                           for r, offset in admitted]
+                for row, offset in admitted:
+                    body = bodies.get(row.event_id)
+                    if body is None:
+                        failed.append((_work(row, targets, b"", lease), EVENT_MISSING))
+                    else:
+                        claimed.append((_work(row, targets, body, lease), offset))
+                # Claimed as well, so that their failed attempts are fenced on this lease.
+                failed += [(_work(row, targets, b"", lease), broken[row.endpoint_id])
+                           for row in rows if row.endpoint_id in broken]
         self.timers.hold(later + held, now)
         self._start(claimed)
+        if failed:
+            self.recorder.unsendable(failed)
         self.ledger.count(claimed=len(claimed), held=len(held), not_due=not_due)
         return len(claimed)
 
@@ -276,6 +289,12 @@ class Engine:
             except Exception:
                 log.warning("timed deliveries could not be processed; the sweeper will",
                             exc_info=True)
+
+
+def _work(row: Any, targets: dict[str, Target], body: bytes, lease: datetime) -> Work:
+    """A claimed row as work for the lanes (or the recorder): its next attempt's numbers."""
+    return Work(delivery_id=row.id, event_id=row.event_id, target=targets[row.endpoint_id],
+                body=body, n=row.attempt_count + 1, run_n=row.run_attempts + 1, lease=lease)
 
 
 __all__ = ["Engine"]

@@ -11,7 +11,15 @@ from sender import health
 # Attempt error classes.
 ERROR_WORKER_LOST = "worker_lost"  # the sweeper found the lease expired mid-attempt
 ERROR_INTERNAL = "internal_error"  # an attempt crashed: a bug, logged as an error
+# A delivery that cannot be sent at all: recorded as a failed attempt of its own, before any
+# request, so it takes the normal retry, health and dead-letter path while the rest of its
+# batch goes out.
 ERROR_NO_SECRET = "no_signing_secret"  # noqa: S105 - an error class
+# KURIR_SECRET_KEY lacks the key the secret was encrypted with.
+ERROR_SECRET_UNDECRYPTABLE = "secret_undecryptable"  # noqa: S105 - an error class
+ERROR_BAD_HEADERS = "invalid_endpoint_headers"  # stored headers are not a JSON object
+ERROR_BAD_RATE_LIMIT = "invalid_rate_limit"  # stored rate_limit_per_s is below 1
+ERROR_EVENT_MISSING = "event_missing"  # the delivery's event row is gone
 
 # Dead-letter reasons.
 REASON_RETRIES_EXHAUSTED = "retries_exhausted"

@@ -18,7 +18,7 @@ from queue import Empty, SimpleQueue
 
 from sender.deliver import AttemptResult, attempt
 from sender.engine.admission import MAX_LOCAL_WAIT_S, Admission
-from sender.engine.errors import ERROR_INTERNAL, ERROR_NO_SECRET
+from sender.engine.errors import ERROR_INTERNAL
 from sender.engine.ledger import Ledger, Room
 from sender.engine.recorder import Recorder
 from sender.engine.work import Outcome, Release, Work
@@ -124,9 +124,6 @@ class Lanes:
 
     def _send(self, work: Work) -> AttemptResult:
         try:
-            if not work.target.secrets:
-                return AttemptResult(self.clock(), 0, None, b"", ERROR_NO_SECRET,
-                                     "endpoint has no active signing secret", {}, None)
             return attempt(self.transport, work.target, work.event_id, work.body,
                            self.guard_policy, connect_timeout_s=self.connect_timeout_s,
                            clock=self.clock)

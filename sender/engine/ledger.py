@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from sender.engine.work import Work
 
-COUNTERS = ("jobs", "claimed", "held", "released", "not_due", "attempts", "flushes")
+COUNTERS = ("jobs", "claimed", "held", "released", "not_due", "unsendable", "attempts",
+            "flushes")
 
 
 @dataclass

@@ -36,11 +36,12 @@ from app.ids import new_id
 from app.models import DELIVERING, PENDING, RETRYING, SUCCEEDED, Attempt, Delivery
 from dlq.park import park
 from sender import health
+from sender.deliver import AttemptResult
 from sender.engine.claim import HOLD_GRACE_S
 from sender.engine.errors import REASON_ENDPOINT_DISABLED, REASON_RETRIES_EXHAUSTED
 from sender.engine.ledger import Ledger
 from sender.engine.sql import insert_for, table, transient
-from sender.engine.work import Outcome, Release
+from sender.engine.work import Outcome, Release, Unsendable, Work
 from sender.policy import RetryPolicy, decide, parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,21 @@ class Recorder:
         """Queue a record the caller already counted as unflushed (under the same lock as
         the count it moved from, so no reader sees the delivery nowhere)."""
         self._writes.put(item)
+
+    def unsendable(self, failed: list[tuple[Work, Unsendable]]) -> None:
+        """Record work that cannot be sent at all as failed attempts (no request was made)."""
+        reported: set[tuple[str, str]] = set()
+        for work, why in failed:
+            key = (work.target.endpoint_id, why.error)
+            if key not in reported:
+                reported.add(key)
+                log.warning("deliveries cannot be sent: %s (%s)", why.error, why.detail,
+                            extra={"endpoint_id": work.target.endpoint_id,
+                                   "delivery_id": work.delivery_id})
+            started = self.clock()
+            self.put(Outcome(work, AttemptResult(started, 0, None, b"", why.error, why.detail,
+                                                 {}, None), started))
+        self.ledger.count(unsendable=len(failed))
 
     def close(self) -> None:
         """Write what is queued, then end the writer thread."""

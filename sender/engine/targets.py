@@ -4,27 +4,46 @@ Read afresh for every claimed batch, one query per batch, not per delivery: a ro
 a new URL or new headers apply to the very next claim (a partner switching to the new secret
 at once must not see deliveries signed only with the old one). Decrypted secrets are cached
 by their ciphertext; whether an endpoint is enabled is the claim's business.
+
+An endpoint that cannot be sent to (no live secret, a secret KURIR_SECRET_KEY cannot decrypt,
+stored headers or a rate limit the API would have refused) is reported as `Unsendable`, with
+the error class its deliveries' attempts record. It is never an exception: one broken
+endpoint must not stop the rest of the batch.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Text, select, type_coerce
 from sqlalchemy.orm import Session
 
 from app.crypto import SecretBox
 from app.models import Endpoint, EndpointSecret
 from sender.deliver import Target
+from sender.engine.errors import (
+    ERROR_BAD_HEADERS,
+    ERROR_BAD_RATE_LIMIT,
+    ERROR_INTERNAL,
+    ERROR_NO_SECRET,
+    ERROR_SECRET_UNDECRYPTABLE,
+)
 from sender.engine.sql import chunks
+from sender.engine.work import Unsendable
+
+log = logging.getLogger(__name__)
 
 # An endpoint's timeout is clamped to this range, whatever its row says.
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1, 30
 SECRET_CACHE_MAX = 10_000
 KNOWN_TARGETS_MAX = 50_000
+
+Targets = tuple[dict[str, Target], dict[str, Unsendable]]
 
 
 class TargetReader:
@@ -44,16 +63,19 @@ class TargetReader:
             known = [t.timeout_s for t in self._known.values()]
         return max([float(self.default_timeout_s), *known])
 
-    def read(self, session: Session, endpoint_ids: set[str], now: datetime) -> dict[str, Target]:
-        """Send targets (secrets decrypted, newest first) for `endpoint_ids`."""
+    def read(self, session: Session, endpoint_ids: set[str], now: datetime) -> Targets:
+        """A target for every endpoint found (secrets decrypted, newest first), and why
+        those that cannot be sent to cannot (their targets then carry no secret)."""
         secrets: dict[str, list[tuple[datetime, str, str]]] = {}
         rows: dict[str, Any] = {}
         for chunk in chunks(sorted(endpoint_ids)):
             for row in session.execute(
-                    select(Endpoint.id, Endpoint.url, Endpoint.headers, Endpoint.timeout_s,
-                           Endpoint.rate_limit_per_s, EndpointSecret.id.label("secret_id"),
-                           EndpointSecret.created_at, EndpointSecret.expires_at,
-                           EndpointSecret.secret_encrypted)
+                    # Headers as stored: one unreadable value must fail its endpoint only.
+                    select(Endpoint.id, Endpoint.url,
+                           type_coerce(Endpoint.headers, Text).label("headers"),
+                           Endpoint.timeout_s, Endpoint.rate_limit_per_s,
+                           EndpointSecret.id.label("secret_id"), EndpointSecret.created_at,
+                           EndpointSecret.expires_at, EndpointSecret.secret_encrypted)
                     .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
                     .where(Endpoint.id.in_(chunk))):
                 rows[row.id] = row
@@ -62,20 +84,47 @@ class TargetReader:
                     secrets.setdefault(row.id, []).append(
                         (row.created_at, row.secret_id, row.secret_encrypted))
         found: dict[str, Target] = {}
+        unsendable: dict[str, Unsendable] = {}
         for endpoint_id, row in rows.items():
             live = sorted(secrets.get(endpoint_id, []), reverse=True)  # newest signs first
             timeout = row.timeout_s or self.default_timeout_s
-            found[endpoint_id] = Target(
-                endpoint_id=endpoint_id, url=row.url,
-                secrets=tuple(self._decrypt(token) for _, _, token in live),
-                headers=dict(row.headers or {}),
-                timeout_s=float(min(max(timeout, MIN_TIMEOUT_S), MAX_TIMEOUT_S)),
-                rate_limit_per_s=row.rate_limit_per_s)
+            bare = Target(endpoint_id=endpoint_id, url=row.url, secrets=(),
+                          timeout_s=float(min(max(timeout, MIN_TIMEOUT_S), MAX_TIMEOUT_S)))
+            try:
+                target = self._complete(bare, row, [token for _, _, token in live])
+            except Exception as exc:  # a bug must fail this endpoint, not the batch
+                log.exception("reading an endpoint's target failed",
+                              extra={"endpoint_id": endpoint_id})
+                target = Unsendable(ERROR_INTERNAL, type(exc).__name__)
+            if isinstance(target, Unsendable):
+                found[endpoint_id] = bare
+                unsendable[endpoint_id] = target
+            else:
+                found[endpoint_id] = target
         with self._lock:
             if len(self._known) > KNOWN_TARGETS_MAX:
                 self._known.clear()
             self._known.update(found)
-        return found
+        return found, unsendable
+
+    def _complete(self, bare: Target, row: Any, tokens: list[str]) -> Target | Unsendable:
+        """`bare` with its secrets, headers and rate limit, or why it cannot be sent to."""
+        try:
+            secrets = tuple(self._decrypt(token) for token in tokens)
+        except ValueError as exc:
+            return Unsendable(ERROR_SECRET_UNDECRYPTABLE, str(exc))
+        if not secrets:
+            return Unsendable(ERROR_NO_SECRET, "endpoint has no active signing secret")
+        headers = _stored_headers(row.headers)
+        if headers is None:
+            return Unsendable(ERROR_BAD_HEADERS,
+                              "stored headers are not a JSON object of name: value")
+        rate = row.rate_limit_per_s
+        if rate is not None and rate < 1:
+            return Unsendable(ERROR_BAD_RATE_LIMIT,
+                              f"stored rate_limit_per_s is {rate}; it must be null or >= 1")
+        return Target(endpoint_id=bare.endpoint_id, url=bare.url, secrets=secrets,
+                      headers=headers, timeout_s=bare.timeout_s, rate_limit_per_s=rate)
 
     def _decrypt(self, token: str) -> str:
         secret = self._secret_cache.get(token)
@@ -85,3 +134,19 @@ class TargetReader:
                 self._secret_cache.clear()
             self._secret_cache[token] = secret
         return secret
+
+
+def _stored_headers(raw: Any) -> dict[str, Any] | None:
+    """The headers column as an object, or None when it holds anything else.
+
+    PostgreSQL's driver hands JSON back decoded; SQLite hands back the text, which a
+    hand-edited row may have made anything.
+    """
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    if raw is None:
+        return {}
+    return raw if isinstance(raw, dict) else None

@@ -8,6 +8,14 @@ from datetime import datetime
 from sender.deliver import AttemptResult, Target
 
 
+@dataclass(frozen=True)
+class Unsendable:
+    """Why a delivery cannot be sent at all; `error` is the attempt's error class."""
+
+    error: str
+    detail: str
+
+
 @dataclass
 class Work:
     """One claimed delivery on its way to a lane thread."""
