@@ -8,7 +8,11 @@ process's `Engine`, which takes them through these stages, one module each:
    again: final, in flight elsewhere, due within `claim.LOOKAHEAD_S` (a local timer), or
    parked when its endpoint is disabled. Duplicate jobs are harmless.
 2. `targets`: **read** each claimed endpoint's URL, headers, timeout and live secrets
-   (decrypted, cached by ciphertext), afresh for every batch.
+   (decrypted, cached by ciphertext), afresh for every batch. A fault that belongs to one
+   endpoint or one delivery (a secret KURIR_SECRET_KEY cannot decrypt, stored headers that
+   are not an object, a missing event...) fails only its deliveries: each is recorded at once
+   as a failed attempt with an error class saying why (`errors`), and takes the normal retry,
+   health and dead-letter path while the rest of the batch goes on.
 3. `admission`: **admit** per endpoint: a healthy endpoint takes the whole batch into its
    local queue; a slow one only what its small slow-lane cap can start now; a rate-limited one
    only the send slots Redis grants it. The rest is *held* (given back with a timer).
