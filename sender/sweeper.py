@@ -38,7 +38,8 @@ from app.queues import DELIVERIES
 from app.runtime import Runtime
 from dlq.park import park
 from sender.dispatch import enqueue_now
-from sender.jobs import ERROR_WORKER_LOST, REASON_RETRIES_EXHAUSTED, record_attempts
+from sender.engine.errors import ERROR_WORKER_LOST, REASON_RETRIES_EXHAUSTED
+from sender.engine.recorder import record_attempts
 from sender.policy import RetryPolicy
 
 log = logging.getLogger(__name__)

@@ -124,11 +124,12 @@ Reply = tuple[int, dict[str, str], bytes]
 class Receiver:
     """A real HTTP server on 127.0.0.1 that records every POST and answers as told.
 
-    `reply(received, count_for_path)` returns (status, headers, body); the default is 200.
-    `hang_paths` never answer (until the receiver closes), like a partner that hangs.
+    `reply(received, count_for_path)` returns (status, headers, body), or None to close the
+    connection without an answer; the default is 200. `hang_paths` never answer (until the
+    receiver closes), like a partner that hangs.
     """
 
-    def __init__(self, reply: Callable[[Received, int], Reply] | None = None,
+    def __init__(self, reply: Callable[[Received, int], Reply | None] | None = None,
                  hang_paths: Sequence[str] = ()) -> None:
         self.requests: list[Received] = []
         self.reply = reply
@@ -156,8 +157,11 @@ class Receiver:
                     receiver.closing.wait(60)
                     self.close_connection = True
                     return
-                status, headers, out = (receiver.reply(item, count) if receiver.reply
-                                        else (200, {}, b"ok"))
+                answer = receiver.reply(item, count) if receiver.reply else (200, {}, b"ok")
+                if answer is None:
+                    self.close_connection = True
+                    return
+                status, headers, out = answer
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -195,7 +199,7 @@ class Receiver:
                     if path is None or r.path == path]
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 10.0,
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0,
              interval_s: float = 0.02, message: str = "condition") -> Any:
     """Poll until `predicate()` is truthy; a deadline, not a sleep, bounds the test."""
     deadline = time.monotonic() + timeout_s
@@ -209,6 +213,15 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 10.0,
 
 
 # ------------------------------------------------------------------------------- processes
+
+
+def _joined(thread: threading.Thread, timeout_s: float, what: str,
+            exc_type: type[BaseException] | None) -> None:
+    """Join `thread`; one still running would go on into the next test, so that fails loudly
+    (unless the test is already failing: its own error matters more)."""
+    thread.join(timeout_s)
+    if thread.is_alive() and exc_type is None:
+        raise AssertionError(f"{what} did not stop within {timeout_s}s")
 
 
 class WorkerThread:
@@ -225,9 +238,9 @@ class WorkerThread:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.stop.set()
-        self.thread.join(60)
+        _joined(self.thread, 60, "the worker thread", exc_type)
 
 
 class SweeperThread:
@@ -254,9 +267,9 @@ class SweeperThread:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.stop.set()
-        self.thread.join(30)
+        _joined(self.thread, 30, "the sweeper thread", exc_type)
 
 
 class WorkerProcess:

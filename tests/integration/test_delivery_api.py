@@ -10,6 +10,7 @@ from sqlalchemy import select
 from app.accounts import create_api_key
 from app.clock import utcnow
 from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery
+from app.runtime import Runtime
 from sender.dispatch import enqueue_now
 from tests.dlq_factories import Scene, letters_for, make_scene
 from tests.factories import (
@@ -30,19 +31,21 @@ def _state(runtime, delivery_id):
 def test_get_delivery_shows_every_attempt_in_the_spec_shape(runtime, client, auth):
     calls = iter([(500, {}, b"first failed"), (200, {}, b"fine")])
     rt = runtime
+    # The worker's schedule waits an hour after a failure: only the retry call can send it.
+    worker_rt = Runtime(rt.settings.with_overrides(retry_schedule=(3600,)), database=rt.db)
     with Receiver(lambda r, c: next(calls)) as receiver:
         with rt.db.begin() as session:
             partner = make_partner(session)
             endpoint = make_endpoint(session, partner, receiver.url + "/h", rt.secret_box)
             event, [delivery] = make_event_with_deliveries(session, partner, [endpoint])
         enqueue_now(rt.redis, [delivery.id])
-        with WorkerThread(rt):
+        with WorkerThread(worker_rt):
             wait_for(lambda: _state(rt, delivery.id) == RETRYING, message="first failure")
-            # Try it now instead of in 5 s (the default schedule's first step).
             response = client.post(f"/v1/deliveries/{delivery.id}/retry", headers=auth)
             assert response.status_code == 202, response.get_json()
-            wait_for(lambda: _state(rt, delivery.id) == SUCCEEDED, timeout_s=4,
+            wait_for(lambda: _state(rt, delivery.id) == SUCCEEDED, timeout_s=30,
                      message="retried now")
+    worker_rt.close()
     body = client.get(f"/v1/deliveries/{delivery.id}", headers=auth).get_json()
     assert {"id", "event", "endpoint", "state", "attempt_count", "next_attempt_at",
             "attempts"} <= set(body)

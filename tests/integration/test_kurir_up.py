@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tests.conftest import free_port
+from tests.factories import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +28,15 @@ def test_kurir_up_serves_ready_and_stops_every_child_on_sigint(tmp_path: Path) -
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     children: list[psutil.Process] = []
     try:
-        deadline = time.monotonic() + 60
-        ready = None
-        while time.monotonic() < deadline:
-            try:
-                ready = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
-                if ready.status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
+        def ready() -> bool:
             assert process.poll() is None, process.stdout.read().decode()  # type: ignore[union-attr]
-            time.sleep(0.3)
-        assert ready is not None and ready.status_code == 200
+            try:
+                answer = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+            except (requests.ConnectionError, requests.Timeout):
+                return False  # not listening yet, or too busy starting up to answer
+            return answer.status_code == 200
+
+        wait_for(ready, timeout_s=90, interval_s=0.3, message="/readyz to answer 200")
         assert (tmp_path / "var" / "kurir.db").exists()  # the embedded SQLite default
         time.sleep(1.0)  # let every child get past its start-up
         assert process.poll() is None, process.stdout.read().decode()  # type: ignore[union-attr]

@@ -1,0 +1,191 @@
+"""The claim: turn due delivery ids into rows this process owns, with a lease.
+
+One conditional UPDATE claims every delivery among the ids that is due and whose endpoint is
+enabled (or that an operator forced to a disabled one): `delivering`, with a lease. The guard
+for the rest reads them again: final, in flight elsewhere, not yet due (due within
+`LOOKAHEAD_S`: a local timer), or due for a disabled endpoint (parked as a dead letter).
+
+The lease (`lease_expires_at`) is the database's truth about who owns a delivery; every later
+write is fenced on it. For rows that are not `delivering`, a lease in the future means
+"someone holds a timer for it": a claimed delivery this process will not send yet is given
+back (`unclaim`) with such a hold, `HOLD_GRACE_S` past the moment its timer fires, after which
+the sweeper takes over.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, case, or_, select, update
+from sqlalchemy.orm import Session
+
+from app.db import Database
+from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, Event, EventVersion
+from dlq.park import park
+from sender import health
+from sender.engine.errors import REASON_ENDPOINT_DISABLED
+from sender.engine.sql import chunks, table
+
+log = logging.getLogger(__name__)
+
+# A job may carry deliveries due this soon; they wait on a local timer instead of a new job.
+LOOKAHEAD_S = 5.0
+# A held delivery's lease outlives its local timer by this much; then the sweeper takes over.
+HOLD_GRACE_S = 15.0
+
+
+# A delivery's body is its event's published payload (version None) or, for an endpoint
+# pinned to another contract version, that version's.
+BodyKey = tuple[str, int | None]
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """Rows claimed with `lease`; on PostgreSQL their payloads came back with the claim."""
+
+    rows: list[Any]
+    bodies: dict[BodyKey, bytes] | None
+    lease: datetime
+
+
+def lease_seconds(timeout_s: float, *, floor_s: float, local_wait_s: float,
+                  horizon_s: float) -> float:
+    """Long enough to wait for a thread, wait locally and send, twice over the timeout."""
+    return max(floor_s, 2 * timeout_s + local_wait_s + horizon_s + 5)
+
+
+def claim_due(session: Session, ids: list[str], now: datetime, lease: datetime) -> Claimed:
+    """Claim every due delivery among `ids` whose endpoint is enabled (or that an operator
+    forced to a disabled one).
+
+    On PostgreSQL the payloads come back with the claim (UPDATE ... FROM events RETURNING),
+    sparing a query.
+    """
+    deliveries = table(Delivery)
+    enabled = select(Endpoint.id).where(Endpoint.state == health.ENABLED,
+                                        Endpoint.deleted_at.is_(None))
+    live = select(Endpoint.id).where(Endpoint.deleted_at.is_(None))
+    postgres = session.get_bind().dialect.name == "postgresql"
+    columns = [deliveries.c.id, deliveries.c.event_id, deliveries.c.endpoint_id,
+               deliveries.c.attempt_count, deliveries.c.run_attempts, deliveries.c.version]
+    rows: list[Any] = []
+    for chunk in chunks(ids):
+        stmt = (update(deliveries)
+                .where(deliveries.c.id.in_(chunk), deliveries.c.state.in_((PENDING, RETRYING)),
+                       or_(deliveries.c.next_attempt_at.is_(None),
+                           deliveries.c.next_attempt_at <= now),
+                       or_(deliveries.c.endpoint_id.in_(enabled),
+                           and_(deliveries.c.forced.is_(True),
+                                deliveries.c.endpoint_id.in_(live))))
+                .values(state=DELIVERING, lease_expires_at=lease, updated_at=now))
+        if postgres:
+            events = table(Event)
+            versions = table(EventVersion)
+            # A delivery pinned to another version carries that version's body; the others
+            # (nearly all) never look at event_versions.
+            versioned = (select(versions.c.payload)
+                         .where(versions.c.event_id == deliveries.c.event_id,
+                                versions.c.version == deliveries.c.version)
+                         .scalar_subquery())
+            payload = case((deliveries.c.version.is_(None), events.c.payload),
+                           else_=versioned).label("payload")
+            stmt = stmt.where(events.c.id == deliveries.c.event_id).returning(
+                *columns, payload)
+        else:
+            stmt = stmt.returning(*columns)
+        rows += session.execute(stmt).all()
+    if not postgres:
+        return Claimed(rows, None, lease)
+    return Claimed(rows, {(r.event_id, r.version): r.payload.encode("utf-8") for r in rows
+                          if r.payload is not None}, lease)
+
+
+def extend_lease(session: Session, ids: list[str], lease: datetime, needed: datetime) -> None:
+    """Lengthen the lease of rows just claimed with `lease` (a newly seen, slower endpoint)."""
+    for chunk in chunks(sorted(ids)):
+        session.execute(update(Delivery).where(
+            Delivery.id.in_(chunk), Delivery.state == DELIVERING,
+            Delivery.lease_expires_at == lease,
+        ).values(lease_expires_at=needed).execution_options(synchronize_session=False))
+
+
+def look_at_unclaimed(session: Session, ids: list[str],
+                      now: datetime) -> tuple[list[tuple[str, datetime]], int]:
+    """The guard for what the claim skipped: final, in flight, not yet due, or parked.
+
+    Returns the deliveries due within `LOOKAHEAD_S` (for local timers) and how many were
+    not due or not ours to send.
+    """
+    horizon = now + timedelta(seconds=LOOKAHEAD_S)
+    later: list[tuple[str, datetime]] = []
+    due: list[str] = []
+    for chunk in chunks(ids):
+        for row in session.execute(
+                select(Delivery.id, Delivery.state, Delivery.next_attempt_at)
+                .where(Delivery.id.in_(chunk))):
+            if row.state not in (PENDING, RETRYING):
+                continue
+            if row.next_attempt_at is not None and row.next_attempt_at > now:
+                if row.next_attempt_at <= horizon:
+                    later.append((row.id, row.next_attempt_at))
+                continue
+            due.append(row.id)
+    if due:
+        # Due yet not claimed: its endpoint is disabled or deleted.
+        park_disabled(session, due)
+    return later, len(ids) - len(due)
+
+
+def park_disabled(session: Session, ids: list[str]) -> None:
+    """A due delivery whose endpoint is disabled or deleted becomes a dead letter."""
+    for delivery in session.scalars(
+            select(Delivery).join(Endpoint, Endpoint.id == Delivery.endpoint_id)
+            .where(Delivery.id.in_(ids), Delivery.state.in_((PENDING, RETRYING)),
+                   or_(Endpoint.state != health.ENABLED, Endpoint.deleted_at.is_not(None)))):
+        park(session, delivery, delivery.event, delivery.endpoint, REASON_ENDPOINT_DISABLED)
+
+
+def read_bodies(session: Session, keys: set[BodyKey]) -> dict[BodyKey, bytes]:
+    """The exact bytes every attempt sends: the published payload, or a pinned version's."""
+    bodies: dict[BodyKey, bytes] = {}
+    published = sorted({event_id for event_id, version in keys if version is None})
+    for chunk in chunks(published):
+        for event_id, payload in session.execute(
+                select(Event.id, Event.payload).where(Event.id.in_(chunk))):
+            bodies[(event_id, None)] = payload.encode("utf-8")
+    pinned = sorted({event_id for event_id, version in keys if version is not None})
+    for chunk in chunks(pinned):
+        for event_id, version, payload in session.execute(
+                select(EventVersion.event_id, EventVersion.version, EventVersion.payload)
+                .where(EventVersion.event_id.in_(chunk))):
+            bodies[(event_id, version)] = payload.encode("utf-8")
+    return bodies
+
+
+def unclaim(session: Session, ids: list[str], lease: datetime, hold_until: datetime) -> None:
+    """Give back claimed deliveries this process will not send now; it keeps a timer."""
+    deliveries = table(Delivery)
+    for chunk in chunks(sorted(ids)):
+        session.execute(update(deliveries).where(
+            deliveries.c.id.in_(chunk), deliveries.c.state == DELIVERING,
+            deliveries.c.lease_expires_at == lease,
+        ).values(state=case((deliveries.c.run_attempts > 0, RETRYING), else_=PENDING),
+                 lease_expires_at=hold_until))
+
+
+def forget_holds(db: Database, ids: list[str]) -> None:
+    """Locally timed rows go back to the sweeper at once instead of after their hold."""
+    try:
+        with db.begin() as session:
+            for chunk in chunks(ids):
+                session.execute(
+                    update(Delivery)
+                    .where(Delivery.id.in_(chunk), Delivery.state.in_((PENDING, RETRYING)))
+                    .values(lease_expires_at=None)
+                    .execution_options(synchronize_session=False))
+    except Exception:
+        log.warning("could not hand %d timed deliveries back to the sweeper", len(ids),
+                    exc_info=True)

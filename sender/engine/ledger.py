@@ -1,0 +1,88 @@
+"""What this process holds right now, counted under one lock.
+
+Every stage moves deliveries through the same counts, so `idle()` and the backpressure on new
+jobs are exact: a delivery is *waiting* from its claim until a lane thread takes it (in its
+endpoint's local queue, on a start timer or in a lane's queue), *in flight* while it is sent,
+and *unflushed* until the recorder has written its outcome or its release. A count moves from
+one to the next under the lock, so no reader sees a delivery in none of them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from sender.engine.work import Work
+
+COUNTERS = ("jobs", "claimed", "held", "released", "not_due", "unsendable", "attempts",
+            "flushes")
+
+
+@dataclass
+class Room:
+    """One endpoint's share of this process: its local queue, its sends, its recent speed."""
+
+    queue: deque[Work] = field(default_factory=deque)
+    inflight: int = 0
+    slow_until: float = 0.0  # time.monotonic() until which it counts as slow
+    ewma_ms: float = 0.0  # recent answer time, 0 until the first answer
+
+    @property
+    def busy(self) -> int:
+        return self.inflight + len(self.queue)
+
+    def is_slow(self, mono: float) -> bool:
+        return self.slow_until > mono
+
+
+class Ledger:
+    """The lock, the counts and the rooms every stage shares."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.rooms: dict[str, Room] = {}
+        # Claimed here and not yet finished or handed back: a duplicate job skips these.
+        self.local: set[str] = set()
+        self.waiting = 0
+        self.inflight = 0
+        self.unflushed = 0
+        self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+
+    def room(self, endpoint_id: str) -> Room:
+        """The endpoint's room (lock held), made on first use."""
+        room = self.rooms.get(endpoint_id)
+        if room is None:
+            room = self.rooms[endpoint_id] = Room()
+        return room
+
+    def count(self, **amounts: int) -> None:
+        with self.lock:
+            for name, amount in amounts.items():
+                self.counters[name] += amount
+
+    def _idle(self) -> bool:
+        return self.waiting == 0 and self.inflight == 0 and self.unflushed == 0
+
+    def idle(self) -> bool:
+        with self.lock:
+            return self._idle()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while not self._idle():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.changed.wait(min(remaining, 0.1))
+        return True
+
+    def wait_below(self, high_water: int, timeout_s: float) -> None:
+        """Backpressure: wait (at most `timeout_s`) while `high_water` deliveries wait."""
+        with self.changed:
+            deadline = time.monotonic() + timeout_s
+            while self.waiting >= high_water and time.monotonic() < deadline:
+                self.changed.wait(0.05)

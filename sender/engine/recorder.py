@@ -1,0 +1,319 @@
+"""The recorder: one writer thread stores what the lanes did, many attempts per transaction.
+
+For a batch of up to `FLUSH_MAX_ITEMS` outcomes and releases, gathered for at most
+`FLUSH_MAX_DELAY_S`, one transaction writes
+
+- every attempt row;
+- endpoint health: 410 Gone disables at once, failures add to the endpoint's counters (which
+  may disable it), successes move its "last success" (at most once a second per endpoint);
+- each delivery's new state: `succeeded`; `retrying` at its next time (a retry due within
+  `LOCAL_TIMER_MAX_S` is held by a local timer); or parked as a dead letter when its retries
+  are exhausted or its endpoint is disabled;
+- releases: claimed deliveries handed back unsent, with a hold or none.
+
+Every state change is fenced on the lease the delivery was claimed with, so a worker that lost
+its lease can still add its attempt record but never overwrite the new owner's state. A batch
+that fails is retried; when it keeps failing it is written one record at a time, so one bad
+record cannot keep the others from being written.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from queue import Empty, SimpleQueue
+from typing import Any
+
+from sqlalchemy import bindparam, case, update
+from sqlalchemy.orm import Session
+
+from app.db import Database
+from app.ids import new_id
+from app.models import DELIVERING, PENDING, RETRYING, SUCCEEDED, Attempt, Delivery
+from dlq.park import park
+from sender import health
+from sender.deliver import AttemptResult
+from sender.engine.claim import HOLD_GRACE_S
+from sender.engine.errors import REASON_ENDPOINT_DISABLED, REASON_RETRIES_EXHAUSTED
+from sender.engine.ledger import Ledger
+from sender.engine.sql import insert_for, table, transient
+from sender.engine.work import Outcome, Release, Unsendable, Work
+from sender.policy import RetryPolicy, decide, parse_retry_after
+
+log = logging.getLogger(__name__)
+
+# At most this many records per transaction, gathered for at most this long.
+FLUSH_MAX_ITEMS = 500
+FLUSH_MAX_DELAY_S = 0.01
+# Retries due within this many seconds wait on the worker's own timer (precise to ~50 ms);
+# later ones are left to the sweeper, which enqueues them shortly before they are due.
+LOCAL_TIMER_MAX_S = 600.0
+# An endpoint that only succeeds has its "last success" written at most this often.
+SUCCESS_WRITE_S = 1.0
+
+Timed = list[tuple[str, datetime]]
+
+
+def record_attempts(session: Session, rows: list[dict[str, Any]], *,
+                    overwrite: bool = True) -> None:
+    """Insert attempt rows in one statement; an existing (delivery, n) is replaced or kept.
+
+    Replacing matters when a worker that lost its lease reports the attempt the sweeper had
+    recorded as `worker_lost`: the real outcome wins.
+    """
+    if not rows:
+        return
+    stmt = insert_for(session)(table(Attempt))
+    if overwrite:
+        excluded = stmt.excluded
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["delivery_id", "n"],
+            set_={c: excluded[c] for c in ("started_at", "duration_ms", "url", "request_headers",
+                                           "response_status", "response_body", "error")})
+    else:
+        stmt = stmt.on_conflict_do_nothing(index_elements=["delivery_id", "n"])
+    session.execute(stmt, rows)
+
+
+def _failing_reason(h: health.Health) -> str:
+    return (f"failing: {h.consecutive_failures} consecutive failed attempts, no success "
+            f"since {(h.last_success_at or h.first_failure_at)}")
+
+
+class Recorder:
+    """The writer thread's queue and its batched transactions."""
+
+    def __init__(self, db: Callable[[], Database], ledger: Ledger, *, policy: RetryPolicy,
+                 thresholds: health.Thresholds, rng: random.Random,
+                 clock: Callable[[], datetime], stopping: threading.Event,
+                 on_timers: Callable[[Timed, datetime], None]) -> None:
+        self.db = db
+        self.ledger = ledger
+        self.policy = policy
+        self.thresholds = thresholds
+        self.rng = rng
+        self.clock = clock
+        self.stopping = stopping
+        self.on_timers = on_timers
+        self._writes: SimpleQueue[Outcome | Release | None] = SimpleQueue()
+        self._success_written: dict[str, float] = {}
+
+    def put(self, item: Outcome | Release) -> None:
+        """Queue a record, counting it as unflushed."""
+        with self.ledger.lock:
+            self.ledger.unflushed += 1
+        self._writes.put(item)
+
+    def put_counted(self, item: Outcome | Release) -> None:
+        """Queue a record the caller already counted as unflushed (under the same lock as
+        the count it moved from, so no reader sees the delivery nowhere)."""
+        self._writes.put(item)
+
+    def unsendable(self, failed: list[tuple[Work, Unsendable]]) -> None:
+        """Record work that cannot be sent at all as failed attempts (no request was made)."""
+        reported: set[tuple[str, str]] = set()
+        for work, why in failed:
+            key = (work.target.endpoint_id, why.error)
+            if key not in reported:
+                reported.add(key)
+                log.warning("deliveries cannot be sent: %s (%s)", why.error, why.detail,
+                            extra={"endpoint_id": work.target.endpoint_id,
+                                   "delivery_id": work.delivery_id})
+            started = self.clock()
+            self.put(Outcome(work, AttemptResult(started, 0, None, b"", why.error, why.detail,
+                                                 {}, None), started))
+        self.ledger.count(unsendable=len(failed))
+
+    def close(self) -> None:
+        """Write what is queued, then end the writer thread."""
+        self._writes.put(None)
+
+    def run(self) -> None:
+        """The writer thread."""
+        closing = False
+        while not closing:
+            first = self._writes.get()
+            if first is None:
+                break
+            batch: list[Outcome | Release] = [first]
+            deadline = time.monotonic() + FLUSH_MAX_DELAY_S
+            while len(batch) < FLUSH_MAX_ITEMS:
+                try:
+                    item = self._writes.get(timeout=max(0.0, deadline - time.monotonic()))
+                except Empty:
+                    break
+                if item is None:
+                    closing = True
+                    break
+                batch.append(item)
+            self._flush_with_retry(batch)
+
+    def _flush_with_retry(self, batch: list[Outcome | Release]) -> None:
+        delay = 0.05
+        failures = 0
+        while True:
+            try:
+                timers = self.flush(batch)
+                break
+            except Exception as exc:
+                failures += 1
+                if transient(exc) and not self.stopping.is_set() or failures < 3:
+                    log.warning("could not record %d delivery results, retrying: %s",
+                                len(batch), exc)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                if len(batch) > 1:
+                    # A bad record must not keep the others from being written.
+                    for item in batch:
+                        self._flush_with_retry([item])
+                    return
+                log.error("delivery result dropped; its lease will expire and the sweeper "
+                          "will retry it", exc_info=True,
+                          extra={"delivery_id": batch[0].work.delivery_id})
+                timers = []
+                break
+        self.on_timers(timers, self.clock())
+        with self.ledger.changed:
+            self.ledger.unflushed -= len(batch)
+            self.ledger.counters["flushes"] += 1
+            self.ledger.counters["attempts"] += sum(isinstance(b, Outcome) for b in batch)
+            self.ledger.changed.notify_all()
+
+    def flush(self, batch: list[Outcome | Release]) -> Timed:
+        """Record a batch of outcomes and releases in one transaction; returns local timers."""
+        outcomes = [b for b in batch if isinstance(b, Outcome)]
+        releases = [b for b in batch if isinstance(b, Release)]
+        now = self.clock()
+        timers: Timed = []
+        with self.db().begin() as session:
+            if outcomes:
+                timers += self._record_outcomes(session, outcomes, now)
+            if releases:
+                timers += self._record_releases(session, releases)
+        return timers
+
+    def _record_outcomes(self, session: Session, outcomes: list[Outcome],
+                         now: datetime) -> Timed:
+        record_attempts(session, [{
+            "id": new_id("att"), "delivery_id": o.work.delivery_id, "n": o.work.n,
+            "started_at": o.result.started_at, "duration_ms": o.result.duration_ms,
+            "url": o.work.target.url, "request_headers": o.result.request_headers,
+            "response_status": o.result.status, "response_body": o.result.body or None,
+            "error": o.result.error, "created_at": now,
+        } for o in outcomes])
+        states = self._record_health(session, outcomes, now)
+
+        succeeded: list[dict[str, Any]] = []
+        retrying: list[dict[str, Any]] = []
+        to_park: list[tuple[Outcome, str]] = []
+        timers: Timed = []
+        for o in outcomes:
+            w, r = o.work, o.result
+            if r.ok:
+                succeeded.append({"b_id": w.delivery_id, "b_lease": w.lease, "b_n": w.n,
+                                  "b_run_n": w.run_n, "b_status": r.status,
+                                  "b_at": o.finished_at})
+                continue
+            if states[w.target.endpoint_id] != health.ENABLED:
+                to_park.append((o, REASON_ENDPOINT_DISABLED))
+                continue
+            decision = decide(r.status, r.error, w.run_n, parse_retry_after(r.retry_after, now),
+                              self.policy, self.rng, now)
+            if decision.kind == "dead" or decision.next_attempt_at is None:
+                to_park.append((o, REASON_RETRIES_EXHAUSTED))
+                continue
+            due = decision.next_attempt_at
+            local = (due - now).total_seconds() <= LOCAL_TIMER_MAX_S
+            retrying.append({"b_id": w.delivery_id, "b_lease": w.lease, "b_n": w.n,
+                             "b_run_n": w.run_n, "b_status": r.status, "b_error": r.error,
+                             "b_next": due,
+                             "b_hold": due + timedelta(seconds=HOLD_GRACE_S) if local else None})
+            if local:
+                timers.append((w.delivery_id, due))
+
+        deliveries = table(Delivery)
+        fence = (deliveries.c.id == bindparam("b_id"), deliveries.c.state == DELIVERING,
+                 deliveries.c.lease_expires_at == bindparam("b_lease"))
+        if succeeded:
+            session.execute(update(deliveries).where(*fence).values(
+                state=SUCCEEDED, attempt_count=bindparam("b_n"), run_attempts=bindparam("b_run_n"),
+                last_status_code=bindparam("b_status"), last_error=None,
+                succeeded_at=bindparam("b_at"), next_attempt_at=None, lease_expires_at=None,
+                updated_at=now), succeeded)
+        if retrying:
+            session.execute(update(deliveries).where(*fence).values(
+                state=RETRYING, attempt_count=bindparam("b_n"), run_attempts=bindparam("b_run_n"),
+                last_status_code=bindparam("b_status"), last_error=bindparam("b_error"),
+                next_attempt_at=bindparam("b_next"), lease_expires_at=bindparam("b_hold"),
+                updated_at=now), retrying)
+        for o, reason in to_park:
+            self._park_outcome(session, o, reason)
+        return timers
+
+    def _record_health(self, session: Session, outcomes: list[Outcome],
+                       now: datetime) -> dict[str, str]:
+        """Move each endpoint's health; returns its state (enabled or disabled) after that."""
+        by_endpoint: dict[str, list[Outcome]] = {}
+        for o in outcomes:
+            by_endpoint.setdefault(o.work.target.endpoint_id, []).append(o)
+        states: dict[str, str] = {}
+        successes: list[tuple[str, datetime]] = []
+        mono = time.monotonic()
+        # 410 Gone disables at once; then the counters, which may disable too. Sorted, so
+        # concurrent writers lock endpoint rows in the same order.
+        for endpoint_id in sorted(by_endpoint):
+            items = by_endpoint[endpoint_id]
+            tally = health.tally((o.finished_at, o.result.ok) for o in items)
+            if tally.failures == 0 and tally.last_success_at is not None:
+                # Nothing to judge, only "last success" to move, and at most once a second.
+                states[endpoint_id] = health.ENABLED
+                if mono - self._success_written.get(endpoint_id, -1e9) >= SUCCESS_WRITE_S:
+                    successes.append((endpoint_id, tally.last_success_at))
+                    self._success_written[endpoint_id] = mono
+                continue
+            self._success_written.pop(endpoint_id, None)
+            gone = next((o for o in items if o.result.status == 410), None)
+            if gone is not None:
+                health.disable(session, endpoint_id, "gone: the endpoint answered 410", now,
+                               {"last_status_code": 410, "delivery_id": gone.work.delivery_id})
+            h = health.record(session, endpoint_id, tally)
+            states[endpoint_id] = h.state if h is not None else health.DISABLED
+            if h is not None and health.should_disable(h, self.thresholds, now):
+                last = items[-1].result
+                if health.disable(session, endpoint_id, _failing_reason(h), now, {
+                        "consecutive_failures": h.consecutive_failures,
+                        "last_status_code": last.status, "last_error": last.error}):
+                    states[endpoint_id] = health.DISABLED
+        health.record_successes(session, successes)
+        return states
+
+    def _park_outcome(self, session: Session, o: Outcome, reason: str) -> None:
+        delivery = session.get(Delivery, o.work.delivery_id, with_for_update=True)
+        if (delivery is None or delivery.state != DELIVERING
+                or delivery.lease_expires_at != o.work.lease):
+            return
+        delivery.attempt_count = o.work.n
+        delivery.run_attempts = o.work.run_n
+        # The letter shows the last attempt as it was, even when it got no HTTP status.
+        delivery.last_status_code = o.result.status
+        delivery.last_error = o.result.error
+        park(session, delivery, delivery.event, delivery.endpoint, reason)
+
+    def _record_releases(self, session: Session, releases: list[Release]) -> Timed:
+        deliveries = table(Delivery)
+        rows = [{"b_id": r.work.delivery_id, "b_lease": r.work.lease,
+                 "b_hold": (r.hold_until + timedelta(seconds=HOLD_GRACE_S)
+                            if r.hold_until is not None else None)}
+                for r in releases]
+        session.execute(update(deliveries).where(
+            deliveries.c.id == bindparam("b_id"), deliveries.c.state == DELIVERING,
+            deliveries.c.lease_expires_at == bindparam("b_lease"),
+        ).values(state=case((deliveries.c.run_attempts > 0, RETRYING), else_=PENDING),
+                 lease_expires_at=bindparam("b_hold")), rows)
+        return [(r.work.delivery_id, r.hold_until) for r in releases
+                if r.hold_until is not None and not self.stopping.is_set()]

@@ -1,0 +1,36 @@
+"""Small SQL helpers shared by the claim and the recorder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from sqlalchemy import Table
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session
+
+# Ids per IN (...) list: well under every driver's parameter limit.
+QUERY_CHUNK = 500
+
+
+def table(model: Any) -> Table:
+    """A model's Table, typed as one (the ORM types `__table__` as a FromClause)."""
+    return cast(Table, model.__table__)
+
+
+def chunks(items: Sequence[str], size: int = QUERY_CHUNK) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def transient(exc: BaseException) -> bool:
+    """Deadlocks, lost connections, a locked SQLite: worth retrying as they are."""
+    return isinstance(exc, OperationalError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+
+def insert_for(session: Session) -> Any:
+    """The dialect's INSERT, which knows ON CONFLICT."""
+    name = session.get_bind().dialect.name
+    return postgresql.insert if name == "postgresql" else sqlite.insert

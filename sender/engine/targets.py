@@ -1,0 +1,169 @@
+"""Where and how to send: each claimed endpoint's URL, headers, timeout and live secrets.
+
+Read afresh for every claimed batch, one query per batch, not per delivery: a rotated secret,
+a new URL or new headers apply to the very next claim (a partner switching to the new secret
+at once must not see deliveries signed only with the old one). Decrypted secrets are cached
+by their ciphertext; whether an endpoint is enabled is the claim's business.
+
+An endpoint that cannot be sent to (no live secret, a secret KURIR_SECRET_KEY cannot decrypt,
+stored headers or a rate limit the API would have refused) is reported as `Unsendable`, with
+the error class its deliveries' attempts record. It is never an exception: one broken
+endpoint must not stop the rest of the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Text, select, type_coerce
+from sqlalchemy.orm import Session
+
+from app.crypto import SecretBox
+from app.models import Endpoint, EndpointSecret
+from sender.deliver import Target
+from sender.engine.errors import (
+    ERROR_BAD_HEADERS,
+    ERROR_BAD_RATE_LIMIT,
+    ERROR_INTERNAL,
+    ERROR_NO_SECRET,
+    ERROR_SECRET_UNDECRYPTABLE,
+)
+from sender.engine.sql import chunks
+from sender.engine.work import Unsendable
+
+log = logging.getLogger(__name__)
+
+# An endpoint's timeout is clamped to this range, whatever its row says.
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1, 30
+SECRET_CACHE_MAX = 10_000
+KNOWN_TARGETS_MAX = 50_000
+
+Targets = tuple[dict[str, Target], dict[str, Unsendable]]
+
+
+class TargetReader:
+    """Reads send targets; remembers the last one per endpoint to size the next lease."""
+
+    def __init__(self, secret_box: Callable[[], SecretBox], default_timeout_s: float) -> None:
+        # A callable: the box (and a development key file) is loaded on first use.
+        self.secret_box = secret_box
+        self.default_timeout_s = default_timeout_s
+        self._secret_cache: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._known: dict[str, Target] = {}
+
+    def longest_timeout(self) -> float:
+        """The longest timeout among the endpoints seen so far (at least the default)."""
+        with self._lock:
+            known = [t.timeout_s for t in self._known.values()]
+        return max([float(self.default_timeout_s), *known])
+
+    def read(self, session: Session, endpoint_ids: set[str], now: datetime) -> Targets:
+        """A target for every endpoint found (secrets decrypted, newest first), and why
+        those that cannot be sent to cannot (their targets then carry no secret)."""
+        secrets: dict[str, list[tuple[datetime, str, str]]] = {}
+        rows: dict[str, Any] = {}
+        for chunk in chunks(sorted(endpoint_ids)):
+            for row in session.execute(
+                    # Headers as stored: one unreadable value must fail its endpoint only.
+                    select(Endpoint.id, Endpoint.url,
+                           type_coerce(Endpoint.headers, Text).label("headers"),
+                           type_coerce(Endpoint.public_headers, Text).label("public_headers"),
+                           Endpoint.timeout_s, Endpoint.rate_limit_per_s,
+                           EndpointSecret.id.label("secret_id"), EndpointSecret.created_at,
+                           EndpointSecret.expires_at, EndpointSecret.secret_encrypted)
+                    .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
+                    .where(Endpoint.id.in_(chunk))):
+                rows[row.id] = row
+                if row.secret_id is not None and (row.expires_at is None
+                                                  or row.expires_at > now):
+                    secrets.setdefault(row.id, []).append(
+                        (row.created_at, row.secret_id, row.secret_encrypted))
+        found: dict[str, Target] = {}
+        unsendable: dict[str, Unsendable] = {}
+        for endpoint_id, row in rows.items():
+            live = sorted(secrets.get(endpoint_id, []), reverse=True)  # newest signs first
+            timeout = row.timeout_s or self.default_timeout_s
+            bare = Target(endpoint_id=endpoint_id, url=row.url, secrets=(),
+                          timeout_s=float(min(max(timeout, MIN_TIMEOUT_S), MAX_TIMEOUT_S)))
+            try:
+                target = self._complete(bare, row, [token for _, _, token in live])
+            except Exception as exc:  # a bug must fail this endpoint, not the batch
+                log.exception("reading an endpoint's target failed",
+                              extra={"endpoint_id": endpoint_id})
+                target = Unsendable(ERROR_INTERNAL, type(exc).__name__)
+            if isinstance(target, Unsendable):
+                found[endpoint_id] = bare
+                unsendable[endpoint_id] = target
+            else:
+                found[endpoint_id] = target
+        with self._lock:
+            if len(self._known) > KNOWN_TARGETS_MAX:
+                self._known.clear()
+            self._known.update(found)
+        return found, unsendable
+
+    def _complete(self, bare: Target, row: Any, tokens: list[str]) -> Target | Unsendable:
+        """`bare` with its secrets, headers and rate limit, or why it cannot be sent to."""
+        try:
+            secrets = tuple(self._decrypt(token) for token in tokens)
+        except ValueError as exc:
+            return Unsendable(ERROR_SECRET_UNDECRYPTABLE, str(exc))
+        if not secrets:
+            return Unsendable(ERROR_NO_SECRET, "endpoint has no active signing secret")
+        headers = _stored_headers(row.headers)
+        if headers is None:
+            return Unsendable(ERROR_BAD_HEADERS,
+                              "stored headers are not a JSON object of name: value")
+        public = _stored_json(row.public_headers)
+        if public is None:
+            public = []
+        if not isinstance(public, list) or not all(isinstance(n, str) for n in public):
+            return Unsendable(ERROR_BAD_HEADERS,
+                              "stored public_headers are not a JSON list of header names")
+        rate = row.rate_limit_per_s
+        if rate is not None and rate < 1:
+            return Unsendable(ERROR_BAD_RATE_LIMIT,
+                              f"stored rate_limit_per_s is {rate}; it must be null or >= 1")
+        return Target(endpoint_id=bare.endpoint_id, url=bare.url, secrets=secrets,
+                      headers=headers, public_headers=frozenset(n.lower() for n in public),
+                      timeout_s=bare.timeout_s, rate_limit_per_s=rate)
+
+    def _decrypt(self, token: str) -> str:
+        secret = self._secret_cache.get(token)
+        if secret is None:
+            secret = self.secret_box().decrypt(token)
+            if len(self._secret_cache) > SECRET_CACHE_MAX:
+                self._secret_cache.clear()
+            self._secret_cache[token] = secret
+        return secret
+
+
+_UNREADABLE = object()
+
+
+def _stored_json(raw: Any) -> Any:
+    """A JSON column's value as stored, or `_UNREADABLE`.
+
+    PostgreSQL's driver hands JSON back decoded; SQLite hands back the text, which a
+    hand-edited row may have made anything.
+    """
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return _UNREADABLE
+    return raw
+
+
+def _stored_headers(raw: Any) -> dict[str, Any] | None:
+    """The headers column as an object, or None when it holds anything else."""
+    value = _stored_json(raw)
+    if value is None:
+        return {}
+    return value if isinstance(value, dict) else None
