@@ -40,7 +40,7 @@ class Listener:
             [KURIR, "listen", "--port", str(self.port), *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={k: v for k, v in os.environ.items() if k != "KURIR_LISTEN_SECRET"})
-        wait_for(self._up, timeout_s=15)
+        wait_for(self._up, timeout_s=60)  # a process start on a busy machine
 
     def _up(self) -> bool:
         try:

@@ -144,7 +144,7 @@ def test_one_event_with_its_deliveries_and_attempts(client, auth, acme, runtime)
     by_endpoint = {d["endpoint"]: d for d in body["deliveries"]}
     assert set(by_endpoint) == {acme["id"], second["id"]}
     tried = by_endpoint[acme["id"]]
-    assert set(tried) == {"id", "event", "endpoint", "state", "attempt_count",
+    assert set(tried) == {"id", "event", "endpoint", "version", "state", "attempt_count",
                           "next_attempt_at", "last_status_code", "last_error", "created_at",
                           "updated_at", "attempts"}
     assert (tried["state"], tried["attempt_count"], tried["event"]) == (
