@@ -1,0 +1,190 @@
+"""A pooled client is never handed a dead socket after an early answer, under `kurir api`.
+
+Each case sends a request that is answered before its body is read (or after reading it),
+on a `requests.Session` whose connection is already open, then sends a second request on the
+same Session. The second must succeed: on the same connection when the answer said
+keep-alive, on a fresh one when it said ``Connection: close``. Bodies are over 64 KiB, more
+than gunicorn drains on its own after an answer.
+
+The server is the real `kurir api` (gunicorn, gthread) on SQLite: what is tested is how the
+HTTP connection is handled, which does not depend on the database behind it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.conftest import free_port
+
+BIG = 200 * 1024  # over gunicorn's own post-answer drain (64 KiB), under the payload limit
+OVER_LIMIT = 300 * 1024  # over KURIR_MAX_PAYLOAD_BYTES (256 KiB by default)
+JSON = "application/json"
+
+
+@dataclass
+class Api:
+    url: str
+    admin: str
+    reader: str
+
+
+def _kurir(*args: str, env: dict[str, str]) -> str:
+    kurir = Path(sys.executable).with_name("kurir")
+    done = subprocess.run([str(kurir), *args], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Api]:
+    data = tmp_path_factory.mktemp("keepalive")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("KURIR_") and k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(DATABASE_URL=f"sqlite:///{data / 'kurir.db'}", REDIS_URL=redis_url,
+               KURIR_DATA_DIR=str(data), KURIR_SECRET_KEY="keepalive-test-secret")
+    _kurir("db", "upgrade", env=env)
+    admin = _kurir("keys", "create", "--name", "admin", env=env).strip().splitlines()[-1]
+    reader = _kurir("keys", "create", "--name", "reader", "--scope", "read",
+                    env=env).strip().splitlines()[-1]
+    port = free_port()
+    kurir = Path(sys.executable).with_name("kurir")
+    process = subprocess.Popen([str(kurir), "api", "--port", str(port), "--workers", "1",
+                                "--threads", "4"], env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, "kurir api exited"
+            try:
+                if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "kurir api did not come up"
+            time.sleep(0.2)
+        bearer = {"Authorization": f"Bearer {admin}"}
+        assert requests.post(f"{url}/v1/partners", json={"uid": "acme", "name": "Acme"},
+                             headers=bearer, timeout=10).status_code == 201
+        assert requests.post(f"{url}/v1/sources", headers=bearer, timeout=10, json={
+            "name": "shop", "scheme": "github", "secret": "github-webhook-secret"},
+        ).status_code == 201
+        yield Api(url, admin, reader)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _chunks(total: int, size: int = 16 * 1024) -> Iterator[bytes]:
+    sent = 0
+    while sent < total:
+        yield b"x" * min(size, total - sent)
+        sent += size
+
+
+def _local_port(response: requests.Response) -> int:
+    """The client port of the socket a (streamed, unread) answer came on.
+
+    http.client lets go of a connection whose answer says ``Connection: close`` as soon as
+    the headers are read; the socket then lives on only under the response's reader.
+    """
+    connection = response.raw.connection
+    sock = connection.sock if connection is not None else None
+    if sock is None:
+        sock = response.raw._fp.fp.raw._sock
+    return int(sock.getsockname()[1])
+
+
+Case = Callable[[Api], dict[str, Any]]
+
+CASES: dict[str, Case] = {
+    "publish-413-content-length": lambda a: dict(
+        method="POST", path="/v1/partners/acme/events", data=b"x" * OVER_LIMIT,
+        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": JSON}, status=413),
+    "publish-413-chunked": lambda a: dict(
+        method="POST", path="/v1/partners/acme/events", data=_chunks(OVER_LIMIT),
+        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": JSON}, status=413),
+    "other-route-413": lambda a: dict(
+        method="POST", path="/v1/partners", data=b"x" * OVER_LIMIT,
+        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": JSON}, status=413),
+    "401-missing-key": lambda a: dict(
+        method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
+        headers={"Content-Type": JSON}, status=401),
+    "401-invalid-key": lambda a: dict(
+        method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
+        headers={"Authorization": "Bearer kurir_not_a_key", "Content-Type": JSON}, status=401),
+    "403-scope": lambda a: dict(
+        method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
+        headers={"Authorization": f"Bearer {a.reader}", "Content-Type": JSON}, status=403),
+    "415-content-type": lambda a: dict(
+        method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
+        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": "text/plain"},
+        status=415),
+    "404-unknown-path": lambda a: dict(
+        method="POST", path="/v1/no-such-thing", data=b"x" * BIG, headers={}, status=404),
+    "405-method": lambda a: dict(
+        method="PUT", path="/v1/partners", data=b"x" * BIG,
+        headers={"Authorization": f"Bearer {a.admin}"}, status=405),
+    "inbound-401-signature": lambda a: dict(
+        method="POST", path="/inbound/shop", data=b"x" * BIG,
+        headers={"X-Hub-Signature-256": "sha256=" + "0" * 64}, status=401),
+    "inbound-404-source": lambda a: dict(
+        method="POST", path="/inbound/nowhere", data=b"x" * BIG, headers={}, status=404),
+    "inbound-413": lambda a: dict(
+        method="POST", path="/inbound/shop", data=b"x" * OVER_LIMIT, headers={}, status=413),
+    "ui-post-without-csrf": lambda a: dict(
+        method="POST", path="/ui/login", data=b"x" * BIG,
+        headers={"Content-Type": "application/octet-stream"}, status=400),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_next_request_on_the_same_session_succeeds_after_an_early_answer(
+        api: Api, case: str) -> None:
+    spec = CASES[case](api)
+    status = spec.pop("status")
+    path = spec.pop("path")
+    with requests.Session() as session:
+        warm = session.get(f"{api.url}/healthz", timeout=10, stream=True)
+        first_port = _local_port(warm)
+        warm.content  # noqa: B018 - read to the end, so the connection returns to the pool
+
+        answer = session.request(url=f"{api.url}{path}", timeout=30, stream=True, **spec)
+        assert answer.status_code == status, answer.text[:300]
+        assert _local_port(answer) == first_port  # the early answer came on the open socket
+        said = answer.headers.get("Connection", "").lower()
+        answer.content  # noqa: B018 - read to the end, so the connection returns to the pool
+
+        following = session.get(f"{api.url}/healthz", timeout=10, stream=True)
+        assert following.status_code == 200
+        if said != "close":
+            assert _local_port(following) == first_port  # kept alive, and reused
+
+
+def test_answer_after_reading_the_whole_body_keeps_the_connection(api: Api) -> None:
+    """The guard closes only when body bytes are left: a read body keeps its connection."""
+    with requests.Session() as session:
+        answer = session.post(f"{api.url}/v1/partners/acme/events", data=b"{" + b" " * BIG,
+                              headers={"Authorization": f"Bearer {api.admin}",
+                                       "Content-Type": JSON}, timeout=30, stream=True)
+        assert answer.status_code == 400
+        first_port = _local_port(answer)
+        assert answer.headers.get("Connection", "").lower() == "keep-alive"
+        answer.content  # noqa: B018
+        following = session.get(f"{api.url}/healthz", timeout=10, stream=True)
+        assert following.status_code == 200 and _local_port(following) == first_port
