@@ -1,4 +1,15 @@
-"""Outbound HTTP with the SSRF guard built in: pinned addresses, no redirects, hard deadlines."""
+"""Outbound HTTP with the SSRF guard built in: pinned addresses, no redirects, hard deadlines.
+
+A failed exchange is a value (:class:`HttpResult`) whose ``error`` names what went wrong:
+
+- ``timeout``: the total deadline passed (connect, DNS, a trickled answer: all one budget);
+- ``connection_error``: refused, reset, or closed before or in the middle of the answer;
+- ``protocol_error``: the peer answered, but not in HTTP: a bad status line, a header line
+  over 64 KiB, more than 100 headers, broken chunk framing;
+- ``tls_error``, ``blocked_address`` (the SSRF guard), ``invalid_url``, ``invalid_request``.
+
+An answer in HTTP with any status is not an error here: the caller judges the status.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +50,7 @@ ERROR_BLOCKED = "blocked_address"
 ERROR_TLS = "tls_error"
 ERROR_INVALID_URL = "invalid_url"
 ERROR_INVALID_REQUEST = "invalid_request"
+ERROR_PROTOCOL = "protocol_error"
 
 # Framing and routing headers are ours: a caller's value could desynchronise the exchange.
 _OWNED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
@@ -277,6 +289,39 @@ def _pinned_url(url: str, ip: str, port: int) -> str:
     return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", parts.query, ""))
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The exception and everything it wraps (requests and urllib3 nest them in args)."""
+    found: list[BaseException] = []
+    stack = [exc]
+    while stack and len(found) < 16:
+        current = stack.pop(0)
+        if any(current is seen for seen in found):
+            continue
+        found.append(current)
+        stack.extend(arg for arg in current.args if isinstance(arg, BaseException))
+        for linked in (getattr(current, "reason", None), current.__cause__,
+                       current.__context__):
+            if isinstance(linked, BaseException):
+                stack.append(linked)
+    return found
+
+
+def _is_protocol_violation(exc: BaseException) -> bool:
+    """Whether the peer sent bytes that are not an HTTP response (not merely hung up)."""
+    causes = _causes(exc)
+    # RemoteDisconnected is a BadStatusLine and IncompleteRead an HTTPException, but both
+    # mean the peer closed the connection: a connection error, not a protocol one...
+    if any(isinstance(c, http.client.RemoteDisconnected) for c in causes):
+        return False
+    if any(isinstance(c, urllib3.exceptions.InvalidChunkLength) for c in causes):
+        return True
+    if any(isinstance(c, http.client.IncompleteRead) for c in causes):
+        # ...unless http.client raised it while failing to parse a chunk size.
+        return any(isinstance(c, ValueError) for c in causes)
+    # BadStatusLine, LineTooLong, "got more than 100 headers", ...
+    return any(isinstance(c, http.client.HTTPException) for c in causes)
+
+
 def _classify(exc: BaseException) -> str:
     """Map requests/urllib3 exceptions onto the attempt error classes."""
     if isinstance(exc, requests.exceptions.SSLError):
@@ -287,6 +332,8 @@ def _classify(exc: BaseException) -> str:
         return ERROR_TLS
     if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
         return ERROR_TIMEOUT
+    if _is_protocol_violation(exc):
+        return ERROR_PROTOCOL
     if isinstance(exc, requests.exceptions.InvalidURL):
         return ERROR_INVALID_URL
     if isinstance(exc, requests.exceptions.InvalidHeader | ValueError):
