@@ -202,6 +202,8 @@ def register(session: Session, body: dict[str, Any]) -> Registered:
 
 
 def find(session: Session, name: str, version: int) -> EventType | None:
+    if not 1 <= version <= MAX_VERSION:
+        return None  # no such version can exist; PostgreSQL would refuse the comparison
     return session.scalar(select(EventType).where(EventType.name == name,
                                                   EventType.version == version))
 
