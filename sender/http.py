@@ -135,12 +135,19 @@ def _shutdown(conn: Any) -> None:
             socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
+# A finished exchange leaves its deadline in the watchdog's heap until that deadline would
+# have passed (up to the longest timeout). Past this many entries the finished ones are
+# dropped at once, so the heap holds about what is in flight, not timeout x attempt rate.
+WATCHDOG_COMPACT_AT = 4096
+
+
 class _Watchdog:
     """A single timer thread enforcing every exchange's deadline, instead of a thread each."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, _Deadline]] = []
+        self._compact_at = WATCHDOG_COMPACT_AT
         self._counter = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -154,6 +161,11 @@ class _Watchdog:
                     target=self._run, name="kurir-http-watchdog", daemon=True
                 )
                 self._thread.start()
+            if len(self._heap) >= self._compact_at:
+                self._heap = [entry for entry in self._heap if not entry[2].done]
+                heapq.heapify(self._heap)
+                # Compact again only once the live part has doubled: O(1) per arm on average.
+                self._compact_at = max(WATCHDOG_COMPACT_AT, 2 * len(self._heap))
             heapq.heappush(self._heap, (deadline.at, next(self._counter), deadline))
             self._cond.notify()
 
@@ -368,9 +380,12 @@ class Transport:
         self._verify: bool | str = ca_certs if ca_certs else True
         self._pool_maxsize = pool_maxsize
         self._max_sessions = max_sessions
+        # One session per origin, least recently used evicted past `max_sessions`.
         self._sessions: OrderedDict[tuple[str, str, int], requests.Session] = OrderedDict()
         self._lock = threading.Lock()
         self._watchdog = _Watchdog()
+        # Its work queue holds at most one lookup per thread sending through this transport
+        # (each waits for its own, up to its deadline), so it is bounded by the caller's pool.
         self._dns = ThreadPoolExecutor(max_workers=resolver_threads, thread_name_prefix="kurir-dns")
 
     def __enter__(self) -> Transport:

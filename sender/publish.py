@@ -222,6 +222,11 @@ def _targets(connection: Connection, partner_uid: str, type_: str, version: int,
         digest=first[6] if with_digest else None)
 
 
+# Bound of the targets cache, in endpoints held: at the bound it is emptied and each
+# (partner, type, version) read again on its next publish.
+TARGETS_CACHE_MAX_ENDPOINTS = 100_000
+
+
 class _TargetsCache:
     """Recent targets per (partner uid, type, version), for the PostgreSQL hot path.
 
@@ -231,7 +236,7 @@ class _TargetsCache:
     holds, since one partner may have thousands.
     """
 
-    def __init__(self, max_endpoints: int = 100_000) -> None:
+    def __init__(self, max_endpoints: int = TARGETS_CACHE_MAX_ENDPOINTS) -> None:
         self._items: dict[tuple[str, str, int], _Targets] = {}
         self._held = 0
         self._lock = threading.Lock()

@@ -19,6 +19,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 # A key lookup per request costs a query on the hot publish path; revocation still takes
 # effect within this many seconds.
 CACHE_TTL_S = 30.0
+# Bound of the cache (one entry per key seen): at the bound it is emptied and refilled, which
+# costs one query per key; a flood of wrong keys is never cached at all.
+CACHE_MAX_KEYS = 10_000
 _cache: dict[str, tuple[float, Principal]] = {}
 _cache_lock = threading.Lock()
 
@@ -34,7 +37,7 @@ def _principal_for(token: str) -> Principal | None:
         principal = authenticate(session, token)
     if principal is not None:
         with _cache_lock:
-            if len(_cache) > 10_000:
+            if len(_cache) >= CACHE_MAX_KEYS:
                 _cache.clear()
             _cache[digest] = (now, principal)
     return principal

@@ -842,3 +842,21 @@ def test_https_handshake_that_hangs_times_out(serve: Callable[..., RawServer], p
         )  # fmt: skip
     assert result.error == "timeout"
     assert time.monotonic() - started < 1.0 + SLACK_S
+
+
+def test_finished_deadlines_do_not_pile_up_in_the_watchdog() -> None:
+    """10,000 exchanges that finished long before their 30 s deadline leave a small heap."""
+    from sender.http import WATCHDOG_COMPACT_AT, _Deadline, _Watchdog
+
+    watchdog = _Watchdog()
+    try:
+        for _ in range(10_000):
+            deadline = _Deadline(time.monotonic() + 30)
+            watchdog.arm(deadline)
+            deadline.finish()
+        live = _Deadline(time.monotonic() + 30)
+        watchdog.arm(live)
+        assert len(watchdog._heap) <= WATCHDOG_COMPACT_AT
+        assert any(entry[2] is live for entry in watchdog._heap)
+    finally:
+        watchdog.close()
