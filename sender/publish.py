@@ -85,10 +85,10 @@ def _text(value: Any, field_: str, *, required: bool) -> str | None:
     return value
 
 
-def _int(value: Any, field_: str, minimum: int) -> int:
+def _int(value: Any, field_: str, minimum: int, maximum: int = MAX_BIGINT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not (
-            minimum <= value <= MAX_BIGINT):
-        raise _invalid(field_, f"{field_} must be an integer >= {minimum}")
+            minimum <= value <= maximum):
+        raise _invalid(field_, f"{field_} must be an integer from {minimum} to {maximum}")
     return value
 
 
@@ -105,7 +105,8 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
     type_ = str(_text(body.get("type"), "type", required=True))
     if "version" not in body:
         raise _invalid("version", "version is required")
-    version = _int(body["version"], "version", 1)
+    # A contract version is an int4, like the registry's (app.contracts.MAX_VERSION).
+    version = _int(body["version"], "version", 1, contracts.MAX_VERSION)
     if "data" not in body or not isinstance(body["data"], dict):
         raise _invalid("data", "data is required and must be a JSON object")
     occurred_at = None

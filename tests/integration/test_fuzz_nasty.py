@@ -43,6 +43,7 @@ SIGNATURES = int(os.environ.get("FUZZ_SIGNATURES", "10000"))
 MEGA = "a" * 1_000_000
 LONE_SURROGATE_UTF8 = "%ED%A0%80"  # what a lone U+D800 would be in UTF-8: not valid UTF-8
 PATH_VALUES = {"1MB": MEGA, "nul": "%00", "surrogate": LONE_SURROGATE_UTF8,
+               "int8": str(2**45),
                "unicode": quote("ünï-🚀-名"), "dots": "..%2F..", "space": "%20"}
 QUERY_VALUES = {"1MB": MEGA, "nul": "%00", "surrogate": LONE_SURROGATE_UTF8,
                 "unicode": quote("ünï-🚀"), "huge": "9" * 5000, "negative": "-1",
@@ -97,7 +98,8 @@ VALID_BODIES: dict[tuple[str, str], dict[str, Any]] = {
 }
 NASTY_STRINGS = {"nul": "a\x00b", "1MB": MEGA, "unicode": "ünï-🚀-名", "empty": "",
                  "control": "\x01\x1f\x7f", "rtl": "\u202eevil"}
-NASTY_NUMBERS = {"huge": 10**30, "negative": -1, "zero": 0, "float": 1.5, "bool": True}
+NASTY_NUMBERS = {"huge": 10**30, "int4+1": 2**31, "int8": 2**45, "negative": -1, "zero": 0,
+                 "float": 1.5, "bool": True}
 
 
 def _operations() -> Iterator[tuple[str, str, dict[str, Any]]]:
