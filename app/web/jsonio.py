@@ -47,15 +47,15 @@ def read_json_object() -> dict[str, Any]:
 MAX_QUERY_VALUE_CHARS = 2048
 
 
-def check_url_and_headers() -> None:
-    """A before-request guard for the API: what no handler could take is a 400, not a 500.
+def check_url_and_headers(*, form: bool = False) -> None:
+    """A before-request guard: what no handler could take is a 400, not a 500.
 
-    NUL in the path, the query or a header would end up in a query parameter or a text
-    column, which PostgreSQL refuses and SQLite stores: refused up front, both answer alike.
-    A query value over MAX_QUERY_VALUE_CHARS is refused too.
+    NUL in the path, the query, a header (or, with `form`, a form field) would end up in a
+    query parameter or a text column, which PostgreSQL refuses and SQLite stores: refused up
+    front, both answer alike. A query value over MAX_QUERY_VALUE_CHARS is refused too.
 
     Raises:
-        BadRequest: code ``invalid_parameter``, naming the parameter or header.
+        BadRequest: code ``invalid_parameter``, naming the parameter, header or field.
     """
     if "\x00" in request.path:
         raise BadRequest("the path contains a NUL character", code="invalid_parameter",
@@ -72,6 +72,11 @@ def check_url_and_headers() -> None:
         if "\x00" in value:
             raise BadRequest(f"header {name!r} contains a NUL character",
                              code="invalid_parameter", details={"header": name})
+    if form and request.method == "POST":
+        for name, value in request.form.items(multi=True):
+            if "\x00" in name or "\x00" in value:
+                raise BadRequest(f"form field {name[:100]!r} contains a NUL character",
+                                 code="invalid_parameter", details={"field": name[:100]})
 
 
 def time_param(name: str) -> datetime | None:
