@@ -12,6 +12,7 @@ HTTP connection is handled, which does not depend on the database behind it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -68,8 +69,9 @@ CASES: dict[str, Case] = {
     "401-invalid-key": lambda a: dict(
         method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
         headers={"Authorization": "Bearer kurir_not_a_key", "Content-Type": JSON}, status=401),
-    "403-scope": lambda a: dict(
-        method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
+    "403-scope": lambda a: dict(  # a valid publish, so the scope is what refuses it
+        method="POST", path="/v1/partners/acme/events", data=json.dumps(
+            {"type": "order.created", "version": 1, "data": {"pad": "x" * BIG}}).encode(),
         headers={"Authorization": f"Bearer {a.reader}", "Content-Type": JSON}, status=403),
     "415-content-type": lambda a: dict(
         method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
