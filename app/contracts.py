@@ -113,10 +113,15 @@ def data_errors(validator: Validator, data: Any) -> list[dict[str, str]]:
     ]
 
 
+# Bound of the validator cache (one per contract version published to): at the bound it is
+# emptied and each validator compiled again on its next use.
+VALIDATORS_MAX = 4096
+
+
 class _ValidatorCache:
     """Compiled validators by event-type row id; safe because a version's schema is frozen."""
 
-    def __init__(self, max_size: int = 4096) -> None:
+    def __init__(self, max_size: int = VALIDATORS_MAX) -> None:
         self._items: dict[str, Validator] = {}
         self._lock = threading.Lock()
         self._max = max_size
@@ -289,6 +294,8 @@ def apply_downgrade(compiled: ParsedResult, data: dict[str, Any]) -> Any:
 
 
 def find(session: Session, name: str, version: int) -> EventType | None:
+    if not 1 <= version <= MAX_VERSION:
+        return None  # no such version can exist; PostgreSQL would refuse the comparison
     return session.scalar(select(EventType).where(EventType.name == name,
                                                   EventType.version == version))
 

@@ -21,14 +21,17 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from typing import Any, NoReturn
 
-__all__ = ["InvalidJSON", "has_lone_surrogate", "loads"]
+__all__ = ["InvalidJSON", "has_lone_surrogate", "loads", "nul_at"]
 
 # A \u escape in the surrogate block; an escaped backslash before it ("\\ud800") is a false
 # alarm, settled by the exact check that follows.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# JSON text cannot carry a raw NUL in a string, only this escape (its hex digits are all 0).
+_NUL_ESCAPE = b"\\u0000"
 _MAX_SHOWN = 40
 
 
@@ -64,6 +67,34 @@ def loads(data: bytes) -> Any:
             raise InvalidJSON(f"{where} contains a lone UTF-16 surrogate (a \\uD800-\\uDFFF "
                               "escape without its pair); it has no UTF-8 encoding")
     return document
+
+
+def nul_at(raw: bytes, document: Any, *, skip: Collection[str] = ()) -> str | None:
+    """Where a NUL character is in a parsed document, as a JSON pointer (None: nowhere).
+
+    PostgreSQL refuses NUL in ``text`` columns, so a name or description holding one cannot
+    be stored. `skip` names top-level members kept only as JSON (where NUL stays escaped),
+    which may hold it. `raw` is the text `document` was parsed from: without the escape in
+    it (the common case, one C-level search) there is nothing to walk.
+    """
+    if _NUL_ESCAPE not in raw and json.detect_encoding(raw).startswith("utf-8"):
+        return None  # JSON's \u escape is lower case only; UTF-16/32 text is walked
+    stack: list[tuple[str, Any]] = [("", document)]
+    while stack:
+        pointer, value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return _describe(pointer, "the string at")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if "\x00" in key:
+                    return _describe(pointer, "a key of the object at")
+                if pointer == "" and key in skip:
+                    continue
+                stack.append((f"{pointer}/{key.replace('~', '~0').replace('/', '~1')}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{pointer}/{index}", item) for index, item in enumerate(value))
+    return None
 
 
 def has_lone_surrogate(text: str) -> bool:

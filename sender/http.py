@@ -1,4 +1,15 @@
-"""Outbound HTTP with the SSRF guard built in: pinned addresses, no redirects, hard deadlines."""
+"""Outbound HTTP with the SSRF guard built in: pinned addresses, no redirects, hard deadlines.
+
+A failed exchange is a value (:class:`HttpResult`) whose ``error`` names what went wrong:
+
+- ``timeout``: the total deadline passed (connect, DNS, a trickled answer: all one budget);
+- ``connection_error``: refused, reset, or closed before or in the middle of the answer;
+- ``protocol_error``: the peer answered, but not in HTTP: a bad status line, a header line
+  over 64 KiB, more than 100 headers, broken chunk framing;
+- ``tls_error``, ``blocked_address`` (the SSRF guard), ``invalid_url``, ``invalid_request``.
+
+An answer in HTTP with any status is not an error here: the caller judges the status.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +50,7 @@ ERROR_BLOCKED = "blocked_address"
 ERROR_TLS = "tls_error"
 ERROR_INVALID_URL = "invalid_url"
 ERROR_INVALID_REQUEST = "invalid_request"
+ERROR_PROTOCOL = "protocol_error"
 
 # Framing and routing headers are ours: a caller's value could desynchronise the exchange.
 _OWNED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
@@ -123,12 +135,19 @@ def _shutdown(conn: Any) -> None:
             socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
+# A finished exchange leaves its deadline in the watchdog's heap until that deadline would
+# have passed (up to the longest timeout). Past this many entries the finished ones are
+# dropped at once, so the heap holds about what is in flight, not timeout x attempt rate.
+WATCHDOG_COMPACT_AT = 4096
+
+
 class _Watchdog:
     """A single timer thread enforcing every exchange's deadline, instead of a thread each."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, _Deadline]] = []
+        self._compact_at = WATCHDOG_COMPACT_AT
         self._counter = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -142,6 +161,11 @@ class _Watchdog:
                     target=self._run, name="kurir-http-watchdog", daemon=True
                 )
                 self._thread.start()
+            if len(self._heap) >= self._compact_at:
+                self._heap = [entry for entry in self._heap if not entry[2].done]
+                heapq.heapify(self._heap)
+                # Compact again only once the live part has doubled: O(1) per arm on average.
+                self._compact_at = max(WATCHDOG_COMPACT_AT, 2 * len(self._heap))
             heapq.heappush(self._heap, (deadline.at, next(self._counter), deadline))
             self._cond.notify()
 
@@ -277,6 +301,39 @@ def _pinned_url(url: str, ip: str, port: int) -> str:
     return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", parts.query, ""))
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The exception and everything it wraps (requests and urllib3 nest them in args)."""
+    found: list[BaseException] = []
+    stack = [exc]
+    while stack and len(found) < 16:
+        current = stack.pop(0)
+        if any(current is seen for seen in found):
+            continue
+        found.append(current)
+        stack.extend(arg for arg in current.args if isinstance(arg, BaseException))
+        for linked in (getattr(current, "reason", None), current.__cause__,
+                       current.__context__):
+            if isinstance(linked, BaseException):
+                stack.append(linked)
+    return found
+
+
+def _is_protocol_violation(exc: BaseException) -> bool:
+    """Whether the peer sent bytes that are not an HTTP response (not merely hung up)."""
+    causes = _causes(exc)
+    # RemoteDisconnected is a BadStatusLine and IncompleteRead an HTTPException, but both
+    # mean the peer closed the connection: a connection error, not a protocol one...
+    if any(isinstance(c, http.client.RemoteDisconnected) for c in causes):
+        return False
+    if any(isinstance(c, urllib3.exceptions.InvalidChunkLength) for c in causes):
+        return True
+    if any(isinstance(c, http.client.IncompleteRead) for c in causes):
+        # ...unless http.client raised it while failing to parse a chunk size.
+        return any(isinstance(c, ValueError) for c in causes)
+    # BadStatusLine, LineTooLong, "got more than 100 headers", ...
+    return any(isinstance(c, http.client.HTTPException) for c in causes)
+
+
 def _classify(exc: BaseException) -> str:
     """Map requests/urllib3 exceptions onto the attempt error classes."""
     if isinstance(exc, requests.exceptions.SSLError):
@@ -287,6 +344,8 @@ def _classify(exc: BaseException) -> str:
         return ERROR_TLS
     if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
         return ERROR_TIMEOUT
+    if _is_protocol_violation(exc):
+        return ERROR_PROTOCOL
     if isinstance(exc, requests.exceptions.InvalidURL):
         return ERROR_INVALID_URL
     if isinstance(exc, requests.exceptions.InvalidHeader | ValueError):
@@ -321,9 +380,12 @@ class Transport:
         self._verify: bool | str = ca_certs if ca_certs else True
         self._pool_maxsize = pool_maxsize
         self._max_sessions = max_sessions
+        # One session per origin, least recently used evicted past `max_sessions`.
         self._sessions: OrderedDict[tuple[str, str, int], requests.Session] = OrderedDict()
         self._lock = threading.Lock()
         self._watchdog = _Watchdog()
+        # Its work queue holds at most one lookup per thread sending through this transport
+        # (each waits for its own, up to its deadline), so it is bounded by the caller's pool.
         self._dns = ThreadPoolExecutor(max_workers=resolver_threads, thread_name_prefix="kurir-dns")
 
     def __enter__(self) -> Transport:

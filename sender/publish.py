@@ -88,10 +88,10 @@ def _text(value: Any, field_: str, *, required: bool) -> str | None:
     return value
 
 
-def _int(value: Any, field_: str, minimum: int) -> int:
+def _int(value: Any, field_: str, minimum: int, maximum: int = MAX_BIGINT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not (
-            minimum <= value <= MAX_BIGINT):
-        raise _invalid(field_, f"{field_} must be an integer >= {minimum}")
+            minimum <= value <= maximum):
+        raise _invalid(field_, f"{field_} must be an integer from {minimum} to {maximum}")
     return value
 
 
@@ -108,7 +108,8 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
     type_ = str(_text(body.get("type"), "type", required=True))
     if "version" not in body:
         raise _invalid("version", "version is required")
-    version = _int(body["version"], "version", 1)
+    # A contract version is an int4, like the registry's (app.contracts.MAX_VERSION).
+    version = _int(body["version"], "version", 1, contracts.MAX_VERSION)
     if "data" not in body or not isinstance(body["data"], dict):
         raise _invalid("data", "data is required and must be a JSON object")
     occurred_at = None
@@ -251,6 +252,11 @@ def _targets(connection: Connection, partner_uid: str, type_: str, version: int,
         digest=first.digest if with_digest else None, sunset_at=first.sunset_at)
 
 
+# Bound of the targets cache, in endpoints held: at the bound it is emptied and each
+# (partner, type, version) read again on its next publish.
+TARGETS_CACHE_MAX_ENDPOINTS = 100_000
+
+
 class _TargetsCache:
     """Recent targets per (partner uid, type, version), for the PostgreSQL hot path.
 
@@ -260,7 +266,7 @@ class _TargetsCache:
     holds, since one partner may have thousands.
     """
 
-    def __init__(self, max_endpoints: int = 100_000) -> None:
+    def __init__(self, max_endpoints: int = TARGETS_CACHE_MAX_ENDPOINTS) -> None:
         self._items: dict[tuple[str, str, int], _Targets] = {}
         self._held = 0
         self._lock = threading.Lock()

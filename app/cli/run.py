@@ -34,6 +34,8 @@ def api_command(host: str, port: int, workers: int | None, threads: int | None) 
     """Serve the REST API, UI and inbound receiver with gunicorn."""
     from gunicorn.app.base import BaseApplication
 
+    from app.web import keepalive
+
     runtime = make_runtime()
     settings = runtime.settings
 
@@ -48,11 +50,12 @@ def api_command(host: str, port: int, workers: int | None, threads: int | None) 
             self.cfg.set("keepalive", 5)
             self.cfg.set("accesslog", None)
             self.cfg.set("loglevel", "warning")
+            self.cfg.set("pre_request", keepalive.remember_request)
 
         def load(self) -> Any:
             from app.web import create_app
 
-            app = create_app(settings)
+            app = keepalive.with_gunicorn_close(create_app(settings))
             # Everything built so far lives as long as the worker: out of the collector's
             # sight, a full collection no longer walks it (~100 ms with every thread stopped).
             gc.freeze()

@@ -172,7 +172,12 @@ def validate_specs(specs: Iterable[Any], registry: Mapping[str, str], *,
     return result
 
 
-@functools.cache
+# Handlers imported, by dotted path (each source names at most MAX_HANDLERS): the least
+# recently used is forgotten at the bound and imported again (from sys.modules) when needed.
+RESOLVED_HANDLERS_MAX = 256
+
+
+@functools.lru_cache(maxsize=RESOLVED_HANDLERS_MAX)
 def _resolved(path: str) -> Handler:
     return resolve(path)
 

@@ -170,6 +170,8 @@ class SourceConfig:
     reconcile_url: str | None
 
 
+# Bound of the cache (one entry per source seen): at the bound it is emptied and refilled.
+CONFIGS_MAX = 1000
 _configs: dict[str, tuple[float, SourceConfig]] = {}
 _configs_lock = threading.Lock()
 
@@ -186,7 +188,7 @@ def _source_config(session: Session, source_id: str) -> SourceConfig | None:
     config = SourceConfig(source.id, source.name, source.allow_gaps,
                           tuple(source.handlers or ()), source.reconcile_url)
     with _configs_lock:
-        if len(_configs) > 1000:
+        if len(_configs) >= CONFIGS_MAX:
             _configs.clear()
         _configs[source_id] = (clock, config)
     return config

@@ -222,10 +222,14 @@ def effective_mapping(source: InboundSource) -> field_mapping.FieldMapping:
 
 
 def get_source(session: Session, name: str) -> InboundSource:
+    # A name no source could have (NUL, 1 MB, ...) is not looked up: PostgreSQL would refuse
+    # a NUL in the query, and the caller would take that for the store being down.
     source = session.scalar(select(InboundSource).where(InboundSource.name == name)
-                            .options(selectinload(InboundSource.secrets)))
+                            .options(selectinload(InboundSource.secrets))
+                            ) if NAME_PATTERN.fullmatch(name) else None
     if source is None:
-        raise NotFound(f"no inbound source named {name!r}", details={"source": name})
+        shown = name if len(name) <= 100 else name[:100] + "..."
+        raise NotFound(f"no inbound source named {shown!r}", details={"source": shown})
     return source
 
 
@@ -236,6 +240,9 @@ def list_sources(session: Session) -> list[InboundSource]:
 
 # ------------------------------------------------------------------------- receiver's cache
 
+# Bound of the cache (one entry per source name looked up and found): at the bound it is
+# emptied and refilled from the database. Names that are not sources are never cached.
+CONFIG_CACHE_MAX = 1000
 _cache: dict[str, tuple[float, VerificationConfig]] = {}
 _cache_lock = threading.Lock()
 
@@ -269,7 +276,7 @@ def verification_config(session_factory: Any, box: SecretBox, name: str,
             tolerance_s=source.tolerance_s, mapping=effective_mapping(source))
         session.rollback()
     with _cache_lock:
-        if len(_cache) > 1000:
+        if len(_cache) >= CONFIG_CACHE_MAX:
             _cache.clear()
         _cache[name] = (clock, config)
     return config

@@ -8,6 +8,7 @@ from app.config import Settings, load_settings
 from app.runtime import Runtime
 from app.web import errors, health, inbound, metrics, proxy, ui
 from app.web.api import register_api
+from app.web.keepalive import UnreadBodyGuard
 
 
 def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> Flask:
@@ -26,5 +27,6 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     register_api(app)
     ui.register(app)
     app.register_blueprint(metrics.blueprint)
+    app.wsgi_app = UnreadBodyGuard(app.wsgi_app)  # type: ignore[method-assign]
     app.wsgi_app = proxy.wrap(app.wsgi_app, settings.trusted_proxies)  # type: ignore[method-assign]
     return app

@@ -534,3 +534,17 @@ def test_session_cookie_secure_flag(settings, runtime, operator, base_url, confi
     page = client.get("/ui/login", base_url=base_url)
     cookie = page.headers["Set-Cookie"]
     assert ("; Secure" in cookie) is secure
+
+
+def test_nul_and_giant_values_are_refused_not_a_server_error(client, ui, letters):
+    """PostgreSQL refuses NUL in text, SQLite a LIKE pattern over 50,000 bytes: both a 400."""
+    signed_out = client.application.test_client()
+    answer = signed_out.post("/ui/login", data={"email": "a\x00b@example.com",
+                                                "password": PASSWORD,
+                                                "csrf_token": token(signed_out)})
+    assert answer.status_code == 302  # sent back, the reason flashed
+    assert "NUL character" in signed_out.get(answer.headers["Location"],
+                                             follow_redirects=True).text
+    for query in ("q=%00", "error=" + "e" * 1_000_000, "partner=%00", "next=%00"):
+        page = ui.get(f"/ui/dead-letters?{query}")
+        assert page.status_code == 400, (query[:20], page.status_code)

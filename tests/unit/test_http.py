@@ -671,6 +671,40 @@ def test_truncated_body_is_a_connection_error(
     assert result.body == b"only-part"
 
 
+def test_an_answer_that_is_not_http_is_a_protocol_error(
+    serve: Callable[..., RawServer], transport: Transport
+) -> None:
+    server = serve(lambda c, s: c.send(b"SSH-2.0-OpenSSH_9.6\r\n" + bytes(range(256))) or False)
+    result = transport.post(server.url(), BODY, HEADERS, 5, LOCAL)
+    assert result.error == "protocol_error" and result.status is None
+
+
+@pytest.mark.parametrize("head", [
+    b"".join(b"X-Flood-%d: 1\r\n" % i for i in range(10_000)),
+    b"X-Huge: " + b"h" * (1024 * 1024) + b"\r\n",
+], ids=["10k-headers", "1MiB-header"])
+def test_a_header_flood_is_a_protocol_error(
+    serve: Callable[..., RawServer], transport: Transport, head: bytes
+) -> None:
+    server = serve(lambda c, s: c.send(b"HTTP/1.1 200 OK\r\n" + head
+                                       + b"Content-Length: 2\r\n\r\nok") or False)
+    result = transport.post(server.url(), BODY, HEADERS, 5, LOCAL)
+    assert result.error == "protocol_error" and not result.ok
+
+
+def test_broken_chunk_framing_is_a_protocol_error(
+    serve: Callable[..., RawServer], transport: Transport
+) -> None:
+    def handler(conn: Conn, seen: Seen) -> bool:
+        conn.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"5\r\nhello\r\nnot-a-size\r\n")
+        return False
+
+    server = serve(handler)
+    result = transport.post(server.url(), BODY, HEADERS, 5, LOCAL)
+    assert result.status == 200 and result.error == "protocol_error" and not result.ok
+
+
 def test_unresolvable_host(transport: Transport) -> None:
     def nxdomain(host: str, port: int) -> list[str]:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
@@ -808,3 +842,21 @@ def test_https_handshake_that_hangs_times_out(serve: Callable[..., RawServer], p
         )  # fmt: skip
     assert result.error == "timeout"
     assert time.monotonic() - started < 1.0 + SLACK_S
+
+
+def test_finished_deadlines_do_not_pile_up_in_the_watchdog() -> None:
+    """10,000 exchanges that finished long before their 30 s deadline leave a small heap."""
+    from sender.http import WATCHDOG_COMPACT_AT, _Deadline, _Watchdog
+
+    watchdog = _Watchdog()
+    try:
+        for _ in range(10_000):
+            deadline = _Deadline(time.monotonic() + 30)
+            watchdog.arm(deadline)
+            deadline.finish()
+        live = _Deadline(time.monotonic() + 30)
+        watchdog.arm(live)
+        assert len(watchdog._heap) <= WATCHDOG_COMPACT_AT
+        assert any(entry[2] is live for entry in watchdog._heap)
+    finally:
+        watchdog.close()

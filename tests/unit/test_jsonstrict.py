@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.jsonstrict import InvalidJSON, has_lone_surrogate, loads
+from app.jsonstrict import InvalidJSON, has_lone_surrogate, loads, nul_at
 
 
 @pytest.mark.parametrize("body", [
@@ -114,3 +114,22 @@ def test_one_lone_surrogate_anywhere_is_refused(document, code_point):
     body = json.dumps({"doc": document, "bad": ["x" + chr(code_point)]}).encode()
     with pytest.raises(InvalidJSON):
         loads(body)
+
+
+@pytest.mark.parametrize(("document", "where"), [
+    ({"name": "a\x00b"}, "the string at '/name'"),
+    ({"a": [{"b": "\x00"}]}, "the string at '/a/0/b'"),
+    ({"x\x00": 1}, "a key of the object at the root"),
+    ({"data": {"k": "\x00"}, "name": "ok"}, None),  # skipped: kept as JSON only
+    ({"data": {"k": "\x00"}, "type": "\x00"}, "the string at '/type'"),
+    ({"name": "no nul here"}, None),
+])
+def test_nul_is_found_where_it_would_be_stored_as_text(document, where):
+    for ensure_ascii in (True, False):
+        raw = json.dumps(document, ensure_ascii=ensure_ascii).encode()
+        assert nul_at(raw, loads(raw), skip={"data"}) == where
+
+
+def test_nul_is_found_in_utf16_text_too():
+    raw = json.dumps({"name": "\x00"}).encode("utf-16")
+    assert nul_at(raw, loads(raw)) == "the string at '/name'"

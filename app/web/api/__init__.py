@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask
+from flask import Flask, request
 
 from app.web import openapi
 from app.web.api import (
@@ -15,6 +15,7 @@ from app.web.api import (
     partners,
     sources,
 )
+from app.web.jsonio import check_url_and_headers
 
 
 def register_api(app: Flask) -> None:
@@ -22,3 +23,8 @@ def register_api(app: Flask) -> None:
                    inbound_events):
         app.register_blueprint(module.blueprint, url_prefix="/v1")
     app.register_blueprint(openapi.blueprint)
+
+    @app.before_request
+    def _check_url_and_headers() -> None:
+        if request.path.startswith("/v1/"):
+            check_url_and_headers()

@@ -54,6 +54,7 @@ from app.services import (
 )
 from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
 from app.web.context import runtime
+from app.web.jsonio import check_url_and_headers
 from app.web.metrics import queue_stats
 from app.web.ui import present, security, stats
 from app.web.ui.throttle import LoginThrottle
@@ -75,6 +76,7 @@ Page = str | WerkzeugResponse | tuple[str, int] | tuple[str, int, dict[str, str]
 @blueprint.before_request
 def _csrf() -> None:
     security.check_csrf()
+    check_url_and_headers(form=True)  # NUL would be a 500 on PostgreSQL
 
 
 @blueprint.after_request
