@@ -358,8 +358,10 @@ def test_disable_enable_and_rotate_an_endpoint(ui, runtime, letters):
         trail = session.execute(select(AuditRecord.action, AuditRecord.actor)
                                 .where(AuditRecord.subject_id == scene.endpoint_id)
                                 .order_by(AuditRecord.id)).all()
+        # Showing the secret is audited too: who saw it, and when.
         assert trail == [(action, f"operator:{EMAIL}") for action in (
-            "endpoint.disabled", "endpoint.enabled", "endpoint.secret_rotated")]
+            "endpoint.disabled", "endpoint.enabled", "endpoint.secret_rotated",
+            "endpoint.secret_revealed")]
     page = ui.get(url).text
     assert "endpoint.enabled" in page and "endpoint.secret_rotated" in page
 

@@ -44,9 +44,10 @@ from app.models import (
 from app.pagination import parse_limit
 from app.services import audit, dead_letters, endpoints, events, operators, partners, sources
 from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
+from app.web import present
 from app.web.context import runtime
 from app.web.metrics import queue_stats
-from app.web.ui import present, security, stats
+from app.web.ui import security, stats
 from app.web.ui.throttle import LoginThrottle
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,7 @@ def dead_letters_page() -> Page:
     with runtime().db.begin() as session:
         page = dead_letters.page(session, actor, flt, limit=limit, cursor=cursor, options=())
         matching = dead_letters.matching(session, actor, flt)
-        any_open = matching > 0 or dead_letters.open_dead_letter_exists(session)
+        any_open = matching > 0 or dead_letters.open_dead_letter_exists(session, actor)
         query = {k: v for k, v in args.items() if v}
         return render_template(
             "ui/dead_letters.html", page=page, args=args, flt=flt, matching=matching,

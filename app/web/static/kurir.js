@@ -1,4 +1,4 @@
-// Kurir operator UI: progressive enhancement only — every form works without this file.
+// Kurir UI and partner portal: progressive enhancement only — every form works without it.
 (function () {
   "use strict";
 
@@ -45,5 +45,9 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("form[data-bulk]").forEach(updateCount);
+    // A portal magic link: post it on at once (a link scanner that only fetches the page
+    // does not run this, so it cannot spend the link).
+    var enter = document.querySelector("form[data-autosubmit]");
+    if (enter) { enter.submit(); }
   });
 })();

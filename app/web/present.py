@@ -1,10 +1,13 @@
-"""Turning stored rows into what an operator may see: secrets hidden, JSON made readable."""
+"""Turning stored rows into what an operator or a partner may see: secrets hidden, JSON made
+readable. Both faces render through these, so neither can show more than the other."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from app import headers as header_rules
 from app.clock import utcnow
@@ -79,3 +82,25 @@ def duration(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """One attempt as a page shows it: what was sent (minus credentials), what came back."""
+
+    row: Any  # app.models.Attempt
+    request_headers: list[ShownHeader]
+    response_headers: list[ShownHeader] | None  # None: not kept for this attempt
+    body: str
+
+    @property
+    def ok(self) -> bool:
+        status = self.row.response_status
+        return self.row.error is None and status is not None and 200 <= status <= 299
+
+
+def attempt_views(attempts: Iterable[Any]) -> list[AttemptView]:
+    return [AttemptView(a, shown_headers(a.request_headers),
+                        None if a.response_headers is None else shown_headers(a.response_headers),
+                        pretty_json(a.response_body))
+            for a in attempts]
