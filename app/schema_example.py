@@ -79,7 +79,9 @@ def _make(node: Any, root: Any, depth: int) -> Any:
     if kind is None:
         kind = "object" if "properties" in node else ("array" if "items" in node else None)
     if kind == "object":
-        properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        properties = node.get("properties")
+        if not isinstance(properties, dict):
+            return {}
         return {name: _make(sub, root, depth + 1) for name, sub in properties.items()}
     if kind == "array":
         item = _make(node.get("items", {}), root, depth + 1)

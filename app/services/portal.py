@@ -108,7 +108,8 @@ def enter(session: Session, token: str, now: datetime | None = None) -> Entered:
                           details={"expired_at": isoformat(link.expires_at)})
     spent = session.execute(
         update(PortalLink).where(PortalLink.id == link.id, PortalLink.used_at.is_(None))
-        .values(used_at=now).execution_options(synchronize_session=False)).rowcount
+        .values(used_at=now).execution_options(synchronize_session=False)
+    ).rowcount  # type: ignore[attr-defined]
     if spent != 1:
         raise LinkRefused("This link was already used. Each link opens the portal once; ask "
                           "for a new one.", code=LINK_USED)

@@ -93,8 +93,9 @@ def event_lookup() -> Page:
         page = render_template(
             "ui/events.html", rows=rows, query=query, lookup=raw, error=error,
             partner_uids=partners.uids(session, {e.partner_id for e in rows}),
-            next_url=(url_for("ui.event_lookup", **{k: v for k, v in query.items() if v},
-                              cursor=next_cursor) if next_cursor else None))
+            next_url=(url_for("ui.event_lookup") + "?" + urlencode(
+                {**{k: v for k, v in query.items() if v}, "cursor": next_cursor})
+                if next_cursor else None))
     return (page, 404) if raw else page
 
 
