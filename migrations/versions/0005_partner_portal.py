@@ -1,7 +1,7 @@
 """partner portal: one-time links, portal sessions, response headers of attempts, resend jobs
 named on their dead-letter audit rows
 
-Revision ID: 0004
+Revision ID: 0005
 Revises: 0003
 Create Date: 2026-12-04 09:00:00
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
+revision: str = "0005"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
