@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
@@ -26,6 +26,9 @@ from app.models import Partner, PortalLink, PortalSession
 from app.services import audit, partners
 from app.services.actor import Actor
 
+# Links and sessions that stopped working are kept this long (a "link expired" page still
+# finds its link), then purged; the audit trail keeps their story.
+KEEP_ENDED = timedelta(days=1)
 LINK_TTL_MIN_S = 60
 LINK_TTL_MAX_S = 86400
 SESSION_LIFETIME = timedelta(hours=12)
@@ -170,3 +173,13 @@ def end(session: Session, token: str, now: datetime | None = None) -> None:
     found.ended_at = now
     audit.record(session, Actor.portal(found.partner_id, uid, found.id), "portal.signed_out",
                  "portal_session", found.id, partner_id=found.partner_id)
+
+
+def purge(session: Session, now: datetime | None = None) -> int:
+    """Forget links and sessions that ended more than `KEEP_ENDED` ago (a periodic job)."""
+    cutoff = (now or utcnow()) - KEEP_ENDED
+    links = session.execute(delete(PortalLink).where(PortalLink.expires_at < cutoff))
+    sessions = session.execute(delete(PortalSession).where(
+        (PortalSession.expires_at < cutoff) | (PortalSession.ended_at < cutoff)
+        | (PortalSession.last_seen_at < cutoff - SESSION_IDLE)))
+    return int(links.rowcount or 0) + int(sessions.rowcount or 0)  # type: ignore[attr-defined]

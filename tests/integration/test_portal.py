@@ -424,3 +424,24 @@ def test_event_rows_exist_for_test_events_only_as_kurir_test(portal, client, aut
     with runtime.db.begin() as session:
         (event,) = session.scalars(select(Event))
         assert event.type == "kurir.test" and event.version == 1
+
+
+def test_ended_links_and_sessions_are_purged_after_a_day(portal, client, auth, runtime):
+    from app.scheduling import periodic_jobs
+
+    link_for(client, auth)  # unused, still valid: kept
+    with runtime.db.begin() as session:
+        assert len(session.scalars(select(PortalLink)).all()) == 2
+        used = session.scalars(select(PortalLink).where(PortalLink.used_at.is_not(None))).one()
+        used.expires_at = utcnow() - portal_service.KEEP_ENDED - timedelta(minutes=1)
+        row = session.scalars(select(PortalSession)).one()
+        row.expires_at = used.expires_at
+    jobs = {job.name: job.run for job in periodic_jobs(runtime)}
+    assert jobs["purge-portal-links"](runtime) == 2
+    with runtime.db.begin() as session:
+        assert len(session.scalars(select(PortalLink)).all()) == 1
+        assert session.scalars(select(PortalSession)).first() is None
+        # The story stays in the audit trail.
+        assert session.scalars(select(AuditRecord).where(
+            AuditRecord.action == "portal.signed_in")).one()
+    assert portal.get("/portal/").status_code == 401
