@@ -56,26 +56,30 @@ def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
             for i, (eid, pid) in enumerate(endpoints):
                 cp.write_row((eid, pid, f"https://hooks{i}.example.com/kurir", "{}", 15,
                               "enabled", 0, now, now))
+        partner_of = dict(endpoints)
+        events: list[tuple[object, ...]] = []
+        rows_out: list[tuple[object, ...]] = []
+        for _ in range(rows):
+            created = now - timedelta(seconds=rng.uniform(0, 30 * 86400))
+            pick = rng.random()
+            eid = hot if pick < 0.4 else endpoints[rng.randrange(1, len(endpoints) - 1)][0]
+            if pick > 0.9995:
+                eid = rare
+            event_id = ulid_at("evt", created, rng)
+            state = rng.choice(STATES)
+            events.append((event_id, partner_of[eid], rng.choice(TYPES), 1, "{}", "{}",
+                           created, created))
+            rows_out.append((ulid_at("dlv", created, rng), event_id, eid, state, 1, 1, 1,
+                             STATUSES[state], created, created))
         with cur.copy("COPY events (id, partner_id, type, version, data, payload, occurred_at, "
-                      "created_at) FROM STDIN") as events, \
-                raw.cursor().copy("COPY deliveries (id, event_id, endpoint_id, state, "
-                                  "attempt_count, run_attempts, run, last_status_code, "
-                                  "created_at, updated_at) FROM STDIN") as dlv:
-            for _ in range(rows):
-                created = now - timedelta(seconds=rng.uniform(0, 30 * 86400))
-                if rng.random() < 0.4:
-                    eid = hot
-                else:
-                    eid = endpoints[rng.randrange(1, len(endpoints) - 1)][0]
-                if rng.random() < 0.0005:
-                    eid = rare
-                pid = next(p for e, p in endpoints if e == eid)
-                event_id = ulid_at("evt", created, rng)
-                state = rng.choice(STATES)
-                events.write_row((event_id, pid, rng.choice(TYPES), 1, "{}", "{}", created,
-                                  created))
-                dlv.write_row((ulid_at("dlv", created, rng), event_id, eid, state, 1, 1, 1,
-                               STATUSES[state], created, created))
+                      "created_at) FROM STDIN") as cp:
+            for row in events:
+                cp.write_row(row)
+        with cur.copy("COPY deliveries (id, event_id, endpoint_id, state, attempt_count, "
+                      "run_attempts, run, last_status_code, created_at, updated_at) "
+                      "FROM STDIN") as cp:
+            for row in rows_out:
+                cp.write_row(row)
         raw.commit()
     finally:
         raw.close()
