@@ -138,6 +138,45 @@ def _str(name: str, raw: str) -> str:
     return raw
 
 
+# One CSP source expression: a keyword, a scheme (`https:`), or an origin with an optional
+# `*.` host wildcard, port and path. Nothing that could end the directive (`;`, `,`).
+_CSP_SOURCE = re.compile(r"^(?:'none'|'self'|[a-z][a-z0-9+.\-]*:|"
+                         r"(?:[a-z][a-z0-9+.\-]*://)?(?:\*\.)?[A-Za-z0-9.\-]+(?::(?:\d+|\*))?"
+                         r"(?:/[^\s;,']*)?)$")
+
+
+def _parse_frame_ancestors(name: str, raw: str) -> str:
+    """A CSP `frame-ancestors` source list: who may show the portal in a frame."""
+    sources = raw.split()
+    if not sources:
+        raise ConfigError(f"{name} must list at least one source, or 'none'")
+    for source in sources:
+        if not _CSP_SOURCE.fullmatch(source):
+            raise ConfigError(f"{name}: {source!r} is not a frame-ancestors source (an "
+                              "origin like https://app.example.com, a scheme like https:, "
+                              "'self' or 'none')")
+    if "'none'" in sources and len(sources) > 1:
+        raise ConfigError(f"{name}: 'none' cannot be combined with other sources")
+    return " ".join(sources)
+
+
+def _parse_public_url(name: str, raw: str) -> str | None:
+    value = raw.strip().rstrip("/")
+    if not value:
+        return None
+    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+        raise ConfigError(f"{name} must be an http(s) URL such as https://hooks.example.com, "
+                          f"got {raw!r}")
+    return value
+
+
+def _parse_title(name: str, raw: str) -> str:
+    value = raw.strip()
+    if not value or len(value) > 100:
+        raise ConfigError(f"{name} must be 1 to 100 characters")
+    return value
+
+
 def _opt_str(name: str, raw: str) -> str | None:
     return raw or None
 
@@ -181,6 +220,19 @@ class Settings:
     trusted_proxies: int | tuple[str, ...] = 0
     # The UI session cookie's Secure flag; None decides per request (see app.web.ui.security).
     cookie_secure: bool | None = None
+    # The partner portal: its title, who may frame it (CSP frame-ancestors) and how long a
+    # magic link stays usable when its creator does not say.
+    portal_title: str = "Webhooks"
+    portal_frame_ancestors: str = "'none'"
+    portal_link_ttl_seconds: int = 900
+    # Kurir's own address as partners reach it, for the links it hands out; None: the address
+    # the request that asks for a link came in on.
+    public_url: str | None = None
+
+    @property
+    def portal_framable(self) -> bool:
+        """Whether some other page may show the portal in a frame."""
+        return self.portal_frame_ancestors != "'none'"
 
     @property
     def resolved_database_url(self) -> str:
@@ -263,6 +315,11 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_INBOUND_HANDLERS": ("inbound_handlers", _parse_handlers),
     "KURIR_TRUSTED_PROXIES": ("trusted_proxies", _parse_trusted_proxies),
     "KURIR_COOKIE_SECURE": ("cookie_secure", _parse_auto_bool),
+    "KURIR_PORTAL_TITLE": ("portal_title", _parse_title),
+    "KURIR_PORTAL_FRAME_ANCESTORS": ("portal_frame_ancestors", _parse_frame_ancestors),
+    "KURIR_PORTAL_LINK_TTL_SECONDS": ("portal_link_ttl_seconds",
+                                      lambda n, r: _parse_int(n, r, 60, 86400)),
+    "KURIR_PUBLIC_URL": ("public_url", _parse_public_url),
 }
 
 ENV_VARS: tuple[str, ...] = tuple(_ENV)

@@ -45,6 +45,31 @@ MAX_DESCRIPTION = 4000
 MAX_EXAMPLES = 20
 MAX_DOWNGRADE = 4000
 
+# Event types whose name starts with this belong to Kurir itself: publishers can neither
+# register nor publish them, and endpoints do not subscribe to them.
+RESERVED_PREFIX = "kurir."
+TEST_EVENT = "kurir.test"
+TEST_EVENT_VERSION = 1
+TEST_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["message", "endpoint", "sent_by"],
+    "properties": {
+        "message": {"type": "string", "description": "what this event is for"},
+        "endpoint": {"type": "string", "description": "the endpoint it was sent to"},
+        "sent_by": {"type": "string", "description": "who asked for it, e.g. portal:acme"},
+    },
+    "additionalProperties": False,
+    "examples": [{"message": "This is a test event from Kurir.", "endpoint": "ep_…",
+                  "sent_by": "portal:acme"}],
+}
+TEST_EVENT_DESCRIPTION = ("A test event, sent on request to one endpoint only (never "
+                          "published by services), to check that the endpoint receives and "
+                          "verifies webhooks.")
+
+
+def is_reserved(name: Any) -> bool:
+    return isinstance(name, str) and name.lower().startswith(RESERVED_PREFIX)
+
 
 def canonical_json(value: Any) -> str:
     """One spelling per JSON value, so equal schemas (and bodies) hash equal."""
@@ -182,6 +207,9 @@ def register(session: Session, body: dict[str, Any]) -> Registered:
         raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
                                details={"fields": unknown})
     name = _check_name(body.get("name"))
+    if is_reserved(name):
+        raise ValidationFailed(f"event type names starting with {RESERVED_PREFIX!r} belong to "
+                               "Kurir", code="reserved_event_type", details={"field": "name"})
     version = _check_version(body.get("version"))
     if "schema" not in body:
         raise ValidationFailed("schema is required", code="invalid_field",
@@ -291,6 +319,23 @@ def _check_downgrade(session: Session, name: str, version: int, expression: Any,
 
 def apply_downgrade(compiled: ParsedResult, data: dict[str, Any]) -> Any:
     return compiled.search(data)
+
+def ensure_test_contract(session: Session) -> EventType:
+    """Kurir's own `kurir.test` contract, registered on first use (race-safe)."""
+    row = find(session, TEST_EVENT, TEST_EVENT_VERSION)
+    if row is not None:
+        return row
+    row = EventType(name=TEST_EVENT, version=TEST_EVENT_VERSION, schema=TEST_EVENT_SCHEMA,
+                    description=TEST_EVENT_DESCRIPTION)
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError:
+        found = find(session, TEST_EVENT, TEST_EVENT_VERSION)
+        if found is None:
+            raise
+        return found
+    return row
 
 
 def find(session: Session, name: str, version: int) -> EventType | None:

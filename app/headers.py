@@ -104,3 +104,12 @@ def redact_url(url: str | None) -> str | None:
     parts = urlsplit(url)
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=f"{REDACTED}@{host}"))
+
+
+def redact_response(headers: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """A partner's answer headers as anyone may see them: a value that could authenticate
+    (`Set-Cookie`, tokens...) is replaced by the redaction mark."""
+    if headers is None:
+        return None
+    return {str(name): (REDACTED if is_sensitive(str(name)) else str(value))
+            for name, value in headers.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import datetime
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32, sorts like the numbers
 _lock = threading.Lock()
@@ -36,3 +37,10 @@ def ulid() -> str:
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{ulid()}"
+
+
+def id_floor(prefix: str, moment: datetime) -> str:
+    """The smallest id created at `moment`: ids are ULIDs, so a time range is an id range
+    (which the primary key answers, where `created_at` may have no index)."""
+    millis = max(0, int(moment.timestamp() * 1000))
+    return f"{prefix}_{_encode(millis, 10)}{'0' * 16}"

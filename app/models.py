@@ -172,6 +172,36 @@ class AuditRecord(Base):
     created_at: Mapped[datetime] = _created()
 
 
+class PortalLink(Base):
+    """A one-time magic link into the partner portal; only a SHA-256 of its token is kept."""
+
+    __tablename__ = "portal_links"
+
+    id: Mapped[str] = _id("pl")
+    partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_by: Mapped[str] = mapped_column(String(320))
+    created_at: Mapped[datetime] = _created()
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class PortalSession(Base):
+    """A partner's signed-in portal session, opened by one link; the cookie holds its token."""
+
+    __tablename__ = "portal_sessions"
+
+    id: Mapped[str] = _id("ps")
+    partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"),
+                                            index=True)
+    link_id: Mapped[str | None] = mapped_column(String(40))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = _created()
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
 # ---------------------------------------------------------------------------- contracts
 
 
@@ -362,6 +392,8 @@ class Attempt(Base):
     request_headers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     response_status: Mapped[int | None] = mapped_column(Integer)
     response_body: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # The partner's answer headers, where the engine kept them (rows before it did: None).
+    response_headers: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = _created()
 
@@ -435,6 +467,8 @@ class DeadLetterAudit(Base):
     action: Mapped[str] = mapped_column(String(32))
     outcome: Mapped[str] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)
+    # The resend job (BulkOperation) that did it, so a job can report what became of its runs.
+    operation_id: Mapped[str | None] = mapped_column(String(40), index=True)
     created_at: Mapped[datetime] = _created()
 
     dead_letter: Mapped[DeadLetter] = relationship(back_populates="audit")

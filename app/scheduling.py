@@ -44,6 +44,14 @@ def report_sunsets(runtime: Runtime) -> int:
         return event_types.report_sunsets(session)
 
 
+def purge_portal(runtime: Runtime) -> int:
+    """Portal links and sessions that ended more than a day ago."""
+    from app.services import portal
+
+    with runtime.db.begin() as session:
+        return portal.purge(session)
+
+
 def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
     from app.inbound import process as inbound_process
@@ -59,6 +67,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
                     IntervalTrigger(hours=1)),
         PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),
+        PeriodicJob("purge-portal-links", purge_portal, IntervalTrigger(hours=1)),
         PeriodicJob("resume-bulk-resends", dlq_resend.resume_stalled,
                     IntervalTrigger(minutes=1)),
         PeriodicJob("sweep-inbound-events", inbound_process.sweep,

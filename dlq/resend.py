@@ -22,12 +22,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import redis
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.db import after_commit
 from app.errors import Conflict, NotFound, ValidationFailed
+from app.ids import new_id
 from app.models import (
     DEAD,
     DL_OPEN,
@@ -83,7 +84,7 @@ def _tag() -> str:
 
 
 def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: bool = False,
-          now: datetime | None = None) -> PageResult:
+          now: datetime | None = None, operation_id: str | None = None) -> PageResult:
     """Flip open letters to `resent` and their deliveries back to `pending`, in this session.
 
     Letters that are not open, or whose endpoint is disabled (unless `force`) or deleted, are
@@ -157,7 +158,8 @@ def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: boo
         else:
             # Someone already brought the delivery back (e.g. a manual retry): just close.
             outcome = "closed: delivery was no longer dead"
-        audits.append(audit_row(letter_id, actor, "resend", outcome, now))
+        audits.append(audit_row(letter_id, actor, "resend", outcome, now,
+                                operation_id=operation_id))
     session.execute(insert(DeadLetterAudit), audits)
     # The ORM may hold these rows from before the Core UPDATEs; make it re-read them.
     for obj in list(session.identity_map.values()):
@@ -167,10 +169,11 @@ def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: boo
 
 
 def audit_skips(session: Session, skipped: dict[str, str], *, actor: str,
-                now: datetime | None = None) -> None:
+                now: datetime | None = None, operation_id: str | None = None) -> None:
     """Record, on each letter that exists, why a bulk resend left it alone."""
     now = now or utcnow()
-    rows = [audit_row(letter_id, actor, "resend", f"skipped: {reason}", now)
+    rows = [audit_row(letter_id, actor, "resend", f"skipped: {reason}", now,
+                      operation_id=operation_id)
             for letter_id, reason in skipped.items() if reason not in (NOT_FOUND,)]
     if rows:
         session.execute(insert(DeadLetterAudit), rows)
@@ -201,22 +204,28 @@ def resend_one(session: Session, connection: redis.Redis, letter_id: str, *, act
 
 
 def resend_ids_inline(session: Session, connection: redis.Redis, letter_ids: Sequence[str], *,
-                      actor: str, force: bool = False,
-                      now: datetime | None = None) -> PageResult:
-    """Resend a short list of letters in the caller's transaction; skips are audited."""
-    result = rearm(session, letter_ids, actor=actor, force=force, now=now)
-    audit_skips(session, result.skipped, actor=actor, now=now)
+                      actor: str, force: bool = False, now: datetime | None = None,
+                      operation_id: str | None = None) -> PageResult:
+    """Resend a short list of letters in the caller's transaction; skips are audited.
+
+    `operation_id` is the id `record_inline` will give the job that reports it.
+    """
+    result = rearm(session, letter_ids, actor=actor, force=force, now=now,
+                   operation_id=operation_id)
+    audit_skips(session, result.skipped, actor=actor, now=now, operation_id=operation_id)
     enqueue(session, connection, result)
     return result
 
 
 def record_inline(session: Session, result: PageResult, letter_ids: Sequence[str], *,
-                  actor: str, force: bool = False, now: datetime | None = None) -> BulkOperation:
+                  actor: str, force: bool = False, now: datetime | None = None,
+                  operation_id: str | None = None) -> BulkOperation:
     """A finished BulkOperation for a resend done inline, so every bulk call has a job id."""
     now = now or utcnow()
     ids = list(dict.fromkeys(letter_ids))
-    op = BulkOperation(kind=BULK_KIND, actor=actor[:320], state="succeeded", total=len(ids),
-                       done=len(result.resent), failed=len(result.skipped),
+    op = BulkOperation(id=operation_id or new_id("bop"), kind=BULK_KIND, actor=actor[:320],
+                       state="succeeded", total=len(ids), done=len(result.resent),
+                       failed=len(result.skipped),
                        params={"ids": ids, "force": bool(force),
                                "skipped": dict(Counter(result.skipped.values()))},
                        created_at=now, updated_at=now, finished_at=now)
@@ -322,8 +331,8 @@ def run_bulk(runtime: Runtime, op_id: str, *, page_size: int = PAGE_SIZE,
                 if not page:
                     break
                 result = rearm(session, page, actor=op.actor,
-                               force=bool(op.params.get("force")))
-                audit_skips(session, result.skipped, actor=op.actor)
+                               force=bool(op.params.get("force")), operation_id=op_id)
+                audit_skips(session, result.skipped, actor=op.actor, operation_id=op_id)
                 enqueue(session, runtime.redis, result)
                 cursor = page[-1]
                 skipped = Counter(op.params.get("skipped") or {})
@@ -349,6 +358,38 @@ def run_bulk(runtime: Runtime, op_id: str, *, page_size: int = PAGE_SIZE,
     log.info("bulk resend finished", extra={"bulk_operation_id": op_id, "resent": op.done,
                                             "skipped": op.failed})
     return op
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """What became of the runs a resend job started: delivered, failed again, still going."""
+
+    delivered: int = 0
+    failed_again: int = 0
+    in_progress: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.delivered + self.failed_again + self.in_progress
+
+
+def outcomes(session: Session, op_id: str) -> Outcomes:
+    """Count the job's re-armed deliveries by where they are now.
+
+    A delivery that died again has a newer open dead letter (its state is `dead`); one that
+    was resent again since by someone else counts by its latest state.
+    """
+    rows = session.execute(
+        select(Delivery.state, func.count(func.distinct(Delivery.id)))
+        .join(DeadLetter, DeadLetter.delivery_id == Delivery.id)
+        .join(DeadLetterAudit, DeadLetterAudit.dead_letter_id == DeadLetter.id)
+        .where(DeadLetterAudit.operation_id == op_id,
+               DeadLetterAudit.outcome.startswith("resent as run"))
+        .group_by(Delivery.state)).all()
+    counts = {state: int(n) for state, n in rows}
+    delivered = counts.pop("succeeded", 0)
+    failed = counts.pop(DEAD, 0)
+    return Outcomes(delivered, failed, sum(counts.values()))
 
 
 def stalled_operations(session: Session, older_than: datetime) -> list[str]:

@@ -211,6 +211,12 @@ def check_event_types(session: Session, event_types: Any) -> list[str] | None:
     if len(event_types) > MAX_EVENT_TYPES:
         raise _invalid("event_types", f"at most {MAX_EVENT_TYPES} event types")
     names = list(dict.fromkeys(event_types))
+    reserved = [n for n in names if contracts.is_reserved(n)]
+    if reserved:
+        raise ValidationFailed(f"{reserved[0]} is Kurir's own event type: it reaches an "
+                               "endpoint only when a test is sent to it, and cannot be "
+                               "subscribed to", code="reserved_event_type",
+                               details={"field": "event_types", "reserved": reserved})
     missing = sorted(set(names) - contracts.existing_names(session, names))
     if missing:
         raise ValidationFailed(f"unknown event type(s): {', '.join(missing)}",

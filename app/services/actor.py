@@ -40,6 +40,8 @@ class Actor:
     # Set for partner-bound callers (partner keys, the portal): they reach only this partner.
     partner_id: str | None = None
     partner_uid: str | None = None
+    # The portal session acting (audited with each of its changes).
+    session_id: str | None = None
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.name}" if self.name else self.kind
@@ -60,8 +62,9 @@ class Actor:
         return cls(CLI, user or "")
 
     @classmethod
-    def portal(cls, partner_id: str, partner_uid: str) -> Actor:
-        return cls(PORTAL, partner_uid, PARTNER_SCOPES, None, partner_id, partner_uid)
+    def portal(cls, partner_id: str, partner_uid: str, session_id: str | None = None) -> Actor:
+        return cls(PORTAL, partner_uid, PARTNER_SCOPES, None, partner_id, partner_uid,
+                   session_id)
 
     @classmethod
     def system(cls) -> Actor:

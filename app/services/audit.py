@@ -20,7 +20,13 @@ MAX_PAGE = 250
 
 def record(session: Session, actor: Actor, action: str, subject_type: str, subject_id: str, *,
            partner_id: str | None = None, **details: Any) -> AuditRecord:
-    """Write one audit row; `details` must be JSON and must never hold a secret."""
+    """Write one audit row; `details` must be JSON and must never hold a secret.
+
+    A portal session's changes name the session, so an operator can tell which magic link
+    (and so who handed it out) they came through.
+    """
+    if actor.session_id is not None:
+        details.setdefault("session", actor.session_id)
     row = AuditRecord(actor=str(actor)[:320], action=action, subject_type=subject_type,
                       subject_id=subject_id, partner_id=partner_id, details=details)
     session.add(row)
@@ -28,13 +34,22 @@ def record(session: Session, actor: Actor, action: str, subject_type: str, subje
 
 
 def search(session: Session, actor: Actor, *, subject_id: str | None = None,
-           action: str | None = None, limit: int = 50,
+           action: str | None = None, partner_id: str | None = None,
+           actor_prefix: str | None = None, limit: int = 50,
            cursor: str | None = None) -> tuple[list[AuditRecord], str | None]:
-    """Newest first; a partner-bound actor sees only what concerns its partner."""
+    """Newest first; a partner-bound actor sees only what concerns its partner.
+
+    `partner_id` narrows to one partner's records, `actor_prefix` to one kind of actor
+    (`portal:` for everything done through the partner portal).
+    """
     actor.require("read")
     stmt = select(AuditRecord)
     if actor.partner_id is not None:
         stmt = stmt.where(AuditRecord.partner_id == actor.partner_id)
+    if partner_id is not None:
+        stmt = stmt.where(AuditRecord.partner_id == partner_id)
+    if actor_prefix:
+        stmt = stmt.where(AuditRecord.actor.startswith(actor_prefix, autoescape=True))
     if subject_id:
         stmt = stmt.where(AuditRecord.subject_id == subject_id)
     if action:

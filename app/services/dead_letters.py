@@ -17,7 +17,16 @@ from sqlalchemy.orm import Session, selectinload
 from sqlalchemy.sql.base import ExecutableOption
 
 from app.errors import BadRequest, NotFound, ValidationFailed
-from app.models import DL_OPEN, Attempt, BulkOperation, DeadLetter, Partner
+from app.ids import new_id
+from app.models import (
+    DL_OPEN,
+    DL_RESENT,
+    SUCCEEDED,
+    Attempt,
+    BulkOperation,
+    DeadLetter,
+    Partner,
+)
 from app.runtime import Runtime
 from app.services.actor import Actor
 from dlq import discard as discard_mod
@@ -132,10 +141,12 @@ def resend_ids(session: Session, rt: Runtime, actor: Actor, ids: Sequence[str], 
     own = _own_ids(session, actor, wanted)
     foreign = {i: resend_mod.NOT_FOUND for i in wanted if i not in set(own)}
     if len(wanted) <= resend_mod.INLINE_LIMIT or not own:
+        op_id = new_id("bop")
         result = resend_mod.resend_ids_inline(session, rt.redis, own, actor=str(actor),
-                                              force=force)
+                                              force=force, operation_id=op_id)
         result.skipped.update(foreign)
-        job = resend_mod.record_inline(session, result, wanted, actor=str(actor), force=force)
+        job = resend_mod.record_inline(session, result, wanted, actor=str(actor), force=force,
+                                       operation_id=op_id)
         return ResendOutcome(job, True, list(result.resent), dict(result.skipped))
     job = resend_mod.start_bulk(session, actor=str(actor), ids=own, force=force,
                                 connection=rt.redis)
@@ -192,6 +203,43 @@ def job(session: Session, actor: Actor, op_id: str) -> BulkOperation:
     return op
 
 
-def open_dead_letter_exists(session: Session) -> bool:
-    return session.scalar(select(DeadLetter.id).where(DeadLetter.state == DL_OPEN)
-                          .limit(1)) is not None
+def open_dead_letter_exists(session: Session, actor: Actor) -> bool:
+    actor.require("read")
+    stmt = select(DeadLetter.id).where(DeadLetter.state == DL_OPEN)
+    if actor.partner_id is not None:
+        stmt = stmt.where(DeadLetter.partner_id == actor.partner_id)
+    return session.scalar(stmt.limit(1)) is not None
+
+
+Outcomes = resend_mod.Outcomes
+
+
+def job_outcomes(session: Session, actor: Actor, op: BulkOperation) -> Outcomes:
+    """What became of the runs a resend job started (the job must be the actor's to see)."""
+    job(session, actor, op.id)
+    return resend_mod.outcomes(session, op.id)
+
+
+@dataclass(frozen=True)
+class Fate:
+    """What became of a resent letter: the delivery's run now, and a letter it died into."""
+
+    delivery_state: str
+    run: int
+    failed_again: DeadLetter | None
+
+    @property
+    def delivered(self) -> bool:
+        return self.delivery_state == SUCCEEDED and self.failed_again is None
+
+
+def fate(session: Session, letter: DeadLetter) -> Fate | None:
+    """For a resent letter: did its new run arrive, fail again (and into which letter), or is
+    it still going? None for a letter that was not resent."""
+    if letter.state != DL_RESENT:
+        return None
+    later = session.scalar(select(DeadLetter).where(
+        DeadLetter.delivery_id == letter.delivery_id, DeadLetter.id > letter.id)
+        .order_by(DeadLetter.id).limit(1))
+    delivery = letter.delivery
+    return Fate(delivery.state, delivery.run, later)

@@ -9,20 +9,29 @@ found again).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
 from app.errors import NotFound
-from app.models import Endpoint, EndpointSecret, OperationalEvent
+from app.models import (
+    Attempt,
+    Delivery,
+    Endpoint,
+    EndpointSecret,
+    OperationalEvent,
+    Partner,
+)
 from app.pagination import paginate
 from app.runtime import Runtime
 from app.services import audit, partners
 from app.services.actor import Actor
 from sender import endpoints as rules
+from sender.test_event import send_test_event
 
 ENABLED, DISABLED = rules.ENABLED, rules.DISABLED
 EndpointWithSecret = rules.EndpointWithSecret
@@ -36,6 +45,13 @@ def _record(session: Session, actor: Actor, action: str, endpoint: Endpoint,
             **details: Any) -> None:
     audit.record(session, actor, action, "endpoint", endpoint.id,
                  partner_id=endpoint.partner_id, **details)
+
+
+def _own(actor: Actor, endpoint: Endpoint, scope: str) -> None:
+    """An action on an endpoint object: the actor's scope, and (bound actors) its partner."""
+    actor.require(scope)
+    if endpoint.deleted_at is not None or not actor.may_see_partner(endpoint.partner_id):
+        raise _not_found(endpoint.id)
 
 
 def get(session: Session, actor: Actor, uid: str, endpoint_id: str,
@@ -101,9 +117,7 @@ def delete(session: Session, actor: Actor, uid: str, endpoint_id: str) -> None:
 
 def enable(session: Session, actor: Actor, endpoint: Endpoint) -> bool:
     """Enable a disabled endpoint; False when it was enabled already (nothing recorded)."""
-    actor.require("endpoints:write")
-    if endpoint.deleted_at is not None:
-        raise _not_found(endpoint.id)
+    _own(actor, endpoint, "endpoints:write")
     if endpoint.state == ENABLED:
         return False
     was = isoformat(endpoint.disabled_at)
@@ -119,9 +133,7 @@ def enable(session: Session, actor: Actor, endpoint: Endpoint) -> bool:
 def disable(session: Session, actor: Actor, endpoint: Endpoint,
             reason: str | None = None) -> bool:
     """Disable by hand; False when it was disabled already (a new reason is still kept)."""
-    actor.require("endpoints:write")
-    if endpoint.deleted_at is not None:
-        raise _not_found(endpoint.id)
+    _own(actor, endpoint, "endpoints:write")
     was_enabled = endpoint.state == ENABLED
     rules.disable_endpoint(session, endpoint, reason)
     if was_enabled:
@@ -135,9 +147,7 @@ def disable(session: Session, actor: Actor, endpoint: Endpoint,
 def rotate_secret(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint,
                   body: dict[str, Any] | None = None) -> str:
     """A new current secret; the old ones keep signing for the configured overlap."""
-    actor.require("endpoints:write")
-    if endpoint.deleted_at is not None:
-        raise _not_found(endpoint.id)
+    _own(actor, endpoint, "endpoints:write")
     secret = rules.rotate_secret(session, endpoint, body or {}, rt.settings, rt.secret_box)
     _record(session, actor, "endpoint.secret_rotated", endpoint,
             overlap_s=rt.settings.secret_rotation_overlap_seconds)
@@ -146,9 +156,36 @@ def rotate_secret(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoin
 
 def read_secret(session: Session, rt: Runtime, actor: Actor,
                 endpoint: Endpoint) -> tuple[EndpointSecret, str]:
-    """The current secret (a write scope is needed to read it)."""
-    actor.require("endpoints:write")
-    return rules.read_secret(endpoint, rt.secret_box)
+    """The current secret (a write scope is needed to read it); every reading is audited."""
+    _own(actor, endpoint, "endpoints:write")
+    row, secret = rules.read_secret(endpoint, rt.secret_box)
+    _record(session, actor, "endpoint.secret_revealed", endpoint, secret_id=row.id)
+    return row, secret
+
+
+SECRET_PREFIX_CHARS = 10  # "whsec_" and four characters: tells secrets apart, proves nothing
+
+
+def secret_prefix(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -> str:
+    """The first characters of the current secret, to tell which secret is which (not a
+    reading of the secret: not audited, and `read` is enough)."""
+    _own(actor, endpoint, "read")
+    _, secret = rules.read_secret(endpoint, rt.secret_box)
+    return secret[:SECRET_PREFIX_CHARS]
+
+
+def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -> Delivery:
+    """A `kurir.test` event to this endpoint alone, through the normal delivery engine.
+
+    A disabled endpoint gets it too (sent once, not retried), so it can be checked before it
+    is enabled again.
+    """
+    _own(actor, endpoint, "endpoints:write")
+    partner = session.get_one(Partner, endpoint.partner_id)
+    delivery = send_test_event(session, rt.redis, partner, endpoint, sent_by=str(actor))
+    _record(session, actor, "endpoint.test_sent", endpoint, event=delivery.event_id,
+            delivery=delivery.id)
+    return delivery
 
 
 def previous_secret_expiry(endpoint: Endpoint, now: datetime | None = None) -> datetime | None:
@@ -176,3 +213,37 @@ def parked_since(session: Session, endpoint: Endpoint) -> datetime | None:
         raw = (latest.data or {}).get("was_disabled_at")
         return parse_time(raw) if raw else None
     return latest.created_at
+
+
+@dataclass(frozen=True)
+class Health:
+    """Attempts and 2xx answers of one endpoint over a window."""
+
+    attempts: int
+    successes: int
+
+    @property
+    def success_rate(self) -> float | None:
+        return None if not self.attempts else self.successes / self.attempts
+
+
+def health_of(session: Session, endpoint_ids: list[str], *, since: datetime
+              ) -> dict[str, Health]:
+    """Attempts and 2xx answers per endpoint since `since` (ids the caller may see)."""
+    if not endpoint_ids:
+        return {}
+    ok = case((Attempt.response_status.between(200, 299), 1), else_=0)
+    rows = session.execute(
+        select(Delivery.endpoint_id, func.count(Attempt.id), func.coalesce(func.sum(ok), 0))
+        .join(Delivery, Delivery.id == Attempt.delivery_id)
+        .where(Delivery.endpoint_id.in_(endpoint_ids), Attempt.started_at >= since)
+        .group_by(Delivery.endpoint_id))
+    return {endpoint_id: Health(int(n), int(s)) for endpoint_id, n, s in rows}
+
+
+def health(session: Session, actor: Actor, endpoints: list[Endpoint], *, since: datetime
+           ) -> dict[str, Health]:
+    """The health of the endpoints the actor may see among `endpoints`."""
+    actor.require("read")
+    return health_of(session, [e.id for e in endpoints
+                               if actor.may_see_partner(e.partner_id)], since=since)

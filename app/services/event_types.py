@@ -18,6 +18,7 @@ from app.clock import isoformat, utcnow
 from app.errors import NotFound
 from app.models import Delivery, Endpoint, Event, EventType, OperationalEvent
 from app.pagination import paginate
+from app.schema_example import example_for
 from app.services import audit
 from app.services.actor import Actor
 
@@ -88,46 +89,73 @@ def adoption(session: Session, actor: Actor, name: str,
         raise NotFound(f"event type {name} does not exist", details={"name": name})
     since = (now or utcnow()) - timedelta(days=7)
     delivered_version = func.coalesce(Delivery.version, Event.version)
-    counts = dict(session.execute(
-        select(delivered_version, func.count())
-        .select_from(Delivery).join(Event, Event.id == Delivery.event_id)
-        .where(Event.type == name, Event.created_at >= since)
-        .group_by(delivered_version)).all())
-    pins = pinned_endpoints(session, name)
+    counted = (select(delivered_version, func.count())
+               .select_from(Delivery).join(Event, Event.id == Delivery.event_id)
+               .where(Event.type == name, Event.created_at >= since)
+               .group_by(delivered_version))
+    if actor.partner_id is not None:  # a partner sees its own adoption only
+        counted = counted.where(Event.partner_id == actor.partner_id)
+    counts = dict(session.execute(counted).all())
+    pins = pinned_endpoints(session, name, actor.partner_id)
     return [Adoption(row, sorted(pins.get(row.version, [])), int(counts.get(row.version, 0)))
             for row in rows]
 
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One event type with every version, newest first, and who pins which."""
+    """One event type: every version, newest first, and which endpoints pin which."""
 
     name: str
     versions: list[EventType]
     pinned: dict[int, list[str]]
 
+    @property
+    def latest(self) -> EventType:
+        return self.versions[0]
+
+    @property
+    def description(self) -> str | None:
+        return next((v.description for v in self.versions if v.description), None)
+
 
 def catalog(session: Session, actor: Actor) -> list[CatalogEntry]:
-    """Every event type, by name (the operator's "Contracts" page)."""
+    """Every event type an endpoint can subscribe to (Kurir's own are left out), by name,
+    with the pins of the endpoints the actor may see."""
     actor.require("read")
+    rows = session.scalars(select(EventType).where(
+        ~EventType.name.startswith(contracts.RESERVED_PREFIX, autoescape=True))
+        .order_by(EventType.name, EventType.version.desc()))
     by_name: dict[str, list[EventType]] = {}
-    for row in session.scalars(select(EventType).order_by(EventType.name,
-                                                          EventType.version.desc())):
+    for row in rows:
         by_name.setdefault(row.name, []).append(row)
+    stmt = select(Endpoint.id, Endpoint.versions).where(Endpoint.deleted_at.is_(None))
+    if actor.partner_id is not None:
+        stmt = stmt.where(Endpoint.partner_id == actor.partner_id)
     pins: dict[str, dict[int, list[str]]] = {}
-    for endpoint_id, versions in session.execute(
-            select(Endpoint.id, Endpoint.versions).where(Endpoint.deleted_at.is_(None))):
+    for endpoint_id, versions in session.execute(stmt):
         for name, version in (versions or {}).items():
             pins.setdefault(name, {}).setdefault(int(version), []).append(endpoint_id)
     return [CatalogEntry(name, rows, pins.get(name, {})) for name, rows in by_name.items()]
 
 
-def pinned_endpoints(session: Session, name: str) -> dict[int, list[str]]:
-    """Version -> ids of the live endpoints pinned to it."""
+def example(row: EventType) -> dict[str, Any] | None:
+    """The `data` of an example event of this version: its first registered example, else
+    its schema's own `examples`, else one made from the schema."""
+    if row.examples:
+        return dict(row.examples[0])
+    value = example_for(row.schema)
+    return value if isinstance(value, dict) else None
+
+
+def pinned_endpoints(session: Session, name: str,
+                     partner_id: str | None = None) -> dict[int, list[str]]:
+    """Version -> ids of the live endpoints (of one partner, when given) pinned to it."""
     found: dict[int, list[str]] = {}
-    for endpoint_id, versions in session.execute(
-            select(Endpoint.id, Endpoint.versions).where(Endpoint.deleted_at.is_(None),
-                                                         Endpoint.versions.is_not(None))):
+    stmt = select(Endpoint.id, Endpoint.versions).where(Endpoint.deleted_at.is_(None),
+                                                        Endpoint.versions.is_not(None))
+    if partner_id is not None:
+        stmt = stmt.where(Endpoint.partner_id == partner_id)
+    for endpoint_id, versions in session.execute(stmt):
         version = (versions or {}).get(name)
         if version is not None:
             found.setdefault(int(version), []).append(endpoint_id)

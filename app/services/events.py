@@ -12,7 +12,9 @@ from datetime import datetime
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session, selectinload
 
-from app.errors import NotFound
+from app import contracts
+from app.errors import NotFound, ValidationFailed
+from app.ids import id_floor
 from app.models import SUCCEEDED, Delivery, Event, Partner
 from app.pagination import paginate
 from app.runtime import Runtime
@@ -30,22 +32,34 @@ def publish(rt: Runtime, actor: Actor, uid: str, body: dict[str, object],
     actor.require("events:write")
     if actor.bound_to_partner:
         raise NotFound("not found")
+    if contracts.is_reserved(body.get("type")):
+        raise ValidationFailed(f"{body.get('type')} is Kurir's own event type and cannot be "
+                               "published; a test event is sent with POST /v1/partners/{uid}/"
+                               "endpoints/{id}/test", code="reserved_event_type",
+                               details={"field": "type"})
     return publish_event(rt.db, rt.redis, rt.settings, partner_uid=uid, body=dict(body),
                          api_key_id=actor.key_id or str(actor),
                          idempotency_key=idempotency_key)
 
 
-def page(session: Session, actor: Actor, uid: str, *, type_: str | None = None,
+def page(session: Session, actor: Actor, uid: str | None, *, type_: str | None = None,
          since: datetime | None = None, until: datetime | None = None,
          delivery_success: bool | None = None, limit: int,
          cursor: str | None) -> tuple[list[Event], str | None]:
-    """The partner's events, newest first; `delivery_success=False` is what did not arrive."""
-    partner = partners.visible(session, actor, uid)
-    stmt = select(Event).where(Event.partner_id == partner.id)
+    """The partner's events (every visible partner's when `uid` is None), newest first;
+    `delivery_success=False` is what did not arrive."""
+    if uid is not None:
+        partner = partners.visible(session, actor, uid)
+        stmt = select(Event).where(Event.partner_id == partner.id)
+    else:
+        actor.require("read")
+        stmt = select(Event)
+        if actor.partner_id is not None:
+            stmt = stmt.where(Event.partner_id == actor.partner_id)
     if type_:
         stmt = stmt.where(Event.type == type_)
     if since is not None:
-        stmt = stmt.where(Event.created_at >= since)
+        stmt = stmt.where(Event.id >= id_floor("evt", since), Event.created_at >= since)
     if until is not None:
         stmt = stmt.where(Event.created_at < until)
     if delivery_success is not None:

@@ -90,11 +90,15 @@ def _visible_stmt(actor: Actor):  # type: ignore[no-untyped-def]
     return stmt
 
 
-def page(session: Session, actor: Actor, *, limit: int,
-         cursor: str | None) -> tuple[list[KeyView], str | None]:
+def page(session: Session, actor: Actor, *, limit: int, cursor: str | None,
+         partner_uid: str | None = None) -> tuple[list[KeyView], str | None]:
+    """Keys, newest first; `partner_uid` narrows to the keys bound to that partner."""
     _require_admin(actor)
-    rows, next_cursor = paginate(session, _visible_stmt(actor), ApiKey.id, limit=limit,
-                                 cursor=cursor)
+    stmt = _visible_stmt(actor)
+    if partner_uid is not None:
+        stmt = stmt.where(ApiKey.partner_id == partners.visible(session, actor, partner_uid,
+                                                                  "admin").id)
+    rows, next_cursor = paginate(session, stmt, ApiKey.id, limit=limit, cursor=cursor)
     return [_view(session, k) for k in rows], next_cursor
 
 

@@ -6,7 +6,7 @@ from flask import Flask
 
 from app.config import Settings, load_settings
 from app.runtime import Runtime
-from app.web import errors, health, inbound, metrics, proxy, ui
+from app.web import errors, health, inbound, metrics, portal, proxy, ui
 from app.web.api import register_api
 from app.web.keepalive import UnreadBodyGuard
 
@@ -16,7 +16,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     if runtime is None:
         runtime = Runtime(settings or load_settings())
     settings = runtime.settings
-    app = Flask(__name__, template_folder="ui/templates", static_folder="ui/static")
+    app = Flask(__name__, template_folder="templates", static_folder="static")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_payload_bytes
     app.config["JSON_SORT_KEYS"] = False
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -26,6 +26,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.register_blueprint(inbound.blueprint)
     register_api(app)
     ui.register(app)
+    portal.register(app)
     app.register_blueprint(metrics.blueprint)
     app.wsgi_app = UnreadBodyGuard(app.wsgi_app)  # type: ignore[method-assign]
     app.wsgi_app = proxy.wrap(app.wsgi_app, settings.trusted_proxies)  # type: ignore[method-assign]

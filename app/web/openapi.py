@@ -314,6 +314,37 @@ add("/v1/partners/{uid}", "get", op(
     "Read a partner", tag="partners", scope="read", params=[UID], ok={200: PARTNER},
     errors=(404,)))
 
+add("/v1/partners/{uid}/keys", "post", op(
+    "Create an API key bound to this partner (the key is in this answer only)",
+    tag="partners", scope="admin", params=[UID],
+    description="A partner key reaches only this partner's endpoints, events, deliveries and "
+                "dead letters; anything else answers 404. It can hold `read`, "
+                "`endpoints:write` and `dlq:write` (default: all three), never publish or "
+                "manage event types, sources, operators or keys.",
+    body=schema("PartnerKeyCreate", obj({
+        "name": {"type": "string", "minLength": 1, "maxLength": 200},
+        "scopes": array({"type": "string", "enum": ["read", "endpoints:write", "dlq:write"]}),
+    }, required=["name"])),
+    ok={201: schema("ApiKeyWithKey", obj({
+        "id": STRING, "name": STRING, "prefix": STRING, "scopes": array(STRING),
+        "partner": STRING, "created_at": TIMESTAMP, "last_used_at": OPT_TIMESTAMP,
+        "revoked_at": OPT_TIMESTAMP,
+        "key": {"type": "string", "description": "the key itself: shown once, stored hashed"},
+    }))}, errors=(400, 404, 413, 415, 422)))
+add("/v1/partners/{uid}/portal-links", "post", op(
+    "Make a one-time magic link to the partner portal", tag="partners",
+    scope="endpoints:write", params=[UID], body_required=False,
+    description="The link opens `/portal` for this partner only, once, until `expires_at` "
+                "(default KURIR_PORTAL_LINK_TTL_SECONDS, 15 min; at most 24 h). Its token "
+                "is stored hashed. Embed it in an `<iframe>` from an origin listed in "
+                "KURIR_PORTAL_FRAME_ANCESTORS, or send it to the partner.",
+    body=schema("PortalLinkCreate", obj({
+        "expires_in_s": {"type": "integer", "minimum": 60, "maximum": 86400}}, required=[])),
+    ok={201: schema("PortalLink", obj({
+        "id": STRING, "partner": STRING, "url": {"type": "string", "format": "uri"},
+        "expires_at": TIMESTAMP, "created_at": TIMESTAMP}))},
+    errors=(400, 404, 415, 422)))
+
 # ---------------------------------------------------------------------------- endpoints
 
 TAGS.append({"name": "endpoints", "description": "partner URLs, subscriptions and secrets"})
@@ -420,6 +451,13 @@ add(f"{_EP_PATH}/secret/rotate", "post", op(
     tag="endpoints", scope="endpoints:write", params=EP, body_required=False,
     body=schema("SecretRotate", obj({"secret": SECRET}, required=[])),
     ok={200: ENDPOINT_WITH_SECRET}, errors=(400, 404, 415, 422)))
+add(f"{_EP_PATH}/test", "post", op(
+    "Send a `kurir.test` event to this endpoint only", tag="endpoints",
+    scope="endpoints:write", params=EP,
+    description="Through the normal delivery engine (signed, retried, recorded); follow it "
+                "with GET /v1/deliveries/{id}. A disabled endpoint gets it once, without "
+                "retries, and stays disabled.",
+    ok={202: ref("Delivery")}, errors=(404,)))
 add(f"{_EP_PATH}/secret", "get", op(
     "Read the current secret", tag="endpoints", scope="endpoints:write", params=EP,
     ok={200: schema("Secret", obj({
@@ -470,6 +508,10 @@ ATTEMPT = schema("Attempt", obj({
     "response_status": OPT_INTEGER,
     "response_body": nullable({"type": "string",
                                "description": "first 4 KiB, decoded as UTF-8 (replaced)"}),
+    "response_headers": nullable({"type": "object", "additionalProperties": STRING,
+                                  "description": "the partner's answer headers where kept "
+                                                 "(credentials such as Set-Cookie shown as "
+                                                 "[redacted])"}),
     "error": OPT_STRING,
 }))
 _DELIVERY_PROPS: dict[str, Schema] = {
@@ -537,6 +579,16 @@ add("/v1/events/{event_id}", "get", op(
 
 TAGS.append({"name": "deliveries", "description": "one event to one endpoint"})
 DELIVERY_ID = [path_param("delivery_id", "delivery id")]
+add("/v1/deliveries", "get", op(
+    "The delivery log, newest first", tag="deliveries", scope="read",
+    params=[query("partner", "partner uid"), query("endpoint", "endpoint id"),
+            query("state", "delivery state", DELIVERY_STATE),
+            query("type", "event type"),
+            query("status_code", "last HTTP status, or `none` for no answer"),
+            query("since", "created at or after (RFC 3339)", TIMESTAMP),
+            query("until", "created before (RFC 3339)", TIMESTAMP), *PAGE_PARAMS],
+    description="A partner key sees its own partner's deliveries only.",
+    ok={200: schema("DeliveryPage", page_of("Delivery"))}, errors=(400, 404)))
 add("/v1/deliveries/{delivery_id}", "get", op(
     "Read a delivery with its attempts", tag="deliveries", scope="read", params=DELIVERY_ID,
     ok={200: DELIVERY}, errors=(404,)))

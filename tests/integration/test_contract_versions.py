@@ -280,3 +280,17 @@ def test_operators_see_versions_pins_downgrades_and_sunsets(client, auth, runtim
     assert pinned["id"] in page and "deprecated" in page and "sunset" in page
     endpoint_page = client.get(f"/ui/endpoints/{pinned['id']}").text
     assert "payment.succeeded v2" in endpoint_page
+
+
+def test_a_partner_key_sees_only_its_own_adoption(client, auth, contracts):
+    make_partner(client, auth, "globex")
+    mine = make_endpoint(client, auth, versions={"payment.succeeded": 1})
+    theirs = client.post("/v1/partners/globex/endpoints", headers=auth, json={
+        "url": "http://127.0.0.1:9/g", "versions": {"payment.succeeded": 1}}).get_json()
+    key = client.post("/v1/partners/acme/keys", headers=auth,
+                      json={"name": "acme-robot"}).get_json()["key"]
+    report = client.get("/v1/event-types/payment.succeeded/versions",
+                        headers={"Authorization": f"Bearer {key}"})
+    assert report.status_code == 200
+    pinned = {row["version"]: row["endpoints_pinned"] for row in report.get_json()["data"]}
+    assert pinned[1] == [mine["id"]] and theirs["id"] not in report.text

@@ -54,7 +54,7 @@ def test_get_delivery_shows_every_attempt_in_the_spec_shape(runtime, client, aut
     assert body["attempt_count"] == 2 and body["next_attempt_at"] is None
     first, second = body["attempts"]
     assert set(first) == {"n", "started_at", "duration_ms", "response_status",
-                          "response_body", "error"}
+                          "response_body", "response_headers", "error"}
     assert (first["n"], first["response_status"], first["response_body"]) == (
         1, 500, "first failed")
     assert (second["n"], second["response_status"]) == (2, 200)

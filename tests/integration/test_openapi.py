@@ -230,6 +230,29 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     assert api.post(f"{base}/{ep}/secret/rotate", headers=auth,
                     json={"secret": "nope"}).status_code == 422
     assert api.get(f"{base}/{ep}/secret", headers=auth).status_code == 200
+    tested = api.post(f"{base}/{ep}/test", headers=auth)
+    assert tested.status_code == 202 and tested.get_json()["state"] == "pending"
+    assert api.post(f"{base}/ep_nope/test", headers=auth).status_code == 404
+    assert api.get(f"/v1/deliveries?endpoint={ep}&state=pending&type=kurir.test"
+                   f"&status_code=none&since=2020-01-01T00:00:00Z", headers=auth
+                   ).status_code == 200
+    assert api.get("/v1/deliveries?state=lost", headers=auth).status_code == 400
+    assert api.get("/v1/deliveries?partner=ghost", headers=auth).status_code == 404
+
+    # partner keys and portal links
+    partner_key = api.post("/v1/partners/acme/keys", headers=auth,
+                           json={"name": "acme self-service", "scopes": ["read"]})
+    assert partner_key.status_code == 201 and partner_key.get_json()["key"]
+    assert api.post("/v1/partners/acme/keys", headers=auth,
+                    json={"name": "x", "scopes": ["events:write"]}).status_code == 422
+    assert api.post("/v1/partners/ghost/keys", headers=auth,
+                    json={"name": "x"}).status_code == 404
+    assert api.post("/v1/partners/acme/portal-links", headers=auth).status_code == 201
+    assert api.post("/v1/partners/acme/portal-links", headers=auth,
+                    json={"expires_in_s": 3600}).status_code == 201
+    assert api.post("/v1/partners/acme/portal-links", headers=auth,
+                    json={"expires_in_s": 5}).status_code == 422
+    assert api.post("/v1/partners/ghost/portal-links", headers=auth).status_code == 404
     assert api.post(f"{base}/{parked['id']}/disable", headers=auth).status_code == 200
     assert api.delete(f"{base}/{plain['id']}", headers=auth).status_code == 204
     assert api.delete(f"{base}/{plain['id']}", headers=auth).status_code == 404

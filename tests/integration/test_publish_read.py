@@ -151,7 +151,7 @@ def test_one_event_with_its_deliveries_and_attempts(client, auth, acme, runtime)
         "retrying", 1, published["id"])
     assert tried["attempts"] == [{"n": 1, "started_at": isoformat(started), "duration_ms": 12,
                                   "response_status": 500, "response_body": "oops \ufffd\ufffd",
-                                  "error": None}]
+                                  "response_headers": None, "error": None}]
     assert by_endpoint[second["id"]]["attempts"] == []
 
 

@@ -245,8 +245,20 @@ def test_resend_all_matching_runs_a_job_whose_progress_is_shown(ui, runtime, let
     (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
     job.perform()
     done = ui.get(job_url)
-    assert "succeeded" in done.text and 'http-equiv="refresh"' not in done.text
-    assert [_state(runtime, i) for i in ids] == ["resent", "open", "open"]
+    assert "succeeded" in done.text and [_state(runtime, i) for i in ids] == [
+        "resent", "open", "open"]
+    # The job is done, its run is not: the page counts outcomes, and keeps refreshing.
+    assert 'data-testid="job-in-progress">1<' in done.text
+    assert 'http-equiv="refresh"' in done.text
+    with runtime.db.begin() as session:
+        session.get_one(DeadLetter, ids[0]).delivery.state = "succeeded"
+    delivered = ui.get(job_url).text
+    assert 'data-testid="job-delivered">1<' in delivered
+    assert 'data-testid="job-failed-again">0<' in delivered
+    assert 'http-equiv="refresh"' not in delivered
+    with runtime.db.begin() as session:
+        session.get_one(DeadLetter, ids[0]).delivery.state = "dead"
+    assert 'data-testid="job-failed-again">1<' in ui.get(job_url).text
 
 
 def test_resend_all_matching_without_criteria_needs_the_explicit_all(ui, runtime, letters,
@@ -358,8 +370,10 @@ def test_disable_enable_and_rotate_an_endpoint(ui, runtime, letters):
         trail = session.execute(select(AuditRecord.action, AuditRecord.actor)
                                 .where(AuditRecord.subject_id == scene.endpoint_id)
                                 .order_by(AuditRecord.id)).all()
+        # Showing the secret is audited too: who saw it, and when.
         assert trail == [(action, f"operator:{EMAIL}") for action in (
-            "endpoint.disabled", "endpoint.enabled", "endpoint.secret_rotated")]
+            "endpoint.disabled", "endpoint.enabled", "endpoint.secret_rotated",
+            "endpoint.secret_revealed")]
     page = ui.get(url).text
     assert "endpoint.enabled" in page and "endpoint.secret_rotated" in page
 
@@ -427,7 +441,7 @@ def test_event_lookup_by_any_id(ui, runtime, letters):
         event_id, delivery_id = letter.event_id, letter.delivery_id
     assert ui.get(f"/ui/events?id={event_id}").headers["Location"] == f"/ui/events/{event_id}"
     assert ui.get(f"/ui/events?id={delivery_id}").headers["Location"] == \
-        f"/ui/events/{event_id}"
+        f"/ui/deliveries/{delivery_id}"
     assert ui.get(f"/ui/events?id={ids[0]}").headers["Location"] == f"/ui/dead-letters/{ids[0]}"
     page = ui.get(f"/ui/events/{event_id}")
     assert "apple" in page.text and "badge-dead" in page.text

@@ -121,3 +121,28 @@ def test_redis_url_falls_back_to_embedded_server_file(tmp_path: Path) -> None:
     assert settings.resolved_redis_url == "unix:///tmp/x.sock"
     assert load_settings({"KURIR_DATA_DIR": str(tmp_path / "none")}).resolved_redis_url == (
         "redis://127.0.0.1:6379/0")
+
+
+def test_portal_settings_are_read_and_frame_ancestors_cannot_end_the_directive() -> None:
+    defaults = load_settings({})
+    assert (defaults.portal_title, defaults.portal_frame_ancestors) == ("Webhooks", "'none'")
+    assert defaults.portal_framable is False and defaults.public_url is None
+    settings = load_settings({
+        "KURIR_PORTAL_TITLE": "Acme webhooks",
+        "KURIR_PORTAL_FRAME_ANCESTORS": "https://app.example.com  https://*.example.org:8443",
+        "KURIR_PORTAL_LINK_TTL_SECONDS": "3600",
+        "KURIR_PUBLIC_URL": "https://hooks.example.com/",
+    })
+    assert settings.portal_title == "Acme webhooks"
+    assert settings.portal_frame_ancestors == "https://app.example.com https://*.example.org:8443"
+    assert settings.portal_framable is True
+    assert settings.portal_link_ttl_seconds == 3600
+    assert settings.public_url == "https://hooks.example.com"
+    for bad in ("https://a.example; script-src *", "'none' https://a.example",
+                "https://a.example,https://b.example", ""):
+        with pytest.raises(ConfigError, match="KURIR_PORTAL_FRAME_ANCESTORS"):
+            load_settings({"KURIR_PORTAL_FRAME_ANCESTORS": bad})
+    with pytest.raises(ConfigError, match="KURIR_PORTAL_LINK_TTL_SECONDS"):
+        load_settings({"KURIR_PORTAL_LINK_TTL_SECONDS": "90000"})
+    with pytest.raises(ConfigError, match="KURIR_PUBLIC_URL"):
+        load_settings({"KURIR_PUBLIC_URL": "hooks.example.com"})

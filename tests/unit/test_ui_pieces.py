@@ -12,7 +12,8 @@ from flask import Flask
 from app.config import Settings
 from app.ids import new_id
 from app.runtime import Runtime
-from app.web.ui import present, security
+from app.web import present
+from app.web.ui import security
 from app.web.ui.stats import id_floor
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, jsonify, request
 
+from app.errors import BadRequest
+from app.pagination import parse_limit
 from app.services import deliveries
 from app.web.api.serializers import delivery_json
 from app.web.auth import current_actor
@@ -11,6 +13,24 @@ from app.web.context import runtime
 from app.web.jsonio import force_flag, optional_json
 
 blueprint = Blueprint("api_deliveries", __name__)
+
+
+@blueprint.get("/deliveries")
+def list_deliveries() -> Response:
+    """The delivery log, newest first: `partner`, `endpoint`, `state`, `type`, `status_code`
+    (or `none`), `since`, `until`. A partner key sees its partner's deliveries only."""
+    actor = current_actor()
+    flt, errors = deliveries.DeliveryFilter.parse(request.args)
+    if errors:
+        name = next(iter(errors))
+        raise BadRequest(f"{name} {errors[name]}", code="invalid_parameter",
+                         details={"parameter": name, "errors": errors})
+    limit = parse_limit(request.args.get("limit"))
+    with runtime().db.begin() as session:
+        page = deliveries.page(session, actor, flt, limit=limit,
+                               cursor=request.args.get("cursor"))
+        data = [delivery_json(d, with_attempts=False) for d in page.deliveries]
+    return jsonify({"data": data, "next_cursor": page.next_cursor})
 
 
 @blueprint.get("/deliveries/<delivery_id>")

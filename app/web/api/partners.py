@@ -7,12 +7,14 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from app.clock import isoformat
+from app.errors import ValidationFailed
 from app.pagination import parse_limit
-from app.services import endpoints, partners
-from app.web.api.serializers import endpoint_json, partner_json
+from app.services import endpoints, keys, partners, portal
+from app.web.api.serializers import delivery_json, endpoint_json, key_json, partner_json
 from app.web.auth import current_actor
 from app.web.context import runtime
 from app.web.jsonio import no_content, optional_json, read_json_object
+from app.web.links import portal_url
 
 blueprint = Blueprint("api_partners", __name__)
 
@@ -45,6 +47,42 @@ def get_partner(uid: str) -> Response:
     actor = current_actor()
     with runtime().db.begin() as session:
         return jsonify(partner_json(partners.get(session, actor, uid)))
+
+
+@blueprint.post("/partners/<uid>/keys")
+def create_partner_key(uid: str) -> tuple[Response, int]:
+    """A key bound to this partner (admin only); the key itself is in this answer alone."""
+    actor = current_actor()
+    body = read_json_object()
+    unknown = sorted(set(body) - {"name", "scopes"})
+    if unknown:
+        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
+                               details={"fields": unknown})
+    scopes = body.get("scopes") or []
+    if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+        raise ValidationFailed("scopes must be a list of scope names", code="invalid_scope",
+                               details={"field": "scopes"})
+    with runtime().db.begin() as session:
+        view, token = keys.create(session, actor, body.get("name"), scopes,  # type: ignore[arg-type]
+                                  partner_uid=uid)
+        answer = key_json(view.key, view.partner_uid, token=token)
+    return jsonify(answer), 201
+
+
+@blueprint.post("/partners/<uid>/portal-links")
+def create_portal_link(uid: str) -> tuple[Response, int]:
+    """A one-time magic link opening the partner portal for this partner."""
+    actor = current_actor()
+    body = optional_json(allowed=("expires_in_s",))
+    rt = runtime()
+    with rt.db.begin() as session:
+        link, token = portal.create_link(session, actor, uid,
+                                         expires_in_s=body.get("expires_in_s"),
+                                         default_ttl_s=rt.settings.portal_link_ttl_seconds)
+        answer = {"id": link.id, "partner": uid, "url": portal_url(token),
+                  "expires_at": isoformat(link.expires_at),
+                  "created_at": isoformat(link.created_at)}
+    return jsonify(answer), 201
 
 
 # ---------------------------------------------------------------------------- endpoints
@@ -125,6 +163,18 @@ def rotate_secret(uid: str, endpoint_id: str) -> Response:
         endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
         secret = endpoints.rotate_secret(session, rt, actor, endpoint, body)
         return jsonify(endpoint_json(endpoint, uid, secret=secret))
+
+
+@blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/test")
+def send_test(uid: str, endpoint_id: str) -> tuple[Response, int]:
+    """Send a `kurir.test` event to this endpoint alone; follow it at GET /v1/deliveries/{id}."""
+    actor = current_actor()
+    rt = runtime()
+    with rt.db.begin() as session:
+        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        delivery = endpoints.send_test(session, rt, actor, endpoint)
+        answer = delivery_json(delivery, with_attempts=False)
+    return jsonify(answer), 202
 
 
 @blueprint.get("/partners/<uid>/endpoints/<endpoint_id>/secret")

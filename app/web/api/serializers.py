@@ -75,6 +75,7 @@ def attempt_json(attempt: Attempt) -> dict[str, Any]:
         "duration_ms": attempt.duration_ms,
         "response_status": attempt.response_status,
         "response_body": None if body is None else bytes(body).decode("utf-8", errors="replace"),
+        "response_headers": header_rules.redact_response(attempt.response_headers),
         "error": attempt.error,
     }
 
@@ -121,9 +122,10 @@ def event_json(event: Event, partner_uid: str, *,
     return body
 
 
-def key_json(key: ApiKey, partner_uid: str | None) -> dict[str, Any]:
-    """An API key as anyone may see it: never the key, nor its hash."""
-    return {
+def key_json(key: ApiKey, partner_uid: str | None, token: str | None = None) -> dict[str, Any]:
+    """An API key as anyone may see it: never the key, nor its hash — except `token`, given
+    once, in the answer that created it."""
+    body = {
         "id": key.id,
         "name": key.name,
         "prefix": key.prefix,
@@ -133,6 +135,9 @@ def key_json(key: ApiKey, partner_uid: str | None) -> dict[str, Any]:
         "last_used_at": isoformat(key.last_used_at),
         "revoked_at": isoformat(key.revoked_at),
     }
+    if token is not None:
+        body["key"] = token
+    return body
 
 
 def audit_record_json(row: AuditRecord) -> dict[str, Any]:

@@ -1,10 +1,10 @@
-"""The operator UI: server-rendered pages under /ui behind an operator login (SPEC §8)."""
+"""The operator UI: server-rendered pages under /ui behind an operator login."""
 
 from __future__ import annotations
 
 from flask import Flask
 
-from app.web.ui import security
+from app.web.ui import deliveries, partners, security  # noqa: F401 - their routes join the UI
 from app.web.ui.views import blueprint
 
 

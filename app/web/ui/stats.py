@@ -6,32 +6,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.clock import utcnow
+from app.ids import id_floor
 from app.models import (
     DELIVERY_STATES,
     DL_OPEN,
-    Attempt,
     DeadLetter,
     Delivery,
     Endpoint,
     InboundEvent,
     OperationalEvent,
 )
+from app.services.endpoints import Health
+from app.services.endpoints import health_of as endpoint_health
 
-_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
-def id_floor(prefix: str, moment: datetime) -> str:
-    """The smallest id created at `moment`: ids are ULIDs, so a time range is an id range."""
-    millis = int(moment.timestamp() * 1000)
-    chars = []
-    for _ in range(10):
-        chars.append(_ALPHABET[millis & 31])
-        millis >>= 5
-    return f"{prefix}_{''.join(reversed(chars))}{'0' * 16}"
+__all__ = ["Health", "endpoint_health", "id_floor"]
 
 
 def _hour_bucket(session: Session, column: Any) -> Any:
@@ -118,30 +110,6 @@ def disabled_endpoints(session: Session, limit: int = 20) -> list[Endpoint]:
 def recent_operational_events(session: Session, limit: int = 10) -> list[OperationalEvent]:
     return list(session.scalars(select(OperationalEvent)
                                 .order_by(OperationalEvent.id.desc()).limit(limit)))
-
-
-@dataclass(frozen=True)
-class Health:
-    attempts: int
-    successes: int
-
-    @property
-    def success_rate(self) -> float | None:
-        return None if not self.attempts else self.successes / self.attempts
-
-
-def endpoint_health(session: Session, endpoint_ids: list[str], *, since: datetime
-                    ) -> dict[str, Health]:
-    """Attempts and 2xx answers per endpoint since `since`."""
-    if not endpoint_ids:
-        return {}
-    ok = case((Attempt.response_status.between(200, 299), 1), else_=0)
-    rows = session.execute(
-        select(Delivery.endpoint_id, func.count(Attempt.id), func.coalesce(func.sum(ok), 0))
-        .join(Delivery, Delivery.id == Attempt.delivery_id)
-        .where(Delivery.endpoint_id.in_(endpoint_ids), Attempt.started_at >= since)
-        .group_by(Delivery.endpoint_id))
-    return {endpoint_id: Health(int(n), int(s)) for endpoint_id, n, s in rows}
 
 
 def open_letters_by_endpoint(session: Session, endpoint_ids: list[str]) -> dict[str, int]:

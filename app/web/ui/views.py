@@ -28,14 +28,13 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.clock import isoformat, utcnow
-from app.errors import KurirError, NotFound
+from app.errors import KurirError, NotFound, ValidationFailed
 from app.models import (
     DL_OPEN,
     DL_STATES,
     INBOUND_STATUSES,
     Attempt,
     DeadLetter,
-    Delivery,
     Endpoint,
     Event,
     OperationalEvent,
@@ -53,10 +52,12 @@ from app.services import (
     sources,
 )
 from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
+from app.web import present
 from app.web.context import runtime
+from app.web.endpoint_form import EndpointForm
 from app.web.jsonio import check_url_and_headers
 from app.web.metrics import queue_stats
-from app.web.ui import present, security, stats
+from app.web.ui import security, stats
 from app.web.ui.throttle import LoginThrottle
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,15 @@ def _headers(response: WerkzeugResponse) -> WerkzeugResponse:
 def _template_globals() -> dict[str, Any]:
     return {"csrf_token": security.csrf_token, "ago": present.ago,
             "isoformat": isoformat, "operator_email": g.get("operator_email"),
-            "duration": present.duration, "dead_letters_url": dead_letters_url}
+            "duration": present.duration, "dead_letters_url": dead_letters_url,
+            "delivery_url": lambda delivery_id: url_for("ui.delivery", delivery_id=delivery_id),
+            "endpoint_url": lambda endpoint_id: url_for("ui.endpoint", endpoint_id=endpoint_id),
+            "deliveries_url": _deliveries_url}
+
+
+def _deliveries_url(**params: Any) -> str:
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "")})
+    return url_for("ui.deliveries") + (f"?{query}" if query else "")
 
 
 def dead_letters_url(**params: Any) -> str:
@@ -240,7 +249,7 @@ def dead_letters_page() -> Page:
     with runtime().db.begin() as session:
         page = dead_letters.page(session, actor, flt, limit=limit, cursor=cursor, options=())
         matching = dead_letters.matching(session, actor, flt)
-        any_open = matching > 0 or dead_letters.open_dead_letter_exists(session)
+        any_open = matching > 0 or dead_letters.open_dead_letter_exists(session, actor)
         query = {k: v for k, v in args.items() if v}
         return render_template(
             "ui/dead_letters.html", page=page, args=args, flt=flt, matching=matching,
@@ -344,8 +353,7 @@ def dead_letter(letter_id: str) -> Page:
         return render_template(
             "ui/dead_letter.html", letter=letter, delivery=delivery, event=event,
             endpoint=endpoint, partner=partner, payload=present.pretty_json(event.payload),
-            attempts=[{"row": a, "headers": present.shown_headers(a.request_headers),
-                       "body": present.pretty_json(a.response_body)} for a in attempts])
+            fate=dead_letters.fate(session, letter), attempts=present.attempt_views(attempts))
 
 
 @blueprint.post("/dead-letters/<letter_id>/resend")
@@ -384,9 +392,11 @@ def job(op_id: str) -> Page:
     with runtime().db.begin() as session:
         op = dead_letters.job(session, security.actor(), op_id)
         flt = DeadLetterFilter.from_params(op.params.get("filter") or {})
-        return render_template("ui/job.html", op=op, flt=flt,
+        outcomes = dead_letters.job_outcomes(session, security.actor(), op)
+        return render_template("ui/job.html", op=op, flt=flt, outcomes=outcomes,
                                skipped=op.params.get("skipped") or {},
-                               running=op.state in ("pending", "running"))
+                               running=op.state in ("pending", "running")
+                               or outcomes.in_progress > 0)
 
 
 # ------------------------------------------------------------------------------ endpoints
@@ -520,6 +530,50 @@ def endpoint_resend_parked(endpoint_id: str) -> WerkzeugResponse:
     return redirect(url_for("ui.job", op_id=op_id))
 
 
+@blueprint.route("/endpoints/<endpoint_id>/edit", methods=["GET", "POST"])
+@security.login_required
+def endpoint_edit(endpoint_id: str) -> Page:
+    """The portal's endpoint form, for an operator (audited as the operator)."""
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        if ep.deleted_at is not None:
+            raise NotFound(f"Endpoint {endpoint_id} is deleted; it cannot be changed.")
+        partner = session.get_one(Partner, ep.partner_id)
+        catalog = event_types.catalog(session, actor)
+        if request.method == "GET":
+            return render_template("ui/endpoint_edit.html", ep=ep, partner=partner,
+                                   form=EndpointForm.from_endpoint(ep), catalog=catalog)
+        form = EndpointForm.from_request(request.form, existing=ep)
+        body = form.body(editing=True)
+        if body is not None:
+            try:
+                with session.begin_nested():
+                    endpoints.update(session, rt, actor, partner.uid, endpoint_id, body)
+            except ValidationFailed as exc:
+                form.refused(exc)
+            else:
+                flash("Saved. Deliveries from now on use the new settings.", "ok")
+                return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
+        session.refresh(ep)
+        return render_template("ui/endpoint_edit.html", ep=ep, partner=partner, form=form,
+                               catalog=catalog), 422
+
+
+@blueprint.post("/endpoints/<endpoint_id>/test")
+@security.login_required
+def endpoint_test(endpoint_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        delivery_id = endpoints.send_test(session, rt, actor, ep).id
+    flash("Test event sent (kurir.test, to this endpoint only). This page shows its attempt "
+          "when it ends.", "ok")
+    return redirect(url_for("ui.delivery", delivery_id=delivery_id))
+
+
 # ------------------------------------------------------------------------------ contracts
 
 
@@ -532,26 +586,6 @@ def contracts() -> Page:
 
 
 # ------------------------------------------------------------------------------ events
-
-
-@blueprint.get("/events")
-@security.login_required
-def event_lookup() -> Page:
-    raw = request.args.get("id", "").strip()
-    if not raw:
-        return render_template("ui/event_lookup.html", query="")
-    with runtime().db.begin() as session:
-        if raw.startswith("dl_") and session.get(DeadLetter, raw) is not None:
-            return redirect(url_for("ui.dead_letter", letter_id=raw))
-        if raw.startswith("dlv_"):
-            delivery = session.get(Delivery, raw)
-            if delivery is not None:
-                return redirect(url_for("ui.event", event_id=delivery.event_id))
-        if session.get(Event, raw) is not None:
-            return redirect(url_for("ui.event", event_id=raw))
-    flash(f"Nothing has the id {raw!r}. Paste an event (evt_…), delivery (dlv_…) or dead "
-          "letter (dl_…) id.", "error")
-    return render_template("ui/event_lookup.html", query=raw), 404
 
 
 @blueprint.get("/events/<event_id>")

@@ -1,0 +1,155 @@
+"""The endpoint form, shared by the partner portal (create, edit) and the operator UI (edit).
+
+It turns the HTML form into the body the endpoints service takes — the same body as the API's
+POST and PATCH, so every rule (the SSRF guard, reserved headers, known event types) is the
+service's, and its error comes back on the field it names.
+
+Custom header values are write-only: a stored value is never put back into the page unless
+its header is public. An edit leaves the value box of a write-only header empty; sent empty,
+it keeps the stored value (the service's `null`), typed into, it replaces it.
+
+Version pins (an endpoint choosing which version of an event type it receives) are not part
+of an endpoint yet. When they are, they join this form as one more field of `body()` (a
+`versions` object), with a selector per subscribed type in `shared/_endpoint_form.html`, whose
+type list already shows each type's versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app import headers as header_rules
+from app.errors import KurirError
+from app.models import Endpoint
+
+EXTRA_HEADER_ROWS = 2
+MAX_HEADER_ROWS = 25
+
+
+@dataclass
+class HeaderRow:
+    name: str = ""
+    value: str = ""
+    public: bool = False
+    stored: bool = False  # a header the endpoint has: an empty value keeps what is stored
+    remove: bool = False
+
+    @property
+    def hidden(self) -> bool:
+        """A stored write-only value: the page shows that one is set, never what it is."""
+        return self.stored and not self.public
+
+
+@dataclass
+class EndpointForm:
+    url: str = ""
+    description: str = ""
+    all_types: bool = True
+    event_types: list[str] = field(default_factory=list)
+    headers: list[HeaderRow] = field(default_factory=list)
+    timeout_s: str = ""
+    rate_limit_per_s: str = ""
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def blank(cls, default_timeout_s: int) -> EndpointForm:
+        form = cls(timeout_s=str(default_timeout_s))
+        form.headers = [HeaderRow() for _ in range(EXTRA_HEADER_ROWS)]
+        return form
+
+    @classmethod
+    def from_endpoint(cls, endpoint: Endpoint) -> EndpointForm:
+        shown = header_rules.redact_custom(endpoint.headers or {}, endpoint.public_headers)
+        rows = [HeaderRow(name, value or "", public=value is not None, stored=True)
+                for name, value in shown.items()]
+        rows += [HeaderRow() for _ in range(EXTRA_HEADER_ROWS)]
+        return cls(url=header_rules.redact_url(endpoint.url) or "",
+                   description=endpoint.description or "",
+                   all_types=endpoint.event_types is None,
+                   event_types=list(endpoint.event_types or []), headers=rows,
+                   timeout_s=str(endpoint.timeout_s),
+                   rate_limit_per_s="" if endpoint.rate_limit_per_s is None
+                   else str(endpoint.rate_limit_per_s))
+
+    @classmethod
+    def from_request(cls, form: Any, existing: Endpoint | None = None) -> EndpointForm:
+        """The form as posted (a werkzeug MultiDict)."""
+        stored = {n.lower() for n in (existing.headers or {})} if existing is not None else set()
+        rows: list[HeaderRow] = []
+        for i in range(MAX_HEADER_ROWS):
+            if f"header-{i}-name" not in form:
+                continue
+            name = form.get(f"header-{i}-name", "").strip()
+            rows.append(HeaderRow(
+                name=name, value=form.get(f"header-{i}-value", ""),
+                public=form.get(f"header-{i}-public") == "1",
+                stored=name.lower() in stored and form.get(f"header-{i}-stored") == "1",
+                remove=form.get(f"header-{i}-remove") == "1"))
+        if not any(not r.name for r in rows):
+            rows.append(HeaderRow())
+        return cls(url=form.get("url", "").strip(),
+                   description=form.get("description", "").strip(),
+                   all_types=form.get("all_types", "1") == "1",
+                   event_types=[t for t in form.getlist("event_types") if t],
+                   headers=rows, timeout_s=form.get("timeout_s", "").strip(),
+                   rate_limit_per_s=form.get("rate_limit_per_s", "").strip())
+
+    # ------------------------------------------------------------------ to the service
+
+    def _int(self, name: str, raw: str, *, optional: bool) -> int | None:
+        if not raw:
+            if optional:
+                return None
+            self.errors[name] = "required"
+            return None
+        if not raw.isdigit():
+            self.errors[name] = "must be a whole number"
+            return None
+        return int(raw)
+
+    def body(self, *, editing: bool) -> dict[str, Any] | None:
+        """The service body, or None with `errors` set for what the form itself can tell."""
+        self.errors = {}
+        headers: dict[str, str | None] = {}
+        public: list[str] = []
+        for row in self.headers:
+            if row.remove or (not row.name and not row.value):
+                continue
+            if not row.name:
+                self.errors["headers"] = "a header value was given without a name"
+                continue
+            if row.value:
+                headers[row.name] = row.value
+            elif row.stored and editing:
+                headers[row.name] = None  # keep the stored value
+            else:
+                self.errors["headers"] = f"header {row.name!r} needs a value"
+                continue
+            if row.public:
+                public.append(row.name)
+        body: dict[str, Any] = {
+            "url": self.url,
+            "description": self.description or None,
+            "event_types": None if self.all_types else self.event_types,
+            "headers": headers,
+            "public_headers": public,
+            "timeout_s": self._int("timeout_s", self.timeout_s, optional=False),
+            "rate_limit_per_s": self._int("rate_limit_per_s", self.rate_limit_per_s,
+                                          optional=True),
+        }
+        if not self.all_types and not self.event_types:
+            self.errors["event_types"] = ("choose at least one event type, or receive all "
+                                          "event types")
+        if not self.url:
+            self.errors["url"] = "required"
+        return None if self.errors else body
+
+    def refused(self, exc: KurirError) -> None:
+        """Put the service's refusal on the field it names (or on the whole form)."""
+        details: Mapping[str, Any] = exc.details if isinstance(exc.details, Mapping) else {}
+        name = details.get("field")
+        if "header" in details or name == "public_headers":
+            name = "headers"
+        self.errors[str(name) if name else "form"] = exc.message

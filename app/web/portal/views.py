@@ -1,0 +1,416 @@
+"""The partner portal's pages: endpoints, their secret, test events, deliveries, the event
+catalog and how to verify signatures.
+
+Views act as the portal session's actor (`Actor.portal`: this partner only, audited as
+`portal:<uid>`) through the same services as the API and the operator UI; another partner's
+resources answer "not found", whatever the URL says. Every change is a POST with the
+session's CSRF token, answered by a redirect to a page that is safe to reload — except
+"reveal secret", which answers with the secret itself so that it travels in no URL and no
+cookie.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from flask import Blueprint, flash, g, redirect, render_template, request, url_for
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from app.clock import isoformat, utcnow
+from app.errors import KurirError, ValidationFailed
+from app.models import Endpoint
+from app.services import deliveries, endpoints, event_types, portal
+from app.web import present
+from app.web.context import runtime
+from app.web.delivery_log import log_context
+from app.web.endpoint_form import EndpointForm
+from app.web.portal import guide, security
+
+log = logging.getLogger(__name__)
+
+blueprint = Blueprint("portal", __name__, url_prefix="/portal")
+
+Page = str | WerkzeugResponse | tuple[str, int] | tuple[str, int, dict[str, str]]
+# While a delivery is on its way, its page reloads itself this often (no script needed).
+REFRESH_S = 2
+
+
+# ------------------------------------------------------------------------------ plumbing
+
+
+@blueprint.before_request
+def _csrf() -> None:
+    if request.endpoint != "portal.enter":  # the link itself is that request's credential
+        security.check_csrf()
+
+
+@blueprint.after_request
+def _headers(response: WerkzeugResponse) -> WerkzeugResponse:
+    ancestors = runtime().settings.portal_frame_ancestors
+    response.headers.setdefault(
+        "Content-Security-Policy",
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        f"form-action 'self'; frame-ancestors {ancestors}; base-uri 'none'")
+    if not runtime().settings.portal_framable:
+        response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    # A magic link's token is in its URL: never send it on as a Referer.
+    response.headers.setdefault("Referrer-Policy", "no-referrer")
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+@blueprint.context_processor
+def _template_globals() -> dict[str, Any]:
+    settings = runtime().settings
+    return {"csrf_token": security.csrf_token, "ago": present.ago, "isoformat": isoformat,
+            "duration": present.duration, "portal_title": settings.portal_title,
+            "partner": g.get("partner"), "delivery_url": _delivery_url,
+            "endpoint_url": _endpoint_url, "deliveries_url": _deliveries_url}
+
+
+def _delivery_url(delivery_id: str) -> str:
+    return url_for("portal.delivery", delivery_id=delivery_id)
+
+
+def _endpoint_url(endpoint_id: str) -> str:
+    return url_for("portal.endpoint", endpoint_id=endpoint_id)
+
+
+def _deliveries_url(**params: Any) -> str:
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "")})
+    return url_for("portal.deliveries") + (f"?{query}" if query else "")
+
+
+def _uid() -> str:
+    return str(security.actor().partner_uid)
+
+
+@blueprint.errorhandler(KurirError)
+def _kurir_error(exc: KurirError) -> Page:
+    if request.method == "POST" and g.get("portal_actor") is not None:
+        flash(exc.message, "error")
+        return redirect(request.referrer if _same_portal(request.referrer)
+                        else url_for("portal.home"))
+    title = "Not found" if exc.status == 404 else "Cannot show this page"
+    return render_template("portal/error.html", status=exc.status, title=title,
+                           message=exc.message), exc.status
+
+
+def _same_portal(target: str | None) -> bool:
+    return bool(target) and str(target).startswith(request.host_url.rstrip("/") + "/portal")
+
+
+@blueprint.errorhandler(HTTPException)
+def _http_error(exc: HTTPException) -> Page:
+    status = exc.code or 500
+    if status == 400 and exc.description == "csrf":
+        return render_template(
+            "portal/error.html", status=400, title="This form has expired",
+            message="The form was not sent from a current portal page (its security token "
+                    "is missing or wrong), so nothing was changed. Reload the page and try "
+                    "again."), 400
+    return render_template("portal/error.html", status=status, title=exc.name,
+                           message=exc.description), status
+
+
+@blueprint.errorhandler(Exception)
+def _unexpected(exc: Exception) -> Page:
+    log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+    return render_template("portal/error.html", status=500, title="Something went wrong",
+                           message="The portal hit an internal error; it is logged. Nothing "
+                                   "was changed by the failed request."), 500
+
+
+# ------------------------------------------------------------------------------ session
+
+
+@blueprint.route("/login/<token>", methods=["GET", "POST"])
+def enter(token: str) -> Page:
+    """A magic link. GET shows a page that posts it on (at once, by script), so a link
+    scanner that merely fetches the URL does not spend it; POST spends it."""
+    if request.method == "GET":
+        return render_template("portal/enter.html", token=token)
+    try:
+        with runtime().db.begin() as session:
+            entered = portal.enter(session, token)
+    except portal.LinkRefused as exc:
+        titles = {portal.LINK_USED: "This link was already used",
+                  portal.LINK_EXPIRED: "This link has expired",
+                  portal.LINK_UNKNOWN: "This link is not valid"}
+        return render_template("portal/link_refused.html", title=titles.get(exc.code, "No entry"),
+                               message=exc.message, code=exc.code), exc.status
+    security.start(entered)
+    log.info("portal session started", extra={"partner": entered.partner.uid,
+                                              "portal_session": entered.session.id})
+    return redirect(url_for("portal.home"))
+
+
+@blueprint.post("/logout")
+@security.session_required
+def logout() -> Page:
+    current = security.token()
+    if current:
+        with runtime().db.begin() as session:
+            portal.end(session, current)
+    security.end()
+    g.partner = None  # the page after signing out shows no portal navigation
+    return render_template("portal/signed_out.html", reason=portal.ENDED,
+                           message=security.ENDED_MESSAGES[portal.ENDED])
+
+
+# ------------------------------------------------------------------------------ endpoints
+
+
+@blueprint.get("/")
+@security.session_required
+def home() -> Page:
+    actor = security.actor()
+    with runtime().db.begin() as session:
+        rows, next_cursor = endpoints.page(session, actor, _uid(), limit=100,
+                                           cursor=request.args.get("cursor"))
+        health = endpoints.health(session, actor, rows, since=utcnow() - timedelta(hours=24))
+        return render_template("portal/endpoints.html", endpoints=rows, health=health,
+                               next_url=url_for("portal.home", cursor=next_cursor)
+                               if next_cursor else None)
+
+
+def _catalog(session: Any) -> list[event_types.CatalogEntry]:
+    return event_types.catalog(session, security.actor())
+
+
+@blueprint.route("/endpoints/new", methods=["GET", "POST"])
+@security.session_required
+def endpoint_new() -> Page:
+    rt = runtime()
+    actor = security.actor()
+    if request.method == "GET":
+        form = EndpointForm.blank(rt.settings.default_timeout_s)
+        with rt.db.begin() as session:
+            return render_template("portal/endpoint_form.html", form=form,
+                                   catalog=_catalog(session), ep=None)
+    form = EndpointForm.from_request(request.form)
+    body = form.body(editing=False)
+    with rt.db.begin() as session:
+        if body is not None:
+            try:
+                with session.begin_nested():
+                    created = endpoints.create(session, rt, actor, _uid(), body)
+                    endpoint_id = created.endpoint.id
+            except ValidationFailed as exc:
+                form.refused(exc)
+            else:
+                flash("Endpoint created. Its signing secret is on the Secret tab; send a test "
+                      "event to check that it arrives.", "ok")
+                return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
+        return render_template("portal/endpoint_form.html", form=form,
+                               catalog=_catalog(session), ep=None), 422
+
+
+def _endpoint(session: Any, endpoint_id: str, scope: str = "read") -> Endpoint:
+    return endpoints.get(session, security.actor(), _uid(), endpoint_id, scope)
+
+
+@blueprint.get("/endpoints/<endpoint_id>")
+@security.session_required
+def endpoint(endpoint_id: str) -> Page:
+    actor = security.actor()
+    with runtime().db.begin() as session:
+        ep = _endpoint(session, endpoint_id)
+        health = endpoints.health(session, actor, [ep], since=utcnow() - timedelta(hours=24))
+        recent = deliveries.page(session, actor, deliveries.DeliveryFilter(endpoint=ep.id),
+                                 limit=5, cursor=None)
+        return render_template(
+            "portal/endpoint.html", ep=ep, health=health.get(ep.id, endpoints.Health(0, 0)),
+            headers=present.endpoint_headers(ep.headers, ep.public_headers), recent=recent)
+
+
+@blueprint.route("/endpoints/<endpoint_id>/edit", methods=["GET", "POST"])
+@security.session_required
+def endpoint_edit(endpoint_id: str) -> Page:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = _endpoint(session, endpoint_id, "endpoints:write")
+        if request.method == "GET":
+            return render_template("portal/endpoint_form.html", ep=ep,
+                                   form=EndpointForm.from_endpoint(ep),
+                                   catalog=_catalog(session))
+        form = EndpointForm.from_request(request.form, existing=ep)
+        body = form.body(editing=True)
+        if body is not None:
+            try:
+                with session.begin_nested():
+                    endpoints.update(session, rt, actor, _uid(), endpoint_id, body)
+            except ValidationFailed as exc:
+                form.refused(exc)
+            else:
+                flash("Saved. Deliveries from now on use the new settings.", "ok")
+                return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
+        session.refresh(ep)
+        return render_template("portal/endpoint_form.html", ep=ep, form=form,
+                               catalog=_catalog(session)), 422
+
+
+@blueprint.post("/endpoints/<endpoint_id>/enable")
+@security.session_required
+def endpoint_enable(endpoint_id: str) -> WerkzeugResponse:
+    actor = security.actor()
+    with runtime().db.begin() as session:
+        ep = _endpoint(session, endpoint_id, "endpoints:write")
+        if endpoints.enable(session, actor, ep):
+            flash("Enabled. New events are delivered to it again; what was held back while "
+                  "it was disabled can be resent from its deliveries.", "ok")
+        else:
+            flash("The endpoint is already enabled.", "info")
+    return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
+
+
+@blueprint.route("/endpoints/<endpoint_id>/delete", methods=["GET", "POST"])
+@security.session_required
+def endpoint_delete(endpoint_id: str) -> Page:
+    actor = security.actor()
+    with runtime().db.begin() as session:
+        ep = _endpoint(session, endpoint_id, "endpoints:write")
+        if request.method == "GET":
+            return render_template("portal/endpoint_delete.html", ep=ep)
+        if request.form.get("confirm") != ep.url:
+            flash("Type the endpoint's URL exactly to confirm the deletion.", "error")
+            return redirect(url_for("portal.endpoint_delete", endpoint_id=endpoint_id))
+        endpoints.delete(session, actor, _uid(), endpoint_id)
+    flash("Endpoint deleted. It receives nothing from now on; its past deliveries stay in "
+          "the log.", "ok")
+    return redirect(url_for("portal.home"))
+
+
+# ------------------------------------------------------------------------------ secret
+
+
+def _secret_page(ep: Endpoint, secret: str | None = None, since: Any = None) -> str:
+    return render_template("portal/secret.html", ep=ep, secret=secret, since=since,
+                           old_until=endpoints.previous_secret_expiry(ep),
+                           overlap=runtime().settings.secret_rotation_overlap_seconds)
+
+
+@blueprint.get("/endpoints/<endpoint_id>/secret")
+@security.session_required
+def endpoint_secret(endpoint_id: str) -> Page:
+    with runtime().db.begin() as session:
+        return _secret_page(_endpoint(session, endpoint_id))
+
+
+@blueprint.post("/endpoints/<endpoint_id>/secret/reveal")
+@security.session_required
+def endpoint_secret_reveal(endpoint_id: str) -> Page:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = _endpoint(session, endpoint_id, "endpoints:write")
+        row, secret = endpoints.read_secret(session, rt, actor, ep)
+        return _secret_page(ep, secret, row.created_at)
+
+
+@blueprint.post("/endpoints/<endpoint_id>/secret/rotate")
+@security.session_required
+def endpoint_secret_rotate(endpoint_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = _endpoint(session, endpoint_id, "endpoints:write")
+        endpoints.rotate_secret(session, rt, actor, ep)
+        until = endpoints.previous_secret_expiry(ep)
+    flash("Rotated. Reveal the new secret below and put it in your receiver"
+          + (f"; the previous one keeps signing until {isoformat(until)}." if until else "."),
+          "ok")
+    return redirect(url_for("portal.endpoint_secret", endpoint_id=endpoint_id))
+
+
+# ------------------------------------------------------------------------------ test event
+
+
+@blueprint.post("/endpoints/<endpoint_id>/test")
+@security.session_required
+def endpoint_test(endpoint_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = _endpoint(session, endpoint_id, "endpoints:write")
+        delivery_id = endpoints.send_test(session, rt, actor, ep).id
+    return redirect(url_for("portal.delivery", delivery_id=delivery_id))
+
+
+# ------------------------------------------------------------------------------ deliveries
+
+
+@blueprint.get("/deliveries", endpoint="deliveries")
+@security.session_required
+def deliveries_page() -> Page:
+    actor = security.actor()
+    with runtime().db.begin() as session:
+        rows, _ = endpoints.page(session, actor, _uid(), limit=100, cursor=None)
+        endpoint_id = request.args.get("endpoint", "").strip()
+        if endpoint_id:
+            _endpoint(session, endpoint_id)  # another partner's endpoint: not found
+        context = log_context(session, actor, request.args, list_url=_deliveries_url)
+        return render_template("portal/deliveries.html", endpoints=rows,
+                               types=[entry.name for entry in _catalog(session)],
+                               current=endpoint_id, **context)
+
+
+
+@blueprint.get("/deliveries/<delivery_id>")
+@security.session_required
+def delivery(delivery_id: str) -> Page:
+    with runtime().db.begin() as session:
+        found = deliveries.detail(session, security.actor(), delivery_id)
+        running = found.delivery.state in ("pending", "delivering") or (
+            found.delivery.state == "retrying" and not found.attempts)
+        return render_template("portal/delivery.html", d=found,
+                               attempts=present.attempt_views(found.attempts),
+                               payload=present.pretty_json(found.event.payload),
+                               running=running, refresh_s=REFRESH_S)
+
+
+@blueprint.post("/deliveries/<delivery_id>/resend")
+@security.session_required
+def delivery_resend(delivery_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    with rt.db.begin() as session:
+        deliveries.retry(session, rt, security.actor(), delivery_id)
+    flash("Resent: it goes out again now, with the same webhook-id and a fresh signature.",
+          "ok")
+    return redirect(url_for("portal.delivery", delivery_id=delivery_id))
+
+
+# ------------------------------------------------------------------------------ catalog, guide
+
+
+@blueprint.get("/catalog")
+@security.session_required
+def catalog() -> Page:
+    with runtime().db.begin() as session:
+        entries = _catalog(session)
+        examples = {row.id: json.dumps(guide.envelope(row, event_types.example(row), _uid()),
+                                       indent=2, ensure_ascii=False)
+                    for entry in entries for row in entry.versions}
+        return render_template("portal/catalog.html", entries=entries, examples=examples,
+                               dumps=lambda v: json.dumps(v, indent=2, ensure_ascii=False))
+
+
+@blueprint.get("/verify")
+@security.session_required
+def verify() -> Page:
+    actor = security.actor()
+    with runtime().db.begin() as session:
+        rows, _ = endpoints.page(session, actor, _uid(), limit=100, cursor=None)
+        chosen_id = request.args.get("endpoint") or (rows[0].id if rows else None)
+        chosen = _endpoint(session, chosen_id) if chosen_id else None
+        hint = guide.secret_hint(endpoints.secret_prefix(session, runtime(), actor, chosen)
+                                 if chosen is not None else None)
+        return render_template("portal/verify.html", endpoints=rows, chosen=chosen,
+                               snippets=guide.snippets(hint), headers=guide.HEADERS)

@@ -1,0 +1,71 @@
+"""Operator pages for partners: who they are, their endpoints and API keys, what they did in
+the portal — and "open portal as this partner", which makes a one-time link (audited as the
+operator; what is then done in the portal is audited as `portal:<uid>`, naming that session).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from flask import flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from app.clock import utcnow
+from app.pagination import parse_limit
+from app.services import audit, endpoints, keys, partners, portal
+from app.web.context import runtime
+from app.web.links import portal_url
+from app.web.ui import security
+from app.web.ui.views import Page, blueprint
+
+
+@blueprint.get("/partners", endpoint="partners")
+@security.login_required
+def partners_page() -> Page:
+    with runtime().db.begin() as session:
+        rows, next_cursor = partners.page(session, security.actor(),
+                                          limit=parse_limit(request.args.get("limit") or "50"),
+                                          cursor=request.args.get("cursor"))
+        return render_template("ui/partners.html", partners=rows,
+                               next_url=url_for("ui.partners", cursor=next_cursor)
+                               if next_cursor else None)
+
+
+@blueprint.get("/partners/<uid>")
+@security.login_required
+def partner(uid: str) -> Page:
+    actor = security.actor()
+    with runtime().db.begin() as session:
+        found = partners.get(session, actor, uid)
+        live, _ = endpoints.page(session, actor, uid, limit=100, cursor=None)
+        partner_keys, _ = keys.page(session, actor, limit=100, cursor=None, partner_uid=uid)
+        activity, _ = audit.search(session, actor, partner_id=found.id, actor_prefix="portal:",
+                                   limit=20)
+        return render_template(
+            "ui/partner.html", partner=found, endpoints=live, keys=partner_keys,
+            activity=activity,
+            health=endpoints.health(session, actor, live, since=utcnow() - timedelta(hours=24)),
+            link_ttl=runtime().settings.portal_link_ttl_seconds)
+
+
+@blueprint.post("/partners/<uid>/portal-link")
+@security.login_required
+def partner_portal_link(uid: str) -> Page:
+    """A one-time link into the partner's portal; shown once, on this answer only."""
+    rt = runtime()
+    with rt.db.begin() as session:
+        link, token = portal.create_link(session, security.actor(), uid,
+                                         default_ttl_s=rt.settings.portal_link_ttl_seconds)
+        found = partners.get(session, security.actor(), uid)
+        return render_template("ui/portal_link.html", partner=found, link=link,
+                               url=portal_url(token))
+
+
+@blueprint.post("/keys/<key_id>/revoke")
+@security.login_required
+def key_revoke(key_id: str) -> WerkzeugResponse:
+    with runtime().db.begin() as session:
+        view = keys.revoke(session, security.actor(), key_id)
+        name, uid = view.key.name, view.partner_uid
+    flash(f"Revoked the key {name!r}: every API process refuses it within a second.", "ok")
+    return redirect(url_for("ui.partner", uid=uid) if uid else url_for("ui.partners"))

@@ -1,0 +1,447 @@
+"""The partner portal through Flask's test client: magic links, sessions, CSRF, every page and
+every action, each audited as `portal:<uid>` and kept to its own partner."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from app.clock import utcnow
+from app.models import AuditRecord, Delivery, Endpoint, Event, PortalLink, PortalSession
+from app.services import portal as portal_service
+from app.web.portal import guide
+from tests.factories import Receiver, WorkerThread, wait_for
+from tests.integration._publish_support import (
+    make_endpoint,
+    make_event_type,
+    make_partner,
+    order,
+)
+
+_TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def link_for(client, auth, uid: str = "acme", **body) -> dict:
+    response = client.post(f"/v1/partners/{uid}/portal-links", headers=auth, json=body or None)
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def path_of(url: str) -> str:
+    return "/" + url.split("/", 3)[3]
+
+
+def sign_in(client, auth, uid: str = "acme"):
+    """Open a fresh magic link in `client`, as a partner's browser would."""
+    link = link_for(client, auth, uid)
+    page = client.get(path_of(link["url"]))
+    assert page.status_code == 200 and "data-autosubmit" in page.text
+    entered = client.post(path_of(link["url"]))
+    assert entered.status_code == 302 and entered.headers["Location"] == "/portal/"
+    return client
+
+
+def csrf(client, path: str = "/portal/") -> str:
+    match = _TOKEN.search(client.get(path).text)
+    assert match, "no CSRF token on the page"
+    return match.group(1)
+
+
+@pytest.fixture
+def acme(client, auth):
+    make_event_type(client, auth, "order.created", description="An order was placed.")
+    make_event_type(client, auth, "order.created", version=2, schema={
+        "type": "object", "required": ["order_id"], "properties": {
+            "order_id": {"type": "string", "examples": ["ord_42"]},
+            "total": {"type": "integer", "minimum": 0}}})
+    make_event_type(client, auth, "order.shipped")
+    make_partner(client, auth, "acme")
+    make_partner(client, auth, "globex")
+    return make_endpoint(client, auth, "acme", url="http://127.0.0.1:9/acme")
+
+
+@pytest.fixture
+def portal(app, auth, acme):
+    """A second browser: the partner's, signed in to acme's portal."""
+    return sign_in(app.test_client(), auth)
+
+
+# ------------------------------------------------------------------------------ links
+
+
+def test_a_link_opens_one_session_once_and_is_stored_hashed(client, auth, acme, runtime, app):
+    link = link_for(client, auth)
+    assert link["url"].startswith("http://localhost/portal/login/")
+    expires = link["expires_at"]
+    token = link["url"].rsplit("/", 1)[1]
+    with runtime.db.begin() as session:
+        row = session.scalars(select(PortalLink)).one()
+        assert token not in row.token_hash and len(row.token_hash) == 64
+        assert row.created_by == "key:test-admin"
+    assert (row.expires_at - row.created_at) == timedelta(seconds=900)
+    assert expires
+    browser = app.test_client()
+    # Fetching the link does not spend it (a scanner may fetch it before the partner).
+    assert browser.get(path_of(link["url"])).status_code == 200
+    assert browser.post(path_of(link["url"])).status_code == 302
+    home = browser.get("/portal/")
+    assert home.status_code == 200 and "Acme" in home.text
+    cookie = next(c for c in browser._cookies.values() if c.key == "kurir_portal")
+    assert cookie.path == "/portal"
+    # Used once: a second use, in any browser, is a clear page, not a 500.
+    again = app.test_client().post(path_of(link["url"]))
+    assert again.status_code == 410 and "already used" in again.text
+    assert 'data-code="link_used"' in again.text
+    bogus = app.test_client().post("/portal/login/not-a-token")
+    assert bogus.status_code == 404 and "not valid" in bogus.text
+
+
+def test_an_expired_link_is_refused_plainly(client, auth, acme, runtime, app):
+    link = link_for(client, auth, expires_in_s=60)
+    with runtime.db.begin() as session:
+        row = session.scalars(select(PortalLink)).one()
+        row.expires_at = utcnow() - timedelta(seconds=1)
+    refused = app.test_client().post(path_of(link["url"]))
+    assert refused.status_code == 410 and "expired" in refused.text
+
+
+def test_link_lifetime_is_bounded_and_only_for_a_visible_partner(client, auth, acme, runtime):
+    for bad in (59, 86401, "600", True):
+        answer = client.post("/v1/partners/acme/portal-links", headers=auth,
+                             json={"expires_in_s": bad})
+        assert answer.status_code == 422, bad
+    assert client.post("/v1/partners/ghost/portal-links", headers=auth).status_code == 404
+    day = link_for(client, auth, expires_in_s=86400)
+    assert day["partner"] == "acme"
+    read = client.post("/v1/keys", headers=auth)  # no such route: keys are made per partner
+    assert read.status_code in (404, 405)
+
+
+def test_a_public_url_setting_names_the_links_host(client, auth, acme, app, runtime):
+    from app.web import create_app
+
+    configured = create_app(runtime=type(runtime)(
+        runtime.settings.with_overrides(public_url="https://hooks.example.com"),
+        database=runtime.db))
+    link = configured.test_client().post("/v1/partners/acme/portal-links", headers=auth)
+    assert link.get_json()["url"].startswith("https://hooks.example.com/portal/login/")
+
+
+# ------------------------------------------------------------------------------ sessions
+
+
+def test_signing_out_ends_the_session_everywhere(portal, runtime):
+    token = csrf(portal)
+    out = portal.post("/portal/logout", data={"csrf_token": token})
+    assert out.status_code == 200 and "signed out" in out.text
+    after = portal.get("/portal/")
+    assert after.status_code == 401 and "not signed in" in after.text
+    with runtime.db.begin() as session:
+        row = session.scalars(select(PortalSession)).one()
+        assert row.ended_at is not None
+        actions = list(session.scalars(select(AuditRecord.action).order_by(AuditRecord.id)
+                                       .where(AuditRecord.actor == "portal:acme")))
+        assert actions == ["portal.signed_in", "portal.signed_out"]
+
+
+def test_a_session_ends_after_an_idle_hour_and_after_twelve_hours(portal, runtime):
+    assert portal.get("/portal/").status_code == 200
+    with runtime.db.begin() as session:
+        row = session.scalars(select(PortalSession)).one()
+        row.last_seen_at = utcnow() - portal_service.SESSION_IDLE
+    idle = portal.get("/portal/")
+    assert idle.status_code == 401 and "without activity" in idle.text
+    with runtime.db.begin() as session:
+        row = session.scalars(select(PortalSession)).one()
+        row.last_seen_at = utcnow()
+        row.expires_at = utcnow() - timedelta(seconds=1)
+    assert portal.get("/portal/").status_code == 401  # the cookie was dropped too
+
+
+def test_a_post_without_the_csrf_token_changes_nothing(portal, acme, runtime):
+    forged = portal.post(f"/portal/endpoints/{acme['id']}/secret/rotate", data={})
+    assert forged.status_code == 400 and "expired" in forged.text
+    wrong = portal.post(f"/portal/endpoints/{acme['id']}/delete",
+                        data={"csrf_token": "guess", "confirm": acme["url"]})
+    assert wrong.status_code == 400
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, acme["id"])
+        assert endpoint.deleted_at is None and len(endpoint.secrets) == 1
+
+
+def test_security_headers_refuse_framing_unless_ancestors_are_configured(portal, runtime, auth,
+                                                                         client):
+    page = portal.get("/portal/")
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert page.headers["Referrer-Policy"] == "no-referrer"
+    from app.web import create_app
+
+    framed = create_app(runtime=type(runtime)(runtime.settings.with_overrides(
+        portal_frame_ancestors="https://dash.example.com", cookie_secure=True),
+        database=runtime.db))
+    browser = framed.test_client()
+    link = link_for(client, auth)
+    entered = browser.post(path_of(link["url"]), base_url="https://localhost")
+    cookie = entered.headers["Set-Cookie"]
+    assert "SameSite=None" in cookie and "Secure" in cookie and "Partitioned" in cookie
+    page = browser.get("/portal/", base_url="https://localhost")
+    assert page.status_code == 200
+    assert "frame-ancestors https://dash.example.com" in page.headers["Content-Security-Policy"]
+    assert "X-Frame-Options" not in page.headers
+
+
+# ------------------------------------------------------------------------------ endpoints
+
+
+def test_create_edit_enable_and_delete_an_endpoint(portal, acme, runtime):
+    assert acme["url"] in portal.get("/portal/").text
+    form = portal.get("/portal/endpoints/new")
+    assert form.status_code == 200 and "order.shipped" in form.text and "v2, v1" in form.text
+    token = csrf(portal, "/portal/endpoints/new")
+    blocked = portal.post("/portal/endpoints/new", data={
+        "csrf_token": token, "url": "ftp://example.com/x", "all_types": "1",
+        "timeout_s": "15", "header-0-name": "", "header-0-value": ""})
+    assert blocked.status_code == 422 and 'data-testid="error-url"' in blocked.text
+    assert "ftp://example.com/x" in blocked.text  # what was typed is kept
+    none_chosen = portal.post("/portal/endpoints/new", data={
+        "csrf_token": token, "url": "http://127.0.0.1:9/new", "all_types": "0",
+        "timeout_s": "15"})
+    assert none_chosen.status_code == 422 and "choose at least one" in none_chosen.text
+    created = portal.post("/portal/endpoints/new", data={
+        "csrf_token": token, "url": "http://127.0.0.1:9/new", "description": "prod",
+        "all_types": "0", "event_types": ["order.created"], "timeout_s": "10",
+        "rate_limit_per_s": "5", "header-0-name": "Authorization",
+        "header-0-value": "Bearer partner-own-token", "header-1-name": "X-Team",
+        "header-1-value": "payments", "header-1-public": "1"})
+    assert created.status_code == 302, created.text
+    endpoint_id = created.headers["Location"].rsplit("/", 1)[1]
+    page = portal.get(f"/portal/endpoints/{endpoint_id}")
+    assert "Endpoint created" in page.text and "partner-own-token" not in page.text
+    assert "X-Team: payments" in page.text
+    edit = portal.get(f"/portal/endpoints/{endpoint_id}/edit")
+    assert "partner-own-token" not in edit.text and "write-only" in edit.text
+    saved = portal.post(f"/portal/endpoints/{endpoint_id}/edit", data={
+        "csrf_token": token, "url": "http://127.0.0.1:9/moved", "all_types": "1",
+        "timeout_s": "12", "rate_limit_per_s": "",
+        "header-0-name": "Authorization", "header-0-value": "", "header-0-stored": "1",
+        "header-1-name": "X-Team", "header-1-value": "payments", "header-1-public": "1",
+        "header-1-stored": "1", "header-1-remove": "1"})
+    assert saved.status_code == 302, saved.text
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, endpoint_id)
+        assert endpoint.url == "http://127.0.0.1:9/moved" and endpoint.event_types is None
+        # A blank write-only value kept what was stored; the removed header is gone.
+        assert endpoint.headers == {"Authorization": "Bearer partner-own-token"}
+        assert endpoint.rate_limit_per_s is None and endpoint.timeout_s == 12
+        endpoint.state, endpoint.disabled_reason = "disabled", "failing: 8 consecutive"
+    disabled = portal.get(f"/portal/endpoints/{endpoint_id}")
+    assert "This endpoint is disabled" in disabled.text
+    assert "failing: 8 consecutive" in disabled.text
+    assert portal.post(f"/portal/endpoints/{endpoint_id}/enable",
+                       data={"csrf_token": token}).status_code == 302
+    confirm = portal.get(f"/portal/endpoints/{endpoint_id}/delete")
+    assert "cannot be undone" in confirm.text
+    unconfirmed = portal.post(f"/portal/endpoints/{endpoint_id}/delete",
+                              data={"csrf_token": token, "confirm": "yes"})
+    assert unconfirmed.status_code == 302
+    deleted = portal.post(f"/portal/endpoints/{endpoint_id}/delete",
+                          data={"csrf_token": token, "confirm": "http://127.0.0.1:9/moved"})
+    assert deleted.status_code == 302
+    with runtime.db.begin() as session:
+        assert session.get_one(Endpoint, endpoint_id).deleted_at is not None
+        trail = list(session.scalars(select(AuditRecord.action).where(
+            AuditRecord.subject_id == endpoint_id, AuditRecord.actor == "portal:acme")
+            .order_by(AuditRecord.id)))
+        assert trail == ["endpoint.created", "endpoint.updated", "endpoint.enabled",
+                         "endpoint.deleted"]
+        sessions = {d.get("session") for d in session.scalars(select(AuditRecord.details)
+                                                              .where(AuditRecord.subject_id ==
+                                                                     endpoint_id))}
+        assert len(sessions) == 1 and next(iter(sessions)).startswith("ps_")
+
+
+def test_reveal_and_rotate_the_secret_say_until_when_the_old_one_signs(portal, acme, runtime):
+    url = f"/portal/endpoints/{acme['id']}/secret"
+    hidden = portal.get(url)
+    assert "whsec_" in hidden.text and 'data-testid="secret"' not in hidden.text
+    token = csrf(portal, url)
+    shown = portal.post(f"{url}/reveal", data={"csrf_token": token})
+    first = re.search(r'data-testid="secret">(whsec_[^<]+)<', shown.text).group(1)
+    rotated = portal.post(f"{url}/rotate", data={"csrf_token": token})
+    assert rotated.status_code == 302
+    after = portal.get(url)
+    assert 'data-testid="overlap"' in after.text and "keeps signing until" in after.text
+    second = re.search(r'data-testid="secret">(whsec_[^<]+)<',
+                       portal.post(f"{url}/reveal", data={"csrf_token": token}).text).group(1)
+    assert first != second
+    with runtime.db.begin() as session:
+        actions = list(session.scalars(select(AuditRecord.action).where(
+            AuditRecord.subject_id == acme["id"], AuditRecord.actor == "portal:acme")
+            .order_by(AuditRecord.id)))
+        assert actions == ["endpoint.secret_revealed", "endpoint.secret_rotated",
+                           "endpoint.secret_revealed"]
+
+
+def test_another_partners_endpoint_is_not_found_by_url_guessing(portal, client, auth, runtime):
+    other = make_endpoint(client, auth, "globex", url="http://127.0.0.1:9/globex")
+    token = csrf(portal)
+    for path in (f"/portal/endpoints/{other['id']}", f"/portal/endpoints/{other['id']}/edit",
+                 f"/portal/endpoints/{other['id']}/secret",
+                 f"/portal/endpoints/{other['id']}/delete",
+                 f"/portal/deliveries?endpoint={other['id']}",
+                 f"/portal/verify?endpoint={other['id']}"):
+        page = portal.get(path)
+        assert page.status_code == 404, path
+        assert "globex" not in page.text and other["url"] not in page.text
+    for path in (f"/portal/endpoints/{other['id']}/secret/reveal",
+                 f"/portal/endpoints/{other['id']}/secret/rotate",
+                 f"/portal/endpoints/{other['id']}/test",
+                 f"/portal/endpoints/{other['id']}/enable"):
+        refused = portal.post(path, data={"csrf_token": token})
+        assert refused.status_code in (302, 404), path
+        assert "whsec_" not in refused.text
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, other["id"])
+        assert len(endpoint.secrets) == 1
+        assert session.scalars(select(Delivery)).first() is None
+
+
+# ------------------------------------------------------------------------------ deliveries
+
+
+def test_a_test_event_arrives_signed_and_its_attempt_is_shown(portal, client, auth, runtime):
+    with Receiver() as receiver:
+        endpoint = make_endpoint(client, auth, "acme", url=receiver.url + "/hook",
+                                 event_types=["order.shipped"])
+        token = csrf(portal)
+        sent = portal.post(f"/portal/endpoints/{endpoint['id']}/test",
+                           data={"csrf_token": token})
+        assert sent.status_code == 302
+        page_url = sent.headers["Location"]
+        assert "On its way" in portal.get(page_url).text
+        with WorkerThread(runtime):
+            wait_for(lambda: receiver.on("/hook"), timeout_s=15, message="the test event")
+            wait_for(lambda: "test-outcome" in portal.get(page_url).text, timeout_s=15,
+                     message="the attempt on the page")
+    page = portal.get(page_url).text
+    assert "answered 200" in page and 'data-testid="attempt-duration"' in page
+    (received,) = receiver.on("/hook")
+    body = received.json
+    assert body["type"] == "kurir.test" and body["data"]["endpoint"] == endpoint["id"]
+    assert body["data"]["sent_by"] == "portal:acme" and body["partner"] == "acme"
+    from standardwebhooks import Webhook
+
+    secret = client.get(f"/v1/partners/acme/endpoints/{endpoint['id']}/secret",
+                        headers=auth).get_json()["secret"]
+    Webhook(secret).verify(received.body, received.headers)
+    with runtime.db.begin() as session:
+        audit = session.scalars(select(AuditRecord).where(
+            AuditRecord.action == "endpoint.test_sent")).one()
+        assert audit.actor == "portal:acme" and audit.details["event"] == body["id"]
+        # Only the chosen endpoint got it, whatever the others subscribe to.
+        assert len(list(session.scalars(select(Delivery)))) == 1
+
+
+def test_publishers_cannot_publish_or_register_kurirs_own_types(client, auth, acme):
+    refused = client.post("/v1/partners/acme/events", headers=auth,
+                          json={"type": "kurir.test", "version": 1, "data": {}})
+    assert refused.status_code == 422
+    assert refused.get_json()["error"]["code"] == "reserved_event_type"
+    register = client.post("/v1/event-types", headers=auth, json={
+        "name": "kurir.anything", "version": 1, "schema": {"type": "object"}})
+    assert register.status_code == 422
+    subscribe = client.post("/v1/partners/acme/endpoints", headers=auth, json={
+        "url": "http://127.0.0.1:9/x", "event_types": ["kurir.test"]})
+    assert subscribe.status_code == 422
+    assert subscribe.get_json()["error"]["code"] == "reserved_event_type"
+
+
+def test_deliveries_list_filters_and_resends_a_dead_one(portal, client, auth, runtime, acme):
+    from tests.dlq_factories import make_dead_letter
+    from tests.dlq_factories import make_event as make_dl_event
+
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, acme["id"])
+        partner = endpoint.partner
+        dead = make_dead_letter(session, endpoint, make_dl_event(
+            session, partner, type="order.created"), attempts=2)
+        dead_delivery = dead.delivery_id
+    published = client.post("/v1/partners/acme/events", headers=auth,
+                            json=order()).get_json()
+    listing = portal.get("/portal/deliveries")
+    assert dead_delivery in listing.text and published["deliveries"][0]["id"] in listing.text
+    only_dead = portal.get("/portal/deliveries?state=dead").text
+    assert dead_delivery in only_dead and published["deliveries"][0]["id"] not in only_dead
+    bad = portal.get("/portal/deliveries?status_code=abc&since=yesterday")
+    assert bad.status_code == 200 and 'data-testid="error-status_code"' in bad.text
+    detail = portal.get(f"/portal/deliveries/{dead_delivery}").text
+    assert 'data-testid="attempt"' in detail and "Resend now" in detail
+    token = csrf(portal)
+    resent = portal.post(f"/portal/deliveries/{dead_delivery}/resend",
+                         data={"csrf_token": token})
+    assert resent.status_code == 302
+    with runtime.db.begin() as session:
+        assert session.get_one(Delivery, dead_delivery).state == "pending"
+        audit = session.scalars(select(AuditRecord).where(
+            AuditRecord.action == "delivery.retried")).one()
+        assert audit.actor == "portal:acme"
+        assert session.get_one(type(dead), dead.id).audit[-1].actor == "portal:acme"
+
+
+def test_catalog_shows_every_version_with_an_example_and_the_guide_has_the_secret_prefix(
+        portal, client, auth, acme):
+    catalog = portal.get("/portal/catalog").text
+    assert "order.created" in catalog and "order.shipped" in catalog
+    assert "kurir.test" not in catalog
+    assert "An order was placed." in catalog and "Version 2" in catalog
+    assert "ord_42" in catalog  # the schema's own example, inside the envelope
+    guide_page = portal.get("/portal/verify").text
+    secret = client.get(f"/v1/partners/acme/endpoints/{acme['id']}/secret",
+                        headers=auth).get_json()["secret"]
+    assert f"{secret[:10]}…" in guide_page and secret not in guide_page
+    for snippet in ("python", "node", "go"):
+        assert f'data-testid="snippet-{snippet}"' in guide_page
+    for header in guide.HEADERS:
+        assert header.name in guide_page
+
+
+def test_empty_portal_says_what_to_do(client, auth, app):
+    make_partner(client, auth, "initech")
+    browser = sign_in(app.test_client(), auth, "initech")
+    home = browser.get("/portal/").text
+    assert 'data-testid="no-endpoints"' in home and "Add your first endpoint" in home
+    assert "No deliveries match" in browser.get("/portal/deliveries").text
+
+
+def test_event_rows_exist_for_test_events_only_as_kurir_test(portal, client, auth, runtime,
+                                                              acme):
+    token = csrf(portal)
+    portal.post(f"/portal/endpoints/{acme['id']}/test", data={"csrf_token": token})
+    with runtime.db.begin() as session:
+        (event,) = session.scalars(select(Event))
+        assert event.type == "kurir.test" and event.version == 1
+
+
+def test_ended_links_and_sessions_are_purged_after_a_day(portal, client, auth, runtime):
+    from app.scheduling import periodic_jobs
+
+    link_for(client, auth)  # unused, still valid: kept
+    with runtime.db.begin() as session:
+        assert len(session.scalars(select(PortalLink)).all()) == 2
+        used = session.scalars(select(PortalLink).where(PortalLink.used_at.is_not(None))).one()
+        used.expires_at = utcnow() - portal_service.KEEP_ENDED - timedelta(minutes=1)
+        row = session.scalars(select(PortalSession)).one()
+        row.expires_at = used.expires_at
+    jobs = {job.name: job.run for job in periodic_jobs(runtime)}
+    assert jobs["purge-portal-links"](runtime) == 2
+    with runtime.db.begin() as session:
+        assert len(session.scalars(select(PortalLink)).all()) == 1
+        assert session.scalars(select(PortalSession)).first() is None
+        # The story stays in the audit trail.
+        assert session.scalars(select(AuditRecord).where(
+            AuditRecord.action == "portal.signed_in")).one()
+    assert portal.get("/portal/").status_code == 401
