@@ -13,11 +13,13 @@ apples with clocks): such an event is a contradiction, quarantined for reconcili
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, or_, select, update
+from sqlalchemy import Table, Update, and_, bindparam, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -120,6 +122,7 @@ _BY_KEY = select(*_COLUMNS).where(_C.source_id == bindparam("source_id"),
 _BY_KEY_LOCKED = _BY_KEY.with_for_update()
 _BY_ID = select(*_COLUMNS).where(_C.id == bindparam("state_id"))
 _BY_ID_LOCKED = _BY_ID.with_for_update()
+_READ_CHUNK = 1000
 _PLACEHOLDERS = {
     name: maker(_STATES).on_conflict_do_nothing(
         index_elements=["source_id", "resource_type", "resource_id"])
@@ -145,6 +148,49 @@ def ensure_state(connection: Connection, source_id: str, resource_type: str | No
     return StateRow(*row)
 
 
+StateKey = tuple[str, str, str]
+"""(source id, resource type or "", resource id): what a state row is unique on."""
+
+
+def ensure_states(connection: Connection, keys: Iterable[StateKey], *,
+                  lock: bool = False) -> dict[StateKey, StateRow]:
+    """:func:`ensure_state` for many resources: a read per (source, type), one insert of the
+    missing placeholders, a read of those.
+
+    With ``lock``, every row is taken ``FOR UPDATE`` in key order, the order every batch
+    uses: a batch then applies its events in whatever order they arrived without waiting on
+    another batch halfway through, and two batches that share resources queue up instead of
+    deadlocking.
+    """
+    wanted = sorted(set(keys))
+    found = _read_states(connection, wanted, lock=lock)
+    missing = [key for key in wanted if key not in found]
+    if missing:
+        connection.execute(_PLACEHOLDERS[connection.dialect.name],
+                           [{"source_id": s, "resource_type": t, "resource_id": r,
+                             "placeholder": True} for s, t, r in missing])
+        found.update(_read_states(connection, missing, lock=lock))
+    return found
+
+
+def _read_states(connection: Connection, keys: list[StateKey], *,
+                 lock: bool) -> dict[StateKey, StateRow]:
+    groups: dict[tuple[str, str], list[str]] = {}
+    for source_id, resource_type, resource_id in keys:
+        groups.setdefault((source_id, resource_type), []).append(resource_id)
+    found: dict[StateKey, StateRow] = {}
+    for (source_id, resource_type), resource_ids in sorted(groups.items()):
+        for start in range(0, len(resource_ids), _READ_CHUNK):
+            stmt = select(*_COLUMNS).where(
+                _C.source_id == source_id, _C.resource_type == resource_type,
+                _C.resource_id.in_(resource_ids[start:start + _READ_CHUNK]),
+            ).order_by(_C.resource_id)
+            for row in connection.execute(stmt.with_for_update() if lock else stmt):
+                state = StateRow(*row)
+                found[(source_id, resource_type, state.resource_id)] = state
+    return found
+
+
 def reload(connection: Connection, state_id: str, *, lock: bool = False) -> StateRow:
     row = connection.execute(_BY_ID_LOCKED if lock else _BY_ID, {"state_id": state_id}).one()
     return StateRow(*row)
@@ -158,32 +204,75 @@ def compare_and_set(connection: Connection, state_id: str, event: Ordering, *,
     ``allow_equal`` lets a provider snapshot correct the status at the version already
     applied (reconciliation): the version still never goes backwards.
     """
-    values: dict[str, Any] = {"placeholder": False, "updated_at": now or utcnow(),
-                              "last_event_id": last_event_id}
-    if event.status is not None:
-        values["status"] = event.status
-    if data is not None:
-        values["data"] = data
+    statement, values = _conditional_update(state_id, event, last_event_id=last_event_id,
+                                            data=data, allow_equal=allow_equal, now=now)
+    result = connection.execute(statement, values)
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def advance(connection: Connection, state_id: str, event: Ordering, *,
+            last_event_id: str | None, now: datetime | None = None) -> StateRow | None:
+    """:func:`compare_and_set` that returns the state it wrote (None if not newer).
+
+    The same single conditional UPDATE, with ``RETURNING``: a batch decides its next event
+    of the same resource against what this one wrote, without reading it again.
+    """
+    statement, values = _conditional_update(state_id, event, last_event_id=last_event_id,
+                                            data=None, allow_equal=False, now=now,
+                                            returning=True)
+    row = connection.execute(statement, values).one_or_none()
+    return None if row is None else StateRow(*row)
+
+
+def _conditional_update(state_id: str, event: Ordering, *, last_event_id: str | None,
+                        data: dict[str, Any] | None, allow_equal: bool,
+                        now: datetime | None, returning: bool = False,
+                        ) -> tuple[Update, dict[str, Any]]:
+    """The compare-and-set statement for this event's shape, and its parameters."""
+    values: dict[str, Any] = {"b_state_id": state_id, "b_placeholder": False,
+                              "b_updated_at": now or utcnow(), "b_last_event_id": last_event_id,
+                              "b_status": event.status, "b_data": data,
+                              "b_version": event.version, "b_occurred_at": event.occurred_at}
+    statement = _cas_statement(event.version is not None, event.occurred_at is not None,
+                               event.status is not None, data is not None, allow_equal,
+                               returning)
+    return statement, values
+
+
+@functools.cache
+def _cas_statement(has_version: bool, has_time: bool, has_status: bool, has_data: bool,
+                   allow_equal: bool, returning: bool) -> Update:
+    """Built once per shape, values as parameters: it runs for every applied event."""
     col = _STATES.c
-    if event.version is not None:
-        values["last_version"] = event.version
-        if event.occurred_at is not None:
-            values["last_occurred_at"] = event.occurred_at
-        newer = col.last_version <= event.version if allow_equal \
-            else col.last_version < event.version
+    values: dict[str, Any] = {
+        "placeholder": bindparam("b_placeholder"),
+        "updated_at": bindparam("b_updated_at", type_=col.updated_at.type),
+        "last_event_id": bindparam("b_last_event_id"),
+    }
+    if has_status:
+        values["status"] = bindparam("b_status")
+    if has_data:
+        values["data"] = bindparam("b_data", type_=col.data.type)
+    version = bindparam("b_version", type_=col.last_version.type)
+    occurred_at = bindparam("b_occurred_at", type_=col.last_occurred_at.type)
+    if has_version:
+        values["last_version"] = version
+        if has_time:
+            values["last_occurred_at"] = occurred_at
+        newer = col.last_version <= version if allow_equal else col.last_version < version
         condition = or_(col.last_version.is_(None), newer)
-    elif event.occurred_at is not None:
-        values["last_occurred_at"] = event.occurred_at
-        later = col.last_occurred_at <= event.occurred_at if allow_equal \
-            else col.last_occurred_at < event.occurred_at
+    elif has_time:
+        values["last_occurred_at"] = occurred_at
+        later = col.last_occurred_at <= occurred_at if allow_equal \
+            else col.last_occurred_at < occurred_at
         condition = and_(col.last_version.is_(None),
                          or_(col.last_occurred_at.is_(None), later))
     else:
         # An unordered snapshot: the provider's word, but it cannot undo a known version.
         condition = col.last_version.is_(None)
-    result = connection.execute(
-        update(_STATES).where(col.id == state_id, condition).values(**values))
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    statement = update(_STATES).where(col.id == bindparam("b_state_id"), condition) \
+        .values(**values)
+    return statement.returning(*_COLUMNS) if returning else statement
 
 
 def state_to_dict(state: ResourceState, source_name: str) -> dict[str, Any]:
