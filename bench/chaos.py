@@ -469,6 +469,8 @@ class ChaosReport:
     redis_restarts: int = 0
     backends_terminated: int = 0
     drain_after_last_fault_s: float | None = None
+    drain_after_last_publish_s: float | None = None
+    publish_s: float = 0.0
     elapsed_s: float = 0.0
     worker_cpu_ms_per_delivery: float = 0.0
     worker_incarnations: int = 0
@@ -482,7 +484,8 @@ class ChaosReport:
 
     def text(self) -> str:
         drain = ("never" if self.drain_after_last_fault_s is None
-                 else f"{self.drain_after_last_fault_s:.1f} s")
+                 else f"{self.drain_after_last_fault_s:.1f} s after the last fault, "
+                 f"{self.drain_after_last_publish_s:.1f} s after the last publish")
         lines = [
             f"chaos on {self.backend}: {self.kills} workers SIGKILLed, {self.redis_restarts} "
             f"Redis restarts (one after FLUSHALL), {self.backends_terminated} PostgreSQL "
@@ -495,7 +498,8 @@ class ChaosReport:
             f"  dead letters  {self.dead_letters:>7}",
             f"  duplicates    {self.duplicates:>7}  ({self.duplicate_share:.2%} of delivered)",
             f"  unexpected    {self.unexpected:>7}  (2xx for events never acknowledged)",
-            f"  drained       {drain} after the last fault; whole run {self.elapsed_s:.1f} s",
+            f"  drained       {drain}; publishing took {self.publish_s:.1f} s, the whole run "
+            f"{self.elapsed_s:.1f} s",
             f"  attempts      {self.attempts / max(1, self.published):.2f} per delivery",
             f"  worker CPU    {self.worker_cpu_ms_per_delivery:.2f} ms per delivery over "
             f"{self.worker_incarnations} worker processes; "
@@ -710,6 +714,7 @@ def run(config: ChaosConfig) -> ChaosReport:
         publisher.start()
         faults.start()
         publisher.join(config.publish_seconds + 600)
+        last_publish = time.monotonic() - origin
         faults.join()
         last_fault = max((at for at, _ in faults.log), default=0.0)
         published = len(publisher.published)
@@ -757,6 +762,8 @@ def run(config: ChaosConfig) -> ChaosReport:
         if first_ok and not missing:
             drained_at = max(first_ok[pair] for pair in expected) - started
             report.drain_after_last_fault_s = round(max(0.0, drained_at - last_fault), 1)
+            report.drain_after_last_publish_s = round(max(0.0, drained_at - last_publish), 1)
+        report.publish_s = round(last_publish, 1)
         report.worker_cpu_ms_per_delivery = round(
             kurir.worker_cpu_s * 1000 / max(1, report.delivered), 3)
         report.worker_incarnations = kurir.incarnations

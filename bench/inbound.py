@@ -14,9 +14,10 @@ measures, in one run:
      time-to-202 (every 202 means stored and committed) and CPU ms per callback;
   2. open loop at --paced-rate callbacks/s → p50/p99 counted from each request's due time;
   3. bare processing ceiling: --proc processes with raw psycopg apply the same stored events
-     with the least SQL any processor needs (per 100 events one transaction: insert the
-     missing states, one conditional UPDATE per event, one UPDATE of the events' statuses; no
-     Redis, no claim, no fencing, no handlers). Then the events and states are reset;
+     with the least SQL any correct processor needs (per 100 events one transaction: one
+     statement that creates the missing states and locks them all in key order, one
+     conditional UPDATE per event, pipelined, one UPDATE of the events' statuses per outcome;
+     no Redis, no claim, no fencing, no handlers). Then the events and states are reset;
   4. processing: --proc `kurir worker` processes drain the backlog the receiver queued
      (started on a held-back queue, so their start-up is not timed) → events/s, CPU ms per
      event (workers, PostgreSQL backends, Redis), and a check that every resource ended at
@@ -392,15 +393,19 @@ def _bare_main(url: str, batches: list[list[tuple[Any, ...]]], barrier: Any, out
                           "DO UPDATE SET resource_id = excluded.resource_id")
                 cursor.execute(upsert, [v for key in keys
                                         for v in ("rst_" + uuid.uuid4().hex[:20], *key)])
+                # One conditional UPDATE per event, pipelined, each telling whether it applied.
+                cursor.executemany(
+                    "UPDATE resource_states SET last_version = %s, status = %s, "
+                    "last_event_id = %s, placeholder = false, updated_at = now() "
+                    "WHERE source_id = %s AND resource_type = %s AND resource_id = %s "
+                    "AND (last_version IS NULL OR last_version < %s) RETURNING 1",
+                    [(version, status, event_id, source_id, rtype, rid, version)
+                     for event_id, source_id, rtype, rid, version, status in batch],
+                    returning=True)
                 applied, ignored = [], []
-                for event_id, source_id, rtype, rid, version, status in batch:
-                    cursor.execute(
-                        "UPDATE resource_states SET last_version = %s, status = %s, "
-                        "last_event_id = %s, placeholder = false, updated_at = now() "
-                        "WHERE source_id = %s AND resource_type = %s AND resource_id = %s "
-                        "AND (last_version IS NULL OR last_version < %s)",
-                        (version, status, event_id, source_id, rtype, rid, version))
-                    (applied if cursor.rowcount else ignored).append(event_id)
+                for row in batch:
+                    (applied if cursor.rowcount else ignored).append(row[0])
+                    cursor.nextset()
                 for status, ids in (("applied", applied), ("ignored", ignored)):
                     if ids:
                         cursor.execute(

@@ -9,12 +9,15 @@ worker kept up with a third of what the receiver acknowledges. A batch
    for), committed on its own as :func:`app.inbound.process.process_event` does, so each
    event's ``attempts`` counts a try even if the worker then dies;
 2. one transaction that reads (or creates as placeholders) every resource state the batch
-   touches, locked in key order, then applies the events in the order they were received,
-   each with the single conditional UPDATE of :func:`app.inbound.state.advance`: the
-   database re-checks ``last_version < :v``, so nothing (another batch, a one-event job, a
-   reconciliation) can make a resource move backwards, and a late older event is ignored as
-   ``stale_event`` exactly as it would be one at a time. Handlers run in a savepoint per
-   event, so a failing one undoes only its own event, which ends ``failed``;
+   touches, locked in key order, then decides the events in the order they were received
+   (a late older event is ``stale_event``, exactly as it would be one at a time) and applies
+   each with the single conditional UPDATE of :func:`app.inbound.state.compare_and_set`:
+   the database re-checks ``last_version < :v``, so nothing (another batch, a one-event
+   job, a reconciliation) can make a resource move backwards. Those UPDATEs go out together
+   (:func:`app.inbound.state.compare_and_set_many`); if one does not apply, the locked
+   state was not what the batch decided on, and it starts over one event at a time.
+   Handlers run in a savepoint per event, so a failing one undoes only its own event,
+   which ends ``failed``;
 3. one executemany that ends every event, fenced on its claim (``processing`` with our
    attempt count); if any was taken over after its lease ran out, the whole batch rolls back
    and every event is processed again on its own by the one-event path, which sorts it out.
@@ -127,7 +130,7 @@ def process_claimed_batch(runtime: Runtime, claimed: list[Claimed], *,
         # transaction, where a lost claim, a failing event or an outage touches only itself.
         log.warning("inbound batch of %d rolled back (%s); processing its events one by one",
                     len(claimed), type(exc).__name__,
-                    exc_info=not isinstance(exc, SQLAlchemyError | _LostClaim))
+                    exc_info=not isinstance(exc, SQLAlchemyError | _LostClaim | _Diverged))
         return {event.id: process.process_claimed(runtime, event, now=now)
                 for event in claimed}
 
@@ -150,94 +153,124 @@ def claim_many(runtime: Runtime, ids: list[str], *, now: datetime | None) -> lis
 def _apply(session: Session, rt: Runtime, claimed: list[Claimed], *,
            now: datetime | None) -> dict[str, str | None]:
     now = now or utcnow()
-    connection = session.connection()
-    events = claimed
     sources: dict[str, SourceConfig | None] = {}
-    for event in events:
+    for event in claimed:
         if event.source_id not in sources:
             sources[event.source_id] = process.source_config(session, event.source_id)
-    keys = [(event.source_id, event.resource_type or "", event.resource_id) for event in events
+    keys = [(event.source_id, event.resource_type or "", event.resource_id) for event in claimed
             if event.resource_id is not None and sources[event.source_id] is not None]
     # Every state of the batch locked up front, in key order: the events are then applied in
     # the order they arrived (a late older event is stale, as it would be one at a time)
-    # without two batches ever holding what the other waits for.
-    current = states.ensure_states(connection, keys, lock=True) if keys else {}
-
+    # without two batches ever holding what the other waits for. Under the lock, what is
+    # read is what the conditional UPDATEs will find.
+    current = states.ensure_states(session.connection(), keys, lock=True) if keys else {}
+    run = _Run(session, rt, current, now)
     results: dict[str, str | None] = {}
     finishes: list[dict[str, object]] = []
-    for event in events:
+    for event in claimed:
         source = sources[event.source_id]
         if source is None:
             results[event.id] = None  # the source was deleted; its events go with it
             continue
-        outcome = _one(session, rt, source, event, current, now)
+        outcome = run.one(source, event)
         results[event.id] = outcome.status
         finishes.append({"b_id": event.id, "b_attempts": event.attempts,
                          "new_status": outcome.status, "new_reason": outcome.reason,
                          "now": now})
+    run.flush()
     if finishes:
-        result = connection.execute(FINISH, finishes)
+        result = session.connection().execute(FINISH, finishes)
         if result.rowcount != len(finishes):
             raise _LostClaim(f"{len(finishes) - result.rowcount} of {len(finishes)}")
     return results
 
 
-def _one(session: Session, rt: Runtime, source: SourceConfig, event: Claimed,
-         current: dict[states.StateKey, states.StateRow], now: datetime) -> _Outcome:
-    """Decide and apply one event of the batch; ``current`` follows every state it moves."""
-    bound = handler_registry.handlers_for(source, event.event_type)
-    if event.resource_id is None:
-        # Nothing to order: the event is applied by its handlers alone (e.g. a ping).
-        failed = _handlers_in_savepoint(session, bound, event.id, None)
-        return failed or _Outcome(APPLIED, "no_resource")
+class _Diverged(Exception):
+    """A conditional UPDATE did not apply although the locked state said it would."""
 
-    key = (event.source_id, event.resource_type or "", event.resource_id)
-    ordering = states.Ordering(event.resource_version, event.occurred_at,
-                               event.resource_status or event.event_type)
-    connection = session.connection()
-    state = current[key]
-    for _ in range(process.MAX_CAS_ROUNDS):
+
+class _Run:
+    """One batch's pass over its events, with the states it has locked and moved so far.
+
+    The conditional UPDATEs of events without handlers are sent together (one executemany
+    per statement shape, in arrival order) before anything else reads the database; each is
+    still the single ``WHERE last_version < :v`` compare-and-set, and if any of them does not
+    apply, the batch is rolled back and redone one event at a time.
+    """
+
+    def __init__(self, session: Session, rt: Runtime,
+                 current: dict[states.StateKey, states.StateRow], now: datetime) -> None:
+        self.session = session
+        self.rt = rt
+        self.current = current
+        self.now = now
+        self.pending: list[states.Write] = []
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        applied = states.compare_and_set_many(self.session.connection(), self.pending,
+                                              now=self.now)
+        if applied != len(self.pending):
+            raise _Diverged(f"{len(self.pending) - applied} of {len(self.pending)}")
+        self.pending = []
+
+    def one(self, source: SourceConfig, event: Claimed) -> _Outcome:
+        """Decide and apply one event; ``current`` follows every state it moves."""
+        session = self.session
+        bound = handler_registry.handlers_for(source, event.event_type)
+        if bound:
+            self.flush()  # handlers see every state the batch has moved so far
+        if event.resource_id is None:
+            # Nothing to order: the event is applied by its handlers alone (e.g. a ping).
+            failed = _handlers_in_savepoint(session, bound, event.id, None)
+            return failed or _Outcome(APPLIED, "no_resource")
+
+        key = (event.source_id, event.resource_type or "", event.resource_id)
+        ordering = states.Ordering(event.resource_version, event.occurred_at,
+                                   event.resource_status or event.event_type)
+        state = self.current[key]
         decision = states.decide(ordering, state, allow_gaps=source.allow_gaps,
                                  event_id=event.id)
-        if decision.kind != states.APPLY:
-            break
-        savepoint = _savepoint(session) if bound else None
-        written = states.advance(connection, state.id, ordering, last_event_id=event.id,
-                                 now=now)
-        if written is None:
-            if savepoint is not None:
-                savepoint.rollback()
-            # Moved by someone else before the batch locked it (a one-event job, a
-            # reconciliation): the state is newer than we read; classify against it.
-            state = current[key] = states.reload(connection, state.id)
-            continue
-        if savepoint is not None:
-            try:
-                process.run_event_handlers(session, bound, event.id, state.id)
-            except HandlerFailed as exc:
-                savepoint.rollback()  # the state stays as it was before this event
-                log.warning("inbound handler failed: %s", exc,
-                            extra={"inbound_event_id": event.id})
-                return _Outcome(FAILED, f"handler_error: {exc}"[:2000])
-            savepoint.commit()
-        current[key] = written
-        if not source.allow_gaps and ordering.version is not None:
-            process.release_next(session, rt, source.id, event, ordering.version)
-        return _Outcome(APPLIED, None)
-    else:
-        decision = states.Decision(states.STALE, "stale_event")
+        if decision.kind == states.APPLY:
+            write = states.Write(state.id, ordering, last_event_id=event.id)
+            if bound:
+                failed = self._apply_with_handlers(bound, event, write)
+                if failed is not None:
+                    return failed  # the state stays as it was before this event
+            else:
+                self.pending.append(write)
+            self.current[key] = states.written(state, write)
+            if not source.allow_gaps and ordering.version is not None:
+                process.release_next(session, self.rt, source.id, event, ordering.version)
+            return _Outcome(APPLIED, None)
+        if decision.kind == states.ALREADY_APPLIED:
+            return _Outcome(APPLIED, decision.reason)
+        if decision.kind == states.STALE:
+            stale = [h for h in bound if h.side_effect_only]
+            failed = _handlers_in_savepoint(session, stale, event.id, state.id, stale=True)
+            return failed or _Outcome(IGNORED, decision.reason)
+        # A gap or a contradiction: not safe to decide alone; ask the provider.
+        request = reconcile.request_reconcile(session, source, event.resource_id, now=self.now)
+        if request is not None:
+            reconcile.enqueue_after_commit(session, self.rt, [request.id])
+        return _Outcome(QUARANTINED, decision.reason)
 
-    if decision.kind == states.ALREADY_APPLIED:
-        return _Outcome(APPLIED, decision.reason)
-    if decision.kind == states.STALE:
-        stale = [h for h in bound if h.side_effect_only]
-        failed = _handlers_in_savepoint(session, stale, event.id, state.id, stale=True)
-        return failed or _Outcome(IGNORED, decision.reason)
-    # A gap or a contradiction: not safe to decide alone; ask the provider.
-    request = reconcile.request_reconcile(session, source, event.resource_id, now=now)
-    if request is not None:
-        reconcile.enqueue_after_commit(session, rt, [request.id])
-    return _Outcome(QUARANTINED, decision.reason)
+    def _apply_with_handlers(self, bound: list[handler_registry.BoundHandler], event: Claimed,
+                             write: states.Write) -> _Outcome | None:
+        """Compare-and-set, then the handlers, in a savepoint; the failure, or None."""
+        savepoint = _savepoint(self.session)
+        if not states.compare_and_set(self.session.connection(), write.state_id, write.event,
+                                      last_event_id=write.last_event_id, now=self.now):
+            raise _Diverged(event.id)
+        try:
+            process.run_event_handlers(self.session, bound, event.id, write.state_id)
+        except HandlerFailed as exc:
+            savepoint.rollback()
+            log.warning("inbound handler failed: %s", exc, extra={"inbound_event_id": event.id})
+            return _Outcome(FAILED, f"handler_error: {exc}"[:2000])
+        savepoint.commit()
+        return None
 
 
 def _handlers_in_savepoint(session: Session, bound: list[handler_registry.BoundHandler],

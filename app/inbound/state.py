@@ -14,8 +14,8 @@ apples with clocks): such an event is a contradiction, quarantined for reconcili
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
@@ -210,38 +210,67 @@ def compare_and_set(connection: Connection, state_id: str, event: Ordering, *,
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def advance(connection: Connection, state_id: str, event: Ordering, *,
-            last_event_id: str | None, now: datetime | None = None) -> StateRow | None:
-    """:func:`compare_and_set` that returns the state it wrote (None if not newer).
+@dataclass(frozen=True)
+class Write:
+    """One compare-and-set to send: apply ``event`` to the state ``state_id``."""
 
-    The same single conditional UPDATE, with ``RETURNING``: a batch decides its next event
-    of the same resource against what this one wrote, without reading it again.
-    """
-    statement, values = _conditional_update(state_id, event, last_event_id=last_event_id,
-                                            data=None, allow_equal=False, now=now,
-                                            returning=True)
-    row = connection.execute(statement, values).one_or_none()
-    return None if row is None else StateRow(*row)
+    state_id: str
+    event: Ordering
+    last_event_id: str | None
+
+
+def compare_and_set_many(connection: Connection, writes: Sequence[Write], *,
+                         now: datetime | None = None) -> int:
+    """Many :func:`compare_and_set`, in order, one executemany per run of the same statement
+    shape; returns how many applied. Each is still the single conditional UPDATE."""
+    applied = 0
+    shape: Update | None = None
+    group: list[dict[str, Any]] = []
+    now = now or utcnow()
+    for write in writes:
+        statement, values = _conditional_update(write.state_id, write.event,
+                                                last_event_id=write.last_event_id, data=None,
+                                                allow_equal=False, now=now)
+        if statement is not shape and group:
+            applied += connection.execute(shape, group).rowcount  # type: ignore[arg-type,attr-defined]
+            group = []
+        shape = statement
+        group.append(values)
+    if group:
+        applied += connection.execute(shape, group).rowcount  # type: ignore[arg-type,attr-defined]
+    return int(applied)
+
+
+def written(state: StateRow, write: Write) -> StateRow:
+    """The row :func:`compare_and_set` leaves when ``write`` applies to ``state``: the SET
+    of :func:`_cas_statement`, in Python, so a batch that holds the row's lock decides its
+    next event of the resource without reading it again."""
+    event = write.event
+    return replace(
+        state,
+        last_version=event.version if event.version is not None else state.last_version,
+        last_occurred_at=event.occurred_at if event.occurred_at is not None
+        else state.last_occurred_at,
+        status=event.status if event.status is not None else state.status,
+        last_event_id=write.last_event_id, placeholder=False)
 
 
 def _conditional_update(state_id: str, event: Ordering, *, last_event_id: str | None,
                         data: dict[str, Any] | None, allow_equal: bool,
-                        now: datetime | None, returning: bool = False,
-                        ) -> tuple[Update, dict[str, Any]]:
+                        now: datetime | None) -> tuple[Update, dict[str, Any]]:
     """The compare-and-set statement for this event's shape, and its parameters."""
     values: dict[str, Any] = {"b_state_id": state_id, "b_placeholder": False,
                               "b_updated_at": now or utcnow(), "b_last_event_id": last_event_id,
                               "b_status": event.status, "b_data": data,
                               "b_version": event.version, "b_occurred_at": event.occurred_at}
     statement = _cas_statement(event.version is not None, event.occurred_at is not None,
-                               event.status is not None, data is not None, allow_equal,
-                               returning)
+                               event.status is not None, data is not None, allow_equal)
     return statement, values
 
 
 @functools.cache
 def _cas_statement(has_version: bool, has_time: bool, has_status: bool, has_data: bool,
-                   allow_equal: bool, returning: bool) -> Update:
+                   allow_equal: bool) -> Update:
     """Built once per shape, values as parameters: it runs for every applied event."""
     col = _STATES.c
     values: dict[str, Any] = {
@@ -270,9 +299,7 @@ def _cas_statement(has_version: bool, has_time: bool, has_status: bool, has_data
     else:
         # An unordered snapshot: the provider's word, but it cannot undo a known version.
         condition = col.last_version.is_(None)
-    statement = update(_STATES).where(col.id == bindparam("b_state_id"), condition) \
-        .values(**values)
-    return statement.returning(*_COLUMNS) if returning else statement
+    return update(_STATES).where(col.id == bindparam("b_state_id"), condition).values(**values)
 
 
 def state_to_dict(state: ResourceState, source_name: str) -> dict[str, Any]:
