@@ -8,12 +8,14 @@ worker kept up with a third of what the receiver acknowledges. A batch
    whose lease ran out; rows another worker is claiming right now are skipped, not waited
    for), committed on its own as :func:`app.inbound.process.process_event` does, so each
    event's ``attempts`` counts a try even if the worker then dies;
-2. one transaction that reads (or creates as placeholders) every resource state the batch
-   touches, locked in key order, then decides the events in the order they were received
-   (a late older event is ``stale_event``, exactly as it would be one at a time) and applies
-   each with the single conditional UPDATE of :func:`app.inbound.state.compare_and_set`:
-   the database re-checks ``last_version < :v``, so nothing (another batch, a one-event
-   job, a reconciliation) can make a resource move backwards. Those UPDATEs go out together
+2. one transaction that locks every resource state the batch touches, in key order (the
+   placeholders of resources never seen are created first, in a short transaction of their
+   own, so that no batch ever takes a lock out of that order), then decides the events in
+   the order they were received (a late older event is ``stale_event``, exactly as it would
+   be one at a time) and applies each with the single conditional UPDATE of
+   :func:`app.inbound.state.compare_and_set`: the database re-checks ``last_version < :v``,
+   so nothing (another batch, a one-event job, a reconciliation) can make a resource move
+   backwards. Those UPDATEs go out together
    (:func:`app.inbound.state.compare_and_set_many`); if one does not apply, the locked
    state was not what the batch decided on, and it starts over one event at a time.
    Handlers run in a savepoint per event, so a failing one undoes only its own event,
@@ -123,13 +125,20 @@ def process_claimed_batch(runtime: Runtime, claimed: list[Claimed], *,
     if not claimed:
         return {}
     try:
-        with runtime.db.begin() as session:
-            return _apply(session, runtime, claimed, now=now)
+        try:
+            with runtime.db.begin() as session:
+                return _apply(session, runtime, claimed, now=now)
+        except _Unknown as unknown:
+            # New resources: their placeholders first, committed, then lock them all again.
+            with runtime.db.engine.begin() as connection:
+                states.create_placeholders(connection, unknown.keys)
+            with runtime.db.begin() as session:
+                return _apply(session, runtime, claimed, now=now, last_round=True)
     except Exception as exc:
         # Nothing of the batch was kept: take the events one at a time, each in its own
         # transaction, where a lost claim, a failing event or an outage touches only itself.
-        log.warning("inbound batch of %d rolled back (%s); processing its events one by one",
-                    len(claimed), type(exc).__name__,
+        log.warning("inbound batch of %d rolled back (%s: %s); processing its events one by "
+                    "one", len(claimed), type(exc).__name__, str(exc).split("\n", 1)[0][:300],
                     exc_info=not isinstance(exc, SQLAlchemyError | _LostClaim | _Diverged))
         return {event.id: process.process_claimed(runtime, event, now=now)
                 for event in claimed}
@@ -150,8 +159,16 @@ def claim_many(runtime: Runtime, ids: list[str], *, now: datetime | None) -> lis
     return sorted((Claimed(*row) for row in rows), key=lambda event: position[event.id])
 
 
+class _Unknown(Exception):
+    """Resources of the batch that have no state row yet."""
+
+    def __init__(self, keys: list[states.StateKey]) -> None:
+        super().__init__(f"{len(keys)} resource(s) without a state")
+        self.keys = keys
+
+
 def _apply(session: Session, rt: Runtime, claimed: list[Claimed], *,
-           now: datetime | None) -> dict[str, str | None]:
+           now: datetime | None, last_round: bool = False) -> dict[str, str | None]:
     now = now or utcnow()
     sources: dict[str, SourceConfig | None] = {}
     for event in claimed:
@@ -159,11 +176,15 @@ def _apply(session: Session, rt: Runtime, claimed: list[Claimed], *,
             sources[event.source_id] = process.source_config(session, event.source_id)
     keys = [(event.source_id, event.resource_type or "", event.resource_id) for event in claimed
             if event.resource_id is not None and sources[event.source_id] is not None]
-    # Every state of the batch locked up front, in key order: the events are then applied in
-    # the order they arrived (a late older event is stale, as it would be one at a time)
-    # without two batches ever holding what the other waits for. Under the lock, what is
-    # read is what the conditional UPDATEs will find.
-    current = states.ensure_states(session.connection(), keys, lock=True) if keys else {}
+    # Every state of the batch locked up front, in key order (see states.lock_states).
+    current = states.lock_states(session.connection(), keys) if keys else {}
+    unknown = [key for key in keys if key not in current]
+    if unknown:
+        if not last_round:
+            raise _Unknown(unknown)
+        # Deleted between the two rounds (it never happens but by hand): create them here.
+        states.create_placeholders(session.connection(), unknown)
+        current.update(states.lock_states(session.connection(), unknown))
     run = _Run(session, rt, current, now)
     results: dict[str, str | None] = {}
     finishes: list[dict[str, object]] = []

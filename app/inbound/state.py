@@ -122,7 +122,7 @@ _BY_KEY = select(*_COLUMNS).where(_C.source_id == bindparam("source_id"),
 _BY_KEY_LOCKED = _BY_KEY.with_for_update()
 _BY_ID = select(*_COLUMNS).where(_C.id == bindparam("state_id"))
 _BY_ID_LOCKED = _BY_ID.with_for_update()
-_READ_CHUNK = 1000
+_LOCK_CHUNK = 1000
 _PLACEHOLDERS = {
     name: maker(_STATES).on_conflict_do_nothing(
         index_elements=["source_id", "resource_type", "resource_id"])
@@ -152,43 +152,44 @@ StateKey = tuple[str, str, str]
 """(source id, resource type or "", resource id): what a state row is unique on."""
 
 
-def ensure_states(connection: Connection, keys: Iterable[StateKey], *,
-                  lock: bool = False) -> dict[StateKey, StateRow]:
-    """:func:`ensure_state` for many resources: a read per (source, type), one insert of the
-    missing placeholders, a read of those.
+def lock_states(connection: Connection, keys: Iterable[StateKey]) -> dict[StateKey, StateRow]:
+    """The state rows of many resources, each locked (``FOR UPDATE``) until the transaction
+    ends; a resource with no row yet is absent (see :func:`create_placeholders`).
 
-    With ``lock``, every row is taken ``FOR UPDATE`` in key order, the order every batch
-    uses: a batch then applies its events in whatever order they arrived without waiting on
-    another batch halfway through, and two batches that share resources queue up instead of
-    deadlocking.
+    Rows are locked in key order, by code point (``COLLATE "C"`` on PostgreSQL, as Python
+    sorts), the order every batch uses: two batches that share resources then queue up
+    instead of deadlocking, and a batch that holds the locks can apply its events in
+    whatever order they arrived, knowing that what it read is what its conditional UPDATEs
+    will find.
     """
     wanted = sorted(set(keys))
-    found = _read_states(connection, wanted, lock=lock)
-    missing = [key for key in wanted if key not in found]
-    if missing:
-        connection.execute(_PLACEHOLDERS[connection.dialect.name],
-                           [{"source_id": s, "resource_type": t, "resource_id": r,
-                             "placeholder": True} for s, t, r in missing])
-        found.update(_read_states(connection, missing, lock=lock))
-    return found
-
-
-def _read_states(connection: Connection, keys: list[StateKey], *,
-                 lock: bool) -> dict[StateKey, StateRow]:
     groups: dict[tuple[str, str], list[str]] = {}
-    for source_id, resource_type, resource_id in keys:
+    for source_id, resource_type, resource_id in wanted:
         groups.setdefault((source_id, resource_type), []).append(resource_id)
+    order = _C.resource_id.collate("C") if connection.dialect.name == "postgresql" \
+        else _C.resource_id
     found: dict[StateKey, StateRow] = {}
-    for (source_id, resource_type), resource_ids in sorted(groups.items()):
-        for start in range(0, len(resource_ids), _READ_CHUNK):
-            stmt = select(*_COLUMNS).where(
+    for (source_id, resource_type), resource_ids in groups.items():
+        for start in range(0, len(resource_ids), _LOCK_CHUNK):
+            rows = connection.execute(select(*_COLUMNS).where(
                 _C.source_id == source_id, _C.resource_type == resource_type,
-                _C.resource_id.in_(resource_ids[start:start + _READ_CHUNK]),
-            ).order_by(_C.resource_id)
-            for row in connection.execute(stmt.with_for_update() if lock else stmt):
+                _C.resource_id.in_(resource_ids[start:start + _LOCK_CHUNK]),
+            ).order_by(order).with_for_update())
+            for row in rows:
                 state = StateRow(*row)
                 found[(source_id, resource_type, state.resource_id)] = state
     return found
+
+
+def create_placeholders(connection: Connection, keys: Iterable[StateKey]) -> None:
+    """Create the state rows of resources never seen (in key order; existing ones are left).
+
+    Run in a transaction of its own, committed before :func:`lock_states`: locking rows
+    that exist and then creating others would take locks out of order.
+    """
+    connection.execute(_PLACEHOLDERS[connection.dialect.name], [
+        {"source_id": source_id, "resource_type": resource_type, "resource_id": resource_id,
+         "placeholder": True} for source_id, resource_type, resource_id in sorted(set(keys))])
 
 
 def reload(connection: Connection, state_id: str, *, lock: bool = False) -> StateRow:
