@@ -17,8 +17,9 @@ each, so deliveries = events. A publish that fails (an outage) is retried with t
 `Idempotency-Key`; an event counts as published once the API answered 2xx with its id.
 The receivers answer 500 to --failure-rate of requests at random and record every request.
 
-Faults, while publishing:
-  - every 2-5 s a random worker is SIGKILLed and started again;
+Faults, while publishing (placed by the share of events published, so they fall inside
+publishing however slow the machine is):
+  - every 2-5 s a random worker is SIGKILLed and started again, until publishing ends;
   - Redis is restarted twice: at 25 % with its data saved (connections drop, queues
     survive), at 75 % after a FLUSHALL (every queued job is lost);
   - at 50 %, PostgreSQL only: every backend of this database is terminated
@@ -605,8 +606,10 @@ class Faults:
     """The fault schedule, run in a thread while publishing; records when each happened."""
 
     def __init__(self, config: ChaosConfig, kurir: Kurir, own_redis: OwnRedis,
-                 database_url: str, rng: random.Random, origin: float) -> None:
+                 database_url: str, rng: random.Random, origin: float,
+                 progress: Callable[[], float]) -> None:
         self.config = config
+        self.progress = progress
         self.kurir = kurir
         self.redis = own_redis
         self.database_url = database_url
@@ -635,20 +638,18 @@ class Faults:
         self._thread.join(60)
 
     def _run(self) -> None:
-        span = self.config.publish_seconds
+        # Placed by how much has been published, so that however slowly publishing goes,
+        # the faults fall inside it; the kills go on until it ends.
         planned: list[tuple[float, Callable[[], None]]] = [
-            (0.25 * span, self._restart_redis_keeping_data),
-            (0.75 * span, self._restart_redis_after_flushall)]
+            (0.25, self._restart_redis_keeping_data),
+            (0.75, self._restart_redis_after_flushall)]
         if self.config.backend == "postgresql":
-            planned.append((0.5 * span, self._terminate_backends))
+            planned.append((0.5, self._terminate_backends))
         planned.sort(key=lambda item: item[0])
-        next_kill = self.rng.uniform(*self.config.kill_every_s)
-        while not self.stop.is_set() and self.now() < span:
-            due = min([next_kill, *(at for at, _ in planned)])
-            if self.stop.wait(max(0.0, due - self.now())):
-                break
+        next_kill = self.now() + self.rng.uniform(*self.config.kill_every_s)
+        while not self.stop.wait(max(0.0, min(0.1, next_kill - self.now()))):
             try:
-                if planned and planned[0][0] <= self.now():
+                if planned and planned[0][0] <= self.progress():
                     planned.pop(0)[1]()
                 elif next_kill <= self.now():
                     pid = self.kurir.kill_worker(self.rng)
@@ -708,9 +709,10 @@ def run(config: ChaosConfig) -> ChaosReport:
             f"endpoints in {config.publish_seconds:.0f} s; logs in {work_dir / 'kurir.log'}")
         origin = time.monotonic()
         started = time.time()
-        faults = Faults(config, kurir, own_redis, database_url, rng, origin)
         publisher = Publisher(kurir.api_url, token, config.endpoints, config.events,
                               config.publish_seconds)
+        faults = Faults(config, kurir, own_redis, database_url, rng, origin,
+                        lambda: len(publisher.published) / config.events)
         publisher.start()
         faults.start()
         publisher.join(config.publish_seconds + 600)
