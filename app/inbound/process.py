@@ -1,4 +1,4 @@
-"""Processing a stored callback (SPEC §6.4): once, in order, never backwards.
+"""Processing a stored callback: once, in order, never backwards.
 
 ``process_event(inbound_event_id)`` is the RQ job. It
 
@@ -15,7 +15,12 @@
    reconciliation is filed) or ``failed`` (a handler raised: nothing of it was applied).
 
 A database outage leaves the event ``processing``; :func:`sweep` re-enqueues it once its
-lease expires, and enqueues every event left ``received`` (Redis was down at receive time).
+lease expires, and enqueues every event left ``received`` (Redis was down at receive time, or
+its job was lost with a worker or a flushed Redis).
+
+``kurir worker`` runs these jobs many at a time (:mod:`app.inbound.batch`, the same rules in
+a few statements per batch); this module is the one-event path that any RQ worker runs and
+that a batch falls back to.
 """
 
 from __future__ import annotations
