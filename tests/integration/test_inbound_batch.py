@@ -263,7 +263,7 @@ _example = count()
 RESOURCES, VERSIONS, WORKERS = 40, 15, 4
 
 
-@hsettings(max_examples=4, deadline=None, derandomize=False,
+@hsettings(max_examples=3, deadline=None, derandomize=False,
            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), duplicate_jobs=st.integers(0, 150),
        largest_batch=st.integers(1, 120))
