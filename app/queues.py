@@ -95,3 +95,52 @@ def try_enqueue_many(connection: redis.Redis, specs: list[JobSpec]) -> bool:
         log.warning("redis unavailable, %d job(s) left to the sweeper: %s", len(specs), exc)
         return False
     return True
+
+
+def pop_job_ids(connection: redis.Redis, queue_key: str, count: int,
+                block_s: float) -> list[str]:
+    """Up to ``count`` job ids off an RQ queue in one round trip (LPOP with a count), or,
+    when it is empty, wait up to ``block_s`` for the next; distinct, in queue order.
+
+    A popped job is the caller's: if it dies before the work is recorded, the database
+    still says the work is undone and the sweeper enqueues it again.
+    """
+    raw = connection.lpop(queue_key, count)
+    if not raw:
+        popped = connection.blpop([queue_key], timeout=block_s)
+        if not popped:
+            return []
+        raw = [popped[1], *(connection.lpop(queue_key, count - 1) or [])] if count > 1 \
+            else [popped[1]]
+    return list(dict.fromkeys(r.decode() if isinstance(r, bytes) else str(r)
+                              for r in raw))  # type: ignore[union-attr]
+
+
+Call = tuple[str, tuple[Any, ...], dict[str, Any]]
+"""A job's function (dotted path), positional and keyword arguments."""
+
+
+def take_calls(connection: redis.Redis, job_ids: list[str]) -> list[Call]:
+    """Read the calls of popped jobs and delete the jobs, in one round trip.
+
+    The call is RQ's own serialisation (see :func:`job_fields`); a job whose hash is gone
+    (a duplicate entry of one that already ran) is skipped. Deleting at once is safe: the
+    database, not the job, says whether the work is done.
+    """
+    pipe = connection.pipeline(transaction=False)
+    for job_id in job_ids:
+        key = Job.key_for(job_id)
+        pipe.hget(key, "data")
+        pipe.delete(key)
+    replies = pipe.execute()
+    calls: list[Call] = []
+    for data in replies[::2]:
+        if not data:
+            continue
+        try:
+            func, _instance, args, kwargs = pickle.loads(zlib.decompress(data))  # noqa: S301
+        except Exception:  # a job written by something else: RQ would fail it too
+            log.exception("unreadable job on an inbound queue; dropped")
+            continue
+        calls.append((str(func), tuple(args), dict(kwargs or {})))
+    return calls

@@ -1,46 +1,68 @@
-"""Inbound receiver: acknowledged callbacks/s and time-to-202 of `kurir api`, then processing.
+"""Inbound: callbacks acknowledged/s by `kurir api`, and events processed/s by `kurir worker`.
 
-    .venv/bin/python bench/inbound.py [-n 6000] [--workers 2] [--threads 8] [--proc 2]
+    .venv/bin/python bench/inbound.py [-n 6000] [--clients 8] [--workers 2] [--proc 2]
+                                      [--in-order] [--no-bare] [--sustained N]
 
 The script owns BENCH_DATABASE_URL (default: the `kurir_inbound_bench` database, which it
 WIPES and migrates) and BENCH_REDIS_URL (default db 6, which it FLUSHES). It creates one
 Standard Webhooks source, signs every callback the way a provider would (fresh timestamp,
-HMAC-SHA256 over ``{id}.{timestamp}.{body}``), starts `kurir api` under gunicorn and measures:
+HMAC-SHA256 over ``{id}.{timestamp}.{body}``), starts `kurir api` under gunicorn and
+measures, in one run:
 
-  1. closed loop: N callbacks from C concurrent clients (threads, one kept-alive socket each,
-     prebuilt requests: bench/rawhttp.py; `requests` would spend ~1 ms of CPU per POST on
-     this same machine) → acknowledged/s, p50/p99 time-to-202 (every 202 means stored and
-     committed);
+  1. ack rate: N callbacks from C concurrent clients in a closed loop (threads, one
+     kept-alive socket each, prebuilt requests: bench/rawhttp.py) → acknowledged/s, p50/p99
+     time-to-202 (every 202 means stored and committed) and CPU ms per callback;
   2. open loop at --paced-rate callbacks/s → p50/p99 counted from each request's due time;
-  3. processing: --proc `kurir worker --burst` processes drain the inbound queue → processed
-     events/s, and a check that every resource ended at its highest version.
+  3. bare processing ceiling: --proc processes with raw psycopg apply the same stored events
+     with the least SQL any correct processor needs (per 100 events one transaction: one
+     statement that creates the missing states and locks them all in key order, one
+     conditional UPDATE per event, pipelined, one UPDATE of the events' statuses per outcome;
+     no Redis, no claim, no fencing, no handlers). Then the events and states are reset;
+  4. processing: --proc `kurir worker` processes drain the backlog the receiver queued
+     (started on a held-back queue, so their start-up is not timed) → events/s, CPU ms per
+     event (workers, PostgreSQL backends, Redis), and a check that every resource ended at
+     its highest version;
+  5. sustained (--sustained N callbacks, default N): the workers keep running while the
+     clients send again; both rates over the same seconds, the backlog left when sending
+     stops, and how long it takes to drain.
 
-The callbacks are shuffled across --resources resources with --duplicates re-sends (answered
-200, not processed again). Targets on this 2-core machine: >= 800/s, p99 <= 30 ms.
+CPU time is process time of the process trees involved (psutil), so on a shared machine the
+per-event costs say what the rates would be on an idle one. The callbacks go to --resources
+resources, shuffled (most events then arrive after a newer one and are ignored as stale) or,
+with --in-order, in version order (every event is applied); --duplicates of them are sent
+twice (answered 200, not processed again).
+
+Targets on this 2-core machine: ack >= 800/s with p99 <= 30 ms; processing with 2 workers
+>= the ack rate of the same run and never below 800 events/s.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
+import multiprocessing
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import psutil  # noqa: E402
 import requests  # noqa: E402
 
 from bench import rawhttp  # noqa: E402
@@ -49,6 +71,9 @@ DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_inbound_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/6"
 SECRET = "whsec_" + base64.b64encode(b"kurir-inbound-bench-secret-32b!").decode()
 SOURCE = "bench-psp"
+INBOUND_QUEUE_KEY = "rq:queue:kurir-inbound"
+HELD_QUEUE_KEY = "bench:held:kurir-inbound"
+BARE_BATCH = 100
 
 
 # ---------------------------------------------------------------------------- callbacks
@@ -62,13 +87,15 @@ class Callback:
     version: int
 
 
-def make_callbacks(n: int, resources: int, seed: int) -> list[Callback]:
-    """n distinct events over `resources` resources, versions 1..k each, shuffled."""
+def make_callbacks(n: int, resources: int, seed: int, *, in_order: bool = False
+                   ) -> list[Callback]:
+    """n distinct events over `resources` resources, versions 1..k each; shuffled, or in
+    version order (each resource's versions rise, resources interleaved)."""
     rng = random.Random(seed)
     events = []
     now = time.time()
     for i in range(n):
-        resource = f"pay_{i % resources:05d}"
+        resource = f"pay_{seed}_{i % resources:05d}"
         version = i // resources + 1
         event_id = f"evt_{seed}_{i:07d}"
         doc = {"id": event_id, "type": "payment.updated", "version": 1,
@@ -77,7 +104,8 @@ def make_callbacks(n: int, resources: int, seed: int) -> list[Callback]:
                "resource": {"type": "payment", "id": resource, "version": version},
                "data": {"status": f"s{version}", "amount": 1000 + i % 977, "currency": "EUR"}}
         events.append(Callback(json.dumps(doc).encode(), event_id, resource, version))
-    rng.shuffle(events)
+    if not in_order:
+        rng.shuffle(events)
     return events
 
 
@@ -90,7 +118,68 @@ def signed_headers(callback: Callback, key: bytes) -> dict[str, str]:
             "webhook-signature": "v1," + base64.b64encode(mac).decode()}
 
 
-# ---------------------------------------------------------------------------- measurement
+def with_duplicates(batch: list[Callback], share: float, seed: int, *,
+                    keep_order: bool) -> list[Callback]:
+    rng = random.Random(seed)
+    resend = rng.sample(batch, int(len(batch) * share))
+    if keep_order:
+        # A re-send arrives a little after its original, as a provider's retry would.
+        stream = list(batch)
+        for callback in resend:
+            index = stream.index(callback)
+            stream.insert(min(len(stream), index + rng.randint(1, 50)), callback)
+        return stream
+    stream = batch + resend
+    rng.shuffle(stream)
+    return stream
+
+
+# ---------------------------------------------------------------------------- CPU
+
+
+class CpuMeter:
+    """CPU seconds of process trees, of this database's PostgreSQL backends and of Redis.
+
+    A backend's CPU is counted while it lives, so a phase is read before its processes end.
+    """
+
+    def __init__(self, database: str, redis_port: int) -> None:
+        self.database = database
+        self.redis_port = str(redis_port)
+
+    def snapshot(self, trees: dict[str, list[int]]) -> dict[str, float]:
+        totals: dict[str, float] = {name: 0.0 for name in trees}
+        for name, pids in trees.items():
+            for pid in pids:
+                with contextlib.suppress(psutil.Error):
+                    root = psutil.Process(pid)
+                    for proc in [root, *root.children(recursive=True)]:
+                        with contextlib.suppress(psutil.Error):
+                            totals[name] += sum(proc.cpu_times()[:2])
+        totals["postgres"] = 0.0
+        totals["redis"] = 0.0
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                cmdline = " ".join(proc.info["cmdline"] or ())
+                if proc.info["name"] == "redis-server" and f":{self.redis_port}" in cmdline:
+                    totals["redis"] += sum(proc.cpu_times()[:2])
+                elif cmdline.startswith("postgres: ") and f" {self.database} " in cmdline:
+                    totals["postgres"] += sum(proc.cpu_times()[:2])
+        return totals
+
+
+def per_unit_ms(before: dict[str, float], after: dict[str, float],
+                units: int) -> dict[str, float]:
+    per = {k: round((after[k] - before[k]) * 1000 / max(1, units), 3) for k in before}
+    per["total"] = round(sum(per.values()), 3)
+    return per
+
+
+def cpu_text(per: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in per.items())
+
+
+# ---------------------------------------------------------------------------- receiving
 
 
 @dataclass
@@ -100,6 +189,7 @@ class Result:
     statuses: dict[int, int]
     seconds: float
     latencies_ms: list[float]
+    cpu_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def acked(self) -> int:
@@ -116,18 +206,22 @@ class Result:
         return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
     def line(self) -> str:
-        return (f"{self.label:<34} {self.rate:7.0f} acked/s  p50 {self.pct(50):6.1f} ms  "
+        text = (f"{self.label:<30} {self.rate:7.0f} acked/s  p50 {self.pct(50):6.1f} ms  "
                 f"p99 {self.pct(99):6.1f} ms  max {max(self.latencies_ms or [0]):7.1f} ms  "
                 f"statuses {dict(sorted(self.statuses.items()))}")
+        if self.cpu_ms:
+            text += f"\n{'':<32}cpu ms/callback: {cpu_text(self.cpu_ms)}"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "acked_per_s": round(self.rate, 1),
                 "p50_ms": round(self.pct(50), 2), "p99_ms": round(self.pct(99), 2),
-                "max_ms": round(max(self.latencies_ms or [0]), 2), "statuses": self.statuses}
+                "max_ms": round(max(self.latencies_ms or [0]), 2), "statuses": self.statuses,
+                "cpu_ms_per_callback": self.cpu_ms}
 
 
-def _send_all(url: str, callbacks: list[Callback], key: bytes, clients: int,
-              rate: float | None) -> tuple[list[float], dict[int, int], float]:
+def send_all(url: str, callbacks: list[Callback], key: bytes, clients: int,
+             rate: float | None, label: str) -> Result:
     """Sign every callback now (a run lasts seconds, the tolerance is minutes), then send them
     as prebuilt requests on kept-alive sockets (bench/rawhttp.py)."""
     prebuilt = [rawhttp.request_bytes(url, cb.body, signed_headers(cb, key))
@@ -137,22 +231,7 @@ def _send_all(url: str, callbacks: list[Callback], key: bytes, clients: int,
     merged: dict[int, int] = {}
     for status in statuses:
         merged[status] = merged.get(status, 0) + 1
-    return latencies, merged, elapsed
-
-
-def closed_loop(label: str, url: str, callbacks: list[Callback], key: bytes,
-                clients: int) -> Result:
-    latencies, statuses, elapsed = _send_all(url, callbacks, key, clients, None)
-    return Result(label, len(latencies), statuses, elapsed, latencies)
-
-
-def paced(label: str, url: str, callbacks: list[Callback], key: bytes, rate: float,
-          senders: int) -> Result:
-    latencies, statuses, elapsed = _send_all(url, callbacks, key, senders, rate)
-    return Result(label, len(latencies), statuses, elapsed, latencies)
-
-
-# ---------------------------------------------------------------------------- processes
+    return Result(label, len(latencies), merged, elapsed, latencies)
 
 
 def free_port() -> int:
@@ -164,7 +243,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def api_server(env: dict[str, str], port: int, workers: int, threads: int) -> Iterator[str]:
+def api_server(env: dict[str, str], port: int, workers: int, threads: int
+               ) -> Iterator[tuple[str, int]]:
     args = [sys.executable, "-m", "app.cli", "api", "--port", str(port), "--workers",
             str(workers), "--threads", str(threads)]
     process = subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True)
@@ -180,14 +260,22 @@ def api_server(env: dict[str, str], port: int, workers: int, threads: int) -> It
             time.sleep(0.1)
         else:
             raise SystemExit("bench: kurir api did not become ready")
-        yield base
+        yield base, process.pid
     finally:
+        stop_group(process)
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+# ---------------------------------------------------------------------------- database
 
 
 def prepare(url: str, redis_url: str) -> Any:
@@ -233,28 +321,33 @@ def counts(db: Any) -> dict[str, int]:
                                     .group_by(InboundEvent.status)).all())  # type: ignore[arg-type]
 
 
-def process_all(env: dict[str, str], db: Any, expected: int, procs: int) -> dict[str, Any]:
-    started = time.perf_counter()
-    workers = [subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--burst"],
-                                env=env, cwd=ROOT, start_new_session=True)
-               for _ in range(procs)]
-    done = 0
-    try:
-        while True:
-            seen = counts(db)
-            done = seen.get("applied", 0) + seen.get("ignored", 0) + seen.get("quarantined", 0) \
-                + seen.get("failed", 0)
-            if done >= expected or all(w.poll() is not None for w in workers):
-                break
-            time.sleep(0.1)
-        elapsed = time.perf_counter() - started
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGTERM)
-            worker.wait(30)
-    return {"processed": done, "seconds": round(elapsed, 2),
-            "per_s": round(done / elapsed, 1) if elapsed else 0.0, "statuses": counts(db)}
+def unfinished(db: Any) -> int:
+    """Events not yet final (an index-only count on (status, id))."""
+    from sqlalchemy import text
+
+    with db.engine.connect() as connection:
+        return int(connection.execute(text(
+            "SELECT count(*) FROM inbound_events WHERE status IN ('received', 'processing')"
+        )).scalar_one())
+
+
+def vacuum(db: Any) -> None:
+    from sqlalchemy import text
+
+    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.execute(text("VACUUM ANALYZE inbound_events"))
+        connection.execute(text("VACUUM ANALYZE resource_states"))
+
+
+def reset_processing(db: Any) -> None:
+    """Back to "received, nothing applied" after the bare run, for Kurir to process."""
+    from sqlalchemy import text
+
+    with db.engine.begin() as connection:
+        connection.execute(text("UPDATE inbound_events SET status = 'received', reason = NULL,"
+                                " processed_at = NULL, attempts = 0"))
+        connection.execute(text("DELETE FROM resource_states"))
+    vacuum(db)
 
 
 def check_states(db: Any, callbacks: list[Callback]) -> tuple[int, int]:
@@ -272,6 +365,150 @@ def check_states(db: Any, callbacks: list[Callback]) -> tuple[int, int]:
     return good, len(highest)
 
 
+# ---------------------------------------------------------------------------- bare ceiling
+
+
+def _psycopg_url(url: str) -> str:
+    parts = urlsplit(url)
+    return parts._replace(scheme="postgresql").geturl()
+
+
+def _bare_main(url: str, batches: list[list[tuple[Any, ...]]], barrier: Any, out: Any,
+               measured: Any) -> None:
+    """Apply the batches with raw psycopg: the least SQL a correct processor needs."""
+    import psycopg
+
+    with psycopg.connect(_psycopg_url(url)) as connection:
+        barrier.wait()
+        cpu = time.process_time()
+        for batch in batches:
+            with connection.transaction(), connection.cursor() as cursor:
+                # Every state of the batch created if missing and locked, in key order (one
+                # statement; without the order two processes deadlock).
+                keys = sorted({(row[1], row[2], row[3]) for row in batch})
+                values = ", ".join(["(%s, %s, %s, %s, true, now(), now())"] * len(keys))
+                upsert = ("INSERT INTO resource_states (id, source_id, resource_type, "  # noqa: S608
+                          "resource_id, placeholder, created_at, updated_at) VALUES " + values
+                          + " ON CONFLICT (source_id, resource_type, resource_id) "
+                          "DO UPDATE SET resource_id = excluded.resource_id")
+                cursor.execute(upsert, [v for key in keys
+                                        for v in ("rst_" + uuid.uuid4().hex[:20], *key)])
+                # One conditional UPDATE per event, pipelined, each telling whether it applied.
+                cursor.executemany(
+                    "UPDATE resource_states SET last_version = %s, status = %s, "
+                    "last_event_id = %s, placeholder = false, updated_at = now() "
+                    "WHERE source_id = %s AND resource_type = %s AND resource_id = %s "
+                    "AND (last_version IS NULL OR last_version < %s) RETURNING 1",
+                    [(version, status, event_id, source_id, rtype, rid, version)
+                     for event_id, source_id, rtype, rid, version, status in batch],
+                    returning=True)
+                applied, ignored = [], []
+                for row in batch:
+                    (applied if cursor.rowcount else ignored).append(row[0])
+                    cursor.nextset()
+                for status, ids in (("applied", applied), ("ignored", ignored)):
+                    if ids:
+                        cursor.execute(
+                            "UPDATE inbound_events SET status = %s, processed_at = now(), "
+                            "updated_at = now() WHERE id = ANY(%s)", (status, ids))
+        out.put(time.process_time() - cpu)
+        measured.wait(60)  # keep the backend (and its CPU count) until it has been read
+
+
+def bare_processing(db: Any, url: str, processes: int, meter: CpuMeter) -> dict[str, Any]:
+    """The stored events, in arrival order, in batches dealt round-robin to N processes."""
+    from sqlalchemy import text
+
+    with db.engine.connect() as connection:
+        rows = connection.execute(text(
+            "SELECT id, source_id, coalesce(resource_type, ''), resource_id, resource_version,"
+            " resource_status FROM inbound_events WHERE status = 'received' "
+            "ORDER BY received_at, id")).all()
+    batches = [[tuple(r) for r in rows[i:i + BARE_BATCH]]
+               for i in range(0, len(rows), BARE_BATCH)]
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(processes + 1)
+    out = ctx.Queue()
+    measured = ctx.Event()
+    procs = [ctx.Process(target=_bare_main,
+                         args=(url, batches[n::processes], barrier, out, measured))
+             for n in range(processes)]
+    for proc in procs:
+        proc.start()
+    barrier.wait()
+    before = meter.snapshot({"bare": [p.pid for p in procs if p.pid]})
+    started = time.perf_counter()
+    own_cpu = [out.get() for _ in procs]
+    elapsed = time.perf_counter() - started
+    after = meter.snapshot({"bare": [p.pid for p in procs if p.pid]})
+    measured.set()
+    for proc in procs:
+        proc.join(30)
+    cpu = per_unit_ms(before, after, len(rows))
+    cpu["bare"] = round(sum(own_cpu) * 1000 / max(1, len(rows)), 3)  # exact, from inside
+    cpu["total"] = round(cpu["bare"] + cpu["postgres"] + cpu["redis"], 3)
+    return {"processed": len(rows), "seconds": round(elapsed, 2),
+            "per_s": round(len(rows) / elapsed, 1) if elapsed else 0.0, "cpu_ms_per_event": cpu}
+
+
+# ---------------------------------------------------------------------------- Kurir workers
+
+
+def start_workers(env: dict[str, str], procs: int) -> list[subprocess.Popen[bytes]]:
+    return [subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=env, cwd=ROOT,
+                             start_new_session=True) for _ in range(procs)]
+
+
+def wait_started(workers: list[subprocess.Popen[bytes]], quiet_s: float = 1.0) -> None:
+    """Until the workers have imported everything and sit idle (their CPU stops rising)."""
+    deadline = time.monotonic() + 60
+    last = -1.0
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        used = 0.0
+        for worker in workers:
+            with contextlib.suppress(psutil.Error):
+                used += sum(psutil.Process(worker.pid).cpu_times()[:2])
+        if used - last < 0.05 * quiet_s * len(workers):
+            return
+        last = used
+
+
+def drain(db: Any, deadline_s: float = 600) -> float:
+    """Seconds until no event is left unfinished."""
+    started = time.perf_counter()
+    while unfinished(db) and time.perf_counter() - started < deadline_s:
+        time.sleep(0.05)
+    return time.perf_counter() - started
+
+
+def kurir_processing(env: dict[str, str], db: Any, redis_url: str, procs: int,
+                     meter: CpuMeter) -> tuple[dict[str, Any], list[subprocess.Popen[bytes]]]:
+    """Drain the queued backlog with N `kurir worker` processes started on a held-back queue.
+
+    Returns the figures and the workers, still running, for the sustained phase.
+    """
+    import redis
+
+    connection = redis.Redis.from_url(redis_url)
+    expected = unfinished(db)
+    queued = connection.llen(INBOUND_QUEUE_KEY)
+    connection.rename(INBOUND_QUEUE_KEY, HELD_QUEUE_KEY)
+    workers = start_workers(env, procs)
+    wait_started(workers)
+    trees = {"workers": [w.pid for w in workers]}
+    before = meter.snapshot(trees)
+    connection.rename(HELD_QUEUE_KEY, INBOUND_QUEUE_KEY)
+    elapsed = drain(db)
+    after = meter.snapshot(trees)
+    left = unfinished(db)
+    done = expected - left
+    connection.close()
+    return ({"processed": done, "queued_jobs": queued, "seconds": round(elapsed, 2),
+             "per_s": round(done / elapsed, 1) if elapsed else 0.0,
+             "cpu_ms_per_event": per_unit_ms(before, after, done), "left": left}, workers)
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -279,75 +516,143 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--events", type=int, default=6000)
     parser.add_argument("--resources", type=int, default=500)
+    parser.add_argument("--in-order", action="store_true",
+                        help="send each resource's versions in order (all applied)")
     parser.add_argument("--duplicates", type=float, default=0.05,
                         help="fraction of callbacks sent a second time")
-    parser.add_argument("--clients", default="8,16")
+    parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--paced-rate", type=float, default=800.0)
     parser.add_argument("--paced-seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker")
     parser.add_argument("--proc", type=int, default=2, help="`kurir worker` processes")
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare ceiling")
+    parser.add_argument("--sustained", type=int, default=None,
+                        help="callbacks sent while the workers run (default -n; 0 skips)")
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL",
                                                                  DEFAULT_DB))
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
+    sustained = args.events if args.sustained is None else args.sustained
 
     from app.inbound.verify import standard_webhooks_key
 
     key = standard_webhooks_key(SECRET)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; gunicorn "
-          f"{args.workers} x {args.threads} threads; PostgreSQL {args.database_url}", flush=True)
+          f"{args.workers} x {args.threads} threads, {args.proc} kurir workers; "
+          f"{'in order' if args.in_order else 'shuffled'}; PostgreSQL {args.database_url}",
+          flush=True)
     db = prepare(args.database_url, args.redis_url)
+    meter = CpuMeter(args.database_url.rsplit("/", 1)[1],
+                     urlsplit(args.redis_url).port or 6379)
     env = dict(os.environ, DATABASE_URL=args.database_url, REDIS_URL=args.redis_url,
                KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
                KURIR_DATA_DIR=str(ROOT / "var" / "bench"), KURIR_LOG_LEVEL="warning",
                PYTHONPATH=str(ROOT))
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "events": args.events,
                                "gunicorn": f"{args.workers}x{args.threads}",
+                               "workers": args.proc, "in_order": args.in_order,
                                "load_average_before": os.getloadavg()}
-    results: list[Result] = []
     seed = int(time.time())
     all_sent: list[Callback] = []
-    with api_server(env, free_port(), args.workers, args.threads) as base:
+    workers: list[subprocess.Popen[bytes]] = []
+    with api_server(env, free_port(), args.workers, args.threads) as (base, api_pid):
         url = f"{base}/inbound/{SOURCE}"
         warm = make_callbacks(500, 50, seed - 1)
-        closed_loop("warm-up", url, warm, key, 8)
+        send_all(url, warm, key, 8, None, "warm-up")
         all_sent += warm
-        for n, clients in enumerate(int(c) for c in args.clients.split(",")):
-            batch = make_callbacks(args.events, args.resources, seed + n)
-            rng = random.Random(seed + n)
-            resend = rng.sample(batch, int(len(batch) * args.duplicates))
-            stream = batch + resend
-            rng.shuffle(stream)
-            result = closed_loop(f"closed loop, {clients} clients", url, stream, key, clients)
-            print("  " + result.line(), flush=True)
-            results.append(result)
-            all_sent += batch
-        paced_batch = make_callbacks(int(args.paced_rate * args.paced_seconds), args.resources,
-                                     seed + 100)
-        result = paced(f"paced {args.paced_rate:.0f}/s", url, paced_batch, key,
-                       args.paced_rate, senders=32)
-        print("  " + result.line(), flush=True)
-        results.append(result)
-        all_sent += paced_batch
-    figures["receive"] = [r.to_dict() for r in results]
-    stored = sum(counts(db).values())
-    print(f"stored events: {stored} (distinct callbacks sent: {len(all_sent)})", flush=True)
 
-    print(f"processing with {args.proc} x `kurir worker --burst` ...", flush=True)
-    processing = process_all(env, db, stored, args.proc)
+        def measured(label: str, batch: list[Callback], rate: float | None, clients: int,
+                     workers: list[subprocess.Popen[bytes]] | None = None) -> Result:
+            trees = {"api": [api_pid]}
+            if workers:
+                trees["workers"] = [w.pid for w in workers]
+            before = meter.snapshot(trees)
+            result = send_all(url, batch, key, clients, rate, label)
+            result.cpu_ms = per_unit_ms(before, meter.snapshot(trees), result.acked)
+            print("  " + result.line(), flush=True)
+            return result
+
+        batch = make_callbacks(args.events, args.resources, seed, in_order=args.in_order)
+        ack = measured(f"ack, {args.clients} clients", with_duplicates(
+            batch, args.duplicates, seed, keep_order=args.in_order), None, args.clients)
+        all_sent += batch
+        paced_batch = make_callbacks(int(args.paced_rate * args.paced_seconds), args.resources,
+                                     seed + 100, in_order=args.in_order)
+        paced = measured(f"paced {args.paced_rate:.0f}/s", paced_batch, args.paced_rate, 32)
+        all_sent += paced_batch
+        figures["receive"] = [ack.to_dict(), paced.to_dict()]
+        stored = sum(counts(db).values())
+        print(f"stored events: {stored} (distinct callbacks sent: {len(all_sent)})", flush=True)
+        vacuum(db)
+
+        if not args.no_bare:
+            bare = bare_processing(db, args.database_url, args.proc, meter)
+            figures["bare_processing"] = bare
+            print(f"  bare processing, {args.proc} raw psycopg processes: {bare['per_s']:,.0f} "
+                  f"events/s\n{'':<32}cpu ms/event: {cpu_text(bare['cpu_ms_per_event'])}",
+                  flush=True)
+            reset_processing(db)
+
+        try:
+            processing, workers = kurir_processing(env, db, args.redis_url, args.proc, meter)
+            good, total = check_states(db, all_sent)
+            processing["resources_at_highest_version"] = f"{good}/{total}"
+            processing["statuses"] = counts(db)
+            figures["processing"] = processing
+            ratio = (f" ({processing['per_s'] / figures['bare_processing']['per_s']:.0%} of "
+                     "bare)") if "bare_processing" in figures else ""
+            print(f"  processing, {args.proc} kurir workers: {processing['per_s']:,.0f} "
+                  f"events/s{ratio}, {processing['processed']} in {processing['seconds']} s; "
+                  f"statuses {processing['statuses']}; resources at their highest version: "
+                  f"{good}/{total}\n{'':<32}cpu ms/event: "
+                  f"{cpu_text(processing['cpu_ms_per_event'])}", flush=True)
+            verdict = processing["per_s"] >= ack.rate and processing["per_s"] >= 800
+            figures["processing_keeps_up"] = verdict
+            print(f"processing {processing['per_s']:,.0f}/s vs ack {ack.rate:,.0f}/s "
+                  f"(target: >= ack and >= 800/s): {'MET' if verdict else 'NOT MET'}",
+                  flush=True)
+
+            if sustained:
+                more = make_callbacks(sustained, args.resources, seed + 200,
+                                      in_order=args.in_order)
+                figures["sustained"] = sustained_phase(measured, db, more, args.clients,
+                                                       workers)
+                all_sent += more
+        finally:
+            for worker in workers:
+                stop_group(worker)
     good, total = check_states(db, all_sent)
-    processing["resources_at_highest_version"] = f"{good}/{total}"
-    figures["processing"] = processing
-    print(f"  processed {processing['processed']} events in {processing['seconds']} s = "
-          f"{processing['per_s']}/s; statuses {processing['statuses']}; resources at their "
-          f"highest version: {good}/{total}", flush=True)
+    figures["resources_at_highest_version"] = f"{good}/{total}"
     figures["load_average_after"] = os.getloadavg()
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
+    stored = sum(counts(db).values())
     db.dispose()
     return 0 if good == total and stored == len(all_sent) else 1
+
+
+def sustained_phase(measured: Any, db: Any, batch: list[Callback], clients: int,
+                    workers: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+    """Receive while the workers run: both rates over the same seconds, and the backlog.
+
+    The CPU line is per acknowledged callback and covers both sides (api, workers, and the
+    PostgreSQL backends and Redis they share).
+    """
+    result: Result = measured(f"ack while processing, {clients} cl.", batch, None, clients,
+                              workers)
+    backlog = unfinished(db)
+    processed = result.acked - backlog
+    drain_s = drain(db)
+    figures = {"ack": result.to_dict(), "processed_while_sending": processed,
+               "processed_per_s": round(processed / result.seconds, 1),
+               "backlog_when_sending_stopped": backlog, "drain_s": round(drain_s, 2)}
+    print(f"  sustained: acked {result.rate:,.0f}/s, processed {figures['processed_per_s']:,.0f}"
+          f"/s over the same {result.seconds:.1f} s; backlog when sending stopped: {backlog} "
+          f"({backlog / max(1, result.acked):.0%} of acked), drained in {drain_s:.1f} s",
+          flush=True)
+    return figures
 
 
 if __name__ == "__main__":

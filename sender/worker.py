@@ -1,10 +1,12 @@
 """`kurir worker`: RQ's in-process worker in front of this process's delivery engine.
 
-No fork per job: the inbound and default queues run under RQ's `SimpleWorker`, and the
-delivery queue under `DeliveryConsumer`, which takes many delivery jobs per Redis round trip
-and hands their ids to the engine (`sender.jobs`); its lanes send with one pooled HTTP
-connection set per endpoint origin. Start as many processes as you like; they share nothing
-but PostgreSQL/SQLite and Redis.
+No fork per job, and no RQ bookkeeping per job on the busy queues: the delivery queue is read
+by `DeliveryConsumer`, which takes many delivery jobs per Redis round trip and hands their ids
+to the engine (`sender.jobs`), whose lanes send with one pooled HTTP connection set per
+endpoint origin; the inbound queue by `app.inbound.consumer.InboundConsumer`, which processes
+the events of many jobs as one batch. The default queue (rare operator jobs) runs under RQ's
+`SimpleWorker`. Start as many processes as you like; they share nothing but
+PostgreSQL/SQLite and Redis.
 
 A Redis outage does not end the worker: RQ retries its dequeue, and when RQ gives up the loop
 here starts it again. Stopping (SIGTERM/SIGINT) finishes the current sends, hands back what
@@ -24,7 +26,8 @@ from rq.job import Job
 from rq.timeouts import TimerDeathPenalty
 
 from app import runtime as runtime_mod
-from app.queues import ALL_QUEUES, DELIVERIES
+from app.inbound.consumer import InboundConsumer
+from app.queues import ALL_QUEUES, DELIVERIES, INBOUND, pop_job_ids
 from app.runtime import Runtime
 from sender.dispatch import DELIVER_JOB
 from sender.jobs import Engine, engine_for, shutdown_engine
@@ -91,13 +94,9 @@ class DeliveryConsumer:
 
     def step(self) -> int:
         """Pop, read and submit one batch of jobs; returns how many jobs it took."""
-        raw = self.connection.lpop(self.key, self.batch_jobs)
-        if not raw:
-            popped = self.connection.blpop([self.key], timeout=self.block_s)
-            if not popped:
-                return 0
-            raw = [popped[1], *(self.connection.lpop(self.key, self.batch_jobs - 1) or [])]
-        job_ids = list(dict.fromkeys(r.decode() if isinstance(r, bytes) else str(r) for r in raw))
+        job_ids = pop_job_ids(self.connection, self.key, self.batch_jobs, self.block_s)
+        if not job_ids:
+            return 0
         jobs = Job.fetch_many(job_ids, connection=self.connection)
         delivery_ids: list[str] = []
         others: list[Job] = []
@@ -143,7 +142,7 @@ def run_worker(runtime: Runtime, *, burst: bool = False,
     consumer_stop = threading.Event()
     consumer: DeliveryConsumer | None = None
     consumer_thread: threading.Thread | None = None
-    rq_queues = tuple(q for q in queues if q != DELIVERIES)
+    rq_queues = tuple(q for q in queues if q not in (DELIVERIES, INBOUND))
     if DELIVERIES in queues:
         # In a thread (tests, embedded use) it polls briefly so that stopping is quick.
         consumer = DeliveryConsumer(engine, worker_connection(runtime), consumer_stop,
@@ -155,6 +154,18 @@ def run_worker(runtime: Runtime, *, burst: bool = False,
             consumer_thread = threading.Thread(target=consumer.run, name="kurir-consumer",
                                                daemon=True)
             consumer_thread.start()
+    inbound: InboundConsumer | None = None
+    inbound_thread: threading.Thread | None = None
+    if INBOUND in queues:
+        inbound = InboundConsumer(runtime, worker_connection(runtime), consumer_stop,
+                                  block_s=0.2 if stop is not None else 1.0)
+        if burst:
+            while inbound.step():
+                worked = True
+        else:
+            inbound_thread = threading.Thread(target=inbound.run, name="kurir-inbound",
+                                              daemon=True)
+            inbound_thread.start()
     try:
         while rq_queues:
             worker = KurirWorker([Queue(name, connection=connection) for name in rq_queues],
@@ -185,10 +196,14 @@ def run_worker(runtime: Runtime, *, burst: bool = False,
         consumer_stop.set()
         if consumer_thread is not None:
             consumer_thread.join(10)
-        worked |= bool(consumer and consumer.jobs)
+        if inbound_thread is not None:
+            inbound_thread.join(10)
+        worked |= bool(consumer and consumer.jobs) or bool(inbound and inbound.jobs)
         shutdown_engine()
         if consumer is not None:
             consumer.connection.close()
+        if inbound is not None:
+            inbound.connection.close()
         connection.close()
     return worked
 

@@ -1,4 +1,4 @@
-"""Processing a stored callback (SPEC §6.4): once, in order, never backwards.
+"""Processing a stored callback: once, in order, never backwards.
 
 ``process_event(inbound_event_id)`` is the RQ job. It
 
@@ -15,7 +15,12 @@
    reconciliation is filed) or ``failed`` (a handler raised: nothing of it was applied).
 
 A database outage leaves the event ``processing``; :func:`sweep` re-enqueues it once its
-lease expires, and enqueues every event left ``received`` (Redis was down at receive time).
+lease expires, and enqueues every event left ``received`` (Redis was down at receive time, or
+its job was lost with a worker or a flushed Redis).
+
+``kurir worker`` runs these jobs many at a time (:mod:`app.inbound.batch`, the same rules in
+a few statements per batch); this module is the one-event path that any RQ worker runs and
+that a batch falls back to.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ MAX_ATTEMPTS = 10
 CONFIG_CACHE_TTL_S = 5.0
 # A CAS that loses can only lose to a newer state, so one retry classifies it for good;
 # the bound is a guard against a bug, not a tuning knob.
-_MAX_CAS_ROUNDS = 3
+MAX_CAS_ROUNDS = 3
 
 
 class HandlerFailed(Exception):
@@ -78,12 +83,28 @@ def enqueue_after_commit(session: Session, runtime: Runtime, event_ids: list[str
 
 def process_event(inbound_event_id: str, runtime: Runtime | None = None, *,
                   now: datetime | None = None) -> str | None:
-    """RQ job: process one stored callback; returns its final status (None if not ours)."""
+    """RQ job: process one stored callback; returns its final status (None if not ours).
+
+    ``kurir worker`` takes these jobs many at a time (:mod:`app.inbound.batch`); this is the
+    same processing for one event, for any plain RQ worker and for a batch that had to
+    fall back to one event at a time.
+    """
     rt = runtime or runtime_mod.current()
     try:
         claimed = _claim(rt, inbound_event_id, now=now)
-        if claimed is None:
-            return None
+    except SQLAlchemyError:
+        log.warning("inbound processing: database unavailable, the sweeper will retry",
+                    extra={"inbound_event_id": inbound_event_id}, exc_info=True)
+        return None
+    if claimed is None:
+        return None
+    return process_claimed(rt, claimed, now=now)
+
+
+def process_claimed(rt: Runtime, claimed: Claimed, *, now: datetime | None = None) -> str | None:
+    """Process one event this worker has claimed, in its own transaction."""
+    inbound_event_id = claimed.id
+    try:
         with rt.db.begin() as session:
             return _process(session, rt, claimed, now=now)
     except _Lost:
@@ -116,7 +137,7 @@ _CLAIM = (
     .returning(_E.id, _E.attempts, _E.source_id, _E.event_type, _E.resource_type,
                _E.resource_id, _E.resource_version, _E.occurred_at, _E.resource_status)
 )
-_FINISH = (
+FINISH = (
     update(_EVENTS)
     # Still ours: processing, and not claimed again since (its attempt count is ours).
     .where(_E.id == bindparam("b_id"), _E.status == PROCESSING,
@@ -176,7 +197,7 @@ _configs: dict[str, tuple[float, SourceConfig]] = {}
 _configs_lock = threading.Lock()
 
 
-def _source_config(session: Session, source_id: str) -> SourceConfig | None:
+def source_config(session: Session, source_id: str) -> SourceConfig | None:
     clock = time.monotonic()
     with _configs_lock:
         hit = _configs.get(source_id)
@@ -196,7 +217,7 @@ def _source_config(session: Session, source_id: str) -> SourceConfig | None:
 
 def _finish(connection: Connection, event: Claimed, status: str, reason: str | None,
             now: datetime) -> str:
-    result = connection.execute(_FINISH, {"b_id": event.id, "b_attempts": event.attempts,
+    result = connection.execute(FINISH, {"b_id": event.id, "b_attempts": event.attempts,
                                           "new_status": status, "new_reason": reason,
                                           "now": now})
     if not result.rowcount:
@@ -204,7 +225,7 @@ def _finish(connection: Connection, event: Claimed, status: str, reason: str | N
     return status
 
 
-def _run_handlers(session: Session, bound: list[handler_registry.BoundHandler],
+def run_event_handlers(session: Session, bound: list[handler_registry.BoundHandler],
                   event_id: str, state_id: str | None, *, stale: bool = False) -> None:
     todo = [h for h in bound if h.side_effect_only or not stale]
     if not todo:
@@ -229,13 +250,13 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
              now: datetime | None) -> str | None:
     now = now or utcnow()
     connection = session.connection()
-    source = _source_config(session, event.source_id)
+    source = source_config(session, event.source_id)
     if source is None:
         return None
     bound = handler_registry.handlers_for(source, event.event_type)
     if event.resource_id is None:
         # Nothing to order: the event is applied by its handlers alone (e.g. a ping).
-        _run_handlers(session, bound, event.id, None)
+        run_event_handlers(session, bound, event.id, None)
         return _finish(connection, event, APPLIED, "no_resource", now)
 
     ordering = states.Ordering(event.resource_version, event.occurred_at,
@@ -245,16 +266,16 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
     lock = not source.allow_gaps
     state = states.ensure_state(connection, source.id, event.resource_type, event.resource_id,
                                 lock=lock)
-    for _ in range(_MAX_CAS_ROUNDS):
+    for _ in range(MAX_CAS_ROUNDS):
         decision = states.decide(ordering, state, allow_gaps=source.allow_gaps,
                                  event_id=event.id)
         if decision.kind != states.APPLY:
             break
         if states.compare_and_set(connection, state.id, ordering, last_event_id=event.id,
                                   now=now):
-            _run_handlers(session, bound, event.id, state.id)
+            run_event_handlers(session, bound, event.id, state.id)
             if not source.allow_gaps and ordering.version is not None:
-                _release_next(session, rt, source.id, event, ordering.version)
+                release_next(session, rt, source.id, event, ordering.version)
             return _finish(connection, event, APPLIED, None, now)
         # Lost to a concurrent worker: the state is now newer; classify against it.
         state = states.reload(connection, state.id, lock=lock)
@@ -264,7 +285,7 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
     if decision.kind == states.ALREADY_APPLIED:
         return _finish(connection, event, APPLIED, decision.reason, now)
     if decision.kind == states.STALE:
-        _run_handlers(session, bound, event.id, state.id, stale=True)
+        run_event_handlers(session, bound, event.id, state.id, stale=True)
         return _finish(connection, event, IGNORED, decision.reason, now)
     # A gap or a contradiction: not safe to decide alone; ask the provider.
     request = reconcile.request_reconcile(session, source, event.resource_id, now=now)
@@ -273,7 +294,7 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
     return _finish(connection, event, QUARANTINED, decision.reason, now)
 
 
-def _release_next(session: Session, rt: Runtime, source_id: str, event: Claimed,
+def release_next(session: Session, rt: Runtime, source_id: str, event: Claimed,
                   applied_version: int) -> None:
     """The gap before the next version just closed: send its quarantined events again."""
     waiting = [item for item in session.scalars(select(InboundEvent).where(

@@ -13,11 +13,13 @@ apples with clocks): such an event is a contradiction, quarantined for reconcili
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, or_, select, update
+from sqlalchemy import Table, Update, and_, bindparam, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -120,6 +122,7 @@ _BY_KEY = select(*_COLUMNS).where(_C.source_id == bindparam("source_id"),
 _BY_KEY_LOCKED = _BY_KEY.with_for_update()
 _BY_ID = select(*_COLUMNS).where(_C.id == bindparam("state_id"))
 _BY_ID_LOCKED = _BY_ID.with_for_update()
+_LOCK_CHUNK = 1000
 _PLACEHOLDERS = {
     name: maker(_STATES).on_conflict_do_nothing(
         index_elements=["source_id", "resource_type", "resource_id"])
@@ -145,6 +148,50 @@ def ensure_state(connection: Connection, source_id: str, resource_type: str | No
     return StateRow(*row)
 
 
+StateKey = tuple[str, str, str]
+"""(source id, resource type or "", resource id): what a state row is unique on."""
+
+
+def lock_states(connection: Connection, keys: Iterable[StateKey]) -> dict[StateKey, StateRow]:
+    """The state rows of many resources, each locked (``FOR UPDATE``) until the transaction
+    ends; a resource with no row yet is absent (see :func:`create_placeholders`).
+
+    Rows are locked in key order, by code point (``COLLATE "C"`` on PostgreSQL, as Python
+    sorts), the order every batch uses: two batches that share resources then queue up
+    instead of deadlocking, and a batch that holds the locks can apply its events in
+    whatever order they arrived, knowing that what it read is what its conditional UPDATEs
+    will find.
+    """
+    wanted = sorted(set(keys))
+    groups: dict[tuple[str, str], list[str]] = {}
+    for source_id, resource_type, resource_id in wanted:
+        groups.setdefault((source_id, resource_type), []).append(resource_id)
+    order = _C.resource_id.collate("C") if connection.dialect.name == "postgresql" \
+        else _C.resource_id
+    found: dict[StateKey, StateRow] = {}
+    for (source_id, resource_type), resource_ids in groups.items():
+        for start in range(0, len(resource_ids), _LOCK_CHUNK):
+            rows = connection.execute(select(*_COLUMNS).where(
+                _C.source_id == source_id, _C.resource_type == resource_type,
+                _C.resource_id.in_(resource_ids[start:start + _LOCK_CHUNK]),
+            ).order_by(order).with_for_update())
+            for row in rows:
+                state = StateRow(*row)
+                found[(source_id, resource_type, state.resource_id)] = state
+    return found
+
+
+def create_placeholders(connection: Connection, keys: Iterable[StateKey]) -> None:
+    """Create the state rows of resources never seen (in key order; existing ones are left).
+
+    Run in a transaction of its own, committed before :func:`lock_states`: locking rows
+    that exist and then creating others would take locks out of order.
+    """
+    connection.execute(_PLACEHOLDERS[connection.dialect.name], [
+        {"source_id": source_id, "resource_type": resource_type, "resource_id": resource_id,
+         "placeholder": True} for source_id, resource_type, resource_id in sorted(set(keys))])
+
+
 def reload(connection: Connection, state_id: str, *, lock: bool = False) -> StateRow:
     row = connection.execute(_BY_ID_LOCKED if lock else _BY_ID, {"state_id": state_id}).one()
     return StateRow(*row)
@@ -158,32 +205,102 @@ def compare_and_set(connection: Connection, state_id: str, event: Ordering, *,
     ``allow_equal`` lets a provider snapshot correct the status at the version already
     applied (reconciliation): the version still never goes backwards.
     """
-    values: dict[str, Any] = {"placeholder": False, "updated_at": now or utcnow(),
-                              "last_event_id": last_event_id}
-    if event.status is not None:
-        values["status"] = event.status
-    if data is not None:
-        values["data"] = data
+    statement, values = _conditional_update(state_id, event, last_event_id=last_event_id,
+                                            data=data, allow_equal=allow_equal, now=now)
+    result = connection.execute(statement, values)
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One compare-and-set to send: apply ``event`` to the state ``state_id``."""
+
+    state_id: str
+    event: Ordering
+    last_event_id: str | None
+
+
+def compare_and_set_many(connection: Connection, writes: Sequence[Write], *,
+                         now: datetime | None = None) -> int:
+    """Many :func:`compare_and_set`, in order, one executemany per run of the same statement
+    shape; returns how many applied. Each is still the single conditional UPDATE."""
+    applied = 0
+    shape: Update | None = None
+    group: list[dict[str, Any]] = []
+    now = now or utcnow()
+    for write in writes:
+        statement, values = _conditional_update(write.state_id, write.event,
+                                                last_event_id=write.last_event_id, data=None,
+                                                allow_equal=False, now=now)
+        if statement is not shape and group:
+            applied += connection.execute(shape, group).rowcount  # type: ignore[arg-type,attr-defined]
+            group = []
+        shape = statement
+        group.append(values)
+    if group:
+        applied += connection.execute(shape, group).rowcount  # type: ignore[arg-type,attr-defined]
+    return int(applied)
+
+
+def written(state: StateRow, write: Write) -> StateRow:
+    """The row :func:`compare_and_set` leaves when ``write`` applies to ``state``: the SET
+    of :func:`_cas_statement`, in Python, so a batch that holds the row's lock decides its
+    next event of the resource without reading it again."""
+    event = write.event
+    return replace(
+        state,
+        last_version=event.version if event.version is not None else state.last_version,
+        last_occurred_at=event.occurred_at if event.occurred_at is not None
+        else state.last_occurred_at,
+        status=event.status if event.status is not None else state.status,
+        last_event_id=write.last_event_id, placeholder=False)
+
+
+def _conditional_update(state_id: str, event: Ordering, *, last_event_id: str | None,
+                        data: dict[str, Any] | None, allow_equal: bool,
+                        now: datetime | None) -> tuple[Update, dict[str, Any]]:
+    """The compare-and-set statement for this event's shape, and its parameters."""
+    values: dict[str, Any] = {"b_state_id": state_id, "b_placeholder": False,
+                              "b_updated_at": now or utcnow(), "b_last_event_id": last_event_id,
+                              "b_status": event.status, "b_data": data,
+                              "b_version": event.version, "b_occurred_at": event.occurred_at}
+    statement = _cas_statement(event.version is not None, event.occurred_at is not None,
+                               event.status is not None, data is not None, allow_equal)
+    return statement, values
+
+
+@functools.cache
+def _cas_statement(has_version: bool, has_time: bool, has_status: bool, has_data: bool,
+                   allow_equal: bool) -> Update:
+    """Built once per shape, values as parameters: it runs for every applied event."""
     col = _STATES.c
-    if event.version is not None:
-        values["last_version"] = event.version
-        if event.occurred_at is not None:
-            values["last_occurred_at"] = event.occurred_at
-        newer = col.last_version <= event.version if allow_equal \
-            else col.last_version < event.version
+    values: dict[str, Any] = {
+        "placeholder": bindparam("b_placeholder"),
+        "updated_at": bindparam("b_updated_at", type_=col.updated_at.type),
+        "last_event_id": bindparam("b_last_event_id"),
+    }
+    if has_status:
+        values["status"] = bindparam("b_status")
+    if has_data:
+        values["data"] = bindparam("b_data", type_=col.data.type)
+    version = bindparam("b_version", type_=col.last_version.type)
+    occurred_at = bindparam("b_occurred_at", type_=col.last_occurred_at.type)
+    if has_version:
+        values["last_version"] = version
+        if has_time:
+            values["last_occurred_at"] = occurred_at
+        newer = col.last_version <= version if allow_equal else col.last_version < version
         condition = or_(col.last_version.is_(None), newer)
-    elif event.occurred_at is not None:
-        values["last_occurred_at"] = event.occurred_at
-        later = col.last_occurred_at <= event.occurred_at if allow_equal \
-            else col.last_occurred_at < event.occurred_at
+    elif has_time:
+        values["last_occurred_at"] = occurred_at
+        later = col.last_occurred_at <= occurred_at if allow_equal \
+            else col.last_occurred_at < occurred_at
         condition = and_(col.last_version.is_(None),
                          or_(col.last_occurred_at.is_(None), later))
     else:
         # An unordered snapshot: the provider's word, but it cannot undo a known version.
         condition = col.last_version.is_(None)
-    result = connection.execute(
-        update(_STATES).where(col.id == state_id, condition).values(**values))
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return update(_STATES).where(col.id == bindparam("b_state_id"), condition).values(**values)
 
 
 def state_to_dict(state: ResourceState, source_name: str) -> dict[str, Any]:
