@@ -51,10 +51,34 @@ class AttemptResult:
     error_detail: str | None
     request_headers: dict[str, str]
     retry_after: str | None
+    # The answer's headers as kept: bounded, credentials redacted (None: no answer).
+    response_headers: dict[str, str] | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.status is not None and 200 <= self.status <= 299
+
+
+# An answer's headers are kept for whoever reads the attempt, within these bounds: a partner
+# that sends thousands of headers, or huge ones, costs the store nothing more.
+MAX_KEPT_RESPONSE_HEADERS = 50
+MAX_KEPT_HEADER_VALUE = 512
+MAX_KEPT_HEADER_BYTES = 4096
+
+
+def kept_response_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The partner's answer headers as stored with the attempt."""
+    if not headers:
+        return None
+    kept: dict[str, str] = {}
+    size = 0
+    for name, value in header_rules.redact_response(headers).items():  # type: ignore[union-attr]
+        value = value[:MAX_KEPT_HEADER_VALUE]
+        size += len(name) + len(value)
+        if len(kept) >= MAX_KEPT_RESPONSE_HEADERS or size > MAX_KEPT_HEADER_BYTES:
+            break
+        kept[name] = value
+    return kept
 
 
 def custom_headers(headers: Mapping[str, Any]) -> dict[str, str]:
@@ -95,4 +119,5 @@ def attempt(transport: Transport, target: Target, event_id: str, body: bytes,
         body=result.body, error=result.error, error_detail=result.error_detail,
         request_headers=header_rules.redact_sent(result.request_headers or headers,
                                                  target.headers, target.public_headers),
-        retry_after=result.retry_after)
+        retry_after=result.retry_after,
+        response_headers=kept_response_headers(result.response_headers))

@@ -73,6 +73,7 @@ def record_attempts(session: Session, rows: list[dict[str, Any]], *,
         stmt = stmt.on_conflict_do_update(
             index_elements=["delivery_id", "n"],
             set_={c: excluded[c] for c in ("started_at", "duration_ms", "url", "request_headers",
+                                           "response_headers",
                                            "response_status", "response_body", "error")})
     else:
         stmt = stmt.on_conflict_do_nothing(index_elements=["delivery_id", "n"])
@@ -204,6 +205,7 @@ class Recorder:
             "started_at": o.result.started_at, "duration_ms": o.result.duration_ms,
             "url": o.work.target.url, "request_headers": o.result.request_headers,
             "response_status": o.result.status, "response_body": o.result.body or None,
+            "response_headers": o.result.response_headers,
             "error": o.result.error, "created_at": now,
         } for o in outcomes])
         states = self._record_health(session, outcomes, now)

@@ -150,6 +150,25 @@ def test_response_body_is_capped_at_4_kib_and_never_inflated(make_rt):
     assert by_url["gz"].response_body == bomb[:4096]  # stored as sent, not decompressed
 
 
+def test_the_answers_headers_are_kept_bounded_and_without_credentials(make_rt):
+    rt = make_rt()
+    flood = {f"X-Flood-{i}": "v" * 300 for i in range(60)}  # within what HTTP accepts
+    replies = {"/plain": (202, {"X-Request-Id": "req-7", "Set-Cookie": "sid=s3cr3t"}, b"ok"),
+               "/flood": (200, flood, b"ok")}
+    with Receiver(lambda r, c: replies[r.path]) as receiver:
+        _, plain = _deliver(rt, receiver.url, "/plain")
+        _, flooded = _deliver(rt, receiver.url, "/flood")
+        with WorkerThread(rt):
+            wait_for(lambda: _state(rt, plain[0]) == SUCCEEDED == _state(rt, flooded[0]),
+                     message="both delivered")
+    by_url = {a.url.rsplit("/", 1)[1]: a for a in _attempts(rt)}
+    kept = by_url["plain"].response_headers
+    assert kept["x-request-id"] == "req-7" and kept["set-cookie"] == "[redacted]"
+    flooded_kept = by_url["flood"].response_headers
+    assert 0 < len(flooded_kept) <= 50
+    assert sum(len(k) + len(v) for k, v in flooded_kept.items()) <= 4096
+
+
 def test_private_target_is_refused_at_send_time_as_blocked_address(make_rt):
     rt = make_rt(allow_private_targets=False)
     with Receiver() as receiver:
