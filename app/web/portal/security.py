@@ -8,13 +8,12 @@ itself is the only credential that opens a session; nothing else does.
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-from flask import abort, g, render_template, request, session
+from flask import g, render_template, session
 
 from app.services import portal
 from app.services.actor import Actor
@@ -22,7 +21,6 @@ from app.web.context import runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-CSRF_FIELD = "csrf_token"
 TOKEN_KEY = "t"  # noqa: S105 - the name of a cookie field, not a secret
 
 ENDED_MESSAGES = {
@@ -34,23 +32,6 @@ ENDED_MESSAGES = {
 }
 
 
-def csrf_token() -> str:
-    token = session.get("csrf")
-    if not token:
-        token = secrets.token_urlsafe(32)
-        session["csrf"] = token
-    return str(token)
-
-
-def check_csrf() -> None:
-    """Every POST echoes the session's token; a forged form from another site cannot."""
-    if request.method != "POST":
-        return
-    expected = session.get("csrf")
-    sent = request.form.get(CSRF_FIELD, "")
-    if not expected or not sent or not hmac.compare_digest(str(expected).encode(),
-                                                           sent.encode()):
-        abort(400, description="csrf")
 
 
 def start(entered: portal.Entered) -> None:

@@ -25,7 +25,7 @@ from app.clock import isoformat, utcnow
 from app.errors import KurirError, ValidationFailed
 from app.models import Endpoint
 from app.services import deliveries, endpoints, event_types, portal
-from app.web import present
+from app.web import csrf, present
 from app.web.context import runtime
 from app.web.delivery_log import log_context
 from app.web.endpoint_form import EndpointForm
@@ -46,7 +46,7 @@ REFRESH_S = 2
 @blueprint.before_request
 def _csrf() -> None:
     if request.endpoint != "portal.enter":  # the link itself is that request's credential
-        security.check_csrf()
+        csrf.check_csrf()
 
 
 @blueprint.after_request
@@ -68,7 +68,7 @@ def _headers(response: WerkzeugResponse) -> WerkzeugResponse:
 @blueprint.context_processor
 def _template_globals() -> dict[str, Any]:
     settings = runtime().settings
-    return {"csrf_token": security.csrf_token, "ago": present.ago, "isoformat": isoformat,
+    return {"csrf_token": csrf.csrf_token, "ago": present.ago, "isoformat": isoformat,
             "duration": present.duration, "portal_title": settings.portal_title,
             "partner": g.get("partner"), "delivery_url": _delivery_url,
             "endpoint_url": _endpoint_url, "deliveries_url": _deliveries_url}

@@ -5,7 +5,6 @@ The cookie itself (name, path, flags, signing key) is `app.web.sessions`' busine
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from collections.abc import Callable
 from datetime import timedelta
@@ -13,7 +12,7 @@ from functools import wraps
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from flask import Flask, abort, g, redirect, request, session, url_for
+from flask import Flask, g, redirect, request, session, url_for
 
 from app.models import Operator
 from app.runtime import Runtime
@@ -24,7 +23,6 @@ from app.web.context import runtime
 F = TypeVar("F", bound=Callable[..., Any])
 
 SESSION_LIFETIME = timedelta(hours=12)
-CSRF_FIELD = "csrf_token"
 session_secret = sessions.session_secret  # the one key derivation, shared by both faces
 
 
@@ -32,24 +30,6 @@ def configure(app: Flask, rt: Runtime) -> None:
     sessions.configure(app, rt, SESSION_LIFETIME)
 
 
-def csrf_token() -> str:
-    """The session's CSRF token, created on first use (also before login)."""
-    token = session.get("csrf")
-    if not token:
-        token = secrets.token_urlsafe(32)
-        session["csrf"] = token
-    return str(token)
-
-
-def check_csrf() -> None:
-    """Every POST must echo the session's token; a forged cross-site form cannot know it."""
-    if request.method != "POST":
-        return
-    expected = session.get("csrf")
-    sent = request.form.get(CSRF_FIELD, "")
-    if not expected or not sent or not hmac.compare_digest(str(expected).encode(),
-                                                           sent.encode()):
-        abort(400, description="csrf")
 
 
 def start_session(operator: Operator) -> None:

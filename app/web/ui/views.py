@@ -52,7 +52,7 @@ from app.services import (
     sources,
 )
 from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
-from app.web import present
+from app.web import csrf, present
 from app.web.context import runtime
 from app.web.endpoint_form import EndpointForm
 from app.web.jsonio import check_url_and_headers
@@ -76,7 +76,7 @@ Page = str | WerkzeugResponse | tuple[str, int] | tuple[str, int, dict[str, str]
 
 @blueprint.before_request
 def _csrf() -> None:
-    security.check_csrf()
+    csrf.check_csrf()
     check_url_and_headers(form=True)  # NUL would be a 500 on PostgreSQL
 
 
@@ -96,7 +96,7 @@ def _headers(response: WerkzeugResponse) -> WerkzeugResponse:
 
 @blueprint.context_processor
 def _template_globals() -> dict[str, Any]:
-    return {"csrf_token": security.csrf_token, "ago": present.ago,
+    return {"csrf_token": csrf.csrf_token, "ago": present.ago,
             "isoformat": isoformat, "operator_email": g.get("operator_email"),
             "duration": present.duration, "dead_letters_url": dead_letters_url,
             "delivery_url": lambda delivery_id: url_for("ui.delivery", delivery_id=delivery_id),
