@@ -10,12 +10,13 @@ import contextlib
 import ctypes
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import redis
+
+from app.ports import free_port
 
 MAX_UNIX_SOCKET_PATH = 100
 _PR_SET_PDEATHSIG = 1
@@ -48,12 +49,6 @@ def find_server() -> str:
             "or set REDIS_URL") from None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class EmbeddedRedis:
     """Start/stop one redis-server child bound to the data dir."""
 
@@ -72,7 +67,7 @@ class EmbeddedRedis:
             args += ["--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"]
             self.url = f"unix://{sock}"
         else:
-            port = _free_port()
+            port = free_port()
             args += ["--port", str(port), "--bind", "127.0.0.1"]
             self.url = f"redis://127.0.0.1:{port}/0"
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL,  # noqa: S603

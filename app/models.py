@@ -1,4 +1,4 @@
-"""The relational model of every concept in SPEC §2; the database is the source of truth.
+"""The relational model of every concept Kurir has; the database is the source of truth.
 
 Ids are prefixed ULIDs (`app.ids`), so ordering by id is ordering by creation and ids serve as
 pagination cursors. Times are stored as timezone-aware UTC (`UTCDateTime` makes SQLite agree).
@@ -39,7 +39,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-# Delivery states (SPEC §2).
+# Delivery states.
 PENDING, DELIVERING, SUCCEEDED, RETRYING, DEAD = (
     "pending", "delivering", "succeeded", "retrying", "dead")
 DELIVERY_STATES = (PENDING, DELIVERING, SUCCEEDED, RETRYING, DEAD)
@@ -49,7 +49,7 @@ FINAL_DELIVERY_STATES = (SUCCEEDED, DEAD)
 DL_OPEN, DL_RESENT, DL_DISCARDED = "open", "resent", "discarded"
 DL_STATES = (DL_OPEN, DL_RESENT, DL_DISCARDED)
 
-# Inbound statuses (SPEC §6).
+# Inbound statuses.
 INBOUND_STATUSES = ("received", "processing", "applied", "ignored", "quarantined", "failed")
 
 # API key scopes. `admin` implies every other one; any write scope implies `read`.

@@ -47,9 +47,9 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
+import queue
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -68,6 +68,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 import redis  # noqa: E402
 
+from app.ports import free_port  # noqa: E402
 from bench import rawhttp  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/bench_chaos"
@@ -78,12 +79,6 @@ LEASE_SECONDS = 5  # the engine raises it to 2 x timeout + its own margins (~13 
 ENDPOINT_TIMEOUT_S = 2
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -91,9 +86,9 @@ def log(message: str) -> None:
 # ---------------------------------------------------------------------------- receivers
 
 
-def _receiver_main(ports: list[int], control_port: int, failure_rate: float, seed: int,
-                   ready: Any) -> None:
-    """One asyncio process, one listening port per endpoint plus a control port.
+def _receiver_main(endpoints: int, failure_rate: float, seed: int, ready: Any) -> None:
+    """One asyncio process, one listening port per endpoint plus a control port (put on
+    `ready` as [endpoint ports…, control port] once all listen).
 
     Every request is recorded as [webhook-id, endpoint index, status, unix time]; a random
     `failure_rate` of them is answered 500. GET /_stats → {"ok_pairs", "requests"};
@@ -147,11 +142,14 @@ def _receiver_main(ports: list[int], control_port: int, failure_rate: float, see
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
-        for index, port in enumerate(ports):
-            await loop.create_server(lambda i=index: Protocol(i), "127.0.0.1", port,
-                                     backlog=512)
-        await loop.create_server(lambda: Protocol(None), "127.0.0.1", control_port)
-        ready.set()
+        bound: list[int] = []
+        for index in range(endpoints):
+            server = await loop.create_server(lambda i=index: Protocol(i), "127.0.0.1", 0,
+                                              backlog=512)
+            bound.append(server.sockets[0].getsockname()[1])
+        control = await loop.create_server(lambda: Protocol(None), "127.0.0.1", 0)
+        bound.append(control.sockets[0].getsockname()[1])
+        ready.put(bound)
         await asyncio.Event().wait()
 
     asyncio.run(serve())
@@ -161,16 +159,19 @@ class Receivers:
     """The partners' servers: one port per endpoint, all in one process (never killed)."""
 
     def __init__(self, endpoints: int, failure_rate: float, seed: int) -> None:
-        self.ports = [free_port() for _ in range(endpoints)]
-        self.control = rawhttp.Connection(f"http://127.0.0.1:{free_port()}")
-        control_port = self.control.address[1]
+        # The child binds port 0 and reports what it got: a port picked here and bound there
+        # could be taken in between (an outgoing connection's local port, on a busy machine).
         ctx = mp.get_context("spawn")
-        ready = ctx.Event()
+        ready = ctx.Queue()
         self.process = ctx.Process(target=_receiver_main, daemon=True,
-                                   args=(self.ports, control_port, failure_rate, seed, ready))
+                                   args=(endpoints, failure_rate, seed, ready))
         self.process.start()
-        if not ready.wait(30):
-            raise RuntimeError("receivers did not start")
+        try:
+            bound = ready.get(timeout=60)
+        except queue.Empty:
+            raise RuntimeError("receivers did not start") from None
+        self.ports = bound[:-1]
+        self.control = rawhttp.Connection(f"http://127.0.0.1:{bound[-1]}")
         self.urls = [f"http://127.0.0.1:{port}/hook" for port in self.ports]
 
     def _get(self, path: str) -> Any:

@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 import requests  # noqa: E402
 
+from app.ports import free_port  # noqa: E402
 from bench import rawhttp  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_inbound_bench"
@@ -233,13 +234,6 @@ def send_all(url: str, callbacks: list[Callback], key: bytes, clients: int,
         merged[status] = merged.get(status, 0) + 1
     return Result(label, len(latencies), merged, elapsed, latencies)
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

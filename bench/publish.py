@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import requests  # noqa: E402
 
+from app.ports import free_port  # noqa: E402
 from bench import rawhttp  # noqa: E402
 
 try:
@@ -122,13 +123,6 @@ def bare_app() -> Any:
 
 # ---------------------------------------------------------------------------- servers
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_ready(url: str, timeout_s: float = 30.0) -> None:

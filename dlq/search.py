@@ -45,7 +45,7 @@ def _clean(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class DeadLetterFilter:
-    """The search criteria of SPEC §4; every field is optional and they combine with AND."""
+    """The dead-letter search criteria; every field is optional and they combine with AND."""
 
     partner: str | None = None  # partner uid
     endpoint: str | None = None  # endpoint id

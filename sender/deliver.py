@@ -41,7 +41,7 @@ class Target:
 
 @dataclass(frozen=True)
 class AttemptResult:
-    """One attempt as it will be stored (SPEC §2 Attempt) and judged by the retry policy."""
+    """One attempt as it will be stored and judged by the retry policy."""
 
     started_at: datetime
     duration_ms: int

@@ -1,7 +1,7 @@
 """Partners and their endpoints: validated at the door so a bad URL never reaches a worker.
 
 Every check that can be made before sending is made here, at creation and change: scheme,
-SSRF verdict (SPEC §5), subscribed event types, custom headers, timeout, secret format.
+SSRF verdict, subscribed event types, custom headers, timeout, secret format.
 Secrets are stored only encrypted and are returned to the caller, never logged.
 """
 
@@ -98,7 +98,7 @@ def get_partner(session: Session, uid: str) -> Partner:
 
 def check_url(url: Any, settings: Settings,
               resolver: guard.Resolver = guard.default_resolver) -> str:
-    """The SSRF verdict of SPEC §5, made once here and again by the worker at every attempt.
+    """The SSRF verdict, made once here and again by the worker at every attempt.
 
     A host that does not resolve (yet) is accepted, as Svix and Stripe do: DNS that is not
     live yet or a resolver hiccup must not block a registration, and nothing can be sent to

@@ -3,7 +3,7 @@
 Counters change only through single UPDATE statements (`x = x + n`), so workers in many
 processes never lose each other's increments. An endpoint is disabled when it has failed
 `disable_after_failures` attempts in a row *and* has gone `disable_after_seconds` without a
-success (SPEC §5), or at once when it answers 410 Gone. Disabling parks every delivery still
+success, or at once when it answers 410 Gone. Disabling parks every delivery still
 waiting for it as a dead letter with reason `endpoint_disabled`, and records an operational
 event `endpoint.disabled` for the UI.
 """

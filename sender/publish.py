@@ -1,7 +1,7 @@
 """Publishing: validate against the contract, then write the event and its whole fan-out at once.
 
 The event, one delivery per subscribed endpoint and the idempotency record are written
-atomically; the deliveries are put on the queue only after that commit (SPEC §7). A 202
+atomically; the deliveries are put on the queue only after that commit. A 202
 therefore always means "committed", and a lost enqueue is found again by the sweeper.
 
 The hot path stays lean on purpose, because every round trip costs a thread its turn at the

@@ -10,7 +10,6 @@ Redis comes from TEST_REDIS_URL, else an embedded redis-server started for the s
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import settings as hypothesis_settings
 from sqlalchemy import text
 from werkzeug.serving import make_server
 
@@ -29,13 +29,12 @@ from app.embedded_redis import EmbeddedRedis
 from app.models import Base
 from app.runtime import Runtime
 
+# This machine's speed swings 2x between runs: Hypothesis's per-example deadline would fail
+# a property on a slow moment, not on a wrong answer.
+hypothesis_settings.register_profile("kurir", deadline=None)
+hypothesis_settings.load_profile("kurir")
+
 BACKENDS = ("sqlite", "postgresql")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # ------------------------------------------------------------------------------- Redis

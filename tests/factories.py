@@ -53,7 +53,7 @@ def make_endpoint(session: Session, partner: Partner, url: str, box: SecretBox, 
 
 
 def event_payload(event: Event, partner_uid: str) -> str:
-    """The exact body of SPEC §3, as the publish API writes it."""
+    """The exact body a partner receives, as the publish API writes it."""
     resource = None
     if event.resource_type or event.resource_id:
         resource = {"type": event.resource_type, "id": event.resource_id,

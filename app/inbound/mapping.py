@@ -79,7 +79,7 @@ class Extracted:
 FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(FieldMapping))
 
 PRESETS: dict[str, FieldMapping] = {
-    # Kurir's own outbound shape (SPEC §3), so one Kurir can receive from another; Svix
+    # Kurir's own outbound shape, so one Kurir can receive from another; Svix
     # senders use the svix- headers, and bodies that carry their own id fall back to it.
     "standard-webhooks": FieldMapping(
         event_id="header:webhook-id | header:svix-id | /id",

@@ -1,4 +1,4 @@
-"""Receiving a callback (SPEC §6.1-6.3): verify the raw bytes, store, then answer.
+"""Receiving a callback: verify the raw bytes, store, then answer.
 
 The order is the guarantee:
 

@@ -1,4 +1,4 @@
-"""`/metrics` in the Prometheus text format (SPEC §9), read from the stores at scrape time.
+"""`/metrics` in the Prometheus text format, read from the stores at scrape time.
 
 The database is the truth, so the figures come from it: deliveries by state, attempts by
 outcome and a latency histogram built from `attempts.duration_ms` in one pass, dead letters

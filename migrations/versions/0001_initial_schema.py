@@ -425,7 +425,7 @@ def upgrade() -> None:
     op.create_index("ix_dead_letters_partner", "dead_letters", ["partner_id", "id"], unique=False)
     op.create_index("ix_dead_letters_reason", "dead_letters", ["reason", "id"], unique=False)
     if _is_postgres():
-        # Trigram index: the dead-letter `q` search must not scan the table (SPEC §4).
+        # Trigram index: the dead-letter `q` search must not scan the table.
         op.create_index(
             "ix_dead_letters_search_trgm",
             "dead_letters",

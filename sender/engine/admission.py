@@ -38,8 +38,12 @@ SLOW_ERRORS = frozenset({ERROR_TIMEOUT, ERROR_CONNECTION})
 SLOW_KEY_PREFIX = "kurir:slow:"
 # Other workers' slow flags are read at most this often.
 FLAGS_EVERY_S = 1.0
-# Room for an endpoint not yet heard from: the whole batch.
+# Room for an endpoint not yet heard from: the whole batch, into its local queue...
 UNKNOWN_ROOM = 10_000
+# ...but only this many sent at once until its first answer: an endpoint that hangs or
+# trickles on first contact must not take a fast lane's threads from the healthy ones for a
+# whole timeout before the engine has learnt it is slow.
+FIRST_CONTACT_CAP = 1
 
 
 class Admission:
@@ -103,7 +107,9 @@ class Admission:
 
     def cap(self, room: Room, mono: float) -> int:
         """How many of the endpoint's deliveries may be sent at once."""
-        return self.slow_cap if room.is_slow(mono) else self.fast_cap
+        if room.is_slow(mono):
+            return self.slow_cap
+        return FIRST_CONTACT_CAP if room.ewma_ms <= 0 else self.fast_cap
 
     def space(self, room: Room, mono: float) -> int:
         """How many more deliveries this endpoint may take into the process now."""

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 
 from sender.engine.work import Work
 
+# Rooms kept for endpoints with nothing here: past this many, the idle ones are forgotten
+# (what they knew — recent speed, slowness — is learnt again, or read from the Redis flag).
+MAX_ROOMS = 50_000
+
 COUNTERS = ("jobs", "claimed", "held", "released", "not_due", "unsendable", "attempts",
             "flushes")
 
@@ -55,8 +59,17 @@ class Ledger:
         """The endpoint's room (lock held), made on first use."""
         room = self.rooms.get(endpoint_id)
         if room is None:
+            if len(self.rooms) >= MAX_ROOMS:
+                self.forget_idle_rooms(MAX_ROOMS // 2)
             room = self.rooms[endpoint_id] = Room()
         return room
+
+    def forget_idle_rooms(self, keep: int) -> None:
+        """Drop the oldest rooms with nothing queued or in flight until `keep` remain (lock
+        held): a worker that meets a million endpoints must not keep a room for each."""
+        excess = len(self.rooms) - keep
+        for endpoint_id in [e for e, r in self.rooms.items() if r.busy == 0][:max(excess, 0)]:
+            del self.rooms[endpoint_id]
 
     def count(self, **amounts: int) -> None:
         with self.lock:

@@ -23,9 +23,10 @@ from standardwebhooks import Webhook
 
 from app.config import Settings
 from app.models import Delivery, Endpoint, EndpointSecret
+from app.ports import free_port
 from app.runtime import Runtime
 from tests.browser.test_ui_browser import chromium  # noqa: F401 - the shared browser
-from tests.conftest import LiveServer, free_port
+from tests.conftest import LiveServer
 from tests.factories import Received, Receiver, WorkerThread, wait_for
 from tests.integration._publish_support import ORDER_SCHEMA
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import free_port
+from app.ports import free_port
 
 
 @dataclass

@@ -127,7 +127,7 @@ def test_healthz_and_readyz(client):
 
 
 def test_readyz_is_503_naming_redis_when_it_is_down(settings, migrated):
-    from tests.conftest import free_port
+    from app.ports import free_port
 
     dead = settings.with_overrides(redis_url=f"redis://127.0.0.1:{free_port()}/0")
     app = create_app(runtime=Runtime(dead, database=migrated.db))
@@ -140,7 +140,7 @@ def test_readyz_is_503_naming_redis_when_it_is_down(settings, migrated):
 
 
 def test_readyz_is_503_naming_database_when_it_is_down(settings, redis_client):
-    from tests.conftest import free_port
+    from app.ports import free_port
 
     dead = settings.with_overrides(
         database_url=f"postgresql://nobody@127.0.0.1:{free_port()}/none")

@@ -15,10 +15,10 @@ import requests
 
 from app import runtime as runtime_mod
 from app.models import SUCCEEDED, Delivery
+from app.ports import free_port
 from app.runtime import Runtime
 from sender.dispatch import enqueue_now
 from sender.signing import build_headers, generate_secret
-from tests.conftest import free_port
 from tests.factories import (
     WorkerThread,
     make_endpoint,

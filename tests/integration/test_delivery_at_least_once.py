@@ -1,4 +1,4 @@
-"""At-least-once (SPEC §7): Redis down at publish, Redis flushed mid-run, a worker SIGKILLed
+"""At-least-once: Redis down at publish, Redis flushed mid-run, a worker SIGKILLed
 mid-delivery. In each, every event arrives at least once and no event more than twice.
 
 These tests run their own redis-server (never the shared one) so they can stop and flush it.

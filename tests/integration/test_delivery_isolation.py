@@ -1,4 +1,4 @@
-"""No head-of-line blocking: a hanging endpoint never delays the healthy ones (SPEC §5)."""
+"""No head-of-line blocking: a hanging endpoint never delays the healthy ones."""
 
 from __future__ import annotations
 

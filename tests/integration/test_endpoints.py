@@ -1,4 +1,4 @@
-"""Partners and endpoints: every SPEC §4 path, with the validation of issue 3 item 2."""
+"""Partners and endpoints: every path, with the validation of issue 3 item 2."""
 
 from __future__ import annotations
 

@@ -15,10 +15,11 @@ from sqlalchemy import func, select
 
 from app.inbound import process, receive
 from app.models import InboundEvent
+from app.ports import free_port
 from app.queues import INBOUND
 from app.runtime import Runtime
 from app.web import create_app
-from tests.conftest import LiveServer, free_port
+from tests.conftest import LiveServer
 from tests.integration import inbound_kit as kit
 
 NUMERIC_IDS = {"github": "4242", "shopify": "820982911946154508"}

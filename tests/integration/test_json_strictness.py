@@ -1,4 +1,4 @@
-"""JSON that Python parses but no store or partner can take is `400 invalid_json` (SPEC §4).
+"""JSON that Python parses but no store or partner can take is `400 invalid_json`.
 
 A lone UTF-16 surrogate has no UTF-8 form, so the database write failed (500); NaN and
 Infinity are not JSON, so they were stored and sent on to partners as broken bodies.

@@ -13,7 +13,7 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import free_port
+from app.ports import free_port
 from tests.factories import wait_for
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ import requests
 from werkzeug.serving import make_server
 
 from app.models import Delivery
+from app.ports import free_port
 from app.web.portal import guide
-from tests.conftest import free_port
 from tests.factories import WorkerThread, wait_for
 from tests.integration._publish_support import make_partner
 

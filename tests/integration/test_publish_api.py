@@ -1,4 +1,4 @@
-"""Publishing (SPEC §4 "Publishing rules", issue 3 item 3): validation, fan-out, after-commit."""
+"""Publishing: validation, fan-out, after-commit."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from sqlalchemy import select
 
 from app.clock import parse_time, utcnow
 from app.models import DeadLetter, DeadLetterAudit, Delivery, Event
+from app.ports import free_port
 from app.queues import DELIVERIES
 from app.runtime import Runtime
 from app.web import create_app
 from sender.dispatch import job_specs
 from sender.publish import publish
-from tests.conftest import free_port
 from tests.integration._publish_support import (
     contract_and_partner,
     counts,

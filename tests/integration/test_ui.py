@@ -25,12 +25,12 @@ from app.models import (
     OperationalEvent,
     Operator,
 )
+from app.ports import free_port
 from app.queues import DEFAULT
 from app.runtime import Runtime
 from app.web.ui import throttle
 from dlq import resend as resend_mod
 from sender.secrets import current_secret
-from tests.conftest import free_port
 from tests.dlq_factories import letters_for, make_scene
 
 EMAIL, PASSWORD = "ops@example.com", "correct horse battery"
