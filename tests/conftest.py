@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 from hypothesis import settings as hypothesis_settings
-from sqlalchemy import text
+from sqlalchemy import create_engine, make_url, text
 from werkzeug.serving import make_server
 
 from app import migrate
@@ -33,6 +33,41 @@ from app.runtime import Runtime
 # a property on a slow moment, not on a wrong answer.
 hypothesis_settings.register_profile("kurir", deadline=None)
 hypothesis_settings.load_profile("kurir")
+
+def _worker_index() -> int:
+    """0 outside pytest-xdist, else N for worker gwN."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+def _isolate_parallel_workers() -> None:
+    """Under pytest-xdist each worker gets its own PostgreSQL database and Redis db number:
+    tests empty both between them, and two workers emptying one store would fail each other.
+    Everything downstream (subprocess env, the chaos database) reads the rewritten variables."""
+    index = _worker_index()
+    if not index:
+        return
+    raw_db = os.environ.get("TEST_DATABASE_URL")
+    if raw_db:
+        base = make_url(normalise_database_url(raw_db))
+        name = f"{base.database}_w{index}"
+        admin = create_engine(base, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            exists = connection.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                                        {"n": name}).first()
+            if not exists:
+                connection.execute(text(f'CREATE DATABASE "{name}"'))
+        admin.dispose()
+        os.environ["TEST_DATABASE_URL"] = base.set(database=name).render_as_string(
+            hide_password=False)
+    raw_redis = os.environ.get("TEST_REDIS_URL")
+    if raw_redis:
+        prefix, _, db_number = raw_redis.rpartition("/")
+        base_db = int(db_number) if db_number.isdigit() else 0
+        os.environ["TEST_REDIS_URL"] = f"{prefix}/{(base_db + index) % 16}"
+
+
+_isolate_parallel_workers()
 
 BACKENDS = ("sqlite", "postgresql")
 

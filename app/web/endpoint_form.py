@@ -8,10 +8,10 @@ Custom header values are write-only: a stored value is never put back into the p
 its header is public. An edit leaves the value box of a write-only header empty; sent empty,
 it keeps the stored value (the service's `null`), typed into, it replaces it.
 
-Version pins (an endpoint choosing which version of an event type it receives) are not part
-of an endpoint yet. When they are, they join this form as one more field of `body()` (a
-`versions` object), with a selector per subscribed type in `shared/_endpoint_form.html`, whose
-type list already shows each type's versions.
+Version pins: one selector per event type, "as published" or one of its versions, so a
+partner stays on the shape its code reads until it is ready for the next (a pin to a
+deprecated version shows its sunset). The form sends the whole `versions` object; the
+service checks every pin exists.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from app.errors import KurirError
 from app.models import Endpoint
 
 EXTRA_HEADER_ROWS = 2
+PIN_FIELD = "pin-"  # a selector per event type: pin-<type name> = "" (as published) or "<n>"
 MAX_HEADER_ROWS = 25
 
 
@@ -51,6 +52,7 @@ class EndpointForm:
     headers: list[HeaderRow] = field(default_factory=list)
     timeout_s: str = ""
     rate_limit_per_s: str = ""
+    versions: dict[str, str] = field(default_factory=dict)  # event type -> "" or "<n>"
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -71,7 +73,9 @@ class EndpointForm:
                    event_types=list(endpoint.event_types or []), headers=rows,
                    timeout_s=str(endpoint.timeout_s),
                    rate_limit_per_s="" if endpoint.rate_limit_per_s is None
-                   else str(endpoint.rate_limit_per_s))
+                   else str(endpoint.rate_limit_per_s),
+                   versions={name: str(version)
+                             for name, version in (endpoint.versions or {}).items()})
 
     @classmethod
     def from_request(cls, form: Any, existing: Endpoint | None = None) -> EndpointForm:
@@ -94,7 +98,10 @@ class EndpointForm:
                    all_types=form.get("all_types", "1") == "1",
                    event_types=[t for t in form.getlist("event_types") if t],
                    headers=rows, timeout_s=form.get("timeout_s", "").strip(),
-                   rate_limit_per_s=form.get("rate_limit_per_s", "").strip())
+                   rate_limit_per_s=form.get("rate_limit_per_s", "").strip(),
+                   versions={key[len(PIN_FIELD):]: value.strip()
+                             for key, value in form.items()
+                             if key.startswith(PIN_FIELD) and value.strip()})
 
     # ------------------------------------------------------------------ to the service
 
@@ -139,6 +146,13 @@ class EndpointForm:
             "rate_limit_per_s": self._int("rate_limit_per_s", self.rate_limit_per_s,
                                           optional=True),
         }
+        pins: dict[str, int] = {}
+        for name, raw in self.versions.items():
+            if raw.isdigit() and int(raw) > 0:
+                pins[name] = int(raw)
+            else:
+                self.errors["versions"] = f"the version for {name} must be a version number"
+        body["versions"] = pins
         if not self.all_types and not self.event_types:
             self.errors["event_types"] = ("choose at least one event type, or receive all "
                                           "event types")

@@ -264,6 +264,34 @@ def test_create_edit_enable_and_delete_an_endpoint(portal, acme, runtime):
         assert len(sessions) == 1 and next(iter(sessions)).startswith("ps_")
 
 
+def test_a_partner_pins_a_version_from_the_portal_and_unpins_it(portal, acme, runtime):
+    """The endpoint form has a selector per type: pinned, the endpoint keeps receiving v1 of
+    order.created after v2 exists; a pin to a version that does not exist is put on the field."""
+    endpoint_id = acme["id"]
+    edit = portal.get(f"/portal/endpoints/{endpoint_id}/edit")
+    assert 'name="pin-order.created"' in edit.text and "as published (newest)" in edit.text
+    token = csrf(portal, f"/portal/endpoints/{endpoint_id}/edit")
+    fields = {"csrf_token": token, "url": acme["url"], "all_types": "1", "timeout_s": "15"}
+    pinned = portal.post(f"/portal/endpoints/{endpoint_id}/edit",
+                         data={**fields, "pin-order.created": "1", "pin-order.shipped": ""})
+    assert pinned.status_code == 302, pinned.text
+    with runtime.db.begin() as session:
+        assert session.get_one(Endpoint, endpoint_id).versions == {"order.created": 1}
+    again = portal.get(f"/portal/endpoints/{endpoint_id}/edit").text
+    assert re.search(r'<option value="1"\s+selected>v1', again), "the pin is shown as chosen"
+    missing = portal.post(f"/portal/endpoints/{endpoint_id}/edit",
+                          data={**fields, "pin-order.created": "7"})
+    assert missing.status_code == 422 and 'data-testid="error-versions"' in missing.text
+    unpinned = portal.post(f"/portal/endpoints/{endpoint_id}/edit",
+                           data={**fields, "pin-order.created": ""})
+    assert unpinned.status_code == 302
+    with runtime.db.begin() as session:
+        assert not session.get_one(Endpoint, endpoint_id).versions
+        actions = list(session.scalars(select(AuditRecord.action).where(
+            AuditRecord.subject_id == endpoint_id, AuditRecord.actor == "portal:acme")))
+        assert actions.count("endpoint.updated") == 2
+
+
 def test_reveal_and_rotate_the_secret_say_until_when_the_old_one_signs(portal, acme, runtime):
     url = f"/portal/endpoints/{acme['id']}/secret"
     hidden = portal.get(url)
