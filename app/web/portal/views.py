@@ -18,14 +18,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from flask import Blueprint, flash, g, redirect, render_template, request, url_for
-from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.clock import isoformat, utcnow
 from app.errors import KurirError, ValidationFailed
 from app.models import Endpoint
 from app.services import deliveries, endpoints, event_types, portal
-from app.web import csrf, present
+from app.web import csrf, error_pages, present
 from app.web.context import runtime
 from app.web.delivery_log import log_context
 from app.web.endpoint_form import EndpointForm
@@ -106,25 +105,7 @@ def _same_portal(target: str | None) -> bool:
     return bool(target) and str(target).startswith(request.host_url.rstrip("/") + "/portal")
 
 
-@blueprint.errorhandler(HTTPException)
-def _http_error(exc: HTTPException) -> Page:
-    status = exc.code or 500
-    if status == 400 and exc.description == "csrf":
-        return render_template(
-            "portal/error.html", status=400, title="This form has expired",
-            message="The form was not sent from a current portal page (its security token "
-                    "is missing or wrong), so nothing was changed. Reload the page and try "
-                    "again."), 400
-    return render_template("portal/error.html", status=status, title=exc.name,
-                           message=exc.description), status
-
-
-@blueprint.errorhandler(Exception)
-def _unexpected(exc: Exception) -> Page:
-    log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
-    return render_template("portal/error.html", status=500, title="Something went wrong",
-                           message="The portal hit an internal error; it is logged. Nothing "
-                                   "was changed by the failed request."), 500
+error_pages.register(blueprint, "portal/error.html", page="portal", speaker="The portal")
 
 
 # ------------------------------------------------------------------------------ session

@@ -24,7 +24,6 @@ from flask import (
     url_for,
 )
 from sqlalchemy import select
-from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.clock import isoformat, utcnow
@@ -52,7 +51,7 @@ from app.services import (
     sources,
 )
 from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
-from app.web import csrf, present
+from app.web import csrf, error_pages, present
 from app.web.context import runtime
 from app.web.endpoint_form import EndpointForm
 from app.web.jsonio import check_url_and_headers
@@ -131,25 +130,7 @@ def _kurir_error(exc: KurirError) -> Page:
                            message=exc.message), exc.status
 
 
-@blueprint.errorhandler(HTTPException)
-def _http_error(exc: HTTPException) -> Page:
-    status = exc.code or 500
-    if status == 400 and exc.description == "csrf":
-        return render_template(
-            "ui/error.html", status=400, title="This form has expired",
-            message="The form was not sent from a current Kurir page (its CSRF token is "
-                    "missing or wrong), so nothing was changed. Reload the page and try "
-                    "again."), 400
-    return render_template("ui/error.html", status=status, title=exc.name,
-                           message=exc.description), status
-
-
-@blueprint.errorhandler(Exception)
-def _unexpected(exc: Exception) -> Page:
-    log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
-    return render_template("ui/error.html", status=500, title="Something went wrong",
-                           message="Kurir hit an internal error; it is logged. Nothing was "
-                                   "changed by the failed request."), 500
+error_pages.register(blueprint, "ui/error.html", page="Kurir", speaker="Kurir")
 
 
 def _ui_filter_args() -> dict[str, str]:
