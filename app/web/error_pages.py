@@ -26,9 +26,9 @@ def register(blueprint: Blueprint, template: str, *, page: str, speaker: str) ->
         if status == 400 and exc.description == "csrf":
             return render_template(
                 template, status=400, title="This form has expired",
-                message=f"The form was not sent from a current {page} page (its security "
-                        "token is missing or wrong), so nothing was changed. Reload the page "
-                        "and try again."), 400
+                message=f"The form was not sent from a current {page} page: its security "
+                        "token (CSRF) is missing or wrong, so nothing was changed. Reload the "
+                        "page and try again."), 400
         return render_template(template, status=status, title=exc.name,
                                message=exc.description), status
 
