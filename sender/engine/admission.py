@@ -132,6 +132,7 @@ class Admission:
         """Learn the endpoint's speed from one attempt (lock held); True if it is slow now."""
         room.ewma_ms = (result.duration_ms if room.ewma_ms <= 0
                         else 0.8 * room.ewma_ms + 0.2 * result.duration_ms)
+        room.failures = 0 if result.ok else room.failures + 1
         if result.error in SLOW_ERRORS or room.ewma_ms >= SLOW_DURATION_MS:
             room.slow_until = mono + SLOW_WINDOW_S
             return True

@@ -1,10 +1,10 @@
 """The lanes: local queues per endpoint and the two thread pools that send from them.
 
-Healthy endpoints send on the fast lane, slow ones on the slow lane, each endpoint capped in
-flight (`Admission.cap`), so a hanging endpoint can never occupy the threads healthy
-endpoints need (no head-of-line blocking). A claimed delivery waits in its endpoint's local
-queue until a thread is free for it, at most `MAX_LOCAL_WAIT_S`; then it is handed back with
-a hold rather than left to age in memory.
+Healthy endpoints send on the fast lane, slow and failing ones on the slow lane, each
+endpoint capped in flight (`Admission.cap`), so a hanging or failing endpoint can never
+occupy the threads healthy endpoints need (no head-of-line blocking). A claimed delivery
+waits in its endpoint's local queue until a thread is free for it, at most
+`MAX_LOCAL_WAIT_S`; then it is handed back with a hold rather than left to age in memory.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Lanes:
 
     def pump(self, room: Room, mono: float) -> None:
         """Hand the endpoint's queued work to its lane while it is under its cap (lock held)."""
-        lane = self.slow if room.is_slow(mono) else self.fast
+        lane = self.slow if room.is_slow(mono) or room.failing else self.fast
         cap = self.admission.cap(room, mono)
         while room.queue and room.inflight < cap:
             work = room.queue.popleft()

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 
 from sender.engine.work import Work
 
+# An endpoint whose last this many attempts failed sends on the slow lane (at its usual cap)
+# until one succeeds: a partner answering errors, however quickly, must not take the fast
+# lane's threads from the healthy ones when a burst of its deliveries comes due at once.
+FAILING_STREAK = 5
 # Rooms kept for endpoints with nothing here: past this many, the idle ones are forgotten
 # (what they knew — recent speed, slowness — is learnt again, or read from the Redis flag).
 MAX_ROOMS = 50_000
@@ -32,6 +36,7 @@ class Room:
     inflight: int = 0
     slow_until: float = 0.0  # time.monotonic() until which it counts as slow
     ewma_ms: float = 0.0  # recent answer time, 0 until the first answer
+    failures: int = 0  # attempts failed in a row (any error or non-2xx answer)
 
     @property
     def busy(self) -> int:
@@ -39,6 +44,10 @@ class Room:
 
     def is_slow(self, mono: float) -> bool:
         return self.slow_until > mono
+
+    @property
+    def failing(self) -> bool:
+        return self.failures >= FAILING_STREAK
 
 
 class Ledger:

@@ -11,7 +11,7 @@ import redis
 from sender.deliver import AttemptResult
 from sender.engine import ledger as ledger_mod
 from sender.engine.admission import FIRST_CONTACT_CAP, Admission
-from sender.engine.ledger import Ledger
+from sender.engine.ledger import FAILING_STREAK, Ledger
 from sender.http import ERROR_TIMEOUT
 from sender.ratelimit import RateLimiter
 
@@ -57,3 +57,17 @@ def test_idle_rooms_are_forgotten_past_the_bound_and_busy_ones_kept(monkeypatch)
     assert len(ledger.rooms) <= 10 // 2 + 2
     assert "ep_0" in ledger.rooms and "ep_new" in ledger.rooms
     assert "ep_1" not in ledger.rooms  # the oldest idle room went first
+
+
+def test_an_endpoint_failing_in_a_row_is_failing_until_one_attempt_succeeds():
+    ledger = Ledger()
+    admission = make_admission(ledger)
+    room = ledger.room("ep_500")
+    mono = time.monotonic()
+    for _ in range(FAILING_STREAK - 1):
+        admission.observe(room, answer(30, 500), mono)
+    assert not room.failing
+    admission.observe(room, answer(30, None, "protocol_error"), mono)
+    assert room.failing and not room.is_slow(mono)  # quick errors: failing, not slow
+    admission.observe(room, answer(30, 200), mono)
+    assert not room.failing
