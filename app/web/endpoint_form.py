@@ -51,6 +51,8 @@ class EndpointForm:
     headers: list[HeaderRow] = field(default_factory=list)
     timeout_s: str = ""
     rate_limit_per_s: str = ""
+    # A pull endpoint (edited only: the forms create push endpoints) has no URL to edit.
+    pull: bool = False
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -71,7 +73,7 @@ class EndpointForm:
                    event_types=list(endpoint.event_types or []), headers=rows,
                    timeout_s=str(endpoint.timeout_s),
                    rate_limit_per_s="" if endpoint.rate_limit_per_s is None
-                   else str(endpoint.rate_limit_per_s))
+                   else str(endpoint.rate_limit_per_s), pull=endpoint.mode == "pull")
 
     @classmethod
     def from_request(cls, form: Any, existing: Endpoint | None = None) -> EndpointForm:
@@ -94,7 +96,8 @@ class EndpointForm:
                    all_types=form.get("all_types", "1") == "1",
                    event_types=[t for t in form.getlist("event_types") if t],
                    headers=rows, timeout_s=form.get("timeout_s", "").strip(),
-                   rate_limit_per_s=form.get("rate_limit_per_s", "").strip())
+                   rate_limit_per_s=form.get("rate_limit_per_s", "").strip(),
+                   pull=existing is not None and existing.mode == "pull")
 
     # ------------------------------------------------------------------ to the service
 
@@ -142,7 +145,9 @@ class EndpointForm:
         if not self.all_types and not self.event_types:
             self.errors["event_types"] = ("choose at least one event type, or receive all "
                                           "event types")
-        if not self.url:
+        if self.pull:
+            del body["url"]
+        elif not self.url:
             self.errors["url"] = "required"
         return None if self.errors else body
 
