@@ -68,16 +68,19 @@ def read(rt: Runtime, actor: Actor, uid: str, *, after: str | None, limit: int,
             subscriber = Subscriber(endpoint.event_types, endpoint.versions)
             if endpoint.mode == PULL:
                 start = endpoint.acked_seq
+        # A valid cursor sees everything after it (it is younger than retention, so nothing
+        # after it is); a start of our choosing skips what is past retention.
+        not_before: datetime | None = now - retention
         if after is not None:
             position = cursors.decode(after, now=now, retention=retention)
             _not_ahead(session, position.seq, after)
-            start = position.seq
+            start, not_before = position.seq, None
         partner_id = partner.id
     # Before reading, so the page holds every event committed before this request.
     sequence(rt.db)
     with rt.db.begin() as session:
         found = page(session.connection(), partner_id, after=start, limit=limit,
-                     not_before=now - retention, subscriber=subscriber)
+                     not_before=not_before, subscriber=subscriber)
     return FeedPage(found.payloads, cursors.encode(found.position, now))
 
 

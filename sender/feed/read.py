@@ -40,9 +40,9 @@ class Page:
 
 
 def page(connection: Connection, partner_id: str, *, after: int | None, limit: int,
-         not_before: datetime, subscriber: Subscriber | None = None) -> Page:
-    """Up to `limit` events after position `after` (or, without one, the oldest created at or
-    after `not_before`), in feed order.
+         not_before: datetime | None, subscriber: Subscriber | None = None) -> Page:
+    """Up to `limit` events after position `after` (from the start without one), in feed
+    order, leaving out those created before `not_before` (past retention) when given.
 
     The head is read first: a later statement sees at least every position up to it, so when
     the page is not full the consumer can move there without skipping anything.
@@ -53,7 +53,7 @@ def page(connection: Connection, partner_id: str, *, after: int | None, limit: i
                    Event.feed_seq > (after or 0),
                    ~Event.type.startswith(RESERVED_PREFIX, autoescape=True))
             .order_by(Event.feed_seq).limit(limit))
-    if after is None:
+    if not_before is not None:
         stmt = stmt.where(Event.created_at >= not_before)
     if subscriber is not None and subscriber.event_types is not None:
         stmt = stmt.where(Event.type.in_(subscriber.event_types))

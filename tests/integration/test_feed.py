@@ -351,6 +351,26 @@ def test_a_cursor_older_than_retention_is_gone(client, auth, acme, runtime):
     assert _feed(client, auth, after=fresh).status_code == 200
 
 
+def test_events_past_retention_leave_a_fresh_read_and_the_lag(client, auth, acme, runtime):
+    pull = make_endpoint(client, auth, url=None, mode="pull")
+    old = utcnow() - timedelta(days=runtime.settings.retention_days, hours=1)
+    with runtime.db.begin() as session:
+        partner_id = session.scalars(select(Partner.id).where(Partner.uid == "acme")).one()
+        old_id = new_id("evt")
+        request = PublishRequest("order.created", 1, {"order_id": "o-old", "amount": 1}, old,
+                                 None, None)
+        session.add(Event(id=old_id, partner_id=partner_id, type="order.created", version=1,
+                          data=request.data, occurred_at=old, created_at=old,
+                          payload=payload_json(old_id, request, "acme", old)))
+    client.post("/v1/partners/acme/events", headers=auth, json=order("o-new"))
+    fresh, _ = _drain(client, auth)
+    assert [i["data"]["order_id"] for i in fresh] == ["o-new"]
+    through, _ = _drain(client, auth, endpoint=pull["id"])
+    assert [i["data"]["order_id"] for i in through] == ["o-new"]
+    lag = client.get(f"/v1/partners/acme/endpoints/{pull['id']}", headers=auth).get_json()
+    assert lag["lag"]["events"] == 1
+
+
 @pytest.mark.parametrize("bad", [
     "nope", base64.urlsafe_b64encode(b"f1.x.1").decode(), "f1.1.1", "%00",
 ])
