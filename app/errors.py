@@ -6,6 +6,7 @@ KurirError (500 internal_error)
 ├── Forbidden             403 forbidden
 ├── NotFound              404 not_found
 ├── Conflict              409 conflict / idempotency_key_in_flight
+├── Gone                  410 gone / cursor_expired
 ├── PayloadTooLarge       413 payload_too_large
 ├── UnsupportedMediaType  415 unsupported_media_type
 ├── ValidationFailed      422 validation_failed / idempotency_key_reused / ...
@@ -60,6 +61,11 @@ class NotFound(KurirError):
 class Conflict(KurirError):
     status = 409
     code = "conflict"
+
+
+class Gone(KurirError):
+    status = 410
+    code = "gone"
 
 
 class PayloadTooLarge(KurirError):

@@ -253,7 +253,14 @@ class Endpoint(Base):
 
     id: Mapped[str] = _id("ep")
     partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"))
+    # Empty for a pull endpoint, which is never sent anything (see `mode`).
     url: Mapped[str] = mapped_column(Text)
+    # "push" (Kurir POSTs every event) or "pull" (the partner reads the feed and acknowledges);
+    # fixed at creation.
+    mode: Mapped[str] = mapped_column(String(8), default="push", server_default="push")
+    # Pull endpoints: the feed position acknowledged last (see sender.feed), and when.
+    acked_seq: Mapped[int | None] = mapped_column(BigInteger)
+    acked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     description: Mapped[str | None] = mapped_column(Text)
     # None subscribes to every type.
     event_types: Mapped[list[Any] | None] = mapped_column(JSON)
@@ -303,6 +310,17 @@ class Event(Base):
     __table_args__ = (
         Index("ix_events_partner_created", "partner_id", "id"),
         Index("ix_events_partner_type", "partner_id", "type", "id"),
+        # The feed (sender.feed): positions are unique, read per partner in order, and the
+        # events still waiting for one are found without a scan. All partial, so a publish
+        # (which writes feed_seq NULL) only touches the last.
+        Index("uq_events_feed_seq", "feed_seq", unique=True,
+              sqlite_where=text("feed_seq IS NOT NULL"),
+              postgresql_where=text("feed_seq IS NOT NULL")),
+        Index("ix_events_partner_feed", "partner_id", "feed_seq",
+              sqlite_where=text("feed_seq IS NOT NULL"),
+              postgresql_where=text("feed_seq IS NOT NULL")),
+        Index("ix_events_unsequenced", "id", sqlite_where=text("feed_seq IS NULL"),
+              postgresql_where=text("feed_seq IS NULL")),
     )
 
     id: Mapped[str] = _id("evt")
@@ -317,6 +335,9 @@ class Event(Base):
     resource_version: Mapped[int | None] = mapped_column(BigInteger)
     correlation_id: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = _created()
+    # Position in the feed, given after commit by the sequencer (sender.feed.sequencer);
+    # NULL until then.
+    feed_seq: Mapped[int | None] = mapped_column(BigInteger)
 
     deliveries: Mapped[list[Delivery]] = relationship(back_populates="event",
                                                       order_by="Delivery.id")

@@ -52,6 +52,14 @@ def purge_portal(runtime: Runtime) -> int:
         return portal.purge(session)
 
 
+def sequence_feed(runtime: Runtime) -> int:
+    """Feed positions for the events committed since the last pass, so pull endpoints' lag
+    and a reader's first page need not wait for a backlog."""
+    from app.services import feed
+
+    return feed.sequence_now(runtime)
+
+
 def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
     from app.inbound import process as inbound_process
@@ -63,6 +71,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     return [
         PeriodicJob("sweep-deliveries", delivery_sweeper.sweep,
                     IntervalTrigger(seconds=runtime.settings.sweep_interval_seconds)),
+        PeriodicJob("sequence-feed", sequence_feed, IntervalTrigger(seconds=2)),
         PeriodicJob("purge-idempotency-keys", purge_idempotency_keys,
                     IntervalTrigger(hours=1)),
         PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),

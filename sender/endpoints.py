@@ -25,6 +25,7 @@ from app.crypto import SecretBox
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.models import Endpoint, EndpointSecret, Partner
 from sender import guard
+from sender.feed.sequencer import settled_head
 from sender.secrets import add_secret, current_secret_row, rotate
 from sender.signing import generate_secret, is_valid_secret
 
@@ -45,11 +46,13 @@ _BAD_VALUE_CHARS = re.compile(r"[\r\n\x00]")
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
 ENDPOINT_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
-                   "timeout_s", "rate_limit_per_s", "secret", "versions")
+                   "timeout_s", "rate_limit_per_s", "secret", "versions", "mode")
 PATCHABLE_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
                     "timeout_s", "rate_limit_per_s", "versions")
 
 ENABLED, DISABLED = "enabled", "disabled"
+PUSH, PULL = "push", "pull"
+MODES = (PUSH, PULL)
 
 
 def _invalid(field: str, message: str, code: str = "invalid_field") -> ValidationFailed:
@@ -248,6 +251,13 @@ def check_versions(session: Session, value: Any) -> dict[str, int] | None:
     return dict(sorted(value.items()))
 
 
+def check_mode(value: Any) -> str:
+    if value not in MODES:
+        raise _invalid("mode", "mode must be \"push\" (Kurir sends every event) or \"pull\" "
+                               "(the partner reads its feed and acknowledges)")
+    return str(value)
+
+
 def check_timeout(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TIMEOUT_S:
         raise _invalid("timeout_s", f"timeout_s must be an integer from 1 to {MAX_TIMEOUT_S}")
@@ -301,7 +311,15 @@ def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], se
                     resolver: guard.Resolver = guard.default_resolver) -> EndpointWithSecret:
     """Validate everything, then store the endpoint and its (encrypted) first secret."""
     reject_unknown(body, ENDPOINT_FIELDS)
-    url = check_url(body.get("url"), settings, resolver)
+    mode = check_mode(body.get("mode", PUSH))
+    if mode == PULL:
+        if body.get("url") is not None:
+            raise _invalid("url", "a pull endpoint has no url: nothing is sent to it, its "
+                                  "consumer reads the feed (GET /v1/partners/{uid}/feed"
+                                  "?endpoint={id})")
+        url = ""
+    else:
+        url = check_url(body.get("url"), settings, resolver)
     event_types = check_event_types(session, body.get("event_types"))
     headers = check_headers(body.get("headers"))
     public_headers = check_public_headers(body.get("public_headers"), headers)
@@ -313,7 +331,11 @@ def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], se
     secret = check_secret(given) if given is not None else generate_secret()
     endpoint = Endpoint(partner=partner, url=url, event_types=event_types, headers=headers,
                         public_headers=public_headers, versions=versions, timeout_s=timeout_s,
-                        rate_limit_per_s=rate_limit, description=description, state=ENABLED)
+                        rate_limit_per_s=rate_limit, description=description, state=ENABLED,
+                        mode=mode)
+    if mode == PULL:
+        # Its feed starts here: what was committed before is not its backlog.
+        endpoint.acked_seq = settled_head(session.connection())
     session.add(endpoint)
     add_secret(session, endpoint, secret, box)
     session.flush()
@@ -342,7 +364,14 @@ def update_endpoint(session: Session, endpoint: Endpoint, body: dict[str, Any],
     if "secret" in body:
         raise ValidationFailed("the secret is changed with POST .../secret/rotate",
                                code="unknown_field", details={"fields": ["secret"]})
+    if "mode" in body and body["mode"] != endpoint.mode:
+        raise ValidationFailed("an endpoint's mode is fixed at creation; create a new endpoint "
+                               "for the other mode", code="mode_immutable",
+                               details={"field": "mode", "mode": endpoint.mode})
+    body = {k: v for k, v in body.items() if k != "mode"}
     reject_unknown(body, PATCHABLE_FIELDS)
+    if "url" in body and endpoint.mode == PULL:
+        raise _invalid("url", "a pull endpoint has no url (its mode is fixed at creation)")
     if "url" in body:
         endpoint.url = check_url(body["url"], settings, resolver)
     if "event_types" in body:

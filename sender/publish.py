@@ -49,6 +49,7 @@ MAX_TEXT = 200
 MAX_BIGINT = 2**63 - 1
 ACCEPTED = 202
 REASON_ENDPOINT_DISABLED = "endpoint_disabled"
+PULL = "pull"
 # How long a keyed request waits behind an unfinished twin (PostgreSQL) before answering 409.
 IN_FLIGHT_WAIT_MS = 5000
 _PG_LOCK_NOT_AVAILABLE = "55P03"
@@ -222,8 +223,8 @@ class _Targets:
     """What a publish plan is made from; `digest` (PostgreSQL) fingerprints the endpoints."""
 
     partner_id: str
-    # (endpoint id, state, subscribed types or None, pinned versions or None)
-    endpoints: list[tuple[str, str, list[str] | None, dict[str, Any] | None]]
+    # (endpoint id, state, subscribed types or None, pinned versions or None, mode)
+    endpoints: list[tuple[str, str, list[str] | None, dict[str, Any] | None, str]]
     contract: contracts.Contract | None
     digest: str | None = None
     sunset_at: datetime | None = None
@@ -245,7 +246,7 @@ def _targets(connection: Connection, partner_uid: str, type_: str, version: int,
     first = rows[0]
     return _Targets(
         partner_id=first.partner_id,
-        endpoints=[(row.endpoint_id, row.state, row.event_types, row.versions)
+        endpoints=[(row.endpoint_id, row.state, row.event_types, row.versions, row.mode)
                    for row in rows if row.endpoint_id is not None],
         contract=contracts.contract_from(connection, first.contract_id, first.deprecated,
                                          type_, version),
@@ -355,7 +356,7 @@ def _wanted_versions(targets: _Targets, req: PublishRequest) -> dict[str, int]:
     """Endpoint id -> the version it is pinned to, for the subscribed endpoints with a pin
     on this type other than the published version."""
     wanted: dict[str, int] = {}
-    for endpoint_id, _, subscribed, pins in targets.endpoints:
+    for endpoint_id, _, subscribed, pins, _mode in targets.endpoints:
         if subscribed is not None and req.type not in subscribed:
             continue
         pinned = (pins or {}).get(req.type)
@@ -426,8 +427,12 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
     pending: list[Planned] = []
     parked: list[Planned] = []
     answer: list[dict[str, Any]] = []
-    for endpoint_id, state, subscribed, _ in targets.endpoints:
+    for endpoint_id, state, subscribed, _, mode in targets.endpoints:
         if subscribed is not None and req.type not in subscribed:
+            continue
+        if mode == PULL:
+            # Nothing is pushed to a pull endpoint: it reads the feed. Its pin still counts
+            # above, so the version it wants is stored with the event.
             continue
         delivery_id = new_id("dlv")
         enabled = state == "enabled"

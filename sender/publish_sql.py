@@ -33,7 +33,8 @@ EVENTS = cast(Table, Event.__table__)
 DELIVERIES = cast(Table, Delivery.__table__)
 EVENT_TYPES = cast(Table, EventType.__table__)
 EVENT_VERSIONS = cast(Table, EventVersion.__table__)
-EVENT_COLUMNS = tuple(c.name for c in EVENTS.columns)
+# What a publish writes: the feed position is given after commit (sender.feed), never here.
+EVENT_COLUMNS = tuple(c.name for c in EVENTS.columns if c.name != "feed_seq")
 _DELIVERY_COLUMNS = ("id", "endpoint_id", "event_id", "state", "attempt_count", "run_attempts",
                      "run", "next_attempt_at", "created_at", "updated_at")
 
@@ -62,6 +63,7 @@ def _targets(*, with_digest: bool) -> Any:
     """
     columns = [PARTNERS.c.id.label("partner_id"), ENDPOINTS.c.id.label("endpoint_id"),
                ENDPOINTS.c.state, ENDPOINTS.c.event_types, ENDPOINTS.c.versions,
+               ENDPOINTS.c.mode,
                *contracts.lookup_columns(bindparam("type_name"), bindparam("type_version"))]
     if with_digest:
         # Uncorrelated (by uid, not by the joined row), so it is computed once, not per row.
@@ -91,7 +93,8 @@ def _event_with_deliveries(*, guarded: bool) -> Any:
     answers (events written: 0 or 1, the contract's current `deprecated` flag; bind
     `type_id`).
     """
-    event = _typed(EVENTS, "e_")
+    event = {name: bind for name, bind in _typed(EVENTS, "e_").items()
+             if name in EVENT_COLUMNS}
     if guarded:
         guard = (select(PARTNERS.c.id)
                  .where(PARTNERS.c.id == event["partner_id"],

@@ -17,7 +17,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
-from app.errors import NotFound
+from app.errors import Conflict, NotFound
 from app.models import (
     Attempt,
     Delivery,
@@ -181,6 +181,9 @@ def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
     is enabled again.
     """
     _own(actor, endpoint, "endpoints:write")
+    if endpoint.mode == rules.PULL:
+        raise Conflict("a pull endpoint is sent nothing, a test event neither: its consumer "
+                       "reads the feed", code="pull_endpoint", details={"endpoint": endpoint.id})
     partner = session.get_one(Partner, endpoint.partner_id)
     delivery = send_test_event(session, rt.redis, partner, endpoint, sent_by=str(actor))
     _record(session, actor, "endpoint.test_sent", endpoint, event=delivery.event_id,

@@ -53,6 +53,8 @@ class EndpointForm:
     timeout_s: str = ""
     rate_limit_per_s: str = ""
     versions: dict[str, str] = field(default_factory=dict)  # event type -> "" or "<n>"
+    # A pull endpoint (edited only: the forms create push endpoints) has no URL to edit.
+    pull: bool = False
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -75,7 +77,8 @@ class EndpointForm:
                    rate_limit_per_s="" if endpoint.rate_limit_per_s is None
                    else str(endpoint.rate_limit_per_s),
                    versions={name: str(version)
-                             for name, version in (endpoint.versions or {}).items()})
+                             for name, version in (endpoint.versions or {}).items()},
+                   pull=endpoint.mode == "pull")
 
     @classmethod
     def from_request(cls, form: Any, existing: Endpoint | None = None) -> EndpointForm:
@@ -101,7 +104,8 @@ class EndpointForm:
                    rate_limit_per_s=form.get("rate_limit_per_s", "").strip(),
                    versions={key[len(PIN_FIELD):]: value.strip()
                              for key, value in form.items()
-                             if key.startswith(PIN_FIELD) and value.strip()})
+                             if key.startswith(PIN_FIELD) and value.strip()},
+                   pull=existing is not None and existing.mode == "pull")
 
     # ------------------------------------------------------------------ to the service
 
@@ -156,7 +160,9 @@ class EndpointForm:
         if not self.all_types and not self.event_types:
             self.errors["event_types"] = ("choose at least one event type, or receive all "
                                           "event types")
-        if not self.url:
+        if self.pull:
+            del body["url"]
+        elif not self.url:
             self.errors["url"] = "required"
         return None if self.errors else body
 

@@ -34,6 +34,7 @@ from app.models import (
     InboundEvent,
 )
 from app.queues import ALL_QUEUES
+from app.services import feed
 from app.web.context import runtime
 
 log = logging.getLogger(__name__)
@@ -139,10 +140,30 @@ def _database_metrics(out: _Writer, session: Session) -> None:
     for state in sorted({"enabled", "disabled"} | set(endpoints)):
         out.sample("kurir_endpoints", int(endpoints.get(state, 0)), state=state)
 
+    _feed_metrics(out, session)
+
     inbound = _by(session, InboundEvent.status, InboundEvent)
     out.family("kurir_inbound_events", "gauge", "Received partner callbacks, by status.")
     for status in sorted(set(INBOUND_STATUSES) | set(inbound)):
         out.sample("kurir_inbound_events", inbound.get(status, 0), status=status)
+
+
+def _feed_metrics(out: _Writer, session: Session) -> None:
+    """Per pull endpoint: what its consumer has not acknowledged, and how old the oldest is."""
+    now = utcnow()
+    lags = feed.pull_lags(session, runtime().settings, now)
+    out.family("kurir_pull_endpoint_lag_events", "gauge",
+               "Events a pull endpoint's consumer has not acknowledged yet.")
+    for endpoint, uid, lag in lags:
+        out.sample("kurir_pull_endpoint_lag_events", lag.events, endpoint=endpoint.id,
+                   partner=uid)
+    out.family("kurir_pull_endpoint_lag_seconds", "gauge",
+               "Age of the oldest event a pull endpoint's consumer has not acknowledged "
+               "(0 when none).")
+    for endpoint, uid, lag in lags:
+        age = 0.0 if lag.oldest_at is None else max(0.0, (now - lag.oldest_at).total_seconds())
+        out.sample("kurir_pull_endpoint_lag_seconds", float(age), endpoint=endpoint.id,
+                   partner=uid)
 
 
 def render() -> str:

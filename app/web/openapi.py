@@ -101,6 +101,7 @@ ERROR_TEXT = {
     403: "the API key lacks the required scope",
     404: "not found",
     409: "conflict",
+    410: "gone (e.g. a feed cursor older than the retention period)",
     413: "body larger than KURIR_MAX_PAYLOAD_BYTES",
     415: "content type is not application/json",
     422: "validation failed; `details` says what",
@@ -371,10 +372,23 @@ _TIMEOUT: Schema = {"type": "integer", "minimum": 1, "maximum": 30}
 _RATE: Schema = nullable({"type": "integer", "minimum": 1})
 SECRET: Schema = {"type": "string", "pattern": "^whsec_",
                   "description": "whsec_ + base64 of 24-64 random bytes"}
+_MODE: Schema = {"type": "string", "enum": ["push", "pull"],
+                  "description": "push: Kurir POSTs every event; pull: nothing is sent, the "
+                                 "partner reads GET /v1/partners/{uid}/feed?endpoint={id} and "
+                                 "acknowledges. Fixed at creation."}
+LAG = schema("PullLag", obj({
+    "events": dict(INTEGER, description="events in the endpoint's feed not acknowledged yet"),
+    "oldest_unacknowledged_at": OPT_TIMESTAMP,
+    "oldest_unacknowledged_age_s": nullable({"type": "number", "minimum": 0}),
+    "acknowledged_at": dict(OPT_TIMESTAMP, description="when the last acknowledgement moved "
+                                                        "the position"),
+}, description="what a pull endpoint's consumer is behind"))
 _ENDPOINT_PROPS: dict[str, Schema] = {
     "id": STRING,
     "partner": {"type": "string", "description": "the partner uid"},
-    "url": {"type": "string", "format": "uri"},
+    "url": nullable({"type": "string", "format": "uri",
+                     "description": "null for a pull endpoint"}),
+    "mode": _MODE,
     "event_types": _EVENT_TYPES,
     "description": OPT_STRING,
     "headers": _HEADERS_SHOWN,
@@ -392,13 +406,18 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "updated_at": TIMESTAMP,
 }
 ENDPOINT = schema("Endpoint", obj(_ENDPOINT_PROPS))
+ENDPOINT_WITH_LAG = schema("EndpointWithLag", obj(
+    {**_ENDPOINT_PROPS, "lag": LAG}, required=list(_ENDPOINT_PROPS),
+    description="`lag` for a pull endpoint only"))
 ENDPOINT_WITH_SECRET = schema("EndpointWithSecret", obj({**_ENDPOINT_PROPS, "secret": SECRET},
                                                         description="only in the answers to "
                                                                     "create and rotate"))
 ENDPOINT_CREATE = schema("EndpointCreate", obj({
     "url": {"type": "string", "format": "uri", "maxLength": 2048,
             "description": "http(s); refused when it resolves to an internal address or "
-                           "carries user:password@ (send credentials in a header)"},
+                           "carries user:password@ (send credentials in a header). Required "
+                           "for a push endpoint, refused for a pull endpoint"},
+    "mode": dict(_MODE, description="default push; fixed at creation"),
     "event_types": _EVENT_TYPES,
     "description": nullable({"type": "string", "maxLength": 1000}),
     "headers": _HEADERS,
@@ -407,7 +426,7 @@ ENDPOINT_CREATE = schema("EndpointCreate", obj({
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
     "secret": dict(SECRET, description="optional; generated when absent"),
-}, required=["url"]))
+}, required=[]))
 ENDPOINT_UPDATE = schema("EndpointUpdate", obj({
     "url": {"type": "string", "format": "uri", "maxLength": 2048},
     "event_types": _EVENT_TYPES,
@@ -429,8 +448,8 @@ add("/v1/partners/{uid}/endpoints", "get", op(
     "List a partner's endpoints, newest first", tag="endpoints", scope="read",
     params=[UID, query("state", "enabled or disabled"), *PAGE_PARAMS],
     ok={200: schema("EndpointPage", page_of("Endpoint"))}, errors=(400, 404)))
-add(_EP_PATH, "get", op("Read an endpoint", tag="endpoints", scope="read", params=EP,
-                        ok={200: ENDPOINT}, errors=(404,)))
+add(_EP_PATH, "get", op("Read an endpoint (a pull endpoint with its lag)", tag="endpoints",
+                        scope="read", params=EP, ok={200: ENDPOINT_WITH_LAG}, errors=(404,)))
 add(_EP_PATH, "patch", op(
     "Change an endpoint (only the fields given)", tag="endpoints", scope="endpoints:write",
     params=EP, body=ENDPOINT_UPDATE, ok={200: ENDPOINT}, errors=(400, 404, 413, 415, 422)))
@@ -574,6 +593,41 @@ add("/v1/partners/{uid}/events", "get", op(
 add("/v1/events/{event_id}", "get", op(
     "Read one event with its deliveries and their attempts", tag="events", scope="read",
     params=[path_param("event_id", "event id")], ok={200: EVENT_DETAIL}, errors=(404,)))
+
+# ---------------------------------------------------------------------------- feed
+
+TAGS.append({"name": "feed", "description": "a partner's events in commit order, for pulling"})
+FEED_CURSOR: Schema = {"type": "string", "description": "opaque; valid for the retention "
+                                                        "period (KURIR_RETENTION_DAYS)"}
+add("/v1/partners/{uid}/feed", "get", op(
+    "Read a partner's feed: its events in commit order", tag="feed", scope="read", params=[
+        UID,
+        query("after", "the `next_cursor` of the previous answer; without it, from the "
+                       "oldest event within retention (a pull endpoint: from its last "
+                       "acknowledgement)", FEED_CURSOR),
+        query("limit", "page size (default 50)",
+              {"type": "integer", "minimum": 1, "maximum": 250}),
+        query("endpoint", "as this endpoint receives it: its subscribed types, each in the "
+                          "version it is pinned to"),
+    ], ok={200: schema("FeedPage", obj({
+        "data": array(schema("Envelope", obj(
+            {k: v for k, v in _EVENT_PROPS.items() if k != "created_at"},
+            description="exactly the body a pushed webhook carries"))),
+        "next_cursor": FEED_CURSOR}))},
+    description="A consumer paging with `next_cursor` while publishers write sees every event "
+                "exactly once, in commit order: positions are given only to committed events. "
+                "`next_cursor` is always given; an empty `data` means nothing new yet. A cursor "
+                "older than the retention period answers 410 `cursor_expired`; a malformed one "
+                "400 `invalid_cursor`.",
+    errors=(400, 404, 410)))
+add("/v1/partners/{uid}/endpoints/{endpoint_id}/ack", "post", op(
+    "Acknowledge a pull endpoint's feed up to a cursor", tag="feed", scope="endpoints:write",
+    params=EP, body=schema("FeedAck", obj({"cursor": FEED_CURSOR})),
+    ok={200: ENDPOINT_WITH_LAG},
+    description="The position only moves forward: an older cursor (a late retry) is accepted "
+                "and changes nothing. 409 `push_endpoint` for a push endpoint; 400 "
+                "`invalid_cursor`; 410 `cursor_expired`.",
+    errors=(400, 404, 409, 410, 415, 422)))
 
 # ---------------------------------------------------------------------------- deliveries
 

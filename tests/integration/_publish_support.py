@@ -57,9 +57,9 @@ def make_partner(client: Any, auth: dict[str, str], uid: str = "acme") -> dict[s
 
 
 def make_endpoint(client: Any, auth: dict[str, str], uid: str = "acme",
-                  url: str = "http://127.0.0.1:9/hook", **fields: Any) -> dict[str, Any]:
-    response = client.post(f"/v1/partners/{uid}/endpoints", headers=auth,
-                           json={"url": url, **fields})
+                  url: str | None = "http://127.0.0.1:9/hook", **fields: Any) -> dict[str, Any]:
+    body = {"url": url, **fields} if url is not None else fields
+    response = client.post(f"/v1/partners/{uid}/endpoints", headers=auth, json=body)
     assert response.status_code == 201, response.get_json()
     return response.get_json()
 

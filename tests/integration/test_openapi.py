@@ -299,6 +299,27 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     assert any(d["attempts"] for d in detail.get_json()["deliveries"])
     assert api.get("/v1/events/evt_nope", headers=auth).status_code == 404
 
+    # feed and pull endpoints
+    feed = "/v1/partners/acme/feed"
+    pull = api.post(base, headers=auth, json={"mode": "pull", "description": "poller"})
+    assert pull.status_code == 201
+    assert api.post(events, headers=auth, json=order("o-pulled")).status_code == 202
+    page = api.get(f"{feed}?limit=2", headers=auth)
+    assert page.status_code == 200 and page.get_json()["data"]
+    cursor = page.get_json()["next_cursor"]
+    assert api.get(f"{feed}?after={cursor}&endpoint={pull.get_json()['id']}",
+                   headers=auth).status_code == 200
+    assert api.get(f"{feed}?after=nope", headers=auth).status_code == 400
+    assert api.get("/v1/partners/ghost/feed", headers=auth).status_code == 404
+    pull_base = f"{base}/{pull.get_json()['id']}"
+    assert api.get(pull_base, headers=auth).get_json()["lag"]["events"] >= 1
+    assert api.post(f"{pull_base}/ack", headers=auth, json={"cursor": cursor}
+                    ).status_code == 200
+    assert api.post(f"{pull_base}/ack", headers=auth, json={}).status_code == 422
+    assert api.post(f"{pull_base}/ack", headers=auth, data=b"x").status_code == 415
+    assert api.post(f"{base}/{parked['id']}/ack", headers=auth, json={"cursor": cursor}
+                    ).status_code == 409
+
     # the other families, read side: the shapes their owners documented
     letters = api.get("/v1/dead-letters", headers=auth)
     assert letters.status_code == 200 and letters.get_json()["data"]

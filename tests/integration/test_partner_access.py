@@ -62,6 +62,8 @@ TABLE: dict[tuple[str, str], int] = {
     ("post", "/v1/partners/{uid}/events"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/events"): NOT_FOUND,
     ("get", "/v1/events/{event_id}"): NOT_FOUND,
+    ("get", "/v1/partners/{uid}/feed"): NOT_FOUND,
+    ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/ack"): NOT_FOUND,
     ("get", "/v1/deliveries"): 200,  # A's deliveries only
     ("get", "/v1/deliveries/{delivery_id}"): NOT_FOUND,
     ("post", "/v1/deliveries/{delivery_id}/retry"): NOT_FOUND,
@@ -92,6 +94,7 @@ NAMED_IN_QUERY = [
     ("get", "/v1/dead-letters?partner={uid}", NOT_FOUND),
     ("get", "/v1/dead-letters?endpoint={endpoint_id}", 200),  # and empty
     ("get", "/v1/audit?subject={endpoint_id}", 200),  # and empty
+    ("get", "/v1/partners/{own}/feed?endpoint={endpoint_id}", NOT_FOUND),
 ]
 
 # What a partner key can never do, even to its own partner.
@@ -118,6 +121,7 @@ def _body(method: str, template: str, b: dict[str, Any]) -> dict[str, Any] | Non
         "/v1/dead-letters/resend": {"ids": [b["letter_id"]]},
         "/v1/sources": {"name": "sneaky", "scheme": "github", "secret": "s" * 32},
         "/v1/sources/{name}/secrets": {"secret": "s" * 32},
+        "/v1/partners/{uid}/endpoints/{endpoint_id}/ack": {"cursor": "ZjEuMC4w"},
     }
     if method in ("post", "patch"):
         return bodies.get(template)

@@ -9,7 +9,7 @@ import re
 import pytest
 from sqlalchemy import select
 
-from app.accounts import create_operator
+from app.accounts import create_api_key, create_operator
 from app.clock import utcnow
 from app.models import ApiKey, Attempt, AuditRecord, DeadLetter, Delivery, Endpoint
 from app.web.auth import clear_cache
@@ -186,3 +186,30 @@ def test_partner_page_lists_keys_revokes_one_and_opens_the_portal(ui, client, au
         signed_in = session.scalars(select(AuditRecord).where(
             AuditRecord.action == "portal.signed_in")).one()
         assert signed_in.details["link_created_by"] == f"operator:{EMAIL}"
+
+
+def test_a_pull_endpoint_page_shows_its_mode_and_lag_and_edits_without_a_url(ui, client,
+                                                                              runtime):
+    from tests.integration._publish_support import make_endpoint, make_event_type, order
+
+    with runtime.db.begin() as session:
+        _, admin = create_api_key(session, "ui-admin", ["admin"])
+    auth = {"Authorization": f"Bearer {admin}"}
+    make_event_type(client, auth)
+    make_partner(client, auth, "acme")
+    pull = make_endpoint(client, auth, url=None, mode="pull")
+    for n in range(2):
+        assert client.post("/v1/partners/acme/events", headers=auth,
+                           json=order(f"o-{n}")).status_code == 202
+    url = f"/ui/endpoints/{pull['id']}"
+    page = ui.get(url).text
+    assert re.search(r'data-testid="mode">pull', page)
+    assert re.search(r'data-testid="lag">2 events, the oldest', page)
+    form = ui.get(f"{url}/edit").text
+    assert 'data-testid="pull-note"' in form and 'name="url"' not in form
+    saved = ui.post(f"{url}/edit", data={"csrf_token": token(ui, url), "all_types": "1",
+                                         "timeout_s": "5", "description": "poller"})
+    assert saved.status_code == 302, saved.text
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, pull["id"])
+        assert (endpoint.mode, endpoint.url, endpoint.description) == ("pull", "", "poller")

@@ -6,11 +6,17 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from app.clock import isoformat
+from app.clock import isoformat, utcnow
 from app.errors import ValidationFailed
 from app.pagination import parse_limit
-from app.services import endpoints, keys, partners, portal
-from app.web.api.serializers import delivery_json, endpoint_json, key_json, partner_json
+from app.services import endpoints, feed, keys, partners, portal
+from app.web.api.serializers import (
+    delivery_json,
+    endpoint_json,
+    key_json,
+    lag_json,
+    partner_json,
+)
 from app.web.auth import current_actor
 from app.web.context import runtime
 from app.web.jsonio import no_content, optional_json, read_json_object
@@ -112,9 +118,15 @@ def list_endpoints(uid: str) -> Response:
 
 @blueprint.get("/partners/<uid>/endpoints/<endpoint_id>")
 def get_endpoint(uid: str, endpoint_id: str) -> Response:
+    """One endpoint; a pull endpoint with its lag (what its consumer has not acknowledged)."""
     actor = current_actor()
-    with runtime().db.begin() as session:
-        return jsonify(endpoint_json(endpoints.get(session, actor, uid, endpoint_id), uid))
+    rt = runtime()
+    now = utcnow()
+    with rt.db.begin() as session:
+        endpoint = endpoints.get(session, actor, uid, endpoint_id)
+        lag = feed.lag_of(session, rt.settings, endpoint, now)
+        return jsonify(endpoint_json(endpoint, uid, lag=None if lag is None else lag_json(
+            lag, endpoint.acked_at, now)))
 
 
 @blueprint.patch("/partners/<uid>/endpoints/<endpoint_id>")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from app import headers as header_rules
 from app.clock import isoformat
 from app.models import ApiKey, Attempt, AuditRecord, Delivery, Endpoint, Event, EventType, Partner
+from app.services.feed import Lag
 
 
 def event_type_json(row: EventType) -> dict[str, Any]:
@@ -35,8 +37,18 @@ def partner_json(partner: Partner) -> dict[str, Any]:
     }
 
 
+def lag_json(lag: Lag, acked_at: datetime | None, now: datetime) -> dict[str, Any]:
+    """A pull endpoint's backlog: events not acknowledged and the age of the oldest."""
+    oldest = lag.oldest_at
+    return {"events": lag.events, "oldest_unacknowledged_at": isoformat(oldest),
+            "oldest_unacknowledged_age_s": (None if oldest is None else
+                                            round(max(0.0, (now - oldest).total_seconds()), 3)),
+            "acknowledged_at": isoformat(acked_at)}
+
+
 def endpoint_json(endpoint: Endpoint, partner_uid: str,
-                  secret: str | None = None) -> dict[str, Any]:
+                  secret: str | None = None,
+                  lag: dict[str, Any] | None = None) -> dict[str, Any]:
     """`secret` is given only by create, rotate and GET …/secret.
 
     Custom header values are write-only: `headers` names every header, with its value only
@@ -45,7 +57,8 @@ def endpoint_json(endpoint: Endpoint, partner_uid: str,
     body: dict[str, Any] = {
         "id": endpoint.id,
         "partner": partner_uid,
-        "url": header_rules.redact_url(endpoint.url),
+        "url": header_rules.redact_url(endpoint.url) if endpoint.url else None,
+        "mode": endpoint.mode or "push",
         "event_types": endpoint.event_types,
         "description": endpoint.description,
         "headers": header_rules.redact_custom(endpoint.headers or {}, endpoint.public_headers),
@@ -64,6 +77,8 @@ def endpoint_json(endpoint: Endpoint, partner_uid: str,
     }
     if secret is not None:
         body["secret"] = secret
+    if lag is not None:
+        body["lag"] = lag
     return body
 
 

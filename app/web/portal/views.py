@@ -260,8 +260,10 @@ def endpoint_delete(endpoint_id: str) -> Page:
         ep = _endpoint(session, endpoint_id, "endpoints:write")
         if request.method == "GET":
             return render_template("portal/endpoint_delete.html", ep=ep)
-        if request.form.get("confirm") != ep.url:
-            flash("Type the endpoint's URL exactly to confirm the deletion.", "error")
+        # A pull endpoint has no URL: its id is typed instead.
+        if request.form.get("confirm") != (ep.url or ep.id):
+            flash("Type the endpoint's URL (a pull endpoint: its id) exactly to confirm the "
+                  "deletion.", "error")
             return redirect(url_for("portal.endpoint_delete", endpoint_id=endpoint_id))
         endpoints.delete(session, actor, _uid(), endpoint_id)
     flash("Endpoint deleted. It receives nothing from now on; its past deliveries stay in "

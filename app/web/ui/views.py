@@ -46,6 +46,7 @@ from app.services import (
     endpoints,
     event_types,
     events,
+    feed,
     operators,
     partners,
     sources,
@@ -431,6 +432,7 @@ def endpoint(endpoint_id: str) -> Page:
             "ui/endpoint.html", ep=ep, partner=partner, since=since, parked=parked,
             health=health.get(ep.id, stats.Health(0, 0)), recent=recent, trail=trail,
             headers=present.endpoint_headers(ep.headers, ep.public_headers),
+            lag=feed.lag_of(session, runtime().settings, ep),
             open_letters=stats.open_letters_by_endpoint(session, [ep.id]).get(ep.id, 0))
 
 
