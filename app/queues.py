@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
 import uuid
 import zlib
 from collections.abc import Iterable
@@ -114,6 +115,39 @@ def pop_job_ids(connection: redis.Redis, queue_key: str, count: int,
             else [popped[1]]
     return list(dict.fromkeys(r.decode() if isinstance(r, bytes) else str(r)
                               for r in raw))  # type: ignore[union-attr]
+
+
+class BatchConsumer:
+    """The loop of a reader that pops many jobs per round trip (deliveries, inbound events).
+
+    It runs `step()` until `stop` is set. Losing Redis is expected (a restart, a failover):
+    the loop waits, doubling up to `BACKOFF_MAX_S`, and goes on. Any other failure is logged
+    and the loop goes on too: what a failed step had popped is still undone in the
+    database, and the sweeper enqueues it again.
+    """
+
+    BACKOFF_MAX_S = 5.0
+    name = "batch consumer"
+
+    stop: threading.Event
+
+    def step(self) -> int:
+        """Pop and handle one batch; returns how many jobs it took."""
+        raise NotImplementedError
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                self.step()
+                backoff = 0.5
+            except (redis.RedisError, OSError) as exc:
+                log.warning("%s lost Redis, retrying in %.1fs: %s", self.name, backoff, exc)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, self.BACKOFF_MAX_S)
+            except Exception:
+                log.exception("%s failed; the sweeper covers what it popped", self.name)
+                self.stop.wait(backoff)
 
 
 Call = tuple[str, tuple[Any, ...], dict[str, Any]]

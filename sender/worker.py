@@ -27,7 +27,7 @@ from rq.timeouts import TimerDeathPenalty
 
 from app import runtime as runtime_mod
 from app.inbound.consumer import InboundConsumer
-from app.queues import ALL_QUEUES, DELIVERIES, INBOUND, pop_job_ids
+from app.queues import ALL_QUEUES, DELIVERIES, INBOUND, BatchConsumer, pop_job_ids
 from app.runtime import Runtime
 from sender.dispatch import DELIVER_JOB
 from sender.jobs import Engine, engine_for, shutdown_engine
@@ -58,7 +58,7 @@ class KurirWorker(SimpleWorker):
             super()._install_signal_handlers()
 
 
-class DeliveryConsumer:
+class DeliveryConsumer(BatchConsumer):
     """Takes delivery jobs off RQ's queue many at a time, for a few Redis round trips per batch.
 
     RQ's worker spends ~50 Redis commands (and ~3 ms of CPU) on the bookkeeping of each job;
@@ -67,6 +67,8 @@ class DeliveryConsumer:
     pipeline, hands the union of their ids to the engine, and deletes them. A job popped by a
     worker that then dies is found again by the sweeper, exactly as with RQ's own worker.
     """
+
+    name = "delivery consumer"
 
     def __init__(self, engine: Engine, connection: redis.Redis, stop: threading.Event, *,
                  queue: str = DELIVERIES, batch_jobs: int = 20, block_s: float = 1.0) -> None:
@@ -77,20 +79,6 @@ class DeliveryConsumer:
         self.batch_jobs = batch_jobs
         self.block_s = block_s
         self.jobs = 0
-
-    def run(self) -> None:
-        backoff = 0.5
-        while not self.stop.is_set():
-            try:
-                self.step()
-                backoff = 0.5
-            except (redis.RedisError, OSError) as exc:
-                log.warning("delivery consumer lost Redis, retrying in %.1fs: %s", backoff, exc)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, RESTART_BACKOFF_MAX_S)
-            except Exception:
-                log.exception("delivery consumer failed; the sweeper covers what it popped")
-                self.stop.wait(backoff)
 
     def step(self) -> int:
         """Pop, read and submit one batch of jobs; returns how many jobs it took."""

@@ -23,18 +23,19 @@ from rq.utils import import_attribute
 
 from app.inbound.batch import process_batch
 from app.inbound.process import PROCESS_JOB
-from app.queues import INBOUND, pop_job_ids, take_calls
+from app.queues import INBOUND, BatchConsumer, pop_job_ids, take_calls
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 BATCH_JOBS = 100
 LINGER_S = 0.02
-BACKOFF_MAX_S = 5.0
 
 
-class InboundConsumer:
+class InboundConsumer(BatchConsumer):
     """Pops inbound jobs in batches and processes their events together."""
+
+    name = "inbound consumer"
 
     def __init__(self, runtime: Runtime, connection: redis.Redis, stop: threading.Event, *,
                  queue: str = INBOUND, batch_jobs: int = BATCH_JOBS,
@@ -48,20 +49,6 @@ class InboundConsumer:
         self.linger_s = linger_s
         self.jobs = 0
         self.events = 0
-
-    def run(self) -> None:
-        backoff = 0.5
-        while not self.stop.is_set():
-            try:
-                self.step()
-                backoff = 0.5
-            except (redis.RedisError, OSError) as exc:
-                log.warning("inbound consumer lost Redis, retrying in %.1fs: %s", backoff, exc)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
-            except Exception:
-                log.exception("inbound consumer failed; the sweeper covers what it popped")
-                self.stop.wait(backoff)
 
     def step(self) -> int:
         """Pop, read and process one batch of jobs; returns how many jobs it took."""
