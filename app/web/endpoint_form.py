@@ -53,13 +53,15 @@ class EndpointForm:
     timeout_s: str = ""
     rate_limit_per_s: str = ""
     versions: dict[str, str] = field(default_factory=dict)  # event type -> "" or "<n>"
-    # A pull endpoint (edited only: the forms create push endpoints) has no URL to edit.
+    # A pull endpoint has no URL: nothing is pushed, its consumer reads the feed. Chosen when
+    # the endpoint is created (`creating`), fixed afterwards.
     pull: bool = False
+    creating: bool = False
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def blank(cls, default_timeout_s: int) -> EndpointForm:
-        form = cls(timeout_s=str(default_timeout_s))
+        form = cls(timeout_s=str(default_timeout_s), creating=True)
         form.headers = [HeaderRow() for _ in range(EXTRA_HEADER_ROWS)]
         return form
 
@@ -105,7 +107,9 @@ class EndpointForm:
                    versions={key[len(PIN_FIELD):]: value.strip()
                              for key, value in form.items()
                              if key.startswith(PIN_FIELD) and value.strip()},
-                   pull=existing is not None and existing.mode == "pull")
+                   pull=(existing.mode == "pull" if existing is not None
+                         else form.get("mode") == "pull"),
+                   creating=existing is None)
 
     # ------------------------------------------------------------------ to the service
 
@@ -162,6 +166,8 @@ class EndpointForm:
                                           "event types")
         if self.pull:
             del body["url"]
+            if self.creating:
+                body["mode"] = "pull"
         elif not self.url:
             self.errors["url"] = "required"
         return None if self.errors else body

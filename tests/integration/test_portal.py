@@ -292,6 +292,35 @@ def test_a_partner_pins_a_version_from_the_portal_and_unpins_it(portal, acme, ru
         assert actions.count("endpoint.updated") == 2
 
 
+def test_a_partner_creates_a_pull_endpoint_and_its_page_says_how_to_read_the_feed(
+        portal, client, auth, runtime):
+    """Chosen at creation: no URL, nothing pushed; the page shows the feed and ack calls to
+    copy and what is not acknowledged yet, and offers no test event or signing secret."""
+    form = portal.get("/portal/endpoints/new").text
+    assert 'name="mode" value="pull"' in form
+    token = csrf(portal, "/portal/endpoints/new")
+    created = portal.post("/portal/endpoints/new", data={
+        "csrf_token": token, "mode": "pull", "url": "", "all_types": "1", "timeout_s": "15"})
+    assert created.status_code == 302, created.text
+    endpoint_id = created.headers["Location"].rsplit("/", 1)[1]
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, endpoint_id)
+        assert endpoint.mode == "pull" and not endpoint.url
+    published = client.post("/v1/partners/acme/events", headers=auth, json=order())
+    assert published.status_code == 202, published.get_json()
+    assert published.get_json()["deliveries"] == [
+        d for d in published.get_json()["deliveries"] if d["endpoint"] != endpoint_id]
+    page = portal.get(f"/portal/endpoints/{endpoint_id}").text
+    assert 'data-testid="pull"' in page
+    assert f"/v1/partners/acme/feed?endpoint={endpoint_id}" in page
+    assert f"/v1/partners/acme/endpoints/{endpoint_id}/ack" in page
+    assert re.search(r'data-testid="lag">1 event\b', page), page
+    assert "Send a test event" not in page and "Signing secret" not in page
+    push_needs_url = portal.post("/portal/endpoints/new", data={
+        "csrf_token": token, "mode": "push", "url": "", "all_types": "1", "timeout_s": "15"})
+    assert push_needs_url.status_code == 422 and 'data-testid="error-url"' in push_needs_url.text
+
+
 def test_reveal_and_rotate_the_secret_say_until_when_the_old_one_signs(portal, acme, runtime):
     url = f"/portal/endpoints/{acme['id']}/secret"
     hidden = portal.get(url)

@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from app.clock import isoformat, utcnow
 from app.errors import KurirError, ValidationFailed
 from app.models import Endpoint
-from app.services import deliveries, endpoints, event_types, portal
+from app.services import deliveries, endpoints, event_types, feed, portal
 from app.web import csrf, error_pages, present
 from app.web.context import runtime
 from app.web.delivery_log import log_context
@@ -206,9 +206,14 @@ def endpoint(endpoint_id: str) -> Page:
         health = endpoints.health(session, actor, [ep], since=utcnow() - timedelta(hours=24))
         recent = deliveries.page(session, actor, deliveries.DeliveryFilter(endpoint=ep.id),
                                  limit=5, cursor=None)
+        feed_url = (request.host_url.rstrip("/") + f"/v1/partners/{_uid()}/feed?"
+                    + urlencode({"endpoint": ep.id}))
         return render_template(
             "portal/endpoint.html", ep=ep, health=health.get(ep.id, endpoints.Health(0, 0)),
-            headers=present.endpoint_headers(ep.headers, ep.public_headers), recent=recent)
+            headers=present.endpoint_headers(ep.headers, ep.public_headers), recent=recent,
+            lag=feed.lag_of(session, runtime().settings, ep), feed_url=feed_url,
+            ack_url=request.host_url.rstrip("/")
+            + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack")
 
 
 @blueprint.route("/endpoints/<endpoint_id>/edit", methods=["GET", "POST"])
