@@ -288,7 +288,7 @@ def dead_letters_bulk() -> WerkzeugResponse:
         for letter_id in ids:
             try:
                 with rt.db.begin() as session:
-                    dead_letters.discard(session, actor, letter_id, note=note)
+                    dead_letters.discard(session, actor, letter_id, note=note, rt=rt)
                 done += 1
             except KurirError:
                 pass
@@ -379,9 +379,10 @@ def dead_letter_resend(letter_id: str) -> WerkzeugResponse:
 @blueprint.post("/dead-letters/<letter_id>/discard")
 @security.login_required
 def dead_letter_discard(letter_id: str) -> WerkzeugResponse:
-    with runtime().db.begin() as session:
+    rt = runtime()
+    with rt.db.begin() as session:
         dead_letters.discard(session, security.actor(), letter_id,
-                             note=request.form.get("note", ""))
+                             note=request.form.get("note", ""), rt=rt)
     flash("Discarded. It stays searchable, and will not be resent.", "ok")
     return redirect(url_for("ui.dead_letter", letter_id=letter_id))
 
