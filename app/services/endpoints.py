@@ -18,7 +18,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
-from app.errors import NotFound, ValidationFailed
+from app.errors import BadRequest, NotFound
 from app.models import (
     Attempt,
     Delivery,
@@ -125,16 +125,17 @@ def blocked_keys(session: Session, actor: Actor, uid: str, endpoint_id: str, *,
     page at a time; an operator releases one by resending or discarding its dead letter.
 
     Raises:
-        ValidationFailed: a cursor this service did not hand out.
+        BadRequest: a cursor this service did not hand out.
     """
     endpoint = get(session, actor, uid, endpoint_id)
     after = None
     if cursor:
         try:
-            after = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8")
+            after = base64.b64decode(cursor.encode("ascii"), altchars=b"-_",
+                                     validate=True).decode("utf-8")
         except (ValueError, UnicodeError):
-            raise ValidationFailed("cursor is not one this list handed out",
-                                   code="invalid_cursor", details={"cursor": cursor}) from None
+            raise BadRequest("cursor is not valid", code="invalid_parameter",
+                             details={"parameter": "cursor"}) from None
     rows = ordering.blocked_keys(session, endpoint.id, after=after, limit=limit + 1)
     following = None
     if len(rows) > limit:
