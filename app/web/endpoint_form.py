@@ -51,6 +51,8 @@ class EndpointForm:
     headers: list[HeaderRow] = field(default_factory=list)
     timeout_s: str = ""
     rate_limit_per_s: str = ""
+    ordering: str = "none"
+    on_dead: str = "skip"
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -71,7 +73,8 @@ class EndpointForm:
                    event_types=list(endpoint.event_types or []), headers=rows,
                    timeout_s=str(endpoint.timeout_s),
                    rate_limit_per_s="" if endpoint.rate_limit_per_s is None
-                   else str(endpoint.rate_limit_per_s))
+                   else str(endpoint.rate_limit_per_s),
+                   ordering=endpoint.ordering or "none", on_dead=endpoint.on_dead or "skip")
 
     @classmethod
     def from_request(cls, form: Any, existing: Endpoint | None = None) -> EndpointForm:
@@ -94,7 +97,8 @@ class EndpointForm:
                    all_types=form.get("all_types", "1") == "1",
                    event_types=[t for t in form.getlist("event_types") if t],
                    headers=rows, timeout_s=form.get("timeout_s", "").strip(),
-                   rate_limit_per_s=form.get("rate_limit_per_s", "").strip())
+                   rate_limit_per_s=form.get("rate_limit_per_s", "").strip(),
+                   ordering=form.get("ordering", "none"), on_dead=form.get("on_dead", "skip"))
 
     # ------------------------------------------------------------------ to the service
 
@@ -138,6 +142,8 @@ class EndpointForm:
             "timeout_s": self._int("timeout_s", self.timeout_s, optional=False),
             "rate_limit_per_s": self._int("rate_limit_per_s", self.rate_limit_per_s,
                                           optional=True),
+            "ordering": self.ordering,
+            "on_dead": self.on_dead,
         }
         if not self.all_types and not self.event_types:
             self.errors["event_types"] = ("choose at least one event type, or receive all "
