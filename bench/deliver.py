@@ -422,8 +422,9 @@ def run(args: argparse.Namespace) -> int:
             events_n = args.n // args.endpoints
             kurir.partner("bench", [f"{receiver.url}/e{i}" for i in range(args.endpoints)])
             kurir.partner("drain", [f"{receiver.url}/d{i}" for i in range(args.endpoints)])
-            kurir.partner("ordered", [f"{receiver.url}/o{i}" for i in range(args.endpoints)],
-                          ordering="key")
+            if args.keys:
+                kurir.partner("ordered", [f"{receiver.url}/o{i}"
+                                          for i in range(args.endpoints)], ordering="key")
             kurir.partner("paced", [f"{receiver.url}/paced"])
             kurir.partner("fanout", [f"{receiver.url}/f{i}" for i in range(1000)])
             kurir.start()
@@ -441,14 +442,16 @@ def run(args: argparse.Namespace) -> int:
                       f"{args.endpoints} endpoints, {args.workers} workers: {drain:,.0f} "
                       f"deliveries/s ({drain / ceiling:.0%} of the bare ceiling), worker CPU "
                       f"{cpu * 1000:.2f} ms/delivery")
-                ordered, ordered_cpu = drain_backlog(kurir, receiver, "ordered", events_n,
-                                                     keys=args.keys)
-                results.update({"ordered_drain_per_s": round(ordered),
-                                "ordered_share_of_unordered": round(ordered / drain, 3),
-                                "ordered_cpu_ms_per_delivery": round(ordered_cpu * 1000, 3)})
-                print(f"the same backlog to endpoints with ordering \"key\", {args.keys} keys: "
-                      f"{ordered:,.0f} deliveries/s ({ordered / drain:.0%} of unordered), "
-                      f"worker CPU {ordered_cpu * 1000:.2f} ms/delivery")
+                if args.keys:
+                    ordered, ordered_cpu = drain_backlog(kurir, receiver, "ordered", events_n,
+                                                         keys=args.keys)
+                    results.update({
+                        "ordered_drain_per_s": round(ordered),
+                        "ordered_share_of_unordered": round(ordered / drain, 3),
+                        "ordered_cpu_ms_per_delivery": round(ordered_cpu * 1000, 3)})
+                    print(f"the same backlog to endpoints with ordering \"key\", {args.keys} "
+                          f"keys: {ordered:,.0f} deliveries/s ({ordered / drain:.0%} of "
+                          f"unordered), worker CPU {ordered_cpu * 1000:.2f} ms/delivery")
                 if args.drain_only:
                     print(json.dumps(results))
                     return 0
@@ -520,7 +523,8 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=10_000, help="deliveries in the throughput run")
     parser.add_argument("--endpoints", type=int, default=10)
     parser.add_argument("--keys", type=int, default=100,
-                        help="ordering keys of the ordered backlog")
+                        help="ordering keys of the ordered backlog (0: no ordered drain, e.g. "
+                             "to run this script against a tree without ordering)")
     parser.add_argument("--drain-only", action="store_true",
                         help="stop after the unordered and ordered drains")
     parser.add_argument("--paced-seconds", type=int, default=10)

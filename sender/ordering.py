@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, and_, exists, func, or_, select
+from sqlalchemy import Connection, Table, and_, bindparam, exists, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -132,7 +132,18 @@ def ready(deliveries: Any = _DELIVERIES) -> ColumnElement[bool]:
 
     An unnumbered delivery always may; a numbered one once the one before it is released, or
     when there is none (number 1, or its predecessor's event was deleted by retention).
+    Built once per table: constructing it costs more CPU than the claim that uses it.
     """
+    clause = _READY.get(deliveries)
+    if clause is None:
+        clause = _READY[deliveries] = _ready(deliveries)
+    return clause
+
+
+_READY: dict[Any, ColumnElement[bool]] = {}
+
+
+def _ready(deliveries: Any) -> ColumnElement[bool]:
     prev = _DELIVERIES.alias("ordering_prev")
     held = (exists().where(prev.c.endpoint_id == deliveries.c.endpoint_id,
                            prev.c.ordering_key == deliveries.c.ordering_key,
@@ -145,20 +156,27 @@ def ready(deliveries: Any = _DELIVERIES) -> ColumnElement[bool]:
 def released_successors(session: Session | Connection,
                         delivery_ids: Sequence[str]) -> list[str]:
     """The waiting deliveries whose predecessor is among `delivery_ids` and released now."""
-    prev = _DELIVERIES.alias("ordering_prev")
-    nxt = _DELIVERIES.alias("ordering_next")
-    found: list[str] = []
-    ids = sorted(set(delivery_ids))
-    for chunk in (ids[i:i + _CHUNK] for i in range(0, len(ids), _CHUNK)):
-        found += session.execute(
+    global _SUCCESSORS
+    if _SUCCESSORS is None:
+        prev = _DELIVERIES.alias("ordering_prev")
+        nxt = _DELIVERIES.alias("ordering_next")
+        _SUCCESSORS = (
             select(nxt.c.id).select_from(prev.join(nxt, and_(
                 nxt.c.endpoint_id == prev.c.endpoint_id,
                 nxt.c.ordering_key == prev.c.ordering_key,
                 nxt.c.ordering_seq == prev.c.ordering_seq + 1)))
-            .where(prev.c.id.in_(chunk), prev.c.ordering_seq.is_not(None),
-                   nxt.c.state.in_((PENDING, RETRYING)),
-                   _released(prev, prev.c.endpoint_id))).scalars().all()
+            .where(prev.c.id.in_(bindparam("ids", expanding=True)),
+                   prev.c.ordering_seq.is_not(None), nxt.c.state.in_((PENDING, RETRYING)),
+                   _released(prev, prev.c.endpoint_id)))
+    found: list[str] = []
+    ids = sorted(set(delivery_ids))
+    for chunk in (ids[i:i + _CHUNK] for i in range(0, len(ids), _CHUNK)):
+        found += session.execute(_SUCCESSORS, {"ids": chunk}).scalars().all()
     return found
+
+
+# Built on first use, like the gate: the wake runs after every recorded ordered batch.
+_SUCCESSORS: Any = None
 
 
 def released_at_endpoint(session: Session, endpoint_id: str) -> list[str]:
