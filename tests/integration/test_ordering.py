@@ -234,8 +234,8 @@ def _setup_dead_head(make_rt: Callable[..., Runtime], receiver: KeyedReceiver,
     return rt, publisher
 
 
-@pytest.mark.parametrize("release", ["resend", "discard"])
-def test_block_holds_the_key_until_the_dead_head_is_resent_or_discarded(
+@pytest.mark.parametrize("release", ["resend", "discard", "skip"])
+def test_block_holds_the_key_until_an_operator_resends_discards_or_skips(
         make_rt: Callable[..., Runtime], client: Any, auth: dict[str, str],
         release: str) -> None:
     failing = threading.Event()
@@ -258,7 +258,14 @@ def test_block_holds_the_key_until_the_dead_head_is_resent_or_discarded(
             assert blocked["waiting"] == 2
             failing.clear()
             letter = blocked["dead_letter"]
-            answer = client.post(f"/v1/dead-letters/{letter}/{release}", headers=auth, json={})
+            if release == "skip":
+                # Changing the endpoint to on_dead "skip" lets every held key go on.
+                answer = client.patch(
+                    f"/v1/partners/shop/endpoints/{publisher.endpoint_id}", headers=auth,
+                    json={"on_dead": "skip"})
+            else:
+                answer = client.post(f"/v1/dead-letters/{letter}/{release}", headers=auth,
+                                     json={})
             assert answer.status_code == 200, answer.get_json()
             expected = bad if release == "resend" else bad[1:]
             wait_for(lambda: publisher.all_in(expected, SUCCEEDED), timeout_s=30,
