@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from app import contracts
 from app import runtime as runtime_mod
 from app.accounts import create_api_key
-from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery
+from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery, Endpoint
 from app.runtime import Runtime
 from sender import endpoints as endpoint_rules
 from sender.publish import publish_event
@@ -329,3 +329,39 @@ def test_concurrent_publishers_of_one_key_get_one_gap_free_chain(
     assert [r.ordering_seq for r in rows] == list(range(1, 101))
     assert {r.ordering_key for r in rows} == {"one"}
     assert [r.previous_event_id for r in rows] == [None] + [r.event_id for r in rows[:-1]]
+
+
+def test_the_sweeper_leaves_a_held_delivery_alone_and_takes_the_head(
+        make_rt: Callable[..., Runtime]) -> None:
+    from datetime import timedelta
+
+    from app.clock import utcnow
+    from sender.sweeper import orphans
+
+    rt = make_rt()
+    publisher = Publisher(rt, "http://127.0.0.1:9/never", ordering="key")
+    head, held = publisher.publish("k"), publisher.publish("k")
+    unordered = publisher.publish("k2")
+    now = utcnow()
+    with rt.db.begin() as session:
+        # Long past the grace a fresh row gets: the sweeper would take any of them.
+        session.execute(update(Delivery).values(updated_at=now - timedelta(minutes=5)))
+        by_delivery = dict(session.execute(select(Delivery.id, Delivery.event_id)).all())
+        for lost in (False, True):
+            found = {by_delivery[i] for i in orphans(session, now, redis_lost=lost)}
+            assert found == {head, unordered}, lost
+    assert held not in found
+
+
+def test_turning_ordering_on_applies_to_the_very_next_publish(
+        make_rt: Callable[..., Runtime]) -> None:
+    rt = make_rt()
+    publisher = Publisher(rt, "http://127.0.0.1:9/never")
+    before = publisher.publish("k")  # on PostgreSQL, this caches the endpoints
+    with rt.db.begin() as session:
+        endpoint = session.get_one(Endpoint, publisher.endpoint_id)
+        endpoint_rules.update_endpoint(session, endpoint, {"ordering": "key"}, rt.settings)
+    after = publisher.publish("k")
+    with rt.db.begin() as session:
+        seqs = dict(session.execute(select(Delivery.event_id, Delivery.ordering_seq)).all())
+    assert seqs == {before: None, after: 1}
