@@ -272,6 +272,12 @@ class Endpoint(Base):
     versions: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     timeout_s: Mapped[int] = mapped_column(Integer, default=15)
     rate_limit_per_s: Mapped[int | None] = mapped_column(Integer)
+    # "key": one ordering key's deliveries go out one at a time, in publish-commit order
+    # (sender.engine.ordering); "none": no order at all, the engine's full parallelism.
+    ordering: Mapped[str] = mapped_column(String(8), default="none", server_default="none")
+    # What a dead delivery of an ordered key does to the ones after it: "skip" lets them go,
+    # "block" holds them until an operator resends or discards it.
+    on_dead: Mapped[str] = mapped_column(String(8), default="skip", server_default="skip")
     state: Mapped[str] = mapped_column(String(16), default="enabled")
     disabled_reason: Mapped[str | None] = mapped_column(String(200))
     disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -334,6 +340,8 @@ class Event(Base):
     resource_id: Mapped[str | None] = mapped_column(String(200))
     resource_version: Mapped[int | None] = mapped_column(BigInteger)
     correlation_id: Mapped[str | None] = mapped_column(String(200))
+    # Events of one key reach ordered endpoints one at a time, in publish-commit order.
+    ordering_key: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = _created()
     # Position in the feed, given after commit by the sequencer (sender.feed.sequencer);
     # NULL until then.
@@ -370,6 +378,10 @@ class Delivery(Base):
         UniqueConstraint("event_id", "endpoint_id", name="uq_deliveries_event_endpoint"),
         Index("ix_deliveries_due", "state", "next_attempt_at"),
         Index("ix_deliveries_endpoint_state", "endpoint_id", "state"),
+        # Only ordered deliveries are in it, so unordered publishes pay nothing for it.
+        Index("ix_deliveries_ordering", "endpoint_id", "ordering_key", "ordering_seq",
+              unique=True, sqlite_where=text("ordering_seq IS NOT NULL"),
+              postgresql_where=text("ordering_seq IS NOT NULL")),
     )
 
     id: Mapped[str] = _id("dlv")
@@ -389,6 +401,11 @@ class Delivery(Base):
     last_status_code: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(String(200))
     succeeded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Set only for an ordered endpoint and an event with a key: the key, its place in the
+    # key's sequence for this endpoint (1, 2, ... without gaps) and the event before it.
+    ordering_key: Mapped[str | None] = mapped_column(String(255))
+    ordering_seq: Mapped[int | None] = mapped_column(BigInteger)
+    previous_event_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _updated()
 
@@ -396,6 +413,24 @@ class Delivery(Base):
     endpoint: Mapped[Endpoint] = relationship()
     attempts: Mapped[list[Attempt]] = relationship(back_populates="delivery",
                                                    order_by="Attempt.n")
+
+
+class OrderingSequence(Base):
+    """The last sequence number given per (ordered endpoint, ordering key).
+
+    A publish updates this row inside its transaction, so two publishers of one key wait for
+    each other on its row lock: the numbers follow the order in which their publishes commit.
+    """
+
+    __tablename__ = "ordering_sequences"
+
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"),
+                                             primary_key=True)
+    ordering_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+    last_event_id: Mapped[str] = mapped_column(String(40))
+    # The event before `last_event_id` (None when last_seq is 1): returned by the upsert.
+    previous_event_id: Mapped[str | None] = mapped_column(String(40))
 
 
 class Attempt(Base):

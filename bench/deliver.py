@@ -12,7 +12,10 @@ one run (issue 4, item 11):
      bare `requests.Session` loop (one connection per process, nothing else);
   2. Kurir's engine: N `kurir worker` processes delivering a committed backlog of 1,000 events
      x 10 endpoints = 10,000 deliveries, enqueued at once (deliveries / (last receipt -
-     enqueue)): the figure to hold against the ceiling;
+     enqueue)): the figure to hold against the ceiling; then the same backlog again to
+     endpoints with `ordering: "key"`, the events spread over 100 ordering keys (each key's
+     deliveries one at a time, in publish order), with the workers' CPU time per delivery
+     beside both;
   3. Kurir end to end: events published with `sender.publish.publish` (validation,
      one-transaction fan-out, after-commit enqueue: the code the API runs) from
      --publishers threads while the workers deliver, plus the sweeper in this process.
@@ -22,7 +25,8 @@ one run (issue 4, item 11):
   5. one event fanned out to 1,000 endpoints: time until the last one is received.
 
 Targets on a 2-core machine: >= 1,000 deliveries/s end-to-end, >= 60 % of the bare ceiling with
-the same number of processes, p99 <= 100 ms at 100/s, 1,000-endpoint fan-out within 2 s.
+the same number of processes, p99 <= 100 ms at 100/s, 1,000-endpoint fan-out within 2 s; the
+ordered drain >= 50 % of the unordered one. `--drain-only` stops after the two drains.
 Run it on an otherwise idle machine: everything (receiver, PostgreSQL, Redis, workers) shares
 the cores.
 """
@@ -262,7 +266,7 @@ class Kurir:
         self.stop_sweeper = threading.Event()
         threading.Thread(target=self._sweeper, daemon=True).start()
 
-    def publish_quietly(self, uid: str, events: int) -> list[str]:
+    def publish_quietly(self, uid: str, events: int, keys: int = 0) -> list[str]:
         """Publish with enqueueing switched off (a Redis that refuses): the delivery ids."""
         import logging
 
@@ -281,7 +285,8 @@ class Kurir:
         for start in range(0, events, 100):
             with self.runtime.db.begin() as session:
                 event_ids = [publish(session, dead, self.settings, partner_uid=uid,
-                                     body=self._body(i), api_key_id=self.api_key_id).body["id"]
+                                     body=self._body(i, keys), api_key_id=self.api_key_id
+                                     ).body["id"]
                              for i in range(start, min(events, start + 100))]
                 ids += session.scalars(select(Delivery.id).where(
                     Delivery.event_id.in_(event_ids)).order_by(Delivery.id))
@@ -312,10 +317,13 @@ class Kurir:
         return time.time() - started
 
     @staticmethod
-    def _body(i: int) -> dict[str, Any]:
-        return {"type": TYPE_NAME, "version": 1,
-                "data": {"order_id": f"ord_{i:08d}", "amount": 1000 + i},
-                "correlation_id": f"bench-{i}"}
+    def _body(i: int, keys: int = 0) -> dict[str, Any]:
+        body: dict[str, Any] = {"type": TYPE_NAME, "version": 1,
+                                "data": {"order_id": f"ord_{i:08d}", "amount": 1000 + i},
+                                "correlation_id": f"bench-{i}"}
+        if keys:
+            body["ordering_key"] = f"order:{i % keys}"
+        return body
 
     def _sweeper(self) -> None:
         from sender.sweeper import sweep
@@ -337,14 +345,23 @@ class Kurir:
                 proc.kill()
         self.runtime.close()
 
-    def partner(self, uid: str, urls: list[str]) -> None:
+    def partner(self, uid: str, urls: list[str], **fields: Any) -> None:
         from sender import endpoints as service
 
         with self.runtime.db.begin() as session:
             partner = service.create_partner(session, {"uid": uid, "name": uid})
             for url in urls:
-                service.create_endpoint(session, partner, {"url": url}, self.settings,
-                                        self.runtime.secret_box)
+                service.create_endpoint(session, partner, {"url": url, **fields},
+                                        self.settings, self.runtime.secret_box)
+
+    def worker_cpu_s(self) -> float:
+        """CPU time (user + system) the worker processes have used so far."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for proc in self.workers:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        return total
 
     def publish(self, uid: str, i: int) -> tuple[str, float]:
         """Publish one event; returns its id and the time its transaction committed."""
@@ -367,8 +384,25 @@ def latencies(published: dict[str, float], records: list[tuple[str, str, float]]
     return [(at - published[msg_id]) * 1000 for msg_id, _, at in records if msg_id in published]
 
 
-def run(args: argparse.Namespace) -> int:
+def drain_backlog(kurir: Kurir, receiver: ReceiverProcess, uid: str, events: int,
+                  keys: int = 0) -> tuple[float, float]:
+    """Publish a backlog without enqueueing it, enqueue it at once, and time its delivery:
+    (deliveries per second, worker CPU seconds per delivery)."""
     from sender.dispatch import enqueue_now
+
+    backlog = kurir.publish_quietly(uid, events, keys)
+    cpu_before = kurir.worker_cpu_s()
+    first = time.time()
+    enqueue_now(kurir.runtime.redis, backlog)
+    if not receiver.wait_for(len(backlog), timeout_s=300):
+        print(f"only {receiver.count()} of {len(backlog)} arrived", file=sys.stderr)
+    records = receiver.dump()
+    cpu = kurir.worker_cpu_s() - cpu_before
+    unique = len({(m, p) for m, p, _ in records})
+    return unique / (max(r[2] for r in records) - first), cpu / max(1, unique)
+
+
+def run(args: argparse.Namespace) -> int:
 
     reset_database(args.db)
     receiver = ReceiverProcess()
@@ -388,25 +422,39 @@ def run(args: argparse.Namespace) -> int:
             events_n = args.n // args.endpoints
             kurir.partner("bench", [f"{receiver.url}/e{i}" for i in range(args.endpoints)])
             kurir.partner("drain", [f"{receiver.url}/d{i}" for i in range(args.endpoints)])
+            if args.keys:
+                kurir.partner("ordered", [f"{receiver.url}/o{i}"
+                                          for i in range(args.endpoints)], ordering="key")
             kurir.partner("paced", [f"{receiver.url}/paced"])
             kurir.partner("fanout", [f"{receiver.url}/f{i}" for i in range(1000)])
             kurir.start()
             try:
                 total = events_n * args.endpoints
 
-                # 1. The engine's throughput: a committed backlog, enqueued all at once.
-                backlog = kurir.publish_quietly("drain", events_n)
-                kurir.stop_sweeper.set()  # nothing but the workers during the drain
-                first = time.time()
-                enqueue_now(kurir.runtime.redis, backlog)
-                receiver.wait_for(len(backlog), timeout_s=300)
-                records = receiver.dump()
-                drain = len({(m, p) for m, p, _ in records}) / (max(r[2] for r in records) - first)
+                # 1. The engine's throughput: a committed backlog, enqueued all at once;
+                # then the same backlog to ordered endpoints, over `--keys` ordering keys.
+                kurir.stop_sweeper.set()  # nothing but the workers during the drains
+                drain, cpu = drain_backlog(kurir, receiver, "drain", events_n)
                 results.update({"drain_per_s": round(drain),
-                                "drain_share_of_ceiling": round(drain / ceiling, 3)})
-                print(f"Kurir delivering a backlog of {len(backlog):,} over {args.endpoints} "
-                      f"endpoints, {args.workers} workers: {drain:,.0f} deliveries/s "
-                      f"({drain / ceiling:.0%} of the bare ceiling)")
+                                "drain_share_of_ceiling": round(drain / ceiling, 3),
+                                "drain_cpu_ms_per_delivery": round(cpu * 1000, 3)})
+                print(f"Kurir delivering a backlog of {events_n * args.endpoints:,} over "
+                      f"{args.endpoints} endpoints, {args.workers} workers: {drain:,.0f} "
+                      f"deliveries/s ({drain / ceiling:.0%} of the bare ceiling), worker CPU "
+                      f"{cpu * 1000:.2f} ms/delivery")
+                if args.keys:
+                    ordered, ordered_cpu = drain_backlog(kurir, receiver, "ordered", events_n,
+                                                         keys=args.keys)
+                    results.update({
+                        "ordered_drain_per_s": round(ordered),
+                        "ordered_share_of_unordered": round(ordered / drain, 3),
+                        "ordered_cpu_ms_per_delivery": round(ordered_cpu * 1000, 3)})
+                    print(f"the same backlog to endpoints with ordering \"key\", {args.keys} "
+                          f"keys: {ordered:,.0f} deliveries/s ({ordered / drain:.0%} of "
+                          f"unordered), worker CPU {ordered_cpu * 1000:.2f} ms/delivery")
+                if args.drain_only:
+                    print(json.dumps(results))
+                    return 0
                 kurir.start_sweeper()
 
                 # 2. End to end: publishing (N threads) while the workers deliver.
@@ -474,6 +522,11 @@ def main() -> int:
                         "number of bare-loop processes)")
     parser.add_argument("-n", type=int, default=10_000, help="deliveries in the throughput run")
     parser.add_argument("--endpoints", type=int, default=10)
+    parser.add_argument("--keys", type=int, default=100,
+                        help="ordering keys of the ordered backlog (0: no ordered drain, e.g. "
+                             "to run this script against a tree without ordering)")
+    parser.add_argument("--drain-only", action="store_true",
+                        help="stop after the unordered and ordered drains")
     parser.add_argument("--paced-seconds", type=int, default=10)
     parser.add_argument("--publishers", type=int, default=4,
                         help="threads publishing in the end-to-end run")

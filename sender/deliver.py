@@ -98,20 +98,26 @@ def custom_headers(headers: Mapping[str, Any]) -> dict[str, str]:
 
 
 def request_headers(event_id: str, body: bytes, secrets: Sequence[str],
-                    endpoint_headers: Mapping[str, Any], timestamp: int) -> dict[str, str]:
-    """Custom headers first, then the signed protocol headers on top (they always win)."""
+                    endpoint_headers: Mapping[str, Any], timestamp: int,
+                    extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Custom headers first, then the signed protocol headers on top (they always win);
+    `extra` are Kurir's own per-delivery headers (an ordered delivery's sequence)."""
     headers = custom_headers(endpoint_headers)
     headers.update(build_headers(event_id, timestamp, body, secrets, USER_AGENT))
+    if extra:
+        headers.update(extra)
     return headers
 
 
 def attempt(transport: Transport, target: Target, event_id: str, body: bytes,
             policy: GuardPolicy, *, connect_timeout_s: float = 5.0,
             clock: Callable[[], datetime] = utcnow,
-            unix_time: Callable[[], float] = time.time) -> AttemptResult:
+            unix_time: Callable[[], float] = time.time,
+            extra_headers: Mapping[str, str] | None = None) -> AttemptResult:
     """Sign and POST once; network failures come back as values, never as exceptions."""
     started_at = clock()
-    headers = request_headers(event_id, body, target.secrets, target.headers, int(unix_time()))
+    headers = request_headers(event_id, body, target.secrets, target.headers, int(unix_time()),
+                              extra_headers)
     result: HttpResult = transport.post(target.url, body, headers, float(target.timeout_s),
                                         policy, connect_timeout_s=connect_timeout_s)
     return AttemptResult(

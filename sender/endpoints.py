@@ -24,7 +24,7 @@ from app.config import Settings
 from app.crypto import SecretBox
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.models import Endpoint, EndpointSecret, Partner
-from sender import guard
+from sender import guard, ordering
 from sender.feed.sequencer import settled_head
 from sender.secrets import add_secret, current_secret_row, rotate
 from sender.signing import generate_secret, is_valid_secret
@@ -46,9 +46,10 @@ _BAD_VALUE_CHARS = re.compile(r"[\r\n\x00]")
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
 ENDPOINT_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
-                   "timeout_s", "rate_limit_per_s", "secret", "versions", "mode")
+                   "timeout_s", "rate_limit_per_s", "secret", "versions", "mode", "ordering",
+                   "on_dead")
 PATCHABLE_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
-                    "timeout_s", "rate_limit_per_s", "versions")
+                    "timeout_s", "rate_limit_per_s", "versions", "ordering", "on_dead")
 
 ENABLED, DISABLED = "enabled", "disabled"
 PUSH, PULL = "push", "pull"
@@ -274,6 +275,14 @@ def check_rate_limit(value: Any) -> int | None:
     return value
 
 
+def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValidationFailed(f"{field} must be one of {', '.join(map(repr, choices))}",
+                               code="invalid_field",
+                               details={"field": field, "allowed": list(choices)})
+    return str(value)
+
+
 def check_description(value: Any) -> str | None:
     if value is None:
         return None
@@ -327,12 +336,16 @@ def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], se
     timeout_s = check_timeout(body.get("timeout_s", settings.default_timeout_s))
     rate_limit = check_rate_limit(body.get("rate_limit_per_s"))
     description = check_description(body.get("description"))
+    ordering_ = check_choice("ordering", body.get("ordering", ordering.ORDERING_NONE),
+                             ordering.ORDERINGS)
+    on_dead = check_choice("on_dead", body.get("on_dead", ordering.ON_DEAD_SKIP),
+                           ordering.ON_DEADS)
     given = body.get("secret")
     secret = check_secret(given) if given is not None else generate_secret()
     endpoint = Endpoint(partner=partner, url=url, event_types=event_types, headers=headers,
                         public_headers=public_headers, versions=versions, timeout_s=timeout_s,
                         rate_limit_per_s=rate_limit, description=description, state=ENABLED,
-                        mode=mode)
+                        mode=mode, ordering=ordering_, on_dead=on_dead)
     if mode == PULL:
         # Its feed starts here: what was committed before is not its backlog.
         endpoint.acked_seq = settled_head(session.connection())
@@ -394,6 +407,11 @@ def update_endpoint(session: Session, endpoint: Endpoint, body: dict[str, Any],
         endpoint.rate_limit_per_s = check_rate_limit(body["rate_limit_per_s"])
     if "description" in body:
         endpoint.description = check_description(body["description"])
+    # A change applies to deliveries made from now on: those already numbered keep their order.
+    if "ordering" in body:
+        endpoint.ordering = check_choice("ordering", body["ordering"], ordering.ORDERINGS)
+    if "on_dead" in body:
+        endpoint.on_dead = check_choice("on_dead", body["on_dead"], ordering.ON_DEADS)
     session.flush()
     return endpoint
 

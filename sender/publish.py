@@ -36,13 +36,14 @@ from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.ids import new_id
 from app.models import DEAD, PENDING, Delivery, Endpoint, Event, IdempotencyKey
 from dlq.park import park
+from sender import ordering
 from sender import publish_sql as sql
 from sender.dispatch import enqueue_after_commit, enqueue_now
 
 log = logging.getLogger(__name__)
 
 PUBLISH_FIELDS = frozenset({"type", "version", "data", "occurred_at", "resource",
-                            "correlation_id", "renditions"})
+                            "correlation_id", "renditions", "ordering_key"})
 RESOURCE_FIELDS = frozenset({"type", "id", "version"})
 MAX_IDEMPOTENCY_KEY = 255
 MAX_TEXT = 200
@@ -66,6 +67,8 @@ class PublishRequest:
     correlation_id: str | None
     # The same event in other versions, as the publisher wrote them (they win over downgrades).
     renditions: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # Events of one key reach ordered endpoints in publish-commit order (sender.ordering).
+    ordering_key: str | None = None
 
 
 @dataclass
@@ -139,7 +142,20 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
     correlation_id = _text(body.get("correlation_id"), "correlation_id", required=False)
     renditions = _renditions(body.get("renditions"), version)
     return PublishRequest(type_, version, body["data"], occurred_at, resource, correlation_id,
-                          renditions)
+                          renditions, _ordering_key(body, resource))
+
+
+def _ordering_key(body: dict[str, Any], resource: dict[str, Any] | None) -> str | None:
+    """The key given, none when it is given as null, else the resource's `type:id`."""
+    if "ordering_key" not in body:
+        return ordering.default_key(resource)
+    key = body["ordering_key"]
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > ordering.MAX_ORDERING_KEY:
+        raise _invalid("ordering_key", "ordering_key must be null or a non-empty string of at "
+                                       f"most {ordering.MAX_ORDERING_KEY} characters")
+    return key
 
 
 def _renditions(raw: Any, published: int) -> dict[int, dict[str, Any]]:
@@ -228,6 +244,8 @@ class _Targets:
     contract: contracts.Contract | None
     digest: str | None = None
     sunset_at: datetime | None = None
+    # The endpoints with `ordering: "key"`.
+    ordered: frozenset[str] = frozenset()
 
 
 def _targets(connection: Connection, partner_uid: str, type_: str, version: int, *,
@@ -250,7 +268,9 @@ def _targets(connection: Connection, partner_uid: str, type_: str, version: int,
                    for row in rows if row.endpoint_id is not None],
         contract=contracts.contract_from(connection, first.contract_id, first.deprecated,
                                          type_, version),
-        digest=first.digest if with_digest else None, sunset_at=first.sunset_at)
+        digest=first.digest if with_digest else None, sunset_at=first.sunset_at,
+        ordered=frozenset(row.endpoint_id for row in rows
+                          if row.ordering == ordering.ORDERING_KEY))
 
 
 # Bound of the targets cache, in endpoints held: at the bound it is emptied and each
@@ -311,6 +331,8 @@ class _Plan:
     # The event in other versions (event_versions rows): what pinned endpoints receive, and
     # every rendition the publisher sent.
     versions: list[dict[str, Any]] = field(default_factory=list)
+    # Ordered endpoints this event goes to under its ordering key: numbered at write time.
+    ordered: list[str] = field(default_factory=list)
 
     @property
     def enqueued(self) -> list[str]:
@@ -422,7 +444,8 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
         "payload": payload_json(event_id, req, partner_uid, occurred_at),
         "occurred_at": occurred_at, "resource_type": resource.get("type"),
         "resource_id": resource.get("id"), "resource_version": resource.get("version"),
-        "correlation_id": req.correlation_id, "created_at": now,
+        "correlation_id": req.correlation_id, "ordering_key": req.ordering_key,
+        "created_at": now,
     }
     pending: list[Planned] = []
     parked: list[Planned] = []
@@ -451,7 +474,9 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
         if family[number].deprecated]
     response = {"id": event_id, "type": req.type, "version": req.version,
                 "deliveries": answer, "warnings": warnings}
-    return _Plan(event_values, pending, parked, response, versions)
+    ordered = [] if req.ordering_key is None else [
+        endpoint_id for _, endpoint_id, _ in pending + parked if endpoint_id in targets.ordered]
+    return _Plan(event_values, pending, parked, response, versions, ordered)
 
 
 def publish_event(db: Database, redis_client: redis.Redis, settings: Settings, *,
@@ -494,8 +519,9 @@ def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, An
             if req.renditions or _wanted_versions(targets, req):
                 return None  # other versions to make and store: a transaction
             plan = _plan(targets, req, partner_uid, now, _no_versions)
-            if plan.parked:
-                return None  # dead letters and audit rows take a transaction
+            if plan.parked or plan.ordered:
+                # Dead letters and audit rows, or sequence numbers, take a transaction.
+                return None
             params = sql.event_params(plan.event_values, plan.pending)
             params["digest"] = targets.digest
             params["type_id"] = _contract_of(targets, req).id
@@ -564,10 +590,14 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
                            code="idempotency_key_in_flight",
                            details={"idempotency_key": key}) from None
 
+    places: dict[str, ordering.Place] = {}
+    if plan.ordered:
+        places = ordering.assign(session.connection(), plan.ordered,
+                                 str(plan.event_values["ordering_key"]), plan.event_values["id"])
     _insert_event_and_deliveries(session.connection(), plan.event_values, plan.pending,
-                                 plan.versions)
+                                 plan.versions, places)
     if plan.parked:
-        _park_for_disabled(session, Event(**plan.event_values), plan.parked, now)
+        _park_for_disabled(session, Event(**plan.event_values), plan.parked, now, places)
     enqueue_after_commit(session, redis_client, plan.enqueued)
     _log_published(plan, partner_uid)
     return PublishResult(status=ACCEPTED, body=plan.response, enqueued=plan.enqueued)
@@ -583,13 +613,13 @@ def _log_published(plan: _Plan, partner_uid: str) -> None:
 
 
 def _insert_event_and_deliveries(connection: Connection, event_values: dict[str, Any],
-                                 deliveries: list[Planned],
-                                 versions: list[dict[str, Any]]) -> None:
+                                 deliveries: list[Planned], versions: list[dict[str, Any]],
+                                 places: dict[str, ordering.Place]) -> None:
     """Write the event, its other versions and its pending deliveries: on PostgreSQL as one
-    statement, whatever the fan-out, when there is only the published version; otherwise (and
-    on SQLite: local, no round trips) statement by statement.
+    statement, whatever the fan-out, when there is only the published version and nothing
+    is numbered; otherwise (and on SQLite: local, no round trips) statement by statement.
     """
-    if connection.dialect.name == "postgresql" and not versions:
+    if connection.dialect.name == "postgresql" and not versions and not places:
         connection.execute(sql.EVENT_WITH_DELIVERIES,
                            sql.event_params(event_values, deliveries))
         return
@@ -601,8 +631,17 @@ def _insert_event_and_deliveries(connection: Connection, event_values: dict[str,
         connection.execute(sql.DELIVERY, [
             {"id": delivery_id, "event_id": event_values["id"], "endpoint_id": endpoint_id,
              "state": PENDING, "version": version, "attempt_count": 0, "run_attempts": 0,
-             "run": 1, "next_attempt_at": now, "created_at": now, "updated_at": now}
+             "run": 1, "next_attempt_at": now, "created_at": now, "updated_at": now,
+             **_place_values(places.get(endpoint_id), event_values["ordering_key"])}
             for delivery_id, endpoint_id, version in deliveries])
+
+
+def _place_values(place: ordering.Place | None, key: str | None) -> dict[str, Any]:
+    """A delivery's ordering columns: all None when it is not numbered."""
+    if place is None:
+        return {"ordering_key": None, "ordering_seq": None, "previous_event_id": None}
+    return {"ordering_key": key, "ordering_seq": place.sequence,
+            "previous_event_id": place.previous_event_id}
 
 
 def _lock_timed_out(exc: Exception) -> bool:
@@ -618,7 +657,7 @@ def _unique_violation(exc: Exception) -> bool:
 
 
 def _park_for_disabled(session: Session, event: Event, parked: list[Planned],
-                       now: datetime) -> None:
+                       now: datetime, places: dict[str, ordering.Place]) -> None:
     """A disabled endpoint's new events become dead letters at once, resendable (with the
     version the endpoint is pinned to)."""
     endpoints = {e.id: e for e in session.scalars(
@@ -626,6 +665,7 @@ def _park_for_disabled(session: Session, event: Event, parked: list[Planned],
     for delivery_id, endpoint_id, version in parked:
         delivery = Delivery(id=delivery_id, event_id=event.id, endpoint_id=endpoint_id,
                             state=DEAD, version=version, attempt_count=0, run_attempts=0,
-                            run=1, created_at=now, updated_at=now)
+                            run=1, created_at=now, updated_at=now,
+                            **_place_values(places.get(endpoint_id), event.ordering_key))
         session.add(delivery)
         park(session, delivery, event, endpoints[endpoint_id], REASON_ENDPOINT_DISABLED)

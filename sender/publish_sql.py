@@ -41,14 +41,15 @@ _DELIVERY_COLUMNS = ("id", "endpoint_id", "event_id", "state", "attempt_count", 
 
 def endpoints_digest(partner_id: Any) -> Any:
     """PostgreSQL: md5 over what a publish plan depends on — each live endpoint's id, state,
-    subscription and version pins — so that a plan made from an earlier read can be checked in
-    the write.
+    subscription, version pins and ordering — so that a plan made from an earlier read can be
+    checked in the write.
     """
     e = ENDPOINTS
     colon: Any = literal_column("':'")
     entry = (e.c.id + colon + e.c.state + colon
              + func.coalesce(sql_cast(e.c.event_types, Text), literal_column("'*'")) + colon
-             + func.coalesce(sql_cast(e.c.versions, Text), literal_column("''")))
+             + func.coalesce(sql_cast(e.c.versions, Text), literal_column("''")) + colon
+             + e.c.ordering)
     listing = func.string_agg(entry, aggregate_order_by(literal_column("','"), e.c.id))
     return (select(func.md5(func.coalesce(listing, literal_column("''"))))
             .where(e.c.partner_id == partner_id, e.c.deleted_at.is_(None))
@@ -64,6 +65,7 @@ def _targets(*, with_digest: bool) -> Any:
     columns = [PARTNERS.c.id.label("partner_id"), ENDPOINTS.c.id.label("endpoint_id"),
                ENDPOINTS.c.state, ENDPOINTS.c.event_types, ENDPOINTS.c.versions,
                ENDPOINTS.c.mode,
+               ENDPOINTS.c.ordering,
                *contracts.lookup_columns(bindparam("type_name"), bindparam("type_version"))]
     if with_digest:
         # Uncorrelated (by uid, not by the joined row), so it is computed once, not per row.

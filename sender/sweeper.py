@@ -37,6 +37,7 @@ from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint
 from app.queues import DELIVERIES
 from app.runtime import Runtime
 from dlq.park import park
+from sender import ordering
 from sender.dispatch import enqueue_now
 from sender.engine.errors import ERROR_WORKER_LOST, REASON_RETRIES_EXHAUSTED
 from sender.engine.recorder import record_attempts
@@ -118,6 +119,8 @@ def orphans(session: Session, now: datetime, *, redis_lost: bool,
                      Delivery.updated_at <= now - timedelta(seconds=FRESH_GRACE_S))),
         )
         condition = and_(waiting, due, unowned)
+    # An ordered delivery waiting for the one before it in its key is not due yet.
+    condition = and_(condition, ordering.ready())
     rows = sorted(session.execute(
         select(Delivery.id, Delivery.endpoint_id).where(condition)
         .order_by(Delivery.next_attempt_at).limit(limit)

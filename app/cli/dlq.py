@@ -196,7 +196,7 @@ def dlq_discard(ids: tuple[str, ...], note: str | None, actor: str | None) -> No
     for letter_id in ids:
         try:
             with runtime.db.begin() as session:
-                dead_letters.discard(session, who, letter_id, note=note)
+                dead_letters.discard(session, who, letter_id, note=note, rt=runtime)
             click.echo(f"discarded {letter_id}")
         except KurirError as exc:
             failed += 1

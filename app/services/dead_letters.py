@@ -32,6 +32,8 @@ from app.services.actor import Actor
 from dlq import discard as discard_mod
 from dlq import resend as resend_mod
 from dlq.search import FILTER_KEYS, DeadLetterFilter, SearchPage, count, search
+from sender import ordering
+from sender.dispatch import enqueue_after_commit
 
 BULK_KIND = resend_mod.BULK_KIND
 ENDPOINT_DISABLED = resend_mod.ENDPOINT_DISABLED
@@ -187,11 +189,17 @@ def run_job(rt: Runtime, op_id: str,
 
 
 def discard(session: Session, actor: Actor, letter_id: str,
-            note: str | None = None) -> DeadLetter:
+            note: str | None = None, *, rt: Runtime | None = None) -> DeadLetter:
+    """Discard an open letter; with `rt`, what its delivery held back in an ordered key
+    (`on_dead: "block"`) is sent as soon as the caller commits (else the sweeper sends it)."""
     actor.require("dlq:write")
     if not _own_ids(session, actor, [letter_id]):
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
-    return discard_mod.discard(session, letter_id, actor=str(actor), note=note)
+    letter = discard_mod.discard(session, letter_id, actor=str(actor), note=note)
+    if rt is not None:
+        enqueue_after_commit(session, rt.redis,
+                             ordering.released_successors(session, [letter.delivery_id]))
+    return letter
 
 
 def job(session: Session, actor: Actor, op_id: str) -> BulkOperation:

@@ -9,6 +9,7 @@ found again).
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
-from app.errors import Conflict, NotFound
+from app.errors import BadRequest, Conflict, NotFound
 from app.models import (
     Attempt,
     Delivery,
@@ -31,6 +32,8 @@ from app.runtime import Runtime
 from app.services import audit, partners
 from app.services.actor import Actor
 from sender import endpoints as rules
+from sender import ordering
+from sender.dispatch import enqueue_after_commit
 from sender.test_event import send_test_event
 
 ENABLED, DISABLED = rules.ENABLED, rules.DISABLED
@@ -106,7 +109,39 @@ def update(session: Session, rt: Runtime, actor: Actor, uid: str, endpoint_id: s
     if "url" in body:
         details["url"] = endpoint.url
     _record(session, actor, "endpoint.updated", endpoint, **details)
+    if "on_dead" in body:
+        # Keys held by a dead delivery that "skip" now lets go: send what waited at once.
+        enqueue_after_commit(session, rt.redis,
+                             ordering.released_at_endpoint(session, endpoint.id))
     return endpoint
+
+
+BlockedKey = ordering.BlockedKey
+
+
+def blocked_keys(session: Session, actor: Actor, uid: str, endpoint_id: str, *,
+                 cursor: str | None, limit: int) -> tuple[list[BlockedKey], str | None]:
+    """The ordering keys this endpoint holds behind a dead delivery (`on_dead: "block"`), a
+    page at a time; an operator releases one by resending or discarding its dead letter.
+
+    Raises:
+        BadRequest: a cursor this service did not hand out.
+    """
+    endpoint = get(session, actor, uid, endpoint_id)
+    after = None
+    if cursor:
+        try:
+            after = base64.b64decode(cursor.encode("ascii"), altchars=b"-_",
+                                     validate=True).decode("utf-8")
+        except (ValueError, UnicodeError):
+            raise BadRequest("cursor is not valid", code="invalid_parameter",
+                             details={"parameter": "cursor"}) from None
+    rows = ordering.blocked_keys(session, endpoint.id, after=after, limit=limit + 1)
+    following = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        following = base64.urlsafe_b64encode(rows[-1].ordering_key.encode()).decode("ascii")
+    return rows, following
 
 
 def delete(session: Session, actor: Actor, uid: str, endpoint_id: str) -> None:

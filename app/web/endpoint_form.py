@@ -57,6 +57,8 @@ class EndpointForm:
     # the endpoint is created (`creating`), fixed afterwards.
     pull: bool = False
     creating: bool = False
+    ordering: str = "none"
+    on_dead: str = "skip"
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -80,7 +82,8 @@ class EndpointForm:
                    else str(endpoint.rate_limit_per_s),
                    versions={name: str(version)
                              for name, version in (endpoint.versions or {}).items()},
-                   pull=endpoint.mode == "pull")
+                   pull=endpoint.mode == "pull",
+                   ordering=endpoint.ordering or "none", on_dead=endpoint.on_dead or "skip")
 
     @classmethod
     def from_request(cls, form: Any, existing: Endpoint | None = None) -> EndpointForm:
@@ -109,7 +112,8 @@ class EndpointForm:
                              if key.startswith(PIN_FIELD) and value.strip()},
                    pull=(existing.mode == "pull" if existing is not None
                          else form.get("mode") == "pull"),
-                   creating=existing is None)
+                   creating=existing is None,
+                   ordering=form.get("ordering", "none"), on_dead=form.get("on_dead", "skip"))
 
     # ------------------------------------------------------------------ to the service
 
@@ -153,6 +157,8 @@ class EndpointForm:
             "timeout_s": self._int("timeout_s", self.timeout_s, optional=False),
             "rate_limit_per_s": self._int("rate_limit_per_s", self.rate_limit_per_s,
                                           optional=True),
+            "ordering": self.ordering,
+            "on_dead": self.on_dead,
         }
         pins: dict[str, int] = {}
         for name, raw in self.versions.items():

@@ -370,6 +370,15 @@ _EVENT_TYPES: Schema = nullable(array(STRING, minItems=1))
 _EVENT_TYPES["description"] = "names of registered event types; null subscribes to all"
 _TIMEOUT: Schema = {"type": "integer", "minimum": 1, "maximum": 30}
 _RATE: Schema = nullable({"type": "integer", "minimum": 1})
+_ORDERING: Schema = {"type": "string", "enum": ["none", "key"],
+                     "description": "key: one ordering key's events arrive one at a time, in "
+                                    "publish-commit order, with webhook-sequence and "
+                                    "webhook-previous-id headers (default none)"}
+_ON_DEAD: Schema = {"type": "string", "enum": ["skip", "block"],
+                    "description": "for ordered endpoints, what a dead delivery does to the "
+                                   "rest of its key: skip goes on with the next, block holds "
+                                   "the key until its dead letter is resent or discarded "
+                                   "(default skip)"}
 SECRET: Schema = {"type": "string", "pattern": "^whsec_",
                   "description": "whsec_ + base64 of 24-64 random bytes"}
 _MODE: Schema = {"type": "string", "enum": ["push", "pull"],
@@ -396,6 +405,8 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "versions": _VERSIONS,
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
+    "ordering": _ORDERING,
+    "on_dead": _ON_DEAD,
     "state": {"type": "string", "enum": ["enabled", "disabled"]},
     "disabled_reason": OPT_STRING,
     "disabled_at": OPT_TIMESTAMP,
@@ -425,6 +436,8 @@ ENDPOINT_CREATE = schema("EndpointCreate", obj({
     "versions": nullable(_VERSIONS),
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
+    "ordering": _ORDERING,
+    "on_dead": _ON_DEAD,
     "secret": dict(SECRET, description="optional; generated when absent"),
 }, required=[]))
 ENDPOINT_UPDATE = schema("EndpointUpdate", obj({
@@ -436,6 +449,8 @@ ENDPOINT_UPDATE = schema("EndpointUpdate", obj({
     "versions": nullable(_VERSIONS),
     "timeout_s": _TIMEOUT,
     "rate_limit_per_s": _RATE,
+    "ordering": _ORDERING,
+    "on_dead": _ON_DEAD,
 }, required=[]))
 EP = [UID, path_param("endpoint_id", "endpoint id")]
 _EP_PATH = "/v1/partners/{uid}/endpoints/{endpoint_id}"
@@ -477,6 +492,19 @@ add(f"{_EP_PATH}/test", "post", op(
                 "with GET /v1/deliveries/{id}. A disabled endpoint gets it once, without "
                 "retries, and stays disabled.",
     ok={202: ref("Delivery")}, errors=(404,)))
+add(f"{_EP_PATH}/blocked-keys", "get", op(
+    "List the ordering keys this endpoint holds behind a dead delivery", tag="endpoints",
+    scope="read", params=[*EP, *PAGE_PARAMS],
+    description="Only for `ordering: key` with `on_dead: block`. Each key's head is its "
+                "first dead delivery after which nothing of the key went out; `waiting` counts "
+                "the deliveries held behind it. Resending the head's dead letter (POST "
+                "/v1/dead-letters/{id}/resend) or discarding it (…/discard) releases the key.",
+    ok={200: schema("BlockedKeyPage", obj({
+        "data": array(obj({
+            "ordering_key": STRING, "sequence": {"type": "integer", "minimum": 1},
+            "delivery": STRING, "event": STRING, "dead_letter": STRING, "reason": STRING,
+            "waiting": {"type": "integer", "minimum": 0}})),
+        "next_cursor": OPT_STRING}))}, errors=(400, 404)))
 add(f"{_EP_PATH}/secret", "get", op(
     "Read the current secret", tag="endpoints", scope="endpoints:write", params=EP,
     ok={200: schema("Secret", obj({
@@ -498,6 +526,11 @@ PUBLISH = schema("PublishRequest", obj({
     "occurred_at": dict(TIMESTAMP, description="default: now"),
     "resource": nullable(RESOURCE),
     "correlation_id": nullable({"type": "string", "maxLength": 200}),
+    "ordering_key": nullable({"type": "string", "minLength": 1, "maxLength": 255,
+                              "description": "events of one key reach ordered endpoints in "
+                                            "publish-commit order; default `{resource.type}:"
+                                            "{resource.id}` when `resource` is given, none "
+                                            "when null"}),
     "renditions": {"type": "object", "additionalProperties": {"type": "object"},
                    "propertyNames": {"pattern": "^[1-9][0-9]*$"},
                    "description": "the same event's `data` in other versions, by version "
@@ -544,6 +577,11 @@ _DELIVERY_PROPS: dict[str, Schema] = {
     "next_attempt_at": OPT_TIMESTAMP,
     "last_status_code": OPT_INTEGER,
     "last_error": OPT_STRING,
+    "ordering": nullable(obj({
+        "key": STRING, "sequence": {"type": "integer", "minimum": 1},
+        "previous_event": OPT_STRING},
+        description="for an ordered endpoint: the key, this delivery's webhook-sequence and "
+                    "the event sent as webhook-previous-id")),
     "created_at": TIMESTAMP,
     "updated_at": TIMESTAMP,
     "attempts": array(ATTEMPT),
@@ -558,6 +596,7 @@ _EVENT_PROPS: dict[str, Schema] = {
     "partner": STRING,
     "resource": nullable(RESOURCE),
     "correlation_id": OPT_STRING,
+    "ordering_key": OPT_STRING,
     "data": ANY_OBJECT,
     "created_at": TIMESTAMP,
 }

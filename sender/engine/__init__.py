@@ -21,7 +21,9 @@ process's `Engine`, which takes them through these stages, one module each:
    threads healthy endpoints need. The RQ job returns at once.
 5. `recorder`: **record** in batches: one writer thread stores attempts, endpoint health,
    new states and dead letters for up to `recorder.FLUSH_MAX_ITEMS` attempts per transaction.
-6. `timers`: **wait**: local timers for retries and holds due soon, and the housekeeper that
+6. `ordering`: **wake**: when a delivery of an ordered key is recorded as released, the next
+   one of its key is claimed at once (the claim holds it back until then; `sender.ordering`).
+7. `timers`: **wait**: local timers for retries and holds due soon, and the housekeeper that
    fires them and hands back what waited too long in a local queue.
 
 `ledger` holds what all stages share: one lock, the per-endpoint rooms, and the counts of
@@ -60,6 +62,7 @@ from sender.engine.claim import HOLD_GRACE_S
 from sender.engine.errors import ERROR_EVENT_MISSING
 from sender.engine.lanes import Lanes
 from sender.engine.ledger import Ledger
+from sender.engine.ordering import Sequencer
 from sender.engine.recorder import Recorder
 from sender.engine.sql import transient
 from sender.engine.targets import TargetReader
@@ -113,13 +116,15 @@ class Engine:
         self.admission = Admission(self.ledger, self.redis, self.limiter, self.rng,
                                    fast_cap=fast_cap, slow_cap=max(1, fast_cap // 2))
         self.timers = Timers(self.ledger)
+        self.sequencer = Sequencer(lambda: runtime.db, self.timers.hold, clock)
         self.recorder = Recorder(
             lambda: runtime.db, self.ledger,
             policy=RetryPolicy(schedule=tuple(settings.retry_schedule),
                                jitter=settings.retry_jitter),
             thresholds=health.Thresholds(settings.disable_after_failures,
                                          settings.disable_after_seconds),
-            rng=self.rng, clock=clock, stopping=self._stopping, on_timers=self.timers.hold)
+            rng=self.rng, clock=clock, stopping=self._stopping, on_timers=self.timers.hold,
+            on_flushed=self.sequencer.after_flush)
         self.lanes = Lanes(self.ledger, self.admission, self.recorder, self.transport,
                            guard.policy_from(settings),
                            connect_timeout_s=settings.connect_timeout_s, clock=clock,
@@ -300,7 +305,8 @@ class Engine:
 def _work(row: Any, targets: dict[str, Target], body: bytes, lease: datetime) -> Work:
     """A claimed row as work for the lanes (or the recorder): its next attempt's numbers."""
     return Work(delivery_id=row.id, event_id=row.event_id, target=targets[row.endpoint_id],
-                body=body, n=row.attempt_count + 1, run_n=row.run_attempts + 1, lease=lease)
+                body=body, n=row.attempt_count + 1, run_n=row.run_attempts + 1, lease=lease,
+                sequence=row.ordering_seq, previous_event_id=row.previous_event_id)
 
 
 __all__ = ["Engine"]

@@ -3,7 +3,9 @@
 One conditional UPDATE claims every delivery among the ids that is due and whose endpoint is
 enabled (or that an operator forced to a disabled one): `delivering`, with a lease. The guard
 for the rest reads them again: final, in flight elsewhere, not yet due (due within
-`LOOKAHEAD_S`: a local timer), or due for a disabled endpoint (parked as a dead letter).
+`LOOKAHEAD_S`: a local timer), or due for a disabled endpoint (parked as a dead letter). An
+ordered delivery is claimed only once the one before it in its key is released
+(`sender.ordering.ready`); until then it is left alone, and woken when that one is recorded.
 
 The lease (`lease_expires_at`) is the database's truth about who owns a delivery; every later
 write is fenced on it. For rows that are not `delivering`, a lease in the future means
@@ -25,7 +27,7 @@ from sqlalchemy.orm import Session
 from app.db import Database
 from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, Event, EventVersion
 from dlq.park import park
-from sender import health
+from sender import health, ordering
 from sender.engine.errors import REASON_ENDPOINT_DISABLED
 from sender.engine.sql import chunks, table
 
@@ -70,7 +72,8 @@ def claim_due(session: Session, ids: list[str], now: datetime, lease: datetime) 
     live = select(Endpoint.id).where(Endpoint.deleted_at.is_(None))
     postgres = session.get_bind().dialect.name == "postgresql"
     columns = [deliveries.c.id, deliveries.c.event_id, deliveries.c.endpoint_id,
-               deliveries.c.attempt_count, deliveries.c.run_attempts, deliveries.c.version]
+               deliveries.c.attempt_count, deliveries.c.run_attempts, deliveries.c.version,
+               deliveries.c.ordering_seq, deliveries.c.previous_event_id]
     rows: list[Any] = []
     for chunk in chunks(ids):
         stmt = (update(deliveries)
@@ -79,7 +82,9 @@ def claim_due(session: Session, ids: list[str], now: datetime, lease: datetime) 
                            deliveries.c.next_attempt_at <= now),
                        or_(deliveries.c.endpoint_id.in_(enabled),
                            and_(deliveries.c.forced.is_(True),
-                                deliveries.c.endpoint_id.in_(live))))
+                                deliveries.c.endpoint_id.in_(live))),
+                       # An ordered delivery waits for the one before it in its key.
+                       ordering.ready(deliveries))
                 .values(state=DELIVERING, lease_expires_at=lease, updated_at=now))
         if postgres:
             events = table(Event)

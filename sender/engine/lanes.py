@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from queue import Empty, SimpleQueue
 
+from sender import ordering
 from sender.deliver import AttemptResult, attempt
 from sender.engine.admission import MAX_LOCAL_WAIT_S, Admission
 from sender.engine.errors import ERROR_INTERNAL
@@ -126,7 +127,9 @@ class Lanes:
         try:
             return attempt(self.transport, work.target, work.event_id, work.body,
                            self.guard_policy, connect_timeout_s=self.connect_timeout_s,
-                           clock=self.clock)
+                           clock=self.clock,
+                           extra_headers=ordering.headers(work.sequence,
+                                                          work.previous_event_id))
         except Exception as exc:  # a bug must not kill the lane or lose the delivery
             log.exception("attempt crashed", extra={"delivery_id": work.delivery_id})
             return AttemptResult(self.clock(), 0, None, b"", ERROR_INTERNAL,

@@ -91,7 +91,8 @@ class Recorder:
     def __init__(self, db: Callable[[], Database], ledger: Ledger, *, policy: RetryPolicy,
                  thresholds: health.Thresholds, rng: random.Random,
                  clock: Callable[[], datetime], stopping: threading.Event,
-                 on_timers: Callable[[Timed, datetime], None]) -> None:
+                 on_timers: Callable[[Timed, datetime], None],
+                 on_flushed: Callable[[list[Outcome | Release]], None] | None = None) -> None:
         self.db = db
         self.ledger = ledger
         self.policy = policy
@@ -100,6 +101,8 @@ class Recorder:
         self.clock = clock
         self.stopping = stopping
         self.on_timers = on_timers
+        # Told of every committed batch (ordered delivery wakes the next of a key).
+        self.on_flushed = on_flushed
         self._writes: SimpleQueue[Outcome | Release | None] = SimpleQueue()
         self._success_written: dict[str, float] = {}
 
@@ -156,9 +159,11 @@ class Recorder:
     def _flush_with_retry(self, batch: list[Outcome | Release]) -> None:
         delay = 0.05
         failures = 0
+        flushed = False
         while True:
             try:
                 timers = self.flush(batch)
+                flushed = True
                 break
             except Exception as exc:
                 failures += 1
@@ -179,6 +184,8 @@ class Recorder:
                 timers = []
                 break
         self.on_timers(timers, self.clock())
+        if flushed and self.on_flushed is not None:
+            self.on_flushed(batch)
         with self.ledger.changed:
             self.ledger.unflushed -= len(batch)
             self.ledger.counters["flushes"] += 1

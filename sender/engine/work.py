@@ -28,6 +28,9 @@ class Work:
     run_n: int
     lease: datetime
     queued_at: float = 0.0
+    # An ordered delivery's place in its key (sender.ordering); None when unordered.
+    sequence: int | None = None
+    previous_event_id: str | None = None
 
 
 @dataclass

@@ -23,7 +23,7 @@ from tests.integration._publish_support import (
 )
 
 ENDPOINT_KEYS = {"id", "partner", "url", "event_types", "description", "headers",
-                 "public_headers", "versions", "timeout_s", "mode",
+                 "public_headers", "versions", "timeout_s", "mode", "ordering", "on_dead",
                  "rate_limit_per_s", "state", "disabled_reason", "disabled_at", "created_at",
                  "updated_at", "consecutive_failures", "last_success_at", "last_failure_at"}
 
@@ -86,6 +86,7 @@ def test_endpoint_gets_generated_secret_and_defaults(client, auth, runtime):
     assert created["id"].startswith("ep_") and created["partner"] == "acme"
     assert created["state"] == "enabled" and created["event_types"] is None
     assert created["timeout_s"] == runtime.settings.default_timeout_s
+    assert (created["ordering"], created["on_dead"]) == ("none", "skip")
     secret = created["secret"]
     assert secret.startswith("whsec_")
     assert len(base64.b64decode(secret[len("whsec_"):], validate=True)) == 32

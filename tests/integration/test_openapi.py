@@ -230,6 +230,12 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     assert api.post(f"{base}/{ep}/secret/rotate", headers=auth,
                     json={"secret": "nope"}).status_code == 422
     assert api.get(f"{base}/{ep}/secret", headers=auth).status_code == 200
+    assert api.patch(f"{base}/{ep}", headers=auth,
+                     json={"ordering": "key", "on_dead": "block"}).status_code == 200
+    assert api.patch(f"{base}/{ep}", headers=auth, json={"ordering": "fifo"}).status_code == 422
+    assert api.get(f"{base}/{ep}/blocked-keys?limit=5", headers=auth).status_code == 200
+    assert api.get(f"{base}/{ep}/blocked-keys?cursor=%25%25", headers=auth).status_code == 400
+    assert api.get(f"{base}/ep_nope/blocked-keys", headers=auth).status_code == 404
     tested = api.post(f"{base}/{ep}/test", headers=auth)
     assert tested.status_code == 202 and tested.get_json()["state"] == "pending"
     assert api.post(f"{base}/ep_nope/test", headers=auth).status_code == 404

@@ -48,7 +48,7 @@ def test_list_is_newest_first_and_only_this_partner(client, auth, acme):
     page = client.get("/v1/partners/acme/events", headers=auth).get_json()
     item = page["data"][0]
     assert set(item) == {"id", "type", "version", "occurred_at", "partner", "resource",
-                         "correlation_id", "data", "created_at"}
+                         "correlation_id", "ordering_key", "data", "created_at"}
     assert item["partner"] == "acme" and item["data"] == order()["data"]
 
 
@@ -145,8 +145,8 @@ def test_one_event_with_its_deliveries_and_attempts(client, auth, acme, runtime)
     assert set(by_endpoint) == {acme["id"], second["id"]}
     tried = by_endpoint[acme["id"]]
     assert set(tried) == {"id", "event", "endpoint", "version", "state", "attempt_count",
-                          "next_attempt_at", "last_status_code", "last_error", "created_at",
-                          "updated_at", "attempts"}
+                          "next_attempt_at", "last_status_code", "last_error", "ordering",
+                          "created_at", "updated_at", "attempts"}
     assert (tried["state"], tried["attempt_count"], tried["event"]) == (
         "retrying", 1, published["id"])
     assert tried["attempts"] == [{"n": 1, "started_at": isoformat(started), "duration_ms": 12,

@@ -213,3 +213,33 @@ def test_a_pull_endpoint_page_shows_its_mode_and_lag_and_edits_without_a_url(ui,
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, pull["id"])
         assert (endpoint.mode, endpoint.url, endpoint.description) == ("pull", "", "poller")
+
+
+def test_ordering_is_set_in_the_endpoint_form_and_blocked_keys_are_released_from_the_page(
+        ui, scene, runtime):
+    made, ids, delivery_ids = scene
+    url = f"/ui/endpoints/{made.endpoint_id}"
+    saved = ui.post(f"{url}/edit", data={
+        "csrf_token": token(ui, url), "url": "http://127.0.0.1:9/hook", "all_types": "1",
+        "timeout_s": "7", "ordering": "key", "on_dead": "block"})
+    assert saved.status_code == 302, saved.text
+    bad = ui.post(f"{url}/edit", data={"csrf_token": token(ui, url), "url": "http://127.0.0.1:9/",
+                                       "all_types": "1", "timeout_s": "7", "ordering": "fifo"})
+    assert bad.status_code == 422 and 'data-testid="error-ordering"' in bad.text
+    with runtime.db.begin() as session:
+        endpoint = session.get_one(Endpoint, made.endpoint_id)
+        assert (endpoint.ordering, endpoint.on_dead) == ("key", "block")
+        # The first dead delivery heads key order:1; the second waits behind it.
+        for seq, delivery_id in enumerate(delivery_ids, start=1):
+            delivery = session.get_one(Delivery, delivery_id)
+            delivery.ordering_key, delivery.ordering_seq = "order:1", seq
+    page = ui.get(url).text
+    assert "Blocked keys" in page and 'data-testid="blocked-keys"' in page
+    assert "order:1" in page and f"/ui/dead-letters/{ids[0]}/discard" in page
+    discarded = ui.post(f"/ui/dead-letters/{ids[0]}/discard",
+                        data={"csrf_token": token(ui, url), "note": "release the key"})
+    assert discarded.status_code == 302
+    # The key now stops at the second letter, which is the new head.
+    page = ui.get(url).text
+    assert f"/ui/dead-letters/{ids[1]}/discard" in page
+    assert f"/ui/dead-letters/{ids[0]}/discard" not in page

@@ -183,6 +183,7 @@ def discard_dead_letter(letter_id: str) -> Response:
     if note is not None and not isinstance(note, str):
         raise ValidationFailed("note must be a string", code="invalid_parameter",
                                details={"parameter": "note"})
-    with runtime().db.begin() as session:
-        dead_letters.discard(session, actor, letter_id, note=note)
+    rt = runtime()
+    with rt.db.begin() as session:
+        dead_letters.discard(session, actor, letter_id, note=note, rt=rt)
     return _letter_answer(letter_id)

@@ -11,6 +11,7 @@ from app.errors import ValidationFailed
 from app.pagination import parse_limit
 from app.services import endpoints, feed, keys, partners, portal
 from app.web.api.serializers import (
+    blocked_key_json,
     delivery_json,
     endpoint_json,
     key_json,
@@ -175,6 +176,18 @@ def rotate_secret(uid: str, endpoint_id: str) -> Response:
         endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
         secret = endpoints.rotate_secret(session, rt, actor, endpoint, body)
         return jsonify(endpoint_json(endpoint, uid, secret=secret))
+
+
+@blueprint.get("/partners/<uid>/endpoints/<endpoint_id>/blocked-keys")
+def blocked_keys(uid: str, endpoint_id: str) -> Response:
+    """Keys an `on_dead: "block"` endpoint holds behind a dead delivery; resending or
+    discarding the named dead letter releases one."""
+    actor = current_actor()
+    limit = parse_limit(request.args.get("limit"))
+    with runtime().db.begin() as session:
+        rows, cursor = endpoints.blocked_keys(session, actor, uid, endpoint_id,
+                                              cursor=request.args.get("cursor"), limit=limit)
+    return jsonify({"data": [blocked_key_json(row) for row in rows], "next_cursor": cursor})
 
 
 @blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/test")

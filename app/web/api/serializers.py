@@ -8,6 +8,7 @@ from typing import Any
 from app import headers as header_rules
 from app.clock import isoformat
 from app.models import ApiKey, Attempt, AuditRecord, Delivery, Endpoint, Event, EventType, Partner
+from app.services.endpoints import BlockedKey
 from app.services.feed import Lag
 
 
@@ -66,6 +67,8 @@ def endpoint_json(endpoint: Endpoint, partner_uid: str,
         "versions": dict(endpoint.versions or {}),
         "timeout_s": endpoint.timeout_s,
         "rate_limit_per_s": endpoint.rate_limit_per_s,
+        "ordering": endpoint.ordering or "none",
+        "on_dead": endpoint.on_dead or "skip",
         "state": endpoint.state,
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": isoformat(endpoint.disabled_at),
@@ -80,6 +83,12 @@ def endpoint_json(endpoint: Endpoint, partner_uid: str,
     if lag is not None:
         body["lag"] = lag
     return body
+
+
+def blocked_key_json(row: BlockedKey) -> dict[str, Any]:
+    return {"ordering_key": row.ordering_key, "sequence": row.sequence,
+            "delivery": row.delivery_id, "event": row.event_id,
+            "dead_letter": row.dead_letter_id, "reason": row.reason, "waiting": row.waiting}
 
 
 def attempt_json(attempt: Attempt) -> dict[str, Any]:
@@ -106,6 +115,10 @@ def delivery_json(delivery: Delivery, with_attempts: bool = True) -> dict[str, A
         "next_attempt_at": isoformat(delivery.next_attempt_at),
         "last_status_code": delivery.last_status_code,
         "last_error": delivery.last_error,
+        # Set for an ordered endpoint: the key, its sequence number and the event before it.
+        "ordering": None if delivery.ordering_seq is None else {
+            "key": delivery.ordering_key, "sequence": delivery.ordering_seq,
+            "previous_event": delivery.previous_event_id},
         "created_at": isoformat(delivery.created_at),
         "updated_at": isoformat(delivery.updated_at),
     }
@@ -129,6 +142,7 @@ def event_json(event: Event, partner_uid: str, *,
         "partner": partner_uid,
         "resource": resource,
         "correlation_id": event.correlation_id,
+        "ordering_key": event.ordering_key,
         "data": event.data,
         "created_at": isoformat(event.created_at),
     }

@@ -67,6 +67,8 @@ blueprint = Blueprint("ui", __name__, url_prefix="/ui")
 KNOWN_REASONS = ("retries_exhausted", "endpoint_disabled", "blocked_address", "endpoint_gone",
                  "endpoint_deleted")
 PAGE_SIZES = (25, 50, 100, 250)
+# Blocked ordering keys shown on an endpoint's page; the API lists them all.
+BLOCKED_KEYS_SHOWN = 50
 
 Page = str | WerkzeugResponse | tuple[str, int] | tuple[str, int, dict[str, str]]
 
@@ -270,7 +272,7 @@ def dead_letters_bulk() -> WerkzeugResponse:
         for letter_id in ids:
             try:
                 with rt.db.begin() as session:
-                    dead_letters.discard(session, actor, letter_id, note=note)
+                    dead_letters.discard(session, actor, letter_id, note=note, rt=rt)
                 done += 1
             except KurirError:
                 pass
@@ -361,9 +363,10 @@ def dead_letter_resend(letter_id: str) -> WerkzeugResponse:
 @blueprint.post("/dead-letters/<letter_id>/discard")
 @security.login_required
 def dead_letter_discard(letter_id: str) -> WerkzeugResponse:
-    with runtime().db.begin() as session:
+    rt = runtime()
+    with rt.db.begin() as session:
         dead_letters.discard(session, security.actor(), letter_id,
-                             note=request.form.get("note", ""))
+                             note=request.form.get("note", ""), rt=rt)
     flash("Discarded. It stays searchable, and will not be resent.", "ok")
     return redirect(url_for("ui.dead_letter", letter_id=letter_id))
 
@@ -428,8 +431,14 @@ def endpoint(endpoint_id: str) -> Page:
             select(OperationalEvent).where(OperationalEvent.subject_id == ep.id)
             .order_by(OperationalEvent.id.desc()).limit(10)))
         trail, _ = audit.search(session, actor, subject_id=ep.id, limit=10)
+        blocked: list[endpoints.BlockedKey] = []
+        more_blocked = None
+        if ep.on_dead == "block" and ep.deleted_at is None:
+            blocked, more_blocked = endpoints.blocked_keys(
+                session, actor, partner.uid, ep.id, cursor=None, limit=BLOCKED_KEYS_SHOWN)
         return render_template(
             "ui/endpoint.html", ep=ep, partner=partner, since=since, parked=parked,
+            blocked=blocked, more_blocked=more_blocked is not None,
             health=health.get(ep.id, stats.Health(0, 0)), recent=recent, trail=trail,
             headers=present.endpoint_headers(ep.headers, ep.public_headers),
             lag=feed.lag_of(session, runtime().settings, ep),
