@@ -650,7 +650,7 @@ add("/v1/partners/{uid}/feed", "get", op(
                           "version it is pinned to"),
     ], ok={200: schema("FeedPage", obj({
         "data": array(schema("Envelope", obj(
-            {k: v for k, v in _EVENT_PROPS.items() if k != "created_at"},
+            {k: v for k, v in _EVENT_PROPS.items() if k not in ("created_at", "ordering_key")},
             description="exactly the body a pushed webhook carries"))),
         "next_cursor": FEED_CURSOR}))},
     description="A consumer paging with `next_cursor` while publishers write sees every event "
