@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, or_, select, update
+from sqlalchemy import and_, bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db import Database
@@ -59,49 +59,60 @@ def lease_seconds(timeout_s: float, *, floor_s: float, local_wait_s: float,
     return max(floor_s, 2 * timeout_s + local_wait_s + horizon_s + 5)
 
 
+def _claim_statement(postgres: bool) -> Any:
+    """The claim's UPDATE for one chunk of ids, built once per dialect: SQLAlchemy then finds
+    its compiled form in its cache without building or keying a statement per claim."""
+    deliveries = table(Delivery)
+    enabled = select(Endpoint.id).where(Endpoint.state == health.ENABLED,
+                                        Endpoint.deleted_at.is_(None))
+    live = select(Endpoint.id).where(Endpoint.deleted_at.is_(None))
+    columns = [deliveries.c.id, deliveries.c.event_id, deliveries.c.endpoint_id,
+               deliveries.c.attempt_count, deliveries.c.run_attempts, deliveries.c.version,
+               deliveries.c.ordering_seq, deliveries.c.previous_event_id]
+    stmt = (update(deliveries)
+            .where(deliveries.c.id.in_(bindparam("b_ids", expanding=True)),
+                   deliveries.c.state.in_((PENDING, RETRYING)),
+                   or_(deliveries.c.next_attempt_at.is_(None),
+                       deliveries.c.next_attempt_at <= bindparam("b_due")),
+                   or_(deliveries.c.endpoint_id.in_(enabled),
+                       and_(deliveries.c.forced.is_(True),
+                            deliveries.c.endpoint_id.in_(live))),
+                   # An ordered delivery waits for the one before it in its key.
+                   ordering.ready(deliveries))
+            .values(state=DELIVERING, lease_expires_at=bindparam("b_lease"),
+                    updated_at=bindparam("b_now")))
+    if not postgres:
+        return stmt.returning(*columns)
+    events = table(Event)
+    versions = table(EventVersion)
+    # A delivery pinned to another version carries that version's body; the others
+    # (nearly all) never look at event_versions.
+    versioned = (select(versions.c.payload)
+                 .where(versions.c.event_id == deliveries.c.event_id,
+                        versions.c.version == deliveries.c.version)
+                 .scalar_subquery())
+    payload = case((deliveries.c.version.is_(None), events.c.payload),
+                   else_=versioned).label("payload")
+    return stmt.where(events.c.id == deliveries.c.event_id).returning(*columns, payload)
+
+
+_CLAIM = {postgres: _claim_statement(postgres) for postgres in (True, False)}
+
+
 def claim_due(session: Session, ids: list[str], now: datetime, lease: datetime) -> Claimed:
     """Claim every due delivery among `ids` whose endpoint is enabled (or that an operator
     forced to a disabled one).
 
     On PostgreSQL the payloads come back with the claim (UPDATE ... FROM events RETURNING),
-    sparing a query.
+    sparing a query. A Core statement on the session's connection: none of the ORM's
+    per-execution work.
     """
-    deliveries = table(Delivery)
-    enabled = select(Endpoint.id).where(Endpoint.state == health.ENABLED,
-                                        Endpoint.deleted_at.is_(None))
-    live = select(Endpoint.id).where(Endpoint.deleted_at.is_(None))
     postgres = session.get_bind().dialect.name == "postgresql"
-    columns = [deliveries.c.id, deliveries.c.event_id, deliveries.c.endpoint_id,
-               deliveries.c.attempt_count, deliveries.c.run_attempts, deliveries.c.version,
-               deliveries.c.ordering_seq, deliveries.c.previous_event_id]
+    connection = session.connection()
     rows: list[Any] = []
     for chunk in chunks(ids):
-        stmt = (update(deliveries)
-                .where(deliveries.c.id.in_(chunk), deliveries.c.state.in_((PENDING, RETRYING)),
-                       or_(deliveries.c.next_attempt_at.is_(None),
-                           deliveries.c.next_attempt_at <= now),
-                       or_(deliveries.c.endpoint_id.in_(enabled),
-                           and_(deliveries.c.forced.is_(True),
-                                deliveries.c.endpoint_id.in_(live))),
-                       # An ordered delivery waits for the one before it in its key.
-                       ordering.ready(deliveries))
-                .values(state=DELIVERING, lease_expires_at=lease, updated_at=now))
-        if postgres:
-            events = table(Event)
-            versions = table(EventVersion)
-            # A delivery pinned to another version carries that version's body; the others
-            # (nearly all) never look at event_versions.
-            versioned = (select(versions.c.payload)
-                         .where(versions.c.event_id == deliveries.c.event_id,
-                                versions.c.version == deliveries.c.version)
-                         .scalar_subquery())
-            payload = case((deliveries.c.version.is_(None), events.c.payload),
-                           else_=versioned).label("payload")
-            stmt = stmt.where(events.c.id == deliveries.c.event_id).returning(
-                *columns, payload)
-        else:
-            stmt = stmt.returning(*columns)
-        rows += session.execute(stmt).all()
+        rows += connection.execute(_CLAIM[postgres], {
+            "b_ids": list(chunk), "b_due": now, "b_lease": lease, "b_now": now}).all()
     if not postgres:
         return Claimed(rows, None, lease)
     return Claimed(rows, {(r.event_id, r.version): r.payload.encode("utf-8") for r in rows

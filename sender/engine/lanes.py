@@ -118,9 +118,8 @@ class Lanes:
             work = lane.get()
             if work is None:
                 return
-            with self.ledger.changed:
-                self.ledger.waiting -= 1
-                self.ledger.changed.notify_all()
+            with self.ledger.lock:
+                self.ledger.taken()
             self._finished(work, self._send(work))
 
     def _send(self, work: Work) -> AttemptResult:

@@ -63,6 +63,8 @@ class Ledger:
         self.inflight = 0
         self.unflushed = 0
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        # While a job waits under backpressure: the count of waiting deliveries that wakes it.
+        self._wake_below = 0
 
     def room(self, endpoint_id: str) -> Room:
         """The endpoint's room (lock held), made on first use."""
@@ -102,9 +104,22 @@ class Ledger:
                 self.changed.wait(min(remaining, 0.1))
         return True
 
+    def taken(self) -> None:
+        """A lane thread took one waiting delivery (lock held).
+
+        Wakes a job held by backpressure only when the count crosses its mark: a wake-up per
+        delivery would be a thread handoff per delivery. (Idleness is reached when a record is
+        flushed, and the recorder wakes waiters then.)
+        """
+        self.waiting -= 1
+        if self.waiting < self._wake_below:
+            self._wake_below = 0
+            self.changed.notify_all()
+
     def wait_below(self, high_water: int, timeout_s: float) -> None:
         """Backpressure: wait (at most `timeout_s`) while `high_water` deliveries wait."""
         with self.changed:
             deadline = time.monotonic() + timeout_s
             while self.waiting >= high_water and time.monotonic() < deadline:
+                self._wake_below = high_water
                 self.changed.wait(0.05)

@@ -40,7 +40,7 @@ from sender.deliver import AttemptResult
 from sender.engine.claim import HOLD_GRACE_S
 from sender.engine.errors import REASON_ENDPOINT_DISABLED, REASON_RETRIES_EXHAUSTED
 from sender.engine.ledger import Ledger
-from sender.engine.sql import insert_for, table, transient
+from sender.engine.sql import insert_for_dialect, table, transient
 from sender.engine.work import Outcome, Release, Unsendable, Work
 from sender.policy import RetryPolicy, decide, parse_retry_after
 
@@ -58,26 +58,85 @@ SUCCESS_WRITE_S = 1.0
 Timed = list[tuple[str, datetime]]
 
 
+def _attempts_insert(dialect: str, overwrite: bool) -> Any:
+    """The attempt INSERT (ON CONFLICT on (delivery, n)), built once per dialect."""
+    stmt = insert_for_dialect(dialect)(table(Attempt))
+    if overwrite:
+        excluded = stmt.excluded
+        return stmt.on_conflict_do_update(
+            index_elements=["delivery_id", "n"],
+            set_={c: excluded[c] for c in ("started_at", "duration_ms", "url", "request_headers",
+                                           "response_headers",
+                                           "response_status", "response_body", "error")})
+    return stmt.on_conflict_do_nothing(index_elements=["delivery_id", "n"])
+
+
+def _fence() -> tuple[Any, ...]:
+    """A state change applies only to a delivery still `delivering` on the lease it was
+    claimed with."""
+    deliveries = table(Delivery)
+    return (deliveries.c.id == bindparam("b_id"), deliveries.c.state == DELIVERING,
+            deliveries.c.lease_expires_at == bindparam("b_lease"))
+
+
+def _succeeded_update() -> Any:
+    deliveries = table(Delivery)
+    return update(deliveries).where(*_fence()).values(
+        state=SUCCEEDED, attempt_count=bindparam("b_n"), run_attempts=bindparam("b_run_n"),
+        last_status_code=bindparam("b_status"), last_error=None,
+        succeeded_at=bindparam("b_at"), next_attempt_at=None, lease_expires_at=None,
+        updated_at=bindparam("b_now"))
+
+
+def _retrying_update() -> Any:
+    deliveries = table(Delivery)
+    return update(deliveries).where(*_fence()).values(
+        state=RETRYING, attempt_count=bindparam("b_n"), run_attempts=bindparam("b_run_n"),
+        last_status_code=bindparam("b_status"), last_error=bindparam("b_error"),
+        next_attempt_at=bindparam("b_next"), lease_expires_at=bindparam("b_hold"),
+        updated_at=bindparam("b_now"))
+
+
+def _release_update() -> Any:
+    deliveries = table(Delivery)
+    return update(deliveries).where(*_fence()).values(
+        state=case((deliveries.c.run_attempts > 0, RETRYING), else_=PENDING),
+        lease_expires_at=bindparam("b_hold"))
+
+
+# Statements written for every batch, built once: SQLAlchemy then finds each compiled form in
+# its cache without generating a cache key per execution (the key is memoized on the object).
+_STATEMENTS: dict[tuple[str, str], Any] = {}
+
+
+def statement(session: Session, kind: str) -> Any:
+    """One of the recorder's statements for the session's dialect, built on first use."""
+    dialect = session.get_bind().dialect.name
+    stmt = _STATEMENTS.get((dialect, kind))
+    if stmt is None:
+        if kind == "attempts":
+            stmt = _attempts_insert(dialect, overwrite=True)
+        elif kind == "attempts_keep":
+            stmt = _attempts_insert(dialect, overwrite=False)
+        else:
+            stmt = {"succeeded": _succeeded_update, "retrying": _retrying_update,
+                    "release": _release_update}[kind]()
+        _STATEMENTS[(dialect, kind)] = stmt
+    return stmt
+
+
 def record_attempts(session: Session, rows: list[dict[str, Any]], *,
                     overwrite: bool = True) -> None:
     """Insert attempt rows in one statement; an existing (delivery, n) is replaced or kept.
 
     Replacing matters when a worker that lost its lease reports the attempt the sweeper had
-    recorded as `worker_lost`: the real outcome wins.
+    recorded as `worker_lost`: the real outcome wins. Executed on the session's connection:
+    a Core statement, none of the ORM's per-execution work.
     """
     if not rows:
         return
-    stmt = insert_for(session)(table(Attempt))
-    if overwrite:
-        excluded = stmt.excluded
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["delivery_id", "n"],
-            set_={c: excluded[c] for c in ("started_at", "duration_ms", "url", "request_headers",
-                                           "response_headers",
-                                           "response_status", "response_body", "error")})
-    else:
-        stmt = stmt.on_conflict_do_nothing(index_elements=["delivery_id", "n"])
-    session.execute(stmt, rows)
+    session.connection().execute(
+        statement(session, "attempts" if overwrite else "attempts_keep"), rows)
 
 
 def _failing_reason(h: health.Health) -> str:
@@ -144,10 +203,13 @@ class Recorder:
             if first is None:
                 break
             batch: list[Outcome | Release] = [first]
-            deadline = time.monotonic() + FLUSH_MAX_DELAY_S
+            # Let the batch gather, then take it whole: a blocking get per record would wake
+            # this thread once per attempt (a thread handoff each); this wakes it once per
+            # batch. A record waits at most FLUSH_MAX_DELAY_S either way.
+            self.stopping.wait(FLUSH_MAX_DELAY_S)
             while len(batch) < FLUSH_MAX_ITEMS:
                 try:
-                    item = self._writes.get(timeout=max(0.0, deadline - time.monotonic()))
+                    item = self._writes.get_nowait()
                 except Empty:
                     break
                 if item is None:
@@ -226,7 +288,7 @@ class Recorder:
             if r.ok:
                 succeeded.append({"b_id": w.delivery_id, "b_lease": w.lease, "b_n": w.n,
                                   "b_run_n": w.run_n, "b_status": r.status,
-                                  "b_at": o.finished_at})
+                                  "b_at": o.finished_at, "b_now": now})
                 continue
             if states[w.target.endpoint_id] != health.ENABLED:
                 to_park.append((o, REASON_ENDPOINT_DISABLED))
@@ -241,25 +303,16 @@ class Recorder:
             retrying.append({"b_id": w.delivery_id, "b_lease": w.lease, "b_n": w.n,
                              "b_run_n": w.run_n, "b_status": r.status, "b_error": r.error,
                              "b_next": due,
-                             "b_hold": due + timedelta(seconds=HOLD_GRACE_S) if local else None})
+                             "b_hold": due + timedelta(seconds=HOLD_GRACE_S) if local else None,
+                             "b_now": now})
             if local:
                 timers.append((w.delivery_id, due))
 
-        deliveries = table(Delivery)
-        fence = (deliveries.c.id == bindparam("b_id"), deliveries.c.state == DELIVERING,
-                 deliveries.c.lease_expires_at == bindparam("b_lease"))
+        connection = session.connection()
         if succeeded:
-            session.execute(update(deliveries).where(*fence).values(
-                state=SUCCEEDED, attempt_count=bindparam("b_n"), run_attempts=bindparam("b_run_n"),
-                last_status_code=bindparam("b_status"), last_error=None,
-                succeeded_at=bindparam("b_at"), next_attempt_at=None, lease_expires_at=None,
-                updated_at=now), succeeded)
+            connection.execute(statement(session, "succeeded"), succeeded)
         if retrying:
-            session.execute(update(deliveries).where(*fence).values(
-                state=RETRYING, attempt_count=bindparam("b_n"), run_attempts=bindparam("b_run_n"),
-                last_status_code=bindparam("b_status"), last_error=bindparam("b_error"),
-                next_attempt_at=bindparam("b_next"), lease_expires_at=bindparam("b_hold"),
-                updated_at=now), retrying)
+            connection.execute(statement(session, "retrying"), retrying)
         for o, reason in to_park:
             self._park_outcome(session, o, reason)
         return timers
@@ -314,15 +367,10 @@ class Recorder:
         park(session, delivery, delivery.event, delivery.endpoint, reason)
 
     def _record_releases(self, session: Session, releases: list[Release]) -> Timed:
-        deliveries = table(Delivery)
         rows = [{"b_id": r.work.delivery_id, "b_lease": r.work.lease,
                  "b_hold": (r.hold_until + timedelta(seconds=HOLD_GRACE_S)
                             if r.hold_until is not None else None)}
                 for r in releases]
-        session.execute(update(deliveries).where(
-            deliveries.c.id == bindparam("b_id"), deliveries.c.state == DELIVERING,
-            deliveries.c.lease_expires_at == bindparam("b_lease"),
-        ).values(state=case((deliveries.c.run_attempts > 0, RETRYING), else_=PENDING),
-                 lease_expires_at=bindparam("b_hold")), rows)
+        session.connection().execute(statement(session, "release"), rows)
         return [(r.work.delivery_id, r.hold_until) for r in releases
                 if r.hold_until is not None and not self.stopping.is_set()]

@@ -32,5 +32,9 @@ def transient(exc: BaseException) -> bool:
 
 def insert_for(session: Session) -> Any:
     """The dialect's INSERT, which knows ON CONFLICT."""
-    name = session.get_bind().dialect.name
+    return insert_for_dialect(session.get_bind().dialect.name)
+
+
+def insert_for_dialect(name: str) -> Any:
+    """The INSERT of the dialect called `name`, for statements built once per dialect."""
     return postgresql.insert if name == "postgresql" else sqlite.insert

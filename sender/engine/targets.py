@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, select, type_coerce
+from sqlalchemy import Text, bindparam, select, type_coerce
 from sqlalchemy.orm import Session
 
 from app.crypto import SecretBox
@@ -46,6 +46,19 @@ KNOWN_TARGETS_MAX = 50_000
 Targets = tuple[dict[str, Target], dict[str, Unsendable]]
 
 
+# Built once (an expanding list of ids), run as Core on the session's connection: no statement
+# built, keyed or run through the ORM per batch. Headers as stored: one unreadable value must
+# fail its endpoint only.
+_TARGETS = (select(Endpoint.id, Endpoint.url,
+                   type_coerce(Endpoint.headers, Text).label("headers"),
+                   type_coerce(Endpoint.public_headers, Text).label("public_headers"),
+                   Endpoint.timeout_s, Endpoint.rate_limit_per_s,
+                   EndpointSecret.id.label("secret_id"), EndpointSecret.created_at,
+                   EndpointSecret.expires_at, EndpointSecret.secret_encrypted)
+            .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
+            .where(Endpoint.id.in_(bindparam("b_ids", expanding=True))))
+
+
 class TargetReader:
     """Reads send targets; remembers the last one per endpoint to size the next lease."""
 
@@ -68,17 +81,9 @@ class TargetReader:
         those that cannot be sent to cannot (their targets then carry no secret)."""
         secrets: dict[str, list[tuple[datetime, str, str]]] = {}
         rows: dict[str, Any] = {}
+        connection = session.connection()
         for chunk in chunks(sorted(endpoint_ids)):
-            for row in session.execute(
-                    # Headers as stored: one unreadable value must fail its endpoint only.
-                    select(Endpoint.id, Endpoint.url,
-                           type_coerce(Endpoint.headers, Text).label("headers"),
-                           type_coerce(Endpoint.public_headers, Text).label("public_headers"),
-                           Endpoint.timeout_s, Endpoint.rate_limit_per_s,
-                           EndpointSecret.id.label("secret_id"), EndpointSecret.created_at,
-                           EndpointSecret.expires_at, EndpointSecret.secret_encrypted)
-                    .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
-                    .where(Endpoint.id.in_(chunk))):
+            for row in connection.execute(_TARGETS, {"b_ids": list(chunk)}):
                 rows[row.id] = row
                 if row.secret_id is not None and (row.expires_at is None
                                                   or row.expires_at > now):

@@ -641,6 +641,41 @@ def test_credentials_in_the_url_become_basic_auth(
     assert seen.headers["host"] == f"127.0.0.1:{server.port}"
 
 
+def test_each_request_sends_what_requests_would(
+    serve: Callable[..., RawServer], transport: Transport
+) -> None:
+    """Routes are prepared once per URL and address; each request still gets requests' own
+    quoting, its defaults under the caller's headers, and Basic auth from the URL."""
+    server = serve(ok)
+    url = f"http://hook:pw@127.0.0.1:{server.port}/a%20b/\u00fc?q=1"
+    for n in range(2):
+        headers = dict(HEADERS, Accept="application/json", **{"webhook-id": f"evt_{n}"})
+        result = transport.post(url, BODY, headers, 5, LOCAL)
+        assert result.ok, result.error_detail
+        assert result.request_headers["Accept"] == "application/json"
+        assert result.request_headers["Authorization"] == "Basic aG9vazpwdw=="
+        assert result.request_headers["Content-Length"] == str(len(BODY))
+    first, second = server.requests
+    assert first.path == second.path == "/a%20b/%C3%BC?q=1"
+    assert [s.headers["webhook-id"] for s in (first, second)] == ["evt_0", "evt_1"]
+    assert second.headers["accept"] == "application/json"
+    assert second.headers["accept-encoding"] == "identity"
+    assert second.headers["authorization"] == "Basic aG9vazpwdw=="
+
+
+def test_a_route_whose_pool_was_closed_is_prepared_again(
+    serve: Callable[..., RawServer], transport: Transport
+) -> None:
+    """A pool manager closes the pools it evicts; a route must not send through one."""
+    server = serve(ok)
+    assert transport.post(server.url(), BODY, HEADERS, 5, LOCAL).ok
+    for origin in list(transport._sessions.values()):
+        origin.session.close()  # closes every pool the session's adapter made
+    result = transport.post(server.url(), BODY, HEADERS, 5, LOCAL)
+    assert result.ok, result.error_detail
+    assert len(server.requests) == 2
+
+
 def test_connection_refused(transport: Transport) -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
