@@ -54,6 +54,9 @@ FLUSH_MAX_DELAY_S = 0.01
 LOCAL_TIMER_MAX_S = 600.0
 # An endpoint that only succeeds has its "last success" written at most this often.
 SUCCESS_WRITE_S = 1.0
+# Endpoints whose last success write is remembered; past this many, the map is emptied (the
+# cost: one extra "last success" write per endpoint, once).
+SUCCESS_WRITTEN_MAX = 50_000
 
 Timed = list[tuple[str, datetime]]
 
@@ -336,6 +339,8 @@ class Recorder:
                 states[endpoint_id] = health.ENABLED
                 if mono - self._success_written.get(endpoint_id, -1e9) >= SUCCESS_WRITE_S:
                     successes.append((endpoint_id, tally.last_success_at))
+                    if len(self._success_written) >= SUCCESS_WRITTEN_MAX:
+                        self._success_written.clear()
                     self._success_written[endpoint_id] = mono
                 continue
             self._success_written.pop(endpoint_id, None)
