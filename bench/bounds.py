@@ -48,8 +48,8 @@ from bench.deliver import (  # noqa: E402
     Kurir,
     ReceiverProcess,
     bare_ceiling,
-    reset_database,
 )
+from bench.fresh_db import fresh_database  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_bounds_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/6"
@@ -289,7 +289,7 @@ def main() -> int:
     parser.add_argument("--db", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     parser.add_argument("--redis", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
     args = parser.parse_args()
-    reset_database(args.db)
+    fresh_database(args.db)
     import redis
 
     redis.Redis.from_url(args.redis).flushdb()

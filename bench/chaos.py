@@ -70,6 +70,7 @@ import redis  # noqa: E402
 
 from app.ports import free_port  # noqa: E402
 from bench import rawhttp  # noqa: E402
+from bench.fresh_db import fresh_database  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/bench_chaos"
 SECRET_KEY = "chaos-secret-key"  # noqa: S105 - a throwaway database
@@ -519,27 +520,6 @@ class ChaosReport:
         return data
 
 
-def reset_postgres(url: str) -> None:
-    from sqlalchemy import text
-
-    from app.config import normalise_database_url
-    from app.db import Database
-
-    url = normalise_database_url(url)
-    admin = Database(url.rsplit("/", 1)[0] + "/postgres", pool_size=1)
-    name = url.rsplit("/", 1)[1]
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        if not conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
-                            {"n": name}).first():
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    db = Database(url, pool_size=1)
-    with db.engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    db.dispose()
-
-
 def terminate_backends(url: str) -> int:
     """Terminate every backend of this database but our own; how many."""
     from sqlalchemy import text
@@ -695,7 +675,7 @@ def run(config: ChaosConfig) -> ChaosReport:
         (work_dir / "chaos.db").unlink(missing_ok=True)
     else:
         database_url = config.database_url
-        reset_postgres(database_url)
+        fresh_database(database_url)
     report = ChaosReport(config.backend)
     own_redis = OwnRedis(work_dir)
     own_redis.start()

@@ -204,33 +204,6 @@ def bare_ceiling(url: str, processes: int, total: int, body: bytes) -> tuple[flo
 # ---------------------------------------------------------------------------- Kurir
 
 
-def reset_database(url: str) -> None:
-    from sqlalchemy import text
-
-    from app import migrate
-    from app.config import normalise_database_url
-    from app.db import Database
-
-    url = normalise_database_url(url)
-    if url.startswith("postgresql"):
-        admin = Database(url.rsplit("/", 1)[0] + "/postgres", pool_size=1)
-        name = url.rsplit("/", 1)[1]
-        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
-                                  {"n": name}).first()
-            if not exists:
-                conn.execute(text(f'CREATE DATABASE "{name}"'))
-        admin.dispose()
-        db = Database(url, pool_size=1)
-        with db.engine.begin() as conn:
-            conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-            conn.execute(text("CREATE SCHEMA public"))
-        db.dispose()
-    else:
-        Path(url.split("///", 1)[1]).unlink(missing_ok=True)
-    migrate.upgrade(url)
-
-
 class Kurir:
     """Settings, a runtime for publishing from this process, and N worker processes."""
 
@@ -434,8 +407,9 @@ def drain_backlog(kurir: Kurir, receiver: ReceiverProcess, uid: str, events: int
 
 
 def run(args: argparse.Namespace) -> int:
+    from bench.fresh_db import fresh_database
 
-    reset_database(args.db)
+    fresh_database(args.db)
     receiver = ReceiverProcess()
     results: dict[str, Any] = {"workers": args.workers}
     try:

@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import text  # noqa: E402
 
-from app import migrate  # noqa: E402
 from app.config import normalise_database_url  # noqa: E402
 from app.db import Database  # noqa: E402
 from app.services import deliveries  # noqa: E402
 from app.services.actor import Actor  # noqa: E402
 from bench.dlq_search import TYPES, p95, ulid_at  # noqa: E402
+from bench.fresh_db import fresh_database  # noqa: E402
 
 STATES = (["succeeded"] * 90 + ["dead"] * 4 + ["retrying"] * 4 + ["pending"] * 2)
 STATUSES = {"succeeded": 200, "dead": 500, "retrying": 503, "pending": None}
@@ -139,11 +139,8 @@ def main() -> int:
         print("BENCH_DATABASE_URL must be a PostgreSQL URL", file=sys.stderr)
         return 2
     rng = random.Random(14)
+    fresh_database(url)
     db = Database(url, pool_size=2)
-    with db.engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    migrate.upgrade(url)
     started = time.perf_counter()
     names = seed(db, args.rows, rng)
     print(f"seeded {args.rows:,} deliveries in {time.perf_counter() - started:.1f} s")

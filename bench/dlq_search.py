@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import text  # noqa: E402
 
-from app import migrate  # noqa: E402
 from app.config import normalise_database_url  # noqa: E402
 from app.db import Database  # noqa: E402
+from bench.fresh_db import fresh_database  # noqa: E402
 from dlq.search import DeadLetterFilter, count, search  # noqa: E402
 
 ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -181,11 +181,8 @@ def main() -> int:
         print("BENCH_DATABASE_URL must be a PostgreSQL URL", file=sys.stderr)
         return 2
     rng = random.Random(5)
+    fresh_database(url)
     db = Database(url, pool_size=2)
-    with db.engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    migrate.upgrade(url)
     started = time.perf_counter()
     names = seed(db, args.rows, rng)
     print(f"seeded {args.rows:,} dead letters in {time.perf_counter() - started:.1f} s")

@@ -36,12 +36,12 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import text  # noqa: E402
 
-from app import migrate  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db import Database  # noqa: E402
 from app.runtime import Runtime  # noqa: E402
 from app.services import feed  # noqa: E402
 from app.services.actor import Actor  # noqa: E402
+from bench.fresh_db import fresh_database  # noqa: E402
 from sender.endpoints import create_partner  # noqa: E402
 from sender.feed.sequencer import sequence  # noqa: E402
 from sender.publish import publish_event  # noqa: E402
@@ -49,18 +49,6 @@ from sender.publish import publish_event  # noqa: E402
 SCHEMA = {"type": "object", "required": ["order_id"],
           "properties": {"order_id": {"type": "string"}, "amount": {"type": "integer"}}}
 UNSEQUENCED_INDEX = "ix_events_unsequenced"
-
-
-def wipe(url: str) -> None:
-    if url.startswith("sqlite"):
-        Path(url.split("///", 1)[1]).unlink(missing_ok=True)
-    else:
-        db = Database(url, pool_size=1)
-        with db.engine.begin() as connection:
-            connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-            connection.execute(text("CREATE SCHEMA public"))
-        db.dispose()
-    migrate.upgrade(url)
 
 
 def setup(rt: Runtime) -> None:
@@ -123,7 +111,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    wipe(args.database_url)
+    fresh_database(args.database_url)
     rt = Runtime(Settings(database_url=args.database_url, redis_url=args.redis_url,
                           secret_key="bench-only-not-a-secret"))  # noqa: S106
     setup(rt)

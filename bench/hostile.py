@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
-from bench.deliver import Kurir, ReceiverProcess, percentile, reset_database  # noqa: E402
+from bench.deliver import Kurir, ReceiverProcess, percentile  # noqa: E402
+from bench.fresh_db import fresh_database  # noqa: E402
 from tests.hostile import HOSTILE_PATHS, HostileServer  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_hostile_bench"
@@ -165,7 +166,7 @@ def _make_partner(kurir: Kurir, uid: str, urls: list[str], timeout_s: int) -> No
 def run(args: argparse.Namespace) -> int:
     from sender.dispatch import enqueue_now
 
-    reset_database(args.db)
+    fresh_database(args.db)
     receiver = ReceiverProcess()
     results: dict[str, Any] = {"n_per_kind": args.n, "timeout_s": args.timeout,
                                "healthy_rate_per_s": args.rate * HEALTHY_ENDPOINTS}

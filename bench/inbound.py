@@ -275,26 +275,14 @@ def stop_group(process: subprocess.Popen[bytes]) -> None:
 def prepare(url: str, redis_url: str) -> Any:
     """Wipe and migrate the bench database, flush Redis, create the source."""
     import redis
-    from sqlalchemy import text
 
-    from app import migrate
-    from app.config import Settings, normalise_database_url
+    from app.config import Settings
     from app.db import Database
     from app.inbound import sources
     from app.runtime import Runtime
+    from bench.fresh_db import fresh_database
 
-    admin = Database(normalise_database_url(url.rsplit("/", 1)[0] + "/postgres"), pool_size=1)
-    name = url.rsplit("/", 1)[1]
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        if not connection.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
-                                  {"n": name}).scalar():
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    db = Database(normalise_database_url(url), pool_size=2)
-    with db.engine.begin() as connection:
-        connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-        connection.execute(text("CREATE SCHEMA public"))
-    migrate.upgrade(normalise_database_url(url))
+    db = Database(fresh_database(url), pool_size=2)
     redis.Redis.from_url(redis_url).flushdb()
     runtime = Runtime(Settings(database_url=url, redis_url=redis_url,
                                secret_key=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),

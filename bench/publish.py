@@ -47,6 +47,7 @@ import requests  # noqa: E402
 
 from app.ports import free_port  # noqa: E402
 from bench import rawhttp  # noqa: E402
+from bench.fresh_db import fresh_database  # noqa: E402
 
 try:
     import psutil
@@ -267,30 +268,6 @@ class Api:
         if response.status_code not in ok:
             raise SystemExit(f"bench: POST {path} -> {response.status_code} {response.text}")
         return response.json()  # type: ignore[no-any-return]
-
-
-def prepare_database(url: str) -> None:
-    from sqlalchemy import text
-
-    from app import migrate
-    from app.config import normalise_database_url
-    from app.db import Database
-
-    admin_url = url.rsplit("/", 1)[0] + "/postgres"
-    name = url.rsplit("/", 1)[1]
-    admin = Database(normalise_database_url(admin_url), pool_size=1)
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        exists = connection.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
-                                    {"n": name}).scalar()
-        if not exists:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    db = Database(normalise_database_url(url), pool_size=1)
-    with db.engine.begin() as connection:
-        connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-        connection.execute(text("CREATE SCHEMA public"))
-    db.dispose()
-    migrate.upgrade(normalise_database_url(url))
 
 
 def create_token(url: str) -> str:
@@ -523,7 +500,7 @@ def _external(args: argparse.Namespace) -> Iterator[tuple[str, str, int | None]]
 def _own_kurir(args: argparse.Namespace, env: dict[str, str],
                python: str) -> Iterator[tuple[str, str, int | None]]:
     print(f"preparing {args.database_url} (wiped and migrated) ...", flush=True)
-    prepare_database(args.database_url)
+    fresh_database(args.database_url)
     token = create_token(args.database_url)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
