@@ -1,4 +1,31 @@
 """Fixtures shared by the integration tests (a module's own fixture of the same name wins)."""
 
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from app import runtime as runtime_mod
+from app.runtime import Runtime
 from tests.integration._publish_support import acme  # noqa: F401 - re-exported fixture
 from tests.integration.fuzz_kit import seeded  # noqa: F401 - re-exported fixture
+
+
+@pytest.fixture
+def make_rt(settings: Any, migrated: Any, redis_client: Any
+            ) -> Iterator[Callable[..., Runtime]]:
+    """Build a Runtime with setting overrides (compressed schedules, thresholds), installed
+    as the process's runtime; closed at the end of the test."""
+    made: list[Runtime] = []
+
+    def build(**overrides: Any) -> Runtime:
+        rt = Runtime(settings.with_overrides(**overrides), database=migrated.db)
+        runtime_mod.install(rt)
+        made.append(rt)
+        return rt
+
+    yield build
+    for rt in made:
+        rt.close()

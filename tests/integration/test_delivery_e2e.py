@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import func, select
 from standardwebhooks.webhooks import Webhook
 
-from app import runtime as runtime_mod
 from app.clock import utcnow
 from app.models import (
     DEAD,
@@ -37,22 +34,6 @@ from tests.factories import (
 )
 
 FAST_SCHEDULE = (1, 1, 1)
-
-
-@pytest.fixture
-def make_rt(settings: Any, migrated: Any, redis_client: Any) -> Iterator[Any]:
-    """Build a Runtime with setting overrides (compressed schedules, thresholds)."""
-    made: list[Runtime] = []
-
-    def build(**overrides: Any) -> Runtime:
-        rt = Runtime(settings.with_overrides(**overrides), database=migrated.db)
-        runtime_mod.install(rt)
-        made.append(rt)
-        return rt
-
-    yield build
-    for rt in made:
-        rt.close()
 
 
 def _states(rt: Runtime, ids: list[str]) -> dict[str, str]:

@@ -11,13 +11,9 @@ grace (30 s), longer than these tests wait.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 from sqlalchemy import select, text, update
 
-from app import runtime as runtime_mod
 from app.crypto import SecretBox
 from app.models import (
     DEAD,
@@ -43,21 +39,6 @@ from tests.factories import (
 HEALTHY = 10
 # Shorter than the sweeper's grace for a fresh delivery, generous for a slow machine.
 DEADLINE_S = 20.0
-
-
-@pytest.fixture
-def make_rt(settings: Any, migrated: Any, redis_client: Any) -> Iterator[Any]:
-    made: list[Runtime] = []
-
-    def build(**overrides: Any) -> Runtime:
-        rt = Runtime(settings.with_overrides(**overrides), database=migrated.db)
-        runtime_mod.install(rt)
-        made.append(rt)
-        return rt
-
-    yield build
-    for rt in made:
-        rt.close()
 
 
 def _secret_under_another_key(rt: Runtime, endpoint_id: str) -> None:

@@ -6,7 +6,6 @@ import gzip
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ import pytest
 from sqlalchemy import select
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from app import runtime as runtime_mod
 from app.clock import utcnow
 from app.models import RETRYING, SUCCEEDED, Attempt, Delivery, Endpoint
 from app.queues import DEFAULT, INBOUND, JobSpec, enqueue_many
@@ -34,21 +32,6 @@ from tests.factories import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def make_rt(settings: Any, migrated: Any, redis_client: Any) -> Iterator[Any]:
-    made: list[Runtime] = []
-
-    def build(**overrides: Any) -> Runtime:
-        rt = Runtime(settings.with_overrides(**overrides), database=migrated.db)
-        runtime_mod.install(rt)
-        made.append(rt)
-        return rt
-
-    yield build
-    for rt in made:
-        rt.close()
 
 
 def _state(rt: Runtime, delivery_id: str) -> str:

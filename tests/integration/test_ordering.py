@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,6 @@ import pytest
 from sqlalchemy import select, update
 
 from app import contracts
-from app import runtime as runtime_mod
 from app.accounts import create_api_key
 from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery, Endpoint
 from app.runtime import Runtime
@@ -34,22 +33,17 @@ SCHEDULE = (1,) * 12
 
 
 @pytest.fixture
-def make_rt(settings: Any, migrated: Any, redis_client: Any) -> Iterator[Callable[..., Runtime]]:
-    made: list[Runtime] = []
+def make_rt(make_rt: Callable[..., Runtime]) -> Callable[..., Runtime]:
+    """The shared builder (tests/integration/conftest.py), with short retries and no
+    disabling: 30 % failures must never add up to a disabled endpoint in these tests."""
 
     def build(**overrides: Any) -> Runtime:
         overrides.setdefault("retry_schedule", SCHEDULE)
         overrides.setdefault("retry_jitter", 0.0)
-        # 30 % failures must never add up to a disabled endpoint in these tests.
         overrides.setdefault("disable_after_failures", 1_000_000)
-        rt = Runtime(settings.with_overrides(**overrides), database=migrated.db)
-        runtime_mod.install(rt)
-        made.append(rt)
-        return rt
+        return make_rt(**overrides)
 
-    yield build
-    for rt in made:
-        rt.close()
+    return build
 
 
 @dataclass
