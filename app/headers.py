@@ -23,6 +23,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 REDACTED = "[redacted]"
 
+# What an ordered endpoint's deliveries carry besides the Standard Webhooks headers: the
+# delivery's place in its key (gap-free from 1) and the webhook-id of the one before it.
+SEQUENCE_HEADER = "webhook-sequence"
+PREVIOUS_ID_HEADER = "webhook-previous-id"
+
 # Set by Kurir on every webhook, or framing that a custom header must not touch.
 RESERVED = frozenset({
     "webhook-id", "webhook-timestamp", "webhook-signature", "user-agent", "content-type",

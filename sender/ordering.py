@@ -31,6 +31,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from app import headers as header_names
 from app.models import (
     DEAD,
     DELIVERING,
@@ -53,8 +54,7 @@ ON_DEAD_SKIP, ON_DEAD_BLOCK = "skip", "block"
 ON_DEADS = (ON_DEAD_SKIP, ON_DEAD_BLOCK)
 MAX_ORDERING_KEY = 255
 
-SEQUENCE_HEADER = "webhook-sequence"
-PREVIOUS_ID_HEADER = "webhook-previous-id"
+SEQUENCE_HEADER, PREVIOUS_ID_HEADER = header_names.SEQUENCE_HEADER, header_names.PREVIOUS_ID_HEADER
 
 _DELIVERIES = cast(Table, Delivery.__table__)
 _SEQUENCES = cast(Table, OrderingSequence.__table__)

@@ -15,10 +15,12 @@ from typing import Any
 
 import click
 
+from app import headers as header_names
 from app.inbound.verify import SignatureError, verify
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
-_HEADERS_SHOWN = ("webhook-id", "webhook-timestamp", "user-agent")
+_HEADERS_SHOWN = ("webhook-id", "webhook-timestamp", header_names.SEQUENCE_HEADER,
+                  header_names.PREVIOUS_ID_HEADER, "user-agent")
 
 
 def make_server(host: str, port: int, *, secret: str | None, status: int,

@@ -110,3 +110,11 @@ def test_without_a_secret_it_answers_the_chosen_status(listener_factory):
     assert answer.status_code == 503
     printed = listener.stop()
     assert "signature: not checked (no --secret)" in printed and "not json" in printed
+
+
+def test_an_ordered_delivery_shows_its_sequence_and_previous_id(listener_factory):
+    listener = listener_factory("--status", "200")
+    sent = {"webhook-id": "evt_2", "webhook-sequence": "2", "webhook-previous-id": "evt_1"}
+    assert requests.post(listener.url, data=b"{}", headers=sent, timeout=5).status_code == 200
+    printed = listener.stop()
+    assert "webhook-sequence: 2" in printed and "webhook-previous-id: evt_1" in printed
