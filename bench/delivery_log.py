@@ -31,7 +31,13 @@ from app.config import normalise_database_url  # noqa: E402
 from app.db import Database  # noqa: E402
 from app.services import deliveries  # noqa: E402
 from app.services.actor import Actor  # noqa: E402
-from bench.dlq_search import TYPES, p95, ulid_at  # noqa: E402
+from bench.dlq_search import (  # noqa: E402
+    EVENT_COLUMNS,
+    TYPES,
+    copy_rows,
+    p95,
+    ulid_at,
+)
 from bench.fresh_db import fresh_database  # noqa: E402
 
 STATES = (["succeeded"] * 90 + ["dead"] * 4 + ["retrying"] * 4 + ["pending"] * 2)
@@ -71,15 +77,10 @@ def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
                            created, created))
             rows_out.append((ulid_at("dlv", created, rng), event_id, eid, state, 1, 1, 1,
                              STATUSES[state], created, created))
-        with cur.copy("COPY events (id, partner_id, type, version, data, payload, occurred_at, "
-                      "created_at) FROM STDIN") as cp:
-            for row in events:
-                cp.write_row(row)
-        with cur.copy("COPY deliveries (id, event_id, endpoint_id, state, attempt_count, "
-                      "run_attempts, run, last_status_code, created_at, updated_at) "
-                      "FROM STDIN") as cp:
-            for row in rows_out:
-                cp.write_row(row)
+        copy_rows(cur, "events", EVENT_COLUMNS, events)
+        copy_rows(cur, "deliveries", ("id", "event_id", "endpoint_id", "state", "attempt_count",
+                                      "run_attempts", "run", "last_status_code", "created_at",
+                                      "updated_at"), rows_out)
         raw.commit()
     finally:
         raw.close()

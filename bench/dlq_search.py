@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -56,6 +57,19 @@ def _encode(value: int, length: int) -> str:
 def ulid_at(prefix: str, moment: datetime, rng: random.Random) -> str:
     millis = int(moment.timestamp() * 1000)
     return f"{prefix}_{_encode(millis, 10)}{_encode(rng.getrandbits(80), 16)}"
+
+
+EVENT_COLUMNS = ("id", "partner_id", "type", "version", "data", "payload", "occurred_at",
+                 "created_at")
+
+
+def copy_rows(cur: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+              ) -> None:
+    """Load `rows` into `table` with one COPY (a psycopg cursor): seeding a bench's
+    hundreds of thousands of rows in seconds, not minutes."""
+    with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as cp:
+        for row in rows:
+            cp.write_row(row)
 
 
 def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
@@ -109,20 +123,15 @@ def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
             letters.append((letter_id, delivery_id, event_id, eid, pid, etype,
                             rng.choice(REASONS), status, error, payload, state, created,
                             created, None if state == "open" else created))
-        with cur.copy("COPY events (id, partner_id, type, version, data, payload, occurred_at, "
-                      "created_at) FROM STDIN") as cp:
-            for row in events:
-                cp.write_row(row)
-        with cur.copy("COPY deliveries (id, event_id, endpoint_id, state, attempt_count, "
-                      "run_attempts, run, last_status_code, last_error, created_at, updated_at) "
-                      "FROM STDIN") as cp:
-            for row in deliveries:
-                cp.write_row(row)
-        with cur.copy("COPY dead_letters (id, delivery_id, event_id, endpoint_id, partner_id, "
-                      "event_type, reason, last_status_code, last_error, search_text, state, "
-                      "created_at, updated_at, resolved_at) FROM STDIN") as cp:
-            for row in letters:
-                cp.write_row(row)
+        copy_rows(cur, "events", EVENT_COLUMNS, events)
+        copy_rows(cur, "deliveries", ("id", "event_id", "endpoint_id", "state", "attempt_count",
+                                      "run_attempts", "run", "last_status_code", "last_error",
+                                      "created_at", "updated_at"), deliveries)
+        copy_rows(cur, "dead_letters", ("id", "delivery_id", "event_id", "endpoint_id",
+                                        "partner_id", "event_type", "reason",
+                                        "last_status_code", "last_error", "search_text",
+                                        "state", "created_at", "updated_at", "resolved_at"),
+                  letters)
         raw.commit()
     finally:
         raw.close()
