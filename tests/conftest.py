@@ -1,8 +1,8 @@
 """Shared fixtures: real PostgreSQL and SQLite, real Redis, real HTTP.
 
 Database-touching tests take the `runtime` (or `db`) fixture, which is parametrised over both
-backends; PostgreSQL comes from TEST_DATABASE_URL and is skipped, visibly, only when that is
-unset. Each backend is migrated once per session; every test then starts from empty tables
+backends; PostgreSQL comes from TEST_DATABASE_URL, or, when that is unset, from a throwaway
+server the run starts itself (tests/support/embedded_postgres.py). Each backend is migrated once per session; every test then starts from empty tables
 (TRUNCATE/DELETE), which also works when a test runs workers in other threads or processes.
 Redis comes from TEST_REDIS_URL, else an embedded redis-server started for the session.
 """
@@ -68,6 +68,30 @@ def _isolate_parallel_workers() -> None:
 
 
 _isolate_parallel_workers()
+
+_EMBEDDED_POSTGRES: Any = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With TEST_DATABASE_URL unset, start one throwaway PostgreSQL server for the whole run
+    (in the controller, before pytest-xdist starts its workers, which inherit the variable),
+    so the PostgreSQL half of the suite runs on a fresh machine instead of skipping.
+    KURIR_TEST_POSTGRES=off keeps the old behaviour (PostgreSQL tests skip)."""
+    global _EMBEDDED_POSTGRES
+    if (os.environ.get("TEST_DATABASE_URL") or _worker_index() or "PYTEST_XDIST_WORKER" in os.environ
+            or os.environ.get("KURIR_TEST_POSTGRES", "").lower() == "off"):
+        return
+    from tests.support.embedded_postgres import EmbeddedPostgres
+
+    _EMBEDDED_POSTGRES = EmbeddedPostgres()
+    _EMBEDDED_POSTGRES.start()
+    os.environ["TEST_DATABASE_URL"] = _EMBEDDED_POSTGRES.create_database("test")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _EMBEDDED_POSTGRES is not None:
+        os.environ.pop("TEST_DATABASE_URL", None)
+        _EMBEDDED_POSTGRES.stop()
 
 BACKENDS = ("sqlite", "postgresql")
 

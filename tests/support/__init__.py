@@ -1,0 +1,1 @@
+"""What the tests (and the benches) share: servers, factories and kits that are not fixtures."""
