@@ -612,6 +612,28 @@ def test_behind_trusted_proxies_the_throttle_counts_the_real_client(settings, ru
     assert attempt("198.51.100.21", PASSWORD, email=EMAIL, peer="203.0.113.7") == 429
 
 
+def test_a_forwarded_request_with_no_trusted_proxy_is_warned_about_once(settings, runtime,
+                                                                        caplog):
+    """Behind an unnamed proxy every operator shares one address (and one sign-in count):
+    the first request that shows a proxy in front says so in the log."""
+    from app.web import create_app
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "app.web.proxy"]
+
+    client = create_app(runtime=runtime).test_client()
+    with caplog.at_level("WARNING", logger="app.web.proxy"):
+        client.get("/healthz")
+        assert warnings() == []
+        for hop in ("203.0.113.7", "203.0.113.8"):
+            client.get("/healthz", headers={"X-Forwarded-For": hop})
+        assert len(warnings()) == 1 and "KURIR_TRUSTED_PROXIES" in warnings()[0]
+        trusted = create_app(runtime=Runtime(settings.with_overrides(trusted_proxies=1),
+                                             database=runtime.db)).test_client()
+        trusted.get("/healthz", headers={"X-Forwarded-For": "203.0.113.9"})
+        assert len(warnings()) == 1
+
+
 @pytest.mark.parametrize(("base_url", "configured", "secure"), [
     ("http://localhost", None, False),  # a laptop over plain HTTP: the browser keeps it
     ("http://127.0.0.1:8080", None, False),
