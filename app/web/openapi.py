@@ -105,6 +105,7 @@ ERROR_TEXT = {
     413: "body larger than KURIR_MAX_PAYLOAD_BYTES",
     415: "content type is not application/json",
     422: "validation failed; `details` says what",
+    503: "unavailable: a store is unreachable, or a setting the request needs is missing",
 }
 
 

@@ -6,9 +6,9 @@ Without it the login form is an unlimited password oracle. Two rules shape it:
   slow password hash runs, and un-counted when it succeeds. Checking a count and recording a
   failure only after the hash would let a concurrent burst through the check together
   (16 guesses per window with 2 processes × 8 threads, not 5).
-- **Back off, do not lock.** The first `MAX_FAILURES_PER_ACCOUNT` failures for one e-mail (or
-  `MAX_FAILURES_PER_CLIENT` from one address: password spraying) cost nothing; from then on
-  each counted failure makes the next attempt wait twice as long — 1 s, 2 s, 4 s … at most
+- **Back off, do not lock.** The `MAX_FAILURES_PER_ACCOUNT`-th failure for one e-mail (or
+  the `MAX_FAILURES_PER_CLIENT`-th from one address: password spraying) makes the next
+  attempt wait `FIRST_DELAY_S`; each further failure doubles the wait — 2 s, 4 s … at most
   `MAX_DELAY_S`. An attempt refused while waiting is not counted and does not extend the
   wait, so someone who knows an operator's e-mail can slow that operator down by one short
   delay per guess they spend, but can no longer lock the account for a fixed 15 minutes.
