@@ -50,19 +50,28 @@ def create_api_key(session: Session, name: str, scopes: Iterable[str] = ()) -> t
     return key, token
 
 
+def _check_password(password: str) -> None:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise ValidationFailed(f"password must have at least {MIN_PASSWORD_LENGTH} characters",
+                               code="weak_password")
+
+
 def create_operator(session: Session, email: str, password: str) -> Operator:
     email = email.strip().lower()
     if not _EMAIL.fullmatch(email):
         raise ValidationFailed(f"not an email address: {email!r}", code="invalid_email")
-    if len(password) < MIN_PASSWORD_LENGTH:
-        raise ValidationFailed(f"password must have at least {MIN_PASSWORD_LENGTH} characters",
-                               code="weak_password")
+    _check_password(password)
     if session.scalar(select(Operator).where(Operator.email == email)) is not None:
         raise Conflict(f"operator {email} already exists", code="operator_exists")
     operator = Operator(email=email, password_hash=generate_password_hash(password))
     session.add(operator)
     session.flush()
     return operator
+
+
+def set_operator_password(operator: Operator, password: str) -> None:
+    _check_password(password)
+    operator.password_hash = generate_password_hash(password)
 
 
 def verify_operator(session: Session, email: str, password: str) -> Operator | None:

@@ -131,6 +131,26 @@ class Operator(Base):
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class OperatorSession(Base):
+    """A signed-in operator's UI session; the cookie holds its token, this row its life.
+
+    Kept server-side (like the portal's) so that signing out, disabling the operator or
+    changing their password ends it everywhere, not just in one browser.
+    """
+
+    __tablename__ = "operator_sessions"
+
+    id: Mapped[str] = _id("os")
+    operator_id: Mapped[str] = mapped_column(ForeignKey("operators.id", ondelete="CASCADE"),
+                                             index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = _created()
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # "signed_out", "disabled" or "password_changed".
+    end_reason: Mapped[str | None] = mapped_column(String(20))
+
+
 class IdempotencyKey(Base):
     """The first answer to a keyed publish, replayed for the same key and body for ≥ 24 h."""
 
@@ -178,12 +198,17 @@ class PortalLink(Base):
     __tablename__ = "portal_links"
 
     id: Mapped[str] = _id("pl")
-    partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"))
+    partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"),
+                                            index=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_by: Mapped[str] = mapped_column(String(320))
+    # The API key that minted the link (None: an operator, the CLI): revoking that key
+    # revokes the link while unused and ends the session it opened.
+    key_id: Mapped[str | None] = mapped_column(String(40), index=True)
     created_at: Mapped[datetime] = _created()
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class PortalSession(Base):
@@ -195,11 +220,15 @@ class PortalSession(Base):
     partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"),
                                             index=True)
     link_id: Mapped[str | None] = mapped_column(String(40))
+    # Carried over from the link: the API key whose revocation ends this session.
+    key_id: Mapped[str | None] = mapped_column(String(40), index=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = _created()
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # "signed_out" or "revoked": what the partner is told when the cookie comes back.
+    end_reason: Mapped[str | None] = mapped_column(String(20))
 
 
 # ---------------------------------------------------------------------------- contracts

@@ -52,6 +52,14 @@ def purge_portal(runtime: Runtime) -> int:
         return portal.purge(session)
 
 
+def purge_operator_sessions(runtime: Runtime) -> int:
+    """Operator UI sessions that ended or expired more than a day ago."""
+    from app.services import operators
+
+    with runtime.db.begin() as session:
+        return operators.purge(session)
+
+
 def sequence_feed(runtime: Runtime) -> int:
     """Feed positions for the events committed since the last pass, so pull endpoints' lag
     and a reader's first page need not wait for a backlog."""
@@ -77,6 +85,8 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
         PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),
         PeriodicJob("purge-portal-links", purge_portal, IntervalTrigger(hours=1)),
+        PeriodicJob("purge-operator-sessions", purge_operator_sessions,
+                    IntervalTrigger(hours=1)),
         PeriodicJob("resume-bulk-resends", dlq_resend.resume_stalled,
                     IntervalTrigger(minutes=1)),
         PeriodicJob("sweep-inbound-events", inbound_process.sweep,

@@ -7,7 +7,7 @@ import sys
 import click
 
 from app import __version__
-from app.cli import admin, dlq, feed, inbound, listen, run
+from app.cli import admin, dlq, feed, inbound, listen, portal, run
 from app.config import ConfigError, Settings, load_settings
 
 
@@ -36,7 +36,7 @@ def settings_from_env() -> Settings:
 
 
 for command in (*run.COMMANDS, *admin.COMMANDS, *dlq.COMMANDS, *inbound.COMMANDS,
-                *listen.COMMANDS, *feed.COMMANDS):
+                *listen.COMMANDS, *feed.COMMANDS, *portal.COMMANDS):
     cli.add_command(command)
 
 

@@ -1,4 +1,5 @@
-"""Administrative commands: migrations, API keys, operator accounts, the master key."""
+"""Administrative commands: migrations, API keys, operator accounts (and their sessions),
+the master key."""
 
 from __future__ import annotations
 
@@ -114,16 +115,19 @@ def operators_group() -> None:
     """Operator accounts for the web UI."""
 
 
+def _read_password(from_stdin: bool) -> str:
+    if from_stdin or not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\r\n")
+    return str(click.prompt("Password", hide_input=True, confirmation_prompt=True))
+
+
 @operators_group.command("create")
 @click.option("--email", required=True, help="Login email of the operator.")
 @click.option("--password-stdin", is_flag=True,
               help="Read the password from stdin (also automatic when stdin is not a TTY).")
 def operators_create(email: str, password_stdin: bool) -> None:
     """Create an operator; the password is read from stdin or prompted for."""
-    if password_stdin or not sys.stdin.isatty():
-        password = sys.stdin.readline().rstrip("\r\n")
-    else:
-        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    password = _read_password(password_stdin)
     runtime = make_runtime()
     try:
         with runtime.db.begin() as session:
@@ -132,6 +136,48 @@ def operators_create(email: str, password_stdin: bool) -> None:
     except KurirError as exc:
         fail(exc.message)
     click.echo(f"created operator {operator_id} <{email.strip().lower()}>")
+
+
+@operators_group.command("set-password")
+@click.argument("email")
+@click.option("--password-stdin", is_flag=True,
+              help="Read the password from stdin (also automatic when stdin is not a TTY).")
+def operators_set_password(email: str, password_stdin: bool) -> None:
+    """Give operator EMAIL a new password; every UI session of theirs ends at once."""
+    password = _read_password(password_stdin)
+    runtime = make_runtime()
+    try:
+        with runtime.db.begin() as session:
+            ended = operators.set_password(session, cli_actor(), email, password)
+    except KurirError as exc:
+        fail(exc.message)
+    click.echo(f"new password for {email.strip().lower()}; {ended} UI session(s) ended")
+
+
+@operators_group.command("disable")
+@click.argument("email")
+def operators_disable(email: str) -> None:
+    """Disable operator EMAIL: they cannot sign in, and every UI session of theirs ends."""
+    runtime = make_runtime()
+    try:
+        with runtime.db.begin() as session:
+            ended = operators.set_disabled(session, cli_actor(), email, True)
+    except KurirError as exc:
+        fail(exc.message)
+    click.echo(f"disabled {email.strip().lower()}; {ended} UI session(s) ended")
+
+
+@operators_group.command("enable")
+@click.argument("email")
+def operators_enable(email: str) -> None:
+    """Let a disabled operator EMAIL sign in again."""
+    runtime = make_runtime()
+    try:
+        with runtime.db.begin() as session:
+            operators.set_disabled(session, cli_actor(), email, False)
+    except KurirError as exc:
+        fail(exc.message)
+    click.echo(f"enabled {email.strip().lower()}")
 
 
 @click.group("secrets")

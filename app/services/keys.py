@@ -23,7 +23,7 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.models import ApiKey, Partner
 from app.pagination import paginate
 from app.runtime import Runtime
-from app.services import audit, partners
+from app.services import audit, partners, portal
 from app.services.actor import PARTNER_SCOPES, Actor
 
 CACHE_TTL_S = 1.0
@@ -111,16 +111,24 @@ def get(session: Session, actor: Actor, key_id: str) -> KeyView:
 
 
 def revoke(session: Session, actor: Actor, key_id: str) -> KeyView:
-    """Revoke a key for good; every API process refuses it within `CACHE_TTL_S`."""
+    """Revoke a key for good; every API process refuses it within `CACHE_TTL_S`.
+
+    What the key opened into the partner portal goes with it, in the same transaction: its
+    unused magic links are revoked and the sessions they opened end (the portal reads its
+    session row on every request, so that is at once, in every process).
+    """
     view = get(session, actor, key_id)
     key = view.key
     if key.revoked_at is not None:
         raise Conflict(f"API key {key_id} was revoked already", code="key_revoked",
                        details={"id": key_id, "revoked_at": key.revoked_at.isoformat()})
-    key.revoked_at = utcnow()
+    now = utcnow()
+    key.revoked_at = now
     session.flush()
+    stopped = portal.revoke_key_access(session, key.id, now)
     audit.record(session, actor, "key.revoked", "api_key", key.id, partner_id=key.partner_id,
-                 name=key.name)
+                 name=key.name, portal_sessions_ended=stopped.ended,
+                 portal_links_revoked=stopped.revoked)
     forget(key.key_hash)
     return view
 

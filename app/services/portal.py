@@ -5,8 +5,16 @@ partner; the link's token is shown once and stored only as a SHA-256, like API k
 with it flips `used_at` with one conditional UPDATE, so two clicks (or a link scanner racing
 the partner) open at most one session. The session's own token lives in the partner's cookie,
 stored here hashed too; it ends after `SESSION_LIFETIME`, after `SESSION_IDLE` without a
-request, or when the partner signs out. A session acts as `Actor.portal`: its partner only,
-scopes `read`, `endpoints:write` and `dlq:write`, audited as `portal:<uid>`.
+request, when the partner signs out, or when it is revoked. A session acts as `Actor.portal`:
+its partner only, scopes `read`, `endpoints:write` and `dlq:write`, audited as `portal:<uid>`.
+
+Revocation rides on the database, the way API-key revocation does: a link and its session
+carry the id of the key that minted them, revoking the key (or every access of a partner)
+marks the rows, and every API process reads the row on each portal request, so the next
+request anywhere is refused. The minting key's `revoked_at` is also checked on entry and on
+every request, so a key revoked while one of its links is being opened cannot leave a
+session behind. A partner key is itself partner-bound and revocable, but a link it mints is a
+bearer credential of its own: such links live at most `PARTNER_KEY_LINK_TTL_MAX_S`.
 """
 
 from __future__ import annotations
@@ -22,24 +30,28 @@ from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
 from app.errors import KurirError, ValidationFailed
-from app.models import Partner, PortalLink, PortalSession
+from app.models import ApiKey, Partner, PortalLink, PortalSession
 from app.services import audit, partners
-from app.services.actor import Actor
+from app.services.actor import KEY, Actor
 
 # Links and sessions that stopped working are kept this long (a "link expired" page still
 # finds its link), then purged; the audit trail keeps their story.
 KEEP_ENDED = timedelta(days=1)
 LINK_TTL_MIN_S = 60
 LINK_TTL_MAX_S = 86400
+# A link minted by a partner-bound key outlives that key's revocation only until it is used;
+# an hour bounds what a stolen partner key can stockpile.
+PARTNER_KEY_LINK_TTL_MAX_S = 3600
 SESSION_LIFETIME = timedelta(hours=12)
 SESSION_IDLE = timedelta(hours=1)
 # `last_seen_at` is written at most this often, so browsing costs no write per page.
 TOUCH_EVERY = timedelta(seconds=60)
 
 # Why a link does not open the portal.
-LINK_UNKNOWN, LINK_USED, LINK_EXPIRED = "link_invalid", "link_used", "link_expired"
+LINK_UNKNOWN, LINK_USED, LINK_EXPIRED, LINK_REVOKED = (
+    "link_invalid", "link_used", "link_expired", "link_revoked")
 # Why a session no longer holds.
-ENDED, EXPIRED, IDLE, UNKNOWN = "signed_out", "expired", "idle", "unknown"
+ENDED, EXPIRED, IDLE, UNKNOWN, REVOKED = "signed_out", "expired", "idle", "unknown", "revoked"
 
 
 class LinkRefused(KurirError):
@@ -52,14 +64,20 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _ttl(value: Any, default_s: int) -> int:
+def ttl_ceiling(actor: Actor) -> int:
+    """The longest link this actor may mint: 1 h for partner credentials, else 24 h."""
+    return PARTNER_KEY_LINK_TTL_MAX_S if actor.bound_to_partner else LINK_TTL_MAX_S
+
+
+def _ttl(value: Any, default_s: int, ceiling: int) -> int:
     if value is None:
-        return default_s
+        return min(default_s, ceiling)
     if isinstance(value, bool) or not isinstance(value, int) or not (
-            LINK_TTL_MIN_S <= value <= LINK_TTL_MAX_S):
+            LINK_TTL_MIN_S <= value <= ceiling):
+        who = " for a partner key" if ceiling == PARTNER_KEY_LINK_TTL_MAX_S else ""
         raise ValidationFailed(f"expires_in_s must be an integer from {LINK_TTL_MIN_S} to "
-                               f"{LINK_TTL_MAX_S} (24 h)", code="invalid_field",
-                               details={"field": "expires_in_s"})
+                               f"{ceiling} ({ceiling // 3600} h){who}", code="invalid_field",
+                               details={"field": "expires_in_s", "max": ceiling})
     return value
 
 
@@ -68,11 +86,12 @@ def create_link(session: Session, actor: Actor, uid: str, *, expires_in_s: Any =
                 now: datetime | None = None) -> tuple[PortalLink, str]:
     """A one-time link for partner `uid`; the token is returned once, never stored."""
     partner = partners.visible(session, actor, uid, "endpoints:write")
-    ttl = _ttl(expires_in_s, default_ttl_s)
+    ttl = _ttl(expires_in_s, default_ttl_s, ttl_ceiling(actor))
     now = now or utcnow()
     token = secrets.token_urlsafe(32)
     link = PortalLink(partner_id=partner.id, token_hash=_digest(token),
                       created_by=str(actor)[:320], created_at=now,
+                      key_id=actor.key_id if actor.kind == KEY else None,
                       expires_at=now + timedelta(seconds=ttl))
     session.add(link)
     session.flush()
@@ -91,42 +110,57 @@ class Entered:
     partner: Partner
 
 
+_USED_MESSAGE = ("This link was already used. Each link opens the portal once; ask for a "
+                 "new one.")
+_REVOKED_MESSAGE = ("This link was withdrawn by the publisher before it was used. Ask for a "
+                    "new one.")
+
+
 def enter(session: Session, token: str, now: datetime | None = None) -> Entered:
     """Spend a link and open a session.
 
     Raises:
-        LinkRefused: `link_invalid` (404: no such link), `link_used` or `link_expired` (410).
+        LinkRefused: `link_invalid` (404: no such link), `link_used`, `link_revoked` or
+            `link_expired` (410).
     """
     now = now or utcnow()
-    link = session.scalar(select(PortalLink).where(PortalLink.token_hash == _digest(token)))
-    if link is None:
+    row = session.execute(
+        select(PortalLink, ApiKey.revoked_at).outerjoin(ApiKey, ApiKey.id == PortalLink.key_id)
+        .where(PortalLink.token_hash == _digest(token))).first()
+    if row is None:
         raise LinkRefused("This link is not valid. Check that it was copied whole, or ask "
                           "for a new one.", code=LINK_UNKNOWN, status=404)
+    link, key_revoked_at = row
     if link.used_at is not None:
-        raise LinkRefused("This link was already used. Each link opens the portal once; ask "
-                          "for a new one.", code=LINK_USED,
+        raise LinkRefused(_USED_MESSAGE, code=LINK_USED,
                           details={"used_at": isoformat(link.used_at)})
+    if link.revoked_at is not None or key_revoked_at is not None:
+        raise LinkRefused(_REVOKED_MESSAGE, code=LINK_REVOKED)
     if link.expires_at <= now:
         raise LinkRefused("This link has expired. Ask for a new one.", code=LINK_EXPIRED,
                           details={"expired_at": isoformat(link.expires_at)})
     spent = session.execute(
-        update(PortalLink).where(PortalLink.id == link.id, PortalLink.used_at.is_(None))
+        update(PortalLink).where(PortalLink.id == link.id, PortalLink.used_at.is_(None),
+                                 PortalLink.revoked_at.is_(None))
         .values(used_at=now).execution_options(synchronize_session=False)
     ).rowcount  # type: ignore[attr-defined]
     if spent != 1:
-        raise LinkRefused("This link was already used. Each link opens the portal once; ask "
-                          "for a new one.", code=LINK_USED)
+        # Another click spent it, or a revocation committed in between: say which.
+        revoked = session.scalar(select(PortalLink.revoked_at)
+                                 .where(PortalLink.id == link.id)) is not None
+        raise LinkRefused(_REVOKED_MESSAGE if revoked else _USED_MESSAGE,
+                          code=LINK_REVOKED if revoked else LINK_USED)
     partner = session.get_one(Partner, link.partner_id)
     session_token = secrets.token_urlsafe(32)
-    row = PortalSession(partner_id=partner.id, link_id=link.id,
-                        token_hash=_digest(session_token), created_at=now, last_seen_at=now,
-                        expires_at=now + SESSION_LIFETIME)
-    session.add(row)
+    found = PortalSession(partner_id=partner.id, link_id=link.id, key_id=link.key_id,
+                          token_hash=_digest(session_token), created_at=now, last_seen_at=now,
+                          expires_at=now + SESSION_LIFETIME)
+    session.add(found)
     session.flush()
-    actor = Actor.portal(partner.id, partner.uid, row.id)
-    audit.record(session, actor, "portal.signed_in", "portal_session", row.id,
+    actor = Actor.portal(partner.id, partner.uid, found.id)
+    audit.record(session, actor, "portal.signed_in", "portal_session", found.id,
                  partner_id=partner.id, link=link.id, link_created_by=link.created_by)
-    return Entered(row, session_token, actor, partner)
+    return Entered(found, session_token, actor, partner)
 
 
 @dataclass(frozen=True)
@@ -142,14 +176,18 @@ class Resumed:
 def resume(session: Session, token: str, now: datetime | None = None) -> Resumed:
     """The session behind a cookie's token, if it still holds; touches `last_seen_at`."""
     now = now or utcnow()
-    row = session.execute(select(PortalSession, Partner)
-                          .join(Partner, Partner.id == PortalSession.partner_id)
-                          .where(PortalSession.token_hash == _digest(token))).first()
+    row = session.execute(
+        select(PortalSession, Partner, ApiKey.revoked_at)
+        .join(Partner, Partner.id == PortalSession.partner_id)
+        .outerjoin(ApiKey, ApiKey.id == PortalSession.key_id)
+        .where(PortalSession.token_hash == _digest(token))).first()
     if row is None:
         return Resumed(None, reason=UNKNOWN)
-    found, partner = row
+    found, partner, key_revoked_at = row
     if found.ended_at is not None:
-        return Resumed(None, reason=ENDED)
+        return Resumed(None, reason=REVOKED if found.end_reason == REVOKED else ENDED)
+    if key_revoked_at is not None:
+        return Resumed(None, reason=REVOKED)
     if found.expires_at <= now:
         return Resumed(None, reason=EXPIRED)
     if found.last_seen_at + SESSION_IDLE <= now:
@@ -171,8 +209,63 @@ def end(session: Session, token: str, now: datetime | None = None) -> None:
         return
     found, uid = row
     found.ended_at = now
+    found.end_reason = ENDED
     audit.record(session, Actor.portal(found.partner_id, uid, found.id), "portal.signed_out",
                  "portal_session", found.id, partner_id=found.partner_id)
+
+
+# ------------------------------------------------------------------------------ revocation
+
+
+@dataclass(frozen=True)
+class Revoked:
+    """What a revocation stopped: live sessions ended, unused links revoked."""
+
+    ended: int
+    revoked: int
+
+
+def _revoke(session: Session, now: datetime, *, key_id: str | None = None,
+            partner_id: str | None = None) -> Revoked:
+    """End the live sessions and revoke the usable links of one key or one partner.
+
+    Only what still worked is touched and counted: a used or expired link, or a session that
+    expired, went idle or ended, is left as it is.
+    """
+    if key_id is not None:
+        link_scope, session_scope = PortalLink.key_id == key_id, PortalSession.key_id == key_id
+    else:
+        link_scope = PortalLink.partner_id == partner_id
+        session_scope = PortalSession.partner_id == partner_id
+    links = session.execute(
+        update(PortalLink).where(link_scope, PortalLink.used_at.is_(None),
+                                 PortalLink.revoked_at.is_(None), PortalLink.expires_at > now)
+        .values(revoked_at=now).execution_options(synchronize_session=False))
+    sessions = session.execute(
+        update(PortalSession).where(session_scope, PortalSession.ended_at.is_(None),
+                                    PortalSession.expires_at > now,
+                                    PortalSession.last_seen_at > now - SESSION_IDLE)
+        .values(ended_at=now, end_reason=REVOKED).execution_options(synchronize_session=False))
+    return Revoked(ended=int(sessions.rowcount or 0),  # type: ignore[attr-defined]
+                   revoked=int(links.rowcount or 0))  # type: ignore[attr-defined]
+
+
+def revoke_key_access(session: Session, key_id: str, now: datetime | None = None) -> Revoked:
+    """What a revoked API key had opened into the portal stops working (part of
+    `keys.revoke`, which audits it)."""
+    return _revoke(session, now or utcnow(), key_id=key_id)
+
+
+def revoke_partner(session: Session, actor: Actor, uid: str,
+                   now: datetime | None = None) -> Revoked:
+    """End every portal session and revoke every unused link of partner `uid` (admin only;
+    a partner credential meets "not found")."""
+    partner = partners.visible(session, actor, uid, "admin")
+    result = _revoke(session, now or utcnow(), partner_id=partner.id)
+    audit.record(session, actor, "portal.revoked", "partner", partner.id,
+                 partner_id=partner.id, uid=partner.uid, ended=result.ended,
+                 revoked=result.revoked)
+    return result
 
 
 def purge(session: Session, now: datetime | None = None) -> int:

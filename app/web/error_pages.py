@@ -12,6 +12,8 @@ import logging
 from flask import Blueprint, render_template, request
 from werkzeug.exceptions import HTTPException
 
+from app.web.logpath import loggable_path
+
 log = logging.getLogger(__name__)
 
 Page = tuple[str, int]
@@ -33,7 +35,8 @@ def register(blueprint: Blueprint, template: str, *, page: str, speaker: str) ->
                                message=exc.description), status
 
     def unexpected(exc: Exception) -> Page:
-        log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+        log.error("unhandled error on %s %s", request.method, loggable_path(request.path),
+                  exc_info=exc)
         return render_template(template, status=500, title="Something went wrong",
                                message=f"{speaker} hit an internal error; it is logged. Nothing "
                                        "was changed by the failed request."), 500

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from app.errors import KurirError, PayloadTooLarge
+from app.web.logpath import loggable_path
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,16 @@ def register(app: Flask) -> None:
             response.headers["Allow"] = ", ".join(exc.valid_methods)
         return response
 
+    def _log_exception(exc_info: Any) -> None:
+        # Flask's own line for what escapes every handler (a failing after_request, a cookie
+        # that cannot be saved) names the raw path: a magic link's token with it.
+        app.logger.error("Exception on %s [%s]", loggable_path(request.path), request.method,
+                         exc_info=exc_info)
+
+    app.log_exception = _log_exception  # type: ignore[method-assign]
+
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
-        log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+        log.error("unhandled error on %s %s", request.method, loggable_path(request.path),
+                  exc_info=exc)
         return error_response(500, "internal_error", "internal server error")

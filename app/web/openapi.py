@@ -105,6 +105,7 @@ ERROR_TEXT = {
     413: "body larger than KURIR_MAX_PAYLOAD_BYTES",
     415: "content type is not application/json",
     422: "validation failed; `details` says what",
+    503: "unavailable: a store is unreachable, or a setting the request needs is missing",
 }
 
 
@@ -336,15 +337,33 @@ add("/v1/partners/{uid}/portal-links", "post", op(
     "Make a one-time magic link to the partner portal", tag="partners",
     scope="endpoints:write", params=[UID], body_required=False,
     description="The link opens `/portal` for this partner only, once, until `expires_at` "
-                "(default KURIR_PORTAL_LINK_TTL_SECONDS, 15 min; at most 24 h). Its token "
-                "is stored hashed. Embed it in an `<iframe>` from an origin listed in "
-                "KURIR_PORTAL_FRAME_ANCESTORS, or send it to the partner.",
+                "(default KURIR_PORTAL_LINK_TTL_SECONDS, 15 min; at most 24 h, and at most "
+                "1 h when a partner key mints it). Its token is stored hashed. Revoking the "
+                "key that minted it revokes it while unused and ends the session it opened. "
+                "Embed it in an `<iframe>` from an origin listed in "
+                "KURIR_PORTAL_FRAME_ANCESTORS, or send it to the partner. Without "
+                "KURIR_PUBLIC_URL, a request that did not come in on a loopback address is "
+                "refused (`503 public_url_required`): the link's host would come from the "
+                "request.",
     body=schema("PortalLinkCreate", obj({
         "expires_in_s": {"type": "integer", "minimum": 60, "maximum": 86400}}, required=[])),
     ok={201: schema("PortalLink", obj({
         "id": STRING, "partner": STRING, "url": {"type": "string", "format": "uri"},
         "expires_at": TIMESTAMP, "created_at": TIMESTAMP}))},
-    errors=(400, 404, 415, 422)))
+    errors=(400, 404, 415, 422, 503)))
+add("/v1/partners/{uid}/portal-sessions", "delete", op(
+    "End every portal session and revoke every unused portal link of this partner",
+    tag="partners", scope="admin", params=[UID],
+    description="Takes effect at once in every API process: the portal reads its session "
+                "on each request. `ended` counts the sessions that were still live, "
+                "`revoked` the links that could still have been used. Revoking an API key "
+                "(`DELETE /v1/keys/{id}`) does the same for what that key minted.",
+    ok={200: schema("PortalRevocation", obj({
+        "ended": {"type": "integer", "minimum": 0,
+                  "description": "live portal sessions ended"},
+        "revoked": {"type": "integer", "minimum": 0,
+                    "description": "unused, unexpired links revoked"}}))},
+    errors=(403, 404)))
 
 # ---------------------------------------------------------------------------- endpoints
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,6 @@ from app.crypto import DEV_KEY_FILE
 from app.runtime import Runtime
 
 SESSION_LABEL = b"kurir/ui-session/v1"
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,23 @@ def session_secret(rt: Runtime) -> str:
     return hmac.new(material.encode(), SESSION_LABEL, hashlib.sha256).hexdigest()
 
 
+def host_is_loopback(host_header: str | None) -> bool:
+    """Whether a Host value (`name[:port]`, `[v6][:port]`) names a loopback address: the
+    name `localhost` or a loopback IP literal (not a name that merely starts with `127.`)."""
+    value = (host_header or "").strip().lower()
+    host = value.split("]")[0].lstrip("[") if value.startswith("[") \
+        else value.rsplit(":", 1)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def is_loopback_plain_http(req: Any) -> bool:
     """Whether this request reached us over plain HTTP at a loopback address (a laptop)."""
-    host = (req.host or "").rsplit(":", 1)[0] if not (req.host or "").startswith("[") \
-        else (req.host or "").split("]")[0] + "]"
-    return not req.is_secure and (host in LOOPBACK_HOSTS or host.startswith("127."))
+    return not req.is_secure and host_is_loopback(req.host)
 
 
 def cookie_secure(rt: Runtime, req: Any) -> bool:

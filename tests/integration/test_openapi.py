@@ -259,6 +259,9 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     assert api.post("/v1/partners/acme/portal-links", headers=auth,
                     json={"expires_in_s": 5}).status_code == 422
     assert api.post("/v1/partners/ghost/portal-links", headers=auth).status_code == 404
+    revoked = api.delete("/v1/partners/acme/portal-sessions", headers=auth)
+    assert revoked.get_json() == {"ended": 0, "revoked": 2}
+    assert api.delete("/v1/partners/ghost/portal-sessions", headers=auth).status_code == 404
     assert api.post(f"{base}/{parked['id']}/disable", headers=auth).status_code == 200
     assert api.delete(f"{base}/{plain['id']}", headers=auth).status_code == 204
     assert api.delete(f"{base}/{plain['id']}", headers=auth).status_code == 404

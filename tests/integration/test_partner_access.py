@@ -49,6 +49,7 @@ TABLE: dict[tuple[str, str], int] = {
     ("get", "/v1/partners/{uid}"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/keys"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/portal-links"): NOT_FOUND,
+    ("delete", "/v1/partners/{uid}/portal-sessions"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/endpoints"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/endpoints"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/endpoints/{endpoint_id}"): NOT_FOUND,
@@ -107,6 +108,7 @@ NEVER_EVEN_OWN = [
     ("post", "/v1/partners"),
     ("get", "/v1/keys"),
     ("post", "/v1/sources"),
+    ("delete", "/v1/partners/{own}/portal-sessions"),  # withdrawing portal access is admin's
 ]
 
 
@@ -290,6 +292,13 @@ def test_the_lists_show_a_partner_key_its_own_rows(client, world):
     assert _call(client, "get", f"{base}/secret", key, None).status_code == 200
     assert _call(client, "post", f"/v1/partners/{OWN}/portal-links", key,
                  None).status_code == 201
+    # ...but its links live an hour at most (a revoked key's unused links die with it).
+    hour = _call(client, "post", f"/v1/partners/{OWN}/portal-links", key,
+                 {"expires_in_s": 3600})
+    assert hour.status_code == 201
+    day = _call(client, "post", f"/v1/partners/{OWN}/portal-links", key,
+                {"expires_in_s": 86400})
+    assert day.status_code == 422 and day.get_json()["error"]["details"]["max"] == 3600
 
 
 def test_a_partner_key_never_publishes_nor_manages_contracts_sources_or_keys(client, world):

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
+from app.accounts import create_api_key
 from app.clock import utcnow
 from app.models import AuditRecord, Delivery, Endpoint, Event, PortalLink, PortalSession
 from app.services import portal as portal_service
@@ -99,6 +100,45 @@ def test_a_link_opens_one_session_once_and_is_stored_hashed(client, auth, acme, 
     assert bogus.status_code == 404 and "not valid" in bogus.text
 
 
+def test_two_concurrent_clicks_on_one_link_open_exactly_one_session(client, auth, acme,
+                                                                      runtime, live_server,
+                                                                      monkeypatch):
+    """Two real requests race on a live server. On PostgreSQL each is held after it has read
+    the link and found it unused, until the other has read it too: only the conditional
+    UPDATE can then keep the second from opening a session. (SQLite's transactions begin
+    IMMEDIATE: the second cannot read before the first commits, so nothing is held there.)"""
+    import threading
+
+    import requests
+
+    link = link_for(client, auth)
+    both_read = threading.Barrier(2)
+    real_update = portal_service.update
+    hold = not runtime.db.is_sqlite
+
+    def update_after_both_read(*args, **kwargs):
+        if hold and args and args[0] is PortalLink:
+            both_read.wait(timeout=30)  # broken (a 500) if the race was not constructed
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(portal_service, "update", update_after_both_read)
+    answers: list[requests.Response] = []
+
+    def click() -> None:
+        answers.append(requests.post(live_server.url + path_of(link["url"]),
+                                     allow_redirects=False, timeout=60))
+
+    clicks = [threading.Thread(target=click) for _ in range(2)]
+    for thread in clicks:
+        thread.start()
+    for thread in clicks:
+        thread.join(60)
+    assert sorted(a.status_code for a in answers) == [302, 410]
+    assert "already used" in next(a for a in answers if a.status_code == 410).text
+    with runtime.db.begin() as session:
+        assert len(session.scalars(select(PortalSession)).all()) == 1
+
+
 def test_an_expired_link_is_refused_plainly(client, auth, acme, runtime, app):
     link = link_for(client, auth, expires_in_s=60)
     with runtime.db.begin() as session:
@@ -116,8 +156,42 @@ def test_link_lifetime_is_bounded_and_only_for_a_visible_partner(client, auth, a
     assert client.post("/v1/partners/ghost/portal-links", headers=auth).status_code == 404
     day = link_for(client, auth, expires_in_s=86400)
     assert day["partner"] == "acme"
-    read = client.post("/v1/keys", headers=auth)  # no such route: keys are made per partner
-    assert read.status_code in (404, 405)
+    # Minting needs endpoints:write: a read-only key, bound to acme or not, makes no link.
+    with runtime.db.begin() as session:
+        _, reader = create_api_key(session, "reader", ["read"])
+    acme_reader = client.post("/v1/partners/acme/keys", headers=auth,
+                              json={"name": "acme-reader", "scopes": ["read"]}).get_json()
+    for key in (reader, acme_reader["key"]):
+        refused = client.post("/v1/partners/acme/portal-links",
+                              headers={"Authorization": f"Bearer {key}"})
+        assert refused.status_code == 403, refused.get_json()
+    with runtime.db.begin() as session:
+        assert len(session.scalars(select(PortalLink)).all()) == 1
+
+
+def test_a_partner_keys_links_live_at_most_an_hour(client, auth, acme, runtime, make_rt):
+    made = client.post("/v1/partners/acme/keys", headers=auth, json={"name": "acme-ci"})
+    partner_auth = {"Authorization": f"Bearer {made.get_json()['key']}"}
+    over = client.post("/v1/partners/acme/portal-links", headers=partner_auth,
+                       json={"expires_in_s": portal_service.PARTNER_KEY_LINK_TTL_MAX_S + 1})
+    assert over.status_code == 422
+    assert over.get_json()["error"]["details"] == {"field": "expires_in_s", "max": 3600}
+    hour = link_for(client, partner_auth, expires_in_s=3600)
+    assert hour["partner"] == "acme"
+    # A configured default longer than an hour is cut to the hour for a partner key only.
+    from app.web import create_app
+
+    long_default = create_app(runtime=make_rt(portal_link_ttl_seconds=86400)).test_client()
+    default = long_default.post("/v1/partners/acme/portal-links", headers=partner_auth)
+    admins = long_default.post("/v1/partners/acme/portal-links", headers=auth)
+    with runtime.db.begin() as session:
+        lifetimes = {row.id: (row.expires_at - row.created_at, row.key_id)
+                     for row in session.scalars(select(PortalLink))}
+    key_id = made.get_json()["id"]
+    assert lifetimes[hour["id"]] == (timedelta(hours=1), key_id)
+    assert lifetimes[default.get_json()["id"]] == (timedelta(hours=1), key_id)
+    admin_lifetime, admin_key = lifetimes[admins.get_json()["id"]]
+    assert admin_lifetime == timedelta(days=1) and admin_key not in (None, key_id)
 
 
 def test_a_public_url_setting_names_the_links_host(client, auth, acme, app, runtime):
@@ -130,15 +204,117 @@ def test_a_public_url_setting_names_the_links_host(client, auth, acme, app, runt
     assert link.get_json()["url"].startswith("https://hooks.example.com/portal/login/")
 
 
+def test_without_a_public_url_links_are_made_on_loopback_only(client, auth, acme, runtime):
+    """The link's host would come from the request's Host: off loopback that is refused,
+    plainly, until KURIR_PUBLIC_URL names the address partners use."""
+    for host in ("http://localhost", "http://127.0.0.1:8080", "http://[::1]:8080"):
+        made = client.post("/v1/partners/acme/portal-links", headers=auth, base_url=host)
+        assert made.status_code == 201, host
+        assert made.get_json()["url"].startswith(host + "/portal/login/")
+    for host in ("http://kurir.internal.example", "https://127.evil.example",
+                 "http://10.0.0.5:8080"):
+        refused = client.post("/v1/partners/acme/portal-links", headers=auth, base_url=host)
+        assert refused.status_code == 503, host
+        error = refused.get_json()["error"]
+        assert error["code"] == "public_url_required" and "KURIR_PUBLIC_URL" in error["message"]
+    with runtime.db.begin() as session:  # nothing was stored for the refused ones
+        assert len(session.scalars(select(PortalLink)).all()) == 3
+
+
+def test_a_link_posted_from_another_sites_page_is_refused_and_stays_unused(client, auth, acme,
+                                                                          app, runtime):
+    """Login CSRF: another site's form posting a link of its own would sign the visitor in
+    as that partner. Browsers say where a POST comes from; only the link's own page may
+    spend it. A client that is no browser (no such header) is not refused."""
+    link = path_of(link_for(client, auth)["url"])
+    page = app.test_client().get(link)
+    assert page.headers["Referrer-Policy"] == "same-origin"  # so its POST has a real Origin
+    forged = [{"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+              {"Origin": "https://attacker.example"}, {"Origin": "null"},
+              {"Sec-Fetch-Site": "cross-site", "Origin": "http://localhost"}]
+    for headers in forged:
+        refused = app.test_client().post(link, headers=headers)
+        assert refused.status_code == 403, headers
+        assert 'data-code="cross_site"' in refused.text
+        assert "kurir_portal" not in refused.headers.get("Set-Cookie", "")
+    with runtime.db.begin() as session:
+        assert session.scalars(select(PortalLink)).one().used_at is None
+    own_page = app.test_client().post(link, headers={"Sec-Fetch-Site": "same-origin",
+                                                     "Origin": "http://localhost"})
+    assert own_page.status_code == 302
+    old_browser = app.test_client().post(path_of(link_for(client, auth)["url"]),
+                                         headers={"Origin": "http://localhost"})
+    assert old_browser.status_code == 302
+    no_browser = app.test_client().post(path_of(link_for(client, auth)["url"]))
+    assert no_browser.status_code == 302
+
+
+def test_a_nul_in_a_portal_form_is_a_400_not_a_server_error(portal, acme, runtime):
+    token = csrf(portal, "/portal/endpoints/new")
+    answer = portal.post("/portal/endpoints/new", data={
+        "csrf_token": token, "url": "http://127.0.0.1:9/nul", "description": "a\x00b",
+        "all_types": "1", "timeout_s": "15"})
+    assert answer.status_code == 400 and "NUL character" in answer.text
+    with runtime.db.begin() as session:
+        assert session.scalars(select(Endpoint).where(Endpoint.url.endswith("/nul"))
+                               ).first() is None
+
+
+def test_a_links_token_never_reaches_the_error_log(client, auth, acme, app, runtime,
+                                                   monkeypatch, caplog):
+    """Both ways an unexpected error is logged name the path: the portal's own error page,
+    and Flask's line for what escapes every handler (here a failing after_request)."""
+    from app.web import create_app
+
+    link = path_of(link_for(client, auth)["url"])
+    token = link.rsplit("/", 1)[1]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(portal_service, "enter", broken)
+    with caplog.at_level("ERROR"):
+        assert app.test_client().post(link).status_code == 500
+    monkeypatch.undo()
+    failing = create_app(runtime=runtime)
+    failures = [RuntimeError("a cookie that cannot be saved")]
+
+    @failing.after_request
+    def fail_once(response):
+        if failures:
+            raise failures.pop()
+        return response
+
+    with caplog.at_level("ERROR"):
+        assert failing.test_client().get(link).status_code == 500
+    logged = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(logged) == 2
+    for record in logged:
+        line = record.getMessage()
+        assert "/portal/login/[redacted]" in line and token not in line, line
+    # And the API's handler, for errors outside the faces, redacts the same way.
+    handler = app.error_handler_spec[None][None][Exception]
+    with app.test_request_context(link, method="POST"), caplog.at_level("ERROR"):
+        handler(RuntimeError("boom"))
+    assert token not in caplog.records[-1].getMessage()
+    assert "/portal/login/[redacted]" in caplog.records[-1].getMessage()
+
+
 # ------------------------------------------------------------------------------ sessions
 
 
-def test_signing_out_ends_the_session_everywhere(portal, runtime):
+def test_signing_out_ends_the_session_everywhere(portal, runtime, app):
     token = csrf(portal)
+    cookie = next(c for c in portal._cookies.values() if c.key == "kurir_portal").value
     out = portal.post("/portal/logout", data={"csrf_token": token})
     assert out.status_code == 200 and "signed out" in out.text
     after = portal.get("/portal/")
     assert after.status_code == 401 and "not signed in" in after.text
+    # A copy of the old cookie, kept by someone else, opens nothing either.
+    replay = app.test_client()
+    replay.set_cookie("kurir_portal", cookie, path="/portal")
+    refused = replay.get("/portal/")
+    assert refused.status_code == 401 and 'data-reason="signed_out"' in refused.text
     with runtime.db.begin() as session:
         row = session.scalars(select(PortalSession)).one()
         assert row.ended_at is not None

@@ -32,6 +32,7 @@ from app.web.ui import throttle
 from dlq import resend as resend_mod
 from sender.secrets import current_secret
 from tests.dlq_factories import letters_for, make_scene
+from tests.factories import wait_for
 
 EMAIL, PASSWORD = "ops@example.com", "correct horse battery"
 _TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -106,26 +107,106 @@ def _sign_in(client, password: str, email: str = EMAIL, address: str = "203.0.11
                        environ_base={"REMOTE_ADDR": address})
 
 
-def test_repeated_wrong_passwords_lock_the_account_for_a_while(client, operator,
-                                                                redis_client):
+@pytest.fixture
+def clock(monkeypatch):
+    """The throttle's wall clock, standing still until a test moves it."""
+    now = [1_000_000.0]
+    monkeypatch.setattr(throttle, "_clock", lambda: now[0])
+    return now
+
+
+def test_repeated_wrong_passwords_make_the_account_wait(client, operator, clock):
     for _ in range(throttle.MAX_FAILURES_PER_ACCOUNT):
         assert _sign_in(client, "guess").status_code == 401
     locked = _sign_in(client, PASSWORD)  # even the right password waits: no oracle
     assert locked.status_code == 429 and "Too many failed sign-ins" in locked.text
-    assert 0 < int(locked.headers["Retry-After"]) <= throttle.WINDOW_S
+    assert 0 < int(locked.headers["Retry-After"]) <= throttle.MAX_DELAY_S
     assert client.get("/ui/").status_code == 302
     # Another address does not unlock the account; another account is not locked.
     assert _sign_in(client, PASSWORD, address="198.51.100.9").status_code == 429
     assert _sign_in(client, "guess", email="other@example.com").status_code == 401
-    # When the window ends, the right password works and clears the count.
-    for key in redis_client.scan_iter(f"{throttle.KEY_PREFIX}account:*"):
-        redis_client.delete(key)
+    # When the wait is over, the right password works and clears the count.
+    clock[0] += int(locked.headers["Retry-After"])
     assert _sign_in(client, PASSWORD).status_code == 302
     client.post("/ui/logout", data={"csrf_token": token(client, "/ui/")})
     assert _sign_in(client, "guess").status_code == 401
 
 
-def test_one_address_spraying_many_accounts_is_throttled(client, operator):
+def test_the_wait_doubles_with_each_failure_and_is_capped_not_a_lockout(client, operator,
+                                                                          clock):
+    """Back off instead of a fixed 15-minute lock anyone could keep renewing: each counted
+    failure past the free ones doubles the next wait, up to MAX_DELAY_S; refused attempts
+    count for nothing and do not extend it."""
+    for _ in range(throttle.MAX_FAILURES_PER_ACCOUNT - 1):
+        assert _sign_in(client, "guess").status_code == 401
+    waits = []
+    for _ in range(12):
+        assert _sign_in(client, "guess").status_code == 401
+        refused = _sign_in(client, "guess")
+        assert refused.status_code == 429
+        waits.append(int(refused.headers["Retry-After"]))
+        for _ in range(3):  # hammering while refused changes nothing
+            assert int(_sign_in(client, "guess").headers["Retry-After"]) == waits[-1]
+        clock[0] += waits[-1]
+    assert waits[:5] == [1, 2, 4, 8, 16]
+    assert waits == sorted(waits) and waits[-1] == throttle.MAX_DELAY_S
+    assert max(waits) < 900  # never the old fixed lock
+    assert _sign_in(client, PASSWORD).status_code == 302
+
+
+def test_a_concurrent_burst_is_counted_before_any_password_is_checked(
+        live_server, operator, monkeypatch, clock):
+    """Every attempt is counted before the slow hash runs: a burst of guesses arriving
+    together reaches the password check no more often than the free attempts allow. Each
+    guess is held inside the password check until the whole burst has been answered or is
+    inside it too, so the burst is as concurrent as it can be."""
+    import threading
+
+    import requests
+
+    from app.services import operators as operators_service
+
+    burst = 12
+    arrived, answered = [0], [0]
+    lock = threading.Lock()
+    go = threading.Event()
+    real_sign_in = operators_service.sign_in
+
+    def held_sign_in(session, email, password):
+        with lock:
+            arrived[0] += 1
+        go.wait(30)
+        return real_sign_in(session, email, password)
+
+    monkeypatch.setattr(operators_service, "sign_in", held_sign_in)
+    form = requests.get(live_server.url + "/ui/login", timeout=30)
+    csrf_token = _TOKEN.search(form.text).group(1)
+    cookies = form.cookies.get_dict()
+    codes: list[int] = []
+
+    def guess() -> None:
+        response = requests.post(live_server.url + "/ui/login", allow_redirects=False,
+                                 cookies=cookies, timeout=60, data={
+                                     "email": EMAIL, "password": "guess",
+                                     "csrf_token": csrf_token})
+        with lock:
+            codes.append(response.status_code)
+            answered[0] += 1
+
+    threads = [threading.Thread(target=guess) for _ in range(burst)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: arrived[0] + answered[0] >= burst, timeout_s=30,
+             message="every guess to be answered or inside the password check")
+    go.set()
+    for thread in threads:
+        thread.join(60)
+    assert len(codes) == burst
+    assert codes.count(401) == arrived[0] == throttle.MAX_FAILURES_PER_ACCOUNT
+    assert codes.count(429) == burst - throttle.MAX_FAILURES_PER_ACCOUNT
+
+
+def test_one_address_spraying_many_accounts_is_throttled(client, operator, clock):
     for n in range(throttle.MAX_FAILURES_PER_CLIENT):
         assert _sign_in(client, "guess", email=f"user{n}@example.com").status_code == 401
     assert _sign_in(client, PASSWORD).status_code == 429
@@ -508,7 +589,7 @@ _sprayed = itertools.count()
 
 
 def test_behind_trusted_proxies_the_throttle_counts_the_real_client(settings, runtime,
-                                                                    operator):
+                                                                    operator, clock):
     from app.web import create_app
 
     app = create_app(runtime=Runtime(settings.with_overrides(trusted_proxies=("10.0.0.0/8",)),
@@ -529,6 +610,28 @@ def test_behind_trusted_proxies_the_throttle_counts_the_real_client(settings, ru
     assert attempt("198.51.100.20", PASSWORD, email=EMAIL) == 302
     # ...and a peer outside the trusted networks cannot choose its address.
     assert attempt("198.51.100.21", PASSWORD, email=EMAIL, peer="203.0.113.7") == 429
+
+
+def test_a_forwarded_request_with_no_trusted_proxy_is_warned_about_once(settings, runtime,
+                                                                        caplog):
+    """Behind an unnamed proxy every operator shares one address (and one sign-in count):
+    the first request that shows a proxy in front says so in the log."""
+    from app.web import create_app
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "app.web.proxy"]
+
+    client = create_app(runtime=runtime).test_client()
+    with caplog.at_level("WARNING", logger="app.web.proxy"):
+        client.get("/healthz")
+        assert warnings() == []
+        for hop in ("203.0.113.7", "203.0.113.8"):
+            client.get("/healthz", headers={"X-Forwarded-For": hop})
+        assert len(warnings()) == 1 and "KURIR_TRUSTED_PROXIES" in warnings()[0]
+        trusted = create_app(runtime=Runtime(settings.with_overrides(trusted_proxies=1),
+                                             database=runtime.db)).test_client()
+        trusted.get("/healthz", headers={"X-Forwarded-For": "203.0.113.9"})
+        assert len(warnings()) == 1
 
 
 @pytest.mark.parametrize(("base_url", "configured", "secure"), [

@@ -92,6 +92,15 @@ def create_portal_link(uid: str) -> tuple[Response, int]:
     return jsonify(answer), 201
 
 
+@blueprint.delete("/partners/<uid>/portal-sessions")
+def revoke_portal_access(uid: str) -> Response:
+    """End every portal session and revoke every unused link of this partner (admin)."""
+    actor = current_actor()
+    with runtime().db.begin() as session:
+        stopped = portal.revoke_partner(session, actor, uid)
+    return jsonify({"ended": stopped.ended, "revoked": stopped.revoked})
+
+
 # ---------------------------------------------------------------------------- endpoints
 
 

@@ -2,8 +2,13 @@
 
 The portal's cookie (`kurir_portal`, path `/portal`, see `app.web.sessions`) carries the
 session's random token — looked up hashed in `portal_sessions` on every request, so signing
-out or expiry takes effect at once — and the CSRF token every form must echo. The magic link
-itself is the only credential that opens a session; nothing else does.
+out, revocation or expiry takes effect at once — and the CSRF token every form must echo. The
+magic link itself is the only credential that opens a session; nothing else does.
+
+Spending a link is the one POST without a CSRF token (there is no session yet), so it must
+come from the link's own page, not from a form on another site that would sign the visitor
+in as someone else (login CSRF). `cross_site_entry` decides that from what browsers say about
+where a request comes from.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import secrets
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from flask import g, render_template, session
 
@@ -28,10 +34,37 @@ ENDED_MESSAGES = {
     portal.EXPIRED: "Portal sessions last 12 hours, and this one has ended.",
     portal.IDLE: "This session ended after an hour without activity.",
     portal.UNKNOWN: "This portal session is not valid any more.",
+    portal.REVOKED: "The publisher ended this session (its access to the portal was "
+                    "withdrawn).",
     None: "You are not signed in to the portal.",
 }
 
+# Sec-Fetch-Site values of a POST that a page of another site cannot have caused: the enter
+# page posting to itself, or the user's own action in the browser (no page involved).
+_OWN_SITE = frozenset({"same-origin", "none"})
 
+
+def cross_site_entry(headers: Any, host: str, public_url: str | None) -> str | None:
+    """Why a POST spending a magic link did not come from the link's own page, or None.
+
+    Browsers say where a request comes from in `Sec-Fetch-Site` (every current browser, on
+    HTTPS and on loopback): only `same-origin` (the enter page posting to itself) and `none`
+    pass. Where that header is absent — older browsers, or plain HTTP off loopback — an
+    `Origin` header, when sent, must be this host or KURIR_PUBLIC_URL (the enter page sends a
+    real Origin: its Referrer-Policy is `same-origin`). A request with neither header comes
+    from no browser (curl, a script), which no other site can make a visitor send: allowed.
+    """
+    site = headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return None if site.strip().lower() in _OWN_SITE else f"Sec-Fetch-Site: {site[:40]}"
+    origin = headers.get("Origin")
+    if origin is None:
+        return None
+    allowed = {host.lower()}
+    if public_url:
+        allowed.add(urlsplit(public_url).netloc.lower())
+    netloc = urlsplit(origin.strip()).netloc.lower() if origin.strip() != "null" else ""
+    return None if netloc and netloc in allowed else f"Origin: {origin[:100]}"
 
 
 def start(entered: portal.Entered) -> None:

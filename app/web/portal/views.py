@@ -28,6 +28,7 @@ from app.web import csrf, error_pages, present
 from app.web.context import runtime
 from app.web.delivery_log import log_context
 from app.web.endpoint_form import EndpointForm
+from app.web.jsonio import check_url_and_headers
 from app.web.portal import guide, security
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ blueprint = Blueprint("portal", __name__, url_prefix="/portal")
 Page = str | WerkzeugResponse | tuple[str, int] | tuple[str, int, dict[str, str]]
 # While a delivery is on its way, its page reloads itself this often (no script needed).
 REFRESH_S = 2
+# The refusal code of a link posted from another site's page (login CSRF).
+CROSS_SITE = "cross_site"
 
 
 # ------------------------------------------------------------------------------ plumbing
@@ -46,6 +49,7 @@ REFRESH_S = 2
 def _csrf() -> None:
     if request.endpoint != "portal.enter":  # the link itself is that request's credential
         csrf.check_csrf()
+    check_url_and_headers(form=True)  # NUL would be a 500 on PostgreSQL
 
 
 @blueprint.after_request
@@ -116,13 +120,28 @@ def enter(token: str) -> Page:
     """A magic link. GET shows a page that posts it on (at once, by script), so a link
     scanner that merely fetches the URL does not spend it; POST spends it."""
     if request.method == "GET":
-        return render_template("portal/enter.html", token=token)
+        # Its POST then carries a real Origin (under no-referrer it would be "null"), which
+        # `cross_site_entry` checks where a browser sends no Sec-Fetch-Site. The token is in
+        # this page's own URL, so a same-origin Referer tells us nothing we did not have.
+        return render_template("portal/enter.html", token=token), 200, {
+            "Referrer-Policy": "same-origin"}
+    refused = security.cross_site_entry(request.headers, request.host,
+                                        runtime().settings.public_url)
+    if refused is not None:
+        log.warning("portal link posted from another site, refused",
+                    extra={"reason": refused})
+        return render_template(
+            "portal/link_refused.html", title="Open the link itself", code=CROSS_SITE,
+            message="This sign-in did not come from the link's own page, so it was refused "
+                    "and the link is still unused. Open the link you were given directly in "
+                    "your browser."), 403
     try:
         with runtime().db.begin() as session:
             entered = portal.enter(session, token)
     except portal.LinkRefused as exc:
         titles = {portal.LINK_USED: "This link was already used",
                   portal.LINK_EXPIRED: "This link has expired",
+                  portal.LINK_REVOKED: "This link was withdrawn",
                   portal.LINK_UNKNOWN: "This link is not valid"}
         return render_template("portal/link_refused.html", title=titles.get(exc.code, "No entry"),
                                message=exc.message, code=exc.code), exc.status

@@ -1,6 +1,7 @@
 """Operator pages for partners: who they are, their endpoints and API keys, what they did in
-the portal — and "open portal as this partner", which makes a one-time link (audited as the
-operator; what is then done in the portal is audited as `portal:<uid>`, naming that session).
+the portal — "open portal as this partner", which makes a one-time link (audited as the
+operator; what is then done in the portal is audited as `portal:<uid>`, naming that session),
+and "end all portal sessions", which withdraws every way into the partner's portal.
 """
 
 from __future__ import annotations
@@ -61,11 +62,24 @@ def partner_portal_link(uid: str) -> Page:
                                url=portal_url(token))
 
 
+@blueprint.post("/partners/<uid>/portal-sessions/revoke")
+@security.login_required
+def partner_portal_revoke(uid: str) -> WerkzeugResponse:
+    """End every portal session and revoke every unused link of the partner (audited as the
+    operator, `portal.revoked`)."""
+    with runtime().db.begin() as session:
+        stopped = portal.revoke_partner(session, security.actor(), uid)
+    flash(f"Portal access of {uid} withdrawn: {stopped.ended} session(s) ended and "
+          f"{stopped.revoked} unused link(s) revoked, in every API process at once.", "ok")
+    return redirect(url_for("ui.partner", uid=uid))
+
+
 @blueprint.post("/keys/<key_id>/revoke")
 @security.login_required
 def key_revoke(key_id: str) -> WerkzeugResponse:
     with runtime().db.begin() as session:
         view = keys.revoke(session, security.actor(), key_id)
         name, uid = view.key.name, view.partner_uid
-    flash(f"Revoked the key {name!r}: every API process refuses it within a second.", "ok")
+    flash(f"Revoked the key {name!r}: every API process refuses it within a second, and the "
+          "portal links it made and their sessions stop working at once.", "ok")
     return redirect(url_for("ui.partner", uid=uid) if uid else url_for("ui.partners"))

@@ -161,23 +161,24 @@ def login() -> Page:
     password = request.form.get("password", "")
     throttle = LoginThrottle(runtime().redis)
     client = request.remote_addr or "unknown"
-    wait_s = throttle.retry_after(email, client)
+    # Counted before the slow password check, so a concurrent burst cannot slip past the
+    # count together; a success un-counts it below.
+    wait_s = throttle.claim(email, client)
     if wait_s:
-        # Refused before the password is looked at: a locked account is no oracle either.
-        minutes = -(-wait_s // 60)
-        flash(f"Too many failed sign-ins. Try again in {minutes} minute(s).", "error")
+        # Refused before the password is looked at: a waiting account is no oracle either.
+        when = f"{wait_s} seconds" if wait_s < 120 else f"{-(-wait_s // 60)} minutes"
+        flash(f"Too many failed sign-ins. Try again in {when}.", "error")
         log.warning("sign-in throttled", extra={"client": client})
         page = render_template("ui/login.html", next=next_url, email=email)
         return page, 429, {"Retry-After": str(wait_s)}
     with runtime().db.begin() as session:
         operator = operators.sign_in(session, email, password)
         if operator is not None:
-            security.start_session(operator)
+            security.start_session(operator, operators.open_session(session, operator))
     if operator is None:
-        throttle.failed(email, client)
         flash("Wrong email or password.", "error")
         return render_template("ui/login.html", next=next_url, email=email), 401
-    throttle.succeeded(email)
+    throttle.succeeded(email, client)
     log.info("operator signed in", extra={"operator_id": operator.id})
     return redirect(security.safe_next(next_url))
 
