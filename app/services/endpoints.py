@@ -144,6 +144,15 @@ def blocked_keys(session: Session, actor: Actor, uid: str, endpoint_id: str, *,
     return rows, following
 
 
+BlockedCount = ordering.BlockedCount
+
+
+def blocked_key_counts(session: Session) -> list[BlockedCount]:
+    """How many keys each endpoint holds, every partner's (for /metrics, which shows figures
+    to whoever may scrape it, not to an actor): one statement."""
+    return ordering.blocked_key_counts(session)
+
+
 def delete(session: Session, actor: Actor, uid: str, endpoint_id: str) -> None:
     endpoint = get(session, actor, uid, endpoint_id, "endpoints:write")
     rules.delete_endpoint(session, endpoint)

@@ -69,6 +69,25 @@ def order(order_id: str = "o-1", amount: int = 100, **extra: Any) -> dict[str, A
             "data": {"order_id": order_id, "amount": amount}, **extra}
 
 
+def blocked_endpoint(client: Any, auth: dict[str, str], uid: str = "acme",
+                     keys: tuple[str, ...] = ("stock:1",), per_key: int = 2,
+                     event_type: str = "order.created", **fields: Any) -> dict[str, Any]:
+    """An ordered `on_dead: "block"` endpoint that was disabled while `per_key` events of
+    each key were published: they are parked dead with open letters, still numbered, so each
+    key's first one holds the rest (as after any disable window)."""
+    endpoint = make_endpoint(client, auth, uid, ordering="key", on_dead="block", **fields)
+    disabled = client.post(f"/v1/partners/{uid}/endpoints/{endpoint['id']}/disable",
+                           headers=auth, json={"reason": "maintenance"})
+    assert disabled.status_code == 200, disabled.get_json()
+    for key in keys:
+        for n in range(per_key):
+            published = client.post(f"/v1/partners/{uid}/events", headers=auth,
+                                    json=order(f"{key}-{n}", ordering_key=key,
+                                               type=event_type))
+            assert published.status_code == 202, published.get_json()
+    return endpoint
+
+
 def counts(db: Database) -> dict[str, int]:
     with db.Session() as session:
         return {model.__tablename__: int(session.scalar(select(func.count()).select_from(model)))
