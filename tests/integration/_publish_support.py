@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from app.clock import utcnow
 from app.db import Database
+from app.ids import new_id
 from app.models import (
     DeadLetter,
     DeadLetterAudit,
@@ -19,6 +22,7 @@ from app.models import (
     IdempotencyKey,
     Partner,
 )
+from sender.publish import PublishRequest, payload_json
 
 ORDER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -86,6 +90,21 @@ def blocked_endpoint(client: Any, auth: dict[str, str], uid: str = "acme",
                                                type=event_type))
             assert published.status_code == 202, published.get_json()
     return endpoint
+
+
+def old_event(runtime: Any, uid: str, order_id: str, age: timedelta) -> str:
+    """An `order.created` event of partner `uid` created `age` ago, as if it had waited that
+    long in the feed (it gets its feed position at the next sequencer run)."""
+    created = utcnow() - age
+    with runtime.db.begin() as session:
+        partner_id = session.scalars(select(Partner.id).where(Partner.uid == uid)).one()
+        event_id = new_id("evt")
+        request = PublishRequest("order.created", 1, {"order_id": order_id, "amount": 1},
+                                 created, None, None)
+        session.add(Event(id=event_id, partner_id=partner_id, type="order.created", version=1,
+                          data=request.data, occurred_at=created, created_at=created,
+                          payload=payload_json(event_id, request, uid, created)))
+    return event_id
 
 
 def counts(db: Database) -> dict[str, int]:

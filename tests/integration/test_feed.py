@@ -26,6 +26,7 @@ from tests.integration._publish_support import (
     make_endpoint,
     make_event_type,
     make_partner,
+    old_event,
     order,
 )
 
@@ -354,20 +355,6 @@ def test_a_cursor_older_than_retention_is_gone(client, auth, acme, runtime):
     assert _feed(client, auth, after=fresh).status_code == 200
 
 
-def _old_event(runtime: Any, order_id: str, age: timedelta) -> str:
-    """An event of acme's created `age` ago, as if it had waited that long in the feed."""
-    created = utcnow() - age
-    with runtime.db.begin() as session:
-        partner_id = session.scalars(select(Partner.id).where(Partner.uid == "acme")).one()
-        event_id = new_id("evt")
-        request = PublishRequest("order.created", 1, {"order_id": order_id, "amount": 1},
-                                 created, None, None)
-        session.add(Event(id=event_id, partner_id=partner_id, type="order.created", version=1,
-                          data=request.data, occurred_at=created, created_at=created,
-                          payload=payload_json(event_id, request, "acme", created)))
-    return event_id
-
-
 def test_a_pull_endpoint_behind_retention_gets_backlog_expired_not_a_silent_skip(
         client, auth, acme, runtime):
     """The unacknowledged events past retention are neither served nor skipped silently: the
@@ -376,9 +363,9 @@ def test_a_pull_endpoint_behind_retention_gets_backlog_expired_not_a_silent_skip
     skipper = make_endpoint(client, auth, url=None, mode="pull")
     acker = make_endpoint(client, auth, url=None, mode="pull")
     retention = timedelta(days=runtime.settings.retention_days)
-    old_id = _old_event(runtime, "o-old", retention + timedelta(hours=1))
+    old_id = old_event(runtime, "acme", "o-old", retention + timedelta(hours=1))
     # Created earlier still, but committed (so placed in the feed) after it.
-    _old_event(runtime, "o-older", retention + timedelta(hours=2))
+    old_event(runtime, "acme", "o-older", retention + timedelta(hours=2))
     client.post("/v1/partners/acme/events", headers=auth, json=order("o-new"))
     # A feed that is nobody's backlog still starts within retention.
     fresh, later_cursor = _drain(client, auth)
@@ -429,7 +416,7 @@ def test_a_pull_endpoint_behind_retention_gets_backlog_expired_not_a_silent_skip
 def test_only_subscribed_types_make_a_backlog_expire(client, auth, acme, runtime):
     make_event_type(client, auth, "order.shipped")
     pull = make_endpoint(client, auth, url=None, mode="pull", event_types=["order.shipped"])
-    _old_event(runtime, "o-old", timedelta(days=runtime.settings.retention_days, hours=1))
+    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retention_days, hours=1))
     page = _feed(client, auth, endpoint=pull["id"])
     assert page.status_code == 200 and page.get_json()["data"] == []
     lag = client.get(f"/v1/partners/acme/endpoints/{pull['id']}", headers=auth).get_json()
