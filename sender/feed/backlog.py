@@ -7,11 +7,11 @@ happened would skip them silently (and once they are purged, for good), so its r
 a cursor are refused (`410 backlog_expired`, with how many, the oldest one and the horizon)
 until it moves past them on purpose: acknowledging a later cursor, or `skip-expired`.
 
-Why it is computed from the events the endpoint has not acknowledged, not from the ones that
-are left: the rule of the data lifecycle is that a pull endpoint's unacknowledged backlog is
-kept (only finished history is purged), so these rows are exactly what a purge must leave in
-place until the endpoint has acknowledged or skipped past them. The answer therefore stays
-exact, count and oldest id included, when events are really deleted.
+It is computed from the events the endpoint has not acknowledged, never from the absence of
+rows: a pull endpoint's unacknowledged backlog is not finished history, so a purge of events
+keeps these rows until the endpoint acknowledges or skips past them (or, were it ever allowed
+to drop them, first records per endpoint the count and oldest id it removes). The answer then
+stays exact, count and oldest id included, once events are really deleted.
 """
 
 from __future__ import annotations
