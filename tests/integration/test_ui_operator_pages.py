@@ -267,6 +267,9 @@ def test_blocked_keys_stay_on_the_endpoint_page_after_ordering_is_turned_off(ui,
     assert 'data-testid="blocked-keys"' in page
     assert "stock:1" in page and "stock:2" in page
     assert "Ordering is off for deliveries made from now on" in page
+    # The dashboard names the endpoints that hold keys.
+    dashboard = ui.get("/ui/").text
+    assert re.search(rf'{held["id"]}</a>: 2 keys held', dashboard)
 
 
 def test_enabling_a_blocking_endpoint_offers_to_resend_what_it_parked(ui, auth, runtime,

@@ -212,6 +212,7 @@ def dashboard() -> Page:
             disabled=disabled,
             partners=partners.uids(session, {e.partner_id for e in disabled}),
             events=stats.recent_operational_events(session),
+            blocked=endpoints.blocked_key_counts(session),
             queues=queues, queue_error=queue_error)
 
 
