@@ -43,6 +43,7 @@ from app.models import (
     Delivery,
     Endpoint,
     OrderingSequence,
+    Partner,
 )
 
 # Ids per IN (...) list, well under every driver's parameter limit.
@@ -207,6 +208,43 @@ class BlockedKey:
     waiting: int
 
 
+def _head_candidates() -> tuple[Any, ColumnElement[bool]]:
+    """Deliveries that hold their key: numbered, dead with an open letter, and nothing of
+    their key has gone out after them. A key's head is its lowest-numbered such delivery."""
+    d = _DELIVERIES
+    later = _DELIVERIES.alias("ordering_later")
+    gone_out_after = exists().where(
+        later.c.endpoint_id == d.c.endpoint_id, later.c.ordering_key == d.c.ordering_key,
+        later.c.ordering_seq > d.c.ordering_seq,
+        later.c.state.in_((SUCCEEDED, DELIVERING)))
+    holding = d.join(_LETTERS, and_(_LETTERS.c.delivery_id == d.c.id,
+                                    _LETTERS.c.state == DL_OPEN))
+    return holding, and_(d.c.ordering_seq.is_not(None), d.c.state == DEAD, ~gone_out_after)
+
+
+@dataclass(frozen=True)
+class BlockedCount:
+    """How many keys one `on_dead: "block"` endpoint holds."""
+
+    endpoint_id: str
+    partner_uid: str
+    keys: int
+
+
+def blocked_key_counts(session: Session) -> list[BlockedCount]:
+    """Every live endpoint that holds at least one key, with how many: one statement,
+    whatever the number of endpoints (for /metrics)."""
+    d = _DELIVERIES
+    holding, holds = _head_candidates()
+    rows = session.execute(
+        select(d.c.endpoint_id, Partner.uid, func.count(func.distinct(d.c.ordering_key)))
+        .select_from(holding.join(_ENDPOINTS, _ENDPOINTS.c.id == d.c.endpoint_id)
+                     .join(Partner, Partner.id == _ENDPOINTS.c.partner_id))
+        .where(holds, _ENDPOINTS.c.on_dead == ON_DEAD_BLOCK, _ENDPOINTS.c.deleted_at.is_(None))
+        .group_by(d.c.endpoint_id, Partner.uid).order_by(d.c.endpoint_id))
+    return [BlockedCount(endpoint_id, uid, int(keys)) for endpoint_id, uid, keys in rows]
+
+
 def blocked_keys(session: Session, endpoint_id: str, *, after: str | None = None,
                  limit: int = 50) -> list[BlockedKey]:
     """The keys an `on_dead: "block"` endpoint holds, by key, from `after` (exclusive).
@@ -219,16 +257,10 @@ def blocked_keys(session: Session, endpoint_id: str, *, after: str | None = None
     if endpoint is None or endpoint.on_dead != ON_DEAD_BLOCK:
         return []
     d = _DELIVERIES
-    later = _DELIVERIES.alias("ordering_later")
-    gone_out_after = exists().where(
-        later.c.endpoint_id == d.c.endpoint_id, later.c.ordering_key == d.c.ordering_key,
-        later.c.ordering_seq > d.c.ordering_seq,
-        later.c.state.in_((SUCCEEDED, DELIVERING)))
+    holding, holds = _head_candidates()
     heads = (select(d.c.ordering_key, func.min(d.c.ordering_seq).label("seq"))
-             .select_from(d.join(_LETTERS, and_(_LETTERS.c.delivery_id == d.c.id,
-                                                _LETTERS.c.state == DL_OPEN)))
-             .where(d.c.endpoint_id == endpoint_id, d.c.ordering_seq.is_not(None),
-                    d.c.state == DEAD, ~gone_out_after)
+             .select_from(holding)
+             .where(d.c.endpoint_id == endpoint_id, holds)
              .group_by(d.c.ordering_key).order_by(d.c.ordering_key).limit(limit))
     if after is not None:
         heads = heads.where(d.c.ordering_key > after)

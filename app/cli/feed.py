@@ -25,16 +25,26 @@ from app.services import feed
               help="Seconds between polls when nothing is new (with --follow).")
 @click.option("--ack", is_flag=True,
               help="Acknowledge each page once printed (a pull --endpoint only).")
+@click.option("--skip-expired", is_flag=True,
+              help="First move the pull --endpoint past its unacknowledged events older than "
+                   "the retention period (after a backlog_expired refusal); audited.")
 def feed_command(uid: str, endpoint: str | None, after: str | None, limit: int, follow: bool,
-                 interval: float, ack: bool) -> None:
+                 interval: float, ack: bool, skip_expired: bool) -> None:
     """Print partner UID's events in commit order, one JSON envelope per line (exactly the
     body a push carries); the cursor to continue from goes to stderr."""
-    if ack and endpoint is None:
-        fail("--ack needs --endpoint (a pull endpoint)", 2)
+    if (ack or skip_expired) and endpoint is None:
+        fail("--ack and --skip-expired need --endpoint (a pull endpoint)", 2)
     runtime = make_runtime()
     actor = cli_actor()
     cursor = after
     try:
+        if skip_expired and endpoint is not None:
+            with runtime.db.begin() as session:
+                gone = feed.skip_expired(session, runtime.settings, actor, uid,
+                                         endpoint).backlog
+            click.echo("nothing past retention to skip" if gone is None else
+                       f"skipped {gone.skipped} event(s) past retention, the oldest "
+                       f"{gone.oldest_event}", err=True)
         while True:
             page = feed.read(runtime, actor, uid, after=cursor, limit=limit,
                              endpoint_id=endpoint)

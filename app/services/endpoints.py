@@ -20,7 +20,9 @@ from sqlalchemy.orm import Session
 from app.clock import isoformat, utcnow
 from app.errors import BadRequest, Conflict, NotFound
 from app.models import (
+    DL_OPEN,
     Attempt,
+    BulkOperation,
     Delivery,
     Endpoint,
     EndpointSecret,
@@ -29,8 +31,9 @@ from app.models import (
 )
 from app.pagination import paginate
 from app.runtime import Runtime
-from app.services import audit, partners
+from app.services import audit, dead_letters, partners
 from app.services.actor import Actor
+from dlq.search import DeadLetterFilter
 from sender import endpoints as rules
 from sender import ordering
 from sender.dispatch import enqueue_after_commit
@@ -144,6 +147,15 @@ def blocked_keys(session: Session, actor: Actor, uid: str, endpoint_id: str, *,
     return rows, following
 
 
+BlockedCount = ordering.BlockedCount
+
+
+def blocked_key_counts(session: Session) -> list[BlockedCount]:
+    """How many keys each endpoint holds, every partner's (for /metrics, which shows figures
+    to whoever may scrape it, not to an actor): one statement."""
+    return ordering.blocked_key_counts(session)
+
+
 def delete(session: Session, actor: Actor, uid: str, endpoint_id: str) -> None:
     endpoint = get(session, actor, uid, endpoint_id, "endpoints:write")
     rules.delete_endpoint(session, endpoint)
@@ -251,6 +263,50 @@ def parked_since(session: Session, endpoint: Endpoint) -> datetime | None:
         raw = (latest.data or {}).get("was_disabled_at")
         return parse_time(raw) if raw else None
     return latest.created_at
+
+
+@dataclass(frozen=True)
+class Parked:
+    """What an endpoint parked while it was last disabled and is still open."""
+
+    since: datetime | None  # when it was disabled (None: never; then every open letter)
+    letters: int
+    # Under `on_dead: "block"` parked ordered deliveries hold their keys until resent.
+    holds_keys: bool
+
+
+def _parked_filter(endpoint: Endpoint, since: datetime | None) -> DeadLetterFilter:
+    return DeadLetterFilter(endpoint=endpoint.id, state=DL_OPEN, since=since)
+
+
+def parked(session: Session, actor: Actor, endpoint: Endpoint) -> Parked:
+    """The open letters parked since the endpoint was last disabled (what re-enabling it
+    offers to resend)."""
+    _own(actor, endpoint, "read")
+    since = parked_since(session, endpoint)
+    letters = dead_letters.matching(session, actor, _parked_filter(endpoint, since))
+    return Parked(since, letters, endpoint.on_dead == ordering.ON_DEAD_BLOCK and letters > 0)
+
+
+def resend_parked(session: Session, rt: Runtime, actor: Actor,
+                  endpoint: Endpoint) -> tuple[bool, BulkOperation]:
+    """Enable the endpoint if it is disabled and resend, in the background, every letter
+    parked since it was disabled; whether it was enabled now, and the resend job.
+
+    Under `on_dead: "block"` this is how a disable window ends: every ordered key touched
+    while the endpoint was disabled is held by its first parked letter until that is resent
+    (the claim then sends each key in order, whatever order the job takes them in).
+    Audited as `endpoint.enabled` (when it was disabled) and `endpoint.parked_resent`.
+    """
+    _own(actor, endpoint, "endpoints:write")
+    actor.require("dlq:write")
+    since = parked_since(session, endpoint)
+    enabled = enable(session, actor, endpoint)
+    op = dead_letters.resend_matching(
+        session, rt, actor, dead_letters.FilterForm(_parked_filter(endpoint, since)))
+    _record(session, actor, "endpoint.parked_resent", endpoint, operation=op.id,
+            letters=op.total, since=isoformat(since))
+    return enabled, op
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,11 @@ decides what an actor may read and acknowledge. A feed is read with `read` (admi
 keys, operators, and that partner's own partner keys and portal); an acknowledgement needs
 `endpoints:write`. Acknowledgements are not written to the audit trail: a consumer makes one
 per page, and the endpoint keeps the last one (`acked_seq`, `acked_at`).
+
+A pull endpoint whose acknowledgement lies behind the retention horizon is never moved past
+its old events silently: its reads without a cursor answer `410 backlog_expired` until the
+consumer acknowledges a later cursor or skips them with `skip_expired`, a deliberate choice
+that is audited (`endpoint.backlog_skipped`).
 """
 
 from __future__ import annotations
@@ -13,25 +18,26 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.clock import utcnow
+from app.clock import isoformat, utcnow
 from app.config import Settings
-from app.errors import Conflict, ValidationFailed
-from app.models import Endpoint, Partner
+from app.errors import Conflict, Gone, ValidationFailed
+from app.models import Endpoint
 from app.runtime import Runtime
+from app.services import audit, partners
 from app.services import endpoints as endpoint_service
-from app.services import partners
 from app.services.actor import Actor
 from sender.feed import cursor as cursors
-from sender.feed.lag import Lag, lag
+from sender.feed.backlog import ExpiredBacklog, expired
+from sender.feed.lag import Lag, PullLag, lag, lags
 from sender.feed.read import Subscriber, page
 from sender.feed.sequencer import head, sequence
 
 PULL, PUSH = "pull", "push"
 
-__all__ = ["Lag", "FeedPage", "read", "ack", "lag_of", "pull_lags", "sequence_now"]
+__all__ = ["Lag", "PullLag", "ExpiredBacklog", "FeedPage", "Skipped", "read", "ack",
+           "skip_expired", "expired_backlog", "lag_of", "pull_lags", "sequence_now"]
 
 
 @dataclass(frozen=True)
@@ -55,33 +61,56 @@ def read(rt: Runtime, actor: Actor, uid: str, *, after: str | None, limit: int,
 
     Raises:
         NotFound: the partner (or endpoint) does not exist or is not the actor's to see.
-        BadRequest: `invalid_cursor`. Gone: `cursor_expired`.
+        BadRequest: `invalid_cursor`. Gone: `cursor_expired`; `backlog_expired`, a pull
+            endpoint read without a cursor whose acknowledgement lies behind retention.
     """
     now = now or utcnow()
     retention = _retention(rt.settings)
+    # A pull endpoint resuming from its acknowledgement: its id and subscription.
+    resuming: tuple[str, list[str] | None] | None = None
     with rt.db.begin() as session:
         partner = partners.visible(session, actor, uid)
         subscriber = None
         start: int | None = None
+        # A start of our choosing skips what is past retention, unless it is a pull
+        # endpoint's acknowledgement: that one is checked for an expired backlog below.
+        not_before: datetime | None = now - retention
         if endpoint_id is not None:
             endpoint = endpoint_service.get(session, actor, uid, endpoint_id)
             subscriber = Subscriber(endpoint.event_types, endpoint.versions)
             if endpoint.mode == PULL:
-                start = endpoint.acked_seq
+                start, not_before = endpoint.acked_seq, None
+                resuming = (endpoint.id, endpoint.event_types)
         # A valid cursor sees everything after it (it is younger than retention, so nothing
-        # after it is); a start of our choosing skips what is past retention.
-        not_before: datetime | None = now - retention
+        # after it is).
         if after is not None:
             position = cursors.decode(after, now=now, retention=retention)
             _not_ahead(session, position.seq, after)
-            start, not_before = position.seq, None
+            start, not_before, resuming = position.seq, None, None
         partner_id = partner.id
     # Before reading, so the page holds every event committed before this request.
     sequence(rt.db)
     with rt.db.begin() as session:
+        if resuming is not None:
+            resuming_id, event_types = resuming
+            gone = expired(session.connection(), partner_id, event_types, start,
+                           horizon=now - retention)
+            if gone is not None:
+                raise backlog_expired(gone, uid, resuming_id)
         found = page(session.connection(), partner_id, after=start, limit=limit,
                      not_before=not_before, subscriber=subscriber)
     return FeedPage(found.payloads, cursors.encode(found.position, now))
+
+
+def backlog_expired(gone: ExpiredBacklog, uid: str, endpoint_id: str) -> Gone:
+    """The refusal of a read that would otherwise skip events past retention."""
+    return Gone(f"{gone.skipped} event(s) after this endpoint's last acknowledgement reach "
+                f"past the retention period (the oldest is {gone.oldest_event}); move past "
+                f"them on purpose with POST /v1/partners/{uid}/endpoints/{endpoint_id}/"
+                "skip-expired, or acknowledge a later cursor",
+                code="backlog_expired",
+                details={"horizon": isoformat(gone.horizon), "skipped": gone.skipped,
+                         "oldest_event": gone.oldest_event})
 
 
 def _not_ahead(session: Session, seq: int, raw: str) -> None:
@@ -125,30 +154,67 @@ def ack(session: Session, settings: Settings, actor: Actor, uid: str, endpoint_i
     return endpoint
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A pull endpoint after `skip_expired`, and what it moved past (None: nothing)."""
+
+    endpoint: Endpoint
+    backlog: ExpiredBacklog | None
+
+
+def expired_backlog(session: Session, settings: Settings, endpoint: Endpoint,
+                    now: datetime | None = None) -> ExpiredBacklog | None:
+    """What of a pull endpoint's backlog lies past retention (None for a push endpoint)."""
+    if endpoint.mode != PULL:
+        return None
+    return expired(session.connection(), endpoint.partner_id, endpoint.event_types,
+                   endpoint.acked_seq, horizon=(now or utcnow()) - _retention(settings))
+
+
+def skip_expired(session: Session, settings: Settings, actor: Actor, uid: str,
+                 endpoint_id: str, now: datetime | None = None) -> Skipped:
+    """Move pull endpoint `endpoint_id` past the events of its backlog that lie past
+    retention, and past nothing younger; audited, since the consumer never gets them.
+
+    Nothing to skip changes nothing (and records nothing), so it is safe to retry.
+
+    Raises:
+        NotFound: the endpoint is not the actor's to change. Conflict: `push_endpoint`.
+    """
+    now = now or utcnow()
+    endpoint = endpoint_service.get(session, actor, uid, endpoint_id, "endpoints:write")
+    if endpoint.mode != PULL:
+        raise Conflict("only a pull endpoint has a backlog to skip; a push endpoint's "
+                       "deliveries are retried or dead-lettered", code="push_endpoint",
+                       details={"endpoint": endpoint.id, "mode": endpoint.mode})
+    gone = expired_backlog(session, settings, endpoint, now)
+    if gone is None:
+        return Skipped(endpoint, None)
+    endpoint.acked_seq = max(endpoint.acked_seq or 0, gone.through)
+    endpoint.acked_at = now
+    session.flush()
+    audit.record(session, actor, "endpoint.backlog_skipped", "endpoint", endpoint.id,
+                 partner_id=endpoint.partner_id, skipped=gone.skipped,
+                 oldest_event=gone.oldest_event, through=gone.through,
+                 horizon=isoformat(gone.horizon))
+    return Skipped(endpoint, gone)
+
+
 def lag_of(session: Session, settings: Settings, endpoint: Endpoint,
            now: datetime | None = None) -> Lag | None:
     """What a pull endpoint has not acknowledged (None for a push endpoint)."""
     if endpoint.mode != PULL:
         return None
-    not_before = (now or utcnow()) - _retention(settings)
-    return lag(session.connection(), endpoint.partner_id, endpoint.event_types,
-               endpoint.acked_seq, not_before=not_before)
+    horizon = (now or utcnow()) - _retention(settings)
+    return lag(session.connection(), endpoint.id, horizon=horizon)
 
 
 def pull_lags(session: Session, settings: Settings, now: datetime | None = None
-              ) -> list[tuple[Endpoint, str, Lag]]:
-    """Every live pull endpoint with its partner's uid and its lag (for /metrics)."""
-    now = now or utcnow()
-    rows = session.execute(
-        select(Endpoint, Partner.uid).join(Partner, Partner.id == Endpoint.partner_id)
-        .where(Endpoint.mode == PULL, Endpoint.deleted_at.is_(None))
-        .order_by(Endpoint.id)).all()
-    found = []
-    for endpoint, uid in rows:
-        endpoint_lag = lag_of(session, settings, endpoint, now)
-        if endpoint_lag is not None:
-            found.append((endpoint, uid, endpoint_lag))
-    return found
+              ) -> list[PullLag]:
+    """Every live pull endpoint with its partner's uid and its lag, in a fixed number of
+    statements whatever their number (for /metrics)."""
+    horizon = (now or utcnow()) - _retention(settings)
+    return lags(session.connection(), horizon=horizon)
 
 
 def sequence_now(rt: Runtime) -> int:

@@ -28,6 +28,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     ui.register(app)
     portal.register(app)
     app.register_blueprint(metrics.blueprint)
+    metrics.warn_if_open(app)
     app.wsgi_app = UnreadBodyGuard(app.wsgi_app)  # type: ignore[method-assign]
     app.wsgi_app = proxy.wrap(app.wsgi_app, settings.trusted_proxies)  # type: ignore[method-assign]
     return app

@@ -2,20 +2,35 @@
 
 The database is the truth, so the figures come from it: deliveries by state, attempts by
 outcome and a latency histogram built from `attempts.duration_ms` in one pass, dead letters
-and inbound events by state. Queue depth and the age of the oldest waiting job come from RQ.
-A store that does not answer is reported as `kurir_<store>_up 0`, never as a failed scrape.
-Counts shrink when retention purges old rows; they are exposed as gauges for that reason.
+and inbound events by state, pull endpoints' lag and blocked ordering keys. Queue depth and
+the age of the oldest waiting job come from RQ. A store that does not answer is reported as
+`kurir_<store>_up 0`, never as a failed scrape. Counts shrink when retention purges old rows;
+they are exposed as gauges for that reason.
+
+What a scrape may cost and show (docs/security.md):
+- a render is a fixed number of SQL statements, whatever the number of endpoints, and is
+  kept for `CACHE_TTL_S` seconds per process, so scraping in a loop cannot keep the
+  database busy;
+- the default series carry no partner uid and no endpoint id (aggregates only); the
+  per-endpoint series (`partner`, `endpoint` labels) are served only when
+  `KURIR_METRICS_TOKEN` is set, i.e. to a scraper that had to authenticate. Their
+  cardinality is bounded by the endpoints that have something to show: live pull endpoints,
+  and endpoints that hold at least one ordering key.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import redis
-from flask import Blueprint, Response, request
+from flask import Blueprint, Flask, Response, current_app, request
 from rq import Queue
 from rq.job import Job
 from sqlalchemy import case, func, select
@@ -34,6 +49,7 @@ from app.models import (
     InboundEvent,
 )
 from app.queues import ALL_QUEUES
+from app.services import endpoints as endpoint_service
 from app.services import feed
 from app.web.context import runtime
 
@@ -42,6 +58,8 @@ log = logging.getLogger(__name__)
 blueprint = Blueprint("metrics", __name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# How long a render is served again before the stores are read anew (per API process).
+CACHE_TTL_S = 5.0
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0)
 
 
@@ -97,7 +115,7 @@ def _by(session: Session, column: Any, model: Any) -> dict[str, int]:
     return {str(key): int(n) for key, n in rows}
 
 
-def _database_metrics(out: _Writer, session: Session) -> None:
+def _database_metrics(out: _Writer, session: Session, *, detailed: bool) -> None:
     deliveries = _by(session, Delivery.state, Delivery)
     out.family("kurir_deliveries", "gauge", "Deliveries in the database, by state.")
     for state in sorted(set(DELIVERY_STATES) | set(deliveries)):
@@ -140,7 +158,8 @@ def _database_metrics(out: _Writer, session: Session) -> None:
     for state in sorted({"enabled", "disabled"} | set(endpoints)):
         out.sample("kurir_endpoints", int(endpoints.get(state, 0)), state=state)
 
-    _feed_metrics(out, session)
+    _feed_metrics(out, session, detailed=detailed)
+    _ordering_metrics(out, session, detailed=detailed)
 
     inbound = _by(session, InboundEvent.status, InboundEvent)
     out.family("kurir_inbound_events", "gauge", "Received partner callbacks, by status.")
@@ -148,31 +167,78 @@ def _database_metrics(out: _Writer, session: Session) -> None:
         out.sample("kurir_inbound_events", inbound.get(status, 0), status=status)
 
 
-def _feed_metrics(out: _Writer, session: Session) -> None:
-    """Per pull endpoint: what its consumer has not acknowledged, and how old the oldest is."""
+def _age(now: datetime, oldest: datetime | None) -> float:
+    return 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
+
+
+def _feed_metrics(out: _Writer, session: Session, *, detailed: bool) -> None:
+    """What pull endpoints' consumers have not acknowledged: in aggregate, and per endpoint
+    for an authenticated scraper. Three statements for all of them."""
     now = utcnow()
     lags = feed.pull_lags(session, runtime().settings, now)
+    out.family("kurir_pull_endpoints", "gauge", "Live pull endpoints.")
+    out.sample("kurir_pull_endpoints", len(lags))
+    out.family("kurir_pull_lag_events", "gauge",
+               "Events pull endpoints' consumers have not acknowledged yet, all endpoints "
+               "together.")
+    out.sample("kurir_pull_lag_events", sum(p.lag.events for p in lags))
+    out.family("kurir_pull_lag_max_seconds", "gauge",
+               "Age of the oldest event any pull endpoint's consumer has not acknowledged "
+               "(0 when none).")
+    oldest = [p.lag.oldest_at for p in lags if p.lag.oldest_at is not None]
+    out.sample("kurir_pull_lag_max_seconds", _age(now, min(oldest) if oldest else None))
+    out.family("kurir_pull_endpoints_backlog_expired", "gauge",
+               "Pull endpoints whose unacknowledged events reach past retention: their reads "
+               "answer 410 backlog_expired until they skip them.")
+    out.sample("kurir_pull_endpoints_backlog_expired", sum(1 for p in lags if p.lag.expired))
+    if not detailed:
+        return
     out.family("kurir_pull_endpoint_lag_events", "gauge",
                "Events a pull endpoint's consumer has not acknowledged yet.")
-    for endpoint, uid, lag in lags:
-        out.sample("kurir_pull_endpoint_lag_events", lag.events, endpoint=endpoint.id,
-                   partner=uid)
+    for p in lags:
+        out.sample("kurir_pull_endpoint_lag_events", p.lag.events, endpoint=p.endpoint_id,
+                   partner=p.partner_uid)
     out.family("kurir_pull_endpoint_lag_seconds", "gauge",
                "Age of the oldest event a pull endpoint's consumer has not acknowledged "
                "(0 when none).")
-    for endpoint, uid, lag in lags:
-        age = 0.0 if lag.oldest_at is None else max(0.0, (now - lag.oldest_at).total_seconds())
-        out.sample("kurir_pull_endpoint_lag_seconds", float(age), endpoint=endpoint.id,
-                   partner=uid)
+    for p in lags:
+        out.sample("kurir_pull_endpoint_lag_seconds", _age(now, p.lag.oldest_at),
+                   endpoint=p.endpoint_id, partner=p.partner_uid)
+    out.family("kurir_pull_endpoint_expired_events", "gauge",
+               "Of those, events created before the retention horizon.")
+    for p in lags:
+        out.sample("kurir_pull_endpoint_expired_events", p.lag.expired,
+                   endpoint=p.endpoint_id, partner=p.partner_uid)
 
 
-def render() -> str:
+def _ordering_metrics(out: _Writer, session: Session, *, detailed: bool) -> None:
+    """Ordering keys held behind a dead delivery (`on_dead: "block"`): nothing more of such a
+    key is sent until its letter is resent or discarded. One statement."""
+    counts = endpoint_service.blocked_key_counts(session)
+    out.family("kurir_blocked_keys", "gauge",
+               "Ordering keys held by a dead delivery (on_dead: block), all endpoints "
+               "together.")
+    out.sample("kurir_blocked_keys", sum(c.keys for c in counts))
+    out.family("kurir_endpoints_with_blocked_keys", "gauge",
+               "Endpoints holding at least one ordering key.")
+    out.sample("kurir_endpoints_with_blocked_keys", len(counts))
+    if not detailed:
+        return
+    out.family("kurir_endpoint_blocked_keys", "gauge",
+               "Ordering keys one endpoint holds (only endpoints holding at least one).")
+    for c in counts:
+        out.sample("kurir_endpoint_blocked_keys", c.keys, endpoint=c.endpoint_id,
+                   partner=c.partner_uid)
+
+
+def render(*, detailed: bool = False) -> str:
+    """The whole scrape; `detailed` adds the series labelled by partner and endpoint."""
     rt = runtime()
     out = _Writer()
     database_up = 1
     try:
         with rt.db.begin() as session:
-            _database_metrics(out, session)
+            _database_metrics(out, session, detailed=detailed)
     except Exception:
         log.warning("metrics: database query failed", exc_info=True)
         database_up = 0
@@ -198,15 +264,58 @@ def render() -> str:
     return out.text()
 
 
+class RenderCache:
+    """The last render, served again for `ttl_s` seconds; one render at a time, so scrapes
+    arriving together wait for it instead of each reading the stores."""
+
+    def __init__(self, ttl_s: float = CACHE_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._kept: dict[bool, tuple[float, str]] = {}
+
+    def get(self, detailed: bool, make: Callable[[], str]) -> str:
+        with self._lock:
+            kept = self._kept.get(detailed)
+            if kept is not None and self.clock() - kept[0] < self.ttl_s:
+                return kept[1]
+            text = make()
+            self._kept[detailed] = (self.clock(), text)
+            return text
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+
+def cache_of(app: Flask) -> RenderCache:
+    """The app's render cache (made on first use)."""
+    return app.extensions.setdefault("kurir_metrics", RenderCache())  # type: ignore[no-any-return]
+
+
 @blueprint.get("/metrics")
 def metrics() -> Response:
-    _require_scrape_token(runtime().settings.metrics_token)
-    return Response(render(), content_type=CONTENT_TYPE)
+    token = runtime().settings.metrics_token
+    _require_scrape_token(token)
+    detailed = token is not None
+    text = cache_of(current_app).get(detailed, lambda: render(detailed=detailed))
+    return Response(text, content_type=CONTENT_TYPE)
+
+
+def warn_if_open(app: Flask) -> None:
+    """At start: an open /metrics on a shared (PostgreSQL) deployment is worth a warning."""
+    settings = app.extensions["kurir"].settings
+    if settings.metrics_token is None and not settings.is_sqlite:
+        log.warning("/metrics is open to anyone who can reach this API (KURIR_METRICS_TOKEN is "
+                    "unset): it shows aggregate delivery figures and no partner or endpoint; "
+                    "set KURIR_METRICS_TOKEN to require a bearer token (and to add the "
+                    "per-endpoint series)")
 
 
 def _require_scrape_token(token: str | None) -> None:
     """With KURIR_METRICS_TOKEN set, a scrape must bear it (Prometheus `authorization`):
-    the figures name partners' queues and volumes, and each scrape costs database work.
+    the figures then name partners and endpoints.
     """
     if token is None:
         return

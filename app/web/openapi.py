@@ -410,6 +410,10 @@ LAG = schema("PullLag", obj({
     "oldest_unacknowledged_age_s": nullable({"type": "number", "minimum": 0}),
     "acknowledged_at": dict(OPT_TIMESTAMP, description="when the last acknowledgement moved "
                                                         "the position"),
+    "expired_events": dict(INTEGER, description="of `events`, those created before the "
+                                                "retention horizon: reads without a cursor "
+                                                "answer 410 `backlog_expired` until they are "
+                                                "skipped"),
 }, description="what a pull endpoint's consumer is behind"))
 _ENDPOINT_PROPS: dict[str, Schema] = {
     "id": STRING,
@@ -676,7 +680,10 @@ add("/v1/partners/{uid}/feed", "get", op(
                 "exactly once, in commit order: positions are given only to committed events. "
                 "`next_cursor` is always given; an empty `data` means nothing new yet. A cursor "
                 "older than the retention period answers 410 `cursor_expired`; a malformed one "
-                "400 `invalid_cursor`.",
+                "400 `invalid_cursor`. A pull endpoint read without a cursor whose "
+                "acknowledgement lies behind the retention horizon answers 410 "
+                "`backlog_expired` with `details: {horizon, skipped, oldest_event}` instead of "
+                "skipping those events silently; `POST …/skip-expired` moves past them.",
     errors=(400, 404, 410)))
 add("/v1/partners/{uid}/endpoints/{endpoint_id}/ack", "post", op(
     "Acknowledge a pull endpoint's feed up to a cursor", tag="feed", scope="endpoints:write",
@@ -686,6 +693,15 @@ add("/v1/partners/{uid}/endpoints/{endpoint_id}/ack", "post", op(
                 "and changes nothing. 409 `push_endpoint` for a push endpoint; 400 "
                 "`invalid_cursor`; 410 `cursor_expired`.",
     errors=(400, 404, 409, 410, 415, 422)))
+add("/v1/partners/{uid}/endpoints/{endpoint_id}/skip-expired", "post", op(
+    "Move a pull endpoint past the events of its backlog that lie beyond retention",
+    tag="feed", scope="endpoints:write", params=EP, ok={200: ENDPOINT_WITH_LAG},
+    description="The way out of 410 `backlog_expired`: the acknowledgement moves to the last "
+                "event created before the retention horizon, and past nothing younger. "
+                "Audited (`endpoint.backlog_skipped`, with the count and the oldest event); "
+                "with nothing to skip it changes nothing. 409 `push_endpoint` for a push "
+                "endpoint.",
+    errors=(404, 409)))
 
 # ---------------------------------------------------------------------------- deliveries
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from app.clock import utcnow
 from app.db import Database
+from app.ids import new_id
 from app.models import (
     DeadLetter,
     DeadLetterAudit,
@@ -19,6 +22,7 @@ from app.models import (
     IdempotencyKey,
     Partner,
 )
+from sender.publish import PublishRequest, payload_json
 
 ORDER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -67,6 +71,40 @@ def make_endpoint(client: Any, auth: dict[str, str], uid: str = "acme",
 def order(order_id: str = "o-1", amount: int = 100, **extra: Any) -> dict[str, Any]:
     return {"type": "order.created", "version": 1,
             "data": {"order_id": order_id, "amount": amount}, **extra}
+
+
+def blocked_endpoint(client: Any, auth: dict[str, str], uid: str = "acme",
+                     keys: tuple[str, ...] = ("stock:1",), per_key: int = 2,
+                     event_type: str = "order.created", **fields: Any) -> dict[str, Any]:
+    """An ordered `on_dead: "block"` endpoint that was disabled while `per_key` events of
+    each key were published: they are parked dead with open letters, still numbered, so each
+    key's first one holds the rest (as after any disable window)."""
+    endpoint = make_endpoint(client, auth, uid, ordering="key", on_dead="block", **fields)
+    disabled = client.post(f"/v1/partners/{uid}/endpoints/{endpoint['id']}/disable",
+                           headers=auth, json={"reason": "maintenance"})
+    assert disabled.status_code == 200, disabled.get_json()
+    for key in keys:
+        for n in range(per_key):
+            published = client.post(f"/v1/partners/{uid}/events", headers=auth,
+                                    json=order(f"{key}-{n}", ordering_key=key,
+                                               type=event_type))
+            assert published.status_code == 202, published.get_json()
+    return endpoint
+
+
+def old_event(runtime: Any, uid: str, order_id: str, age: timedelta) -> str:
+    """An `order.created` event of partner `uid` created `age` ago, as if it had waited that
+    long in the feed (it gets its feed position at the next sequencer run)."""
+    created = utcnow() - age
+    with runtime.db.begin() as session:
+        partner_id = session.scalars(select(Partner.id).where(Partner.uid == uid)).one()
+        event_id = new_id("evt")
+        request = PublishRequest("order.created", 1, {"order_id": order_id, "amount": 1},
+                                 created, None, None)
+        session.add(Event(id=event_id, partner_id=partner_id, type="order.created", version=1,
+                          data=request.data, occurred_at=created, created_at=created,
+                          payload=payload_json(event_id, request, uid, created)))
+    return event_id
 
 
 def counts(db: Database) -> dict[str, int]:

@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import select
 
 from app.cli import cli
-from app.models import Endpoint
+from app.models import AuditRecord, Endpoint
 from tests.integration._publish_support import (
     make_endpoint,
     make_event_type,
     make_partner,
+    old_event,
     order,
 )
 
@@ -57,3 +60,23 @@ def test_feed_refuses_a_bad_cursor_and_ack_without_endpoint(run, client, auth):
     assert bad.exit_code == 2 and "invalid_cursor" in bad.stderr
     assert run("acme", "--ack").exit_code == 2
     assert run("ghost").exit_code == 2
+
+
+def test_feed_says_backlog_expired_and_skips_it_on_request(run, client, auth, runtime):
+    make_event_type(client, auth)
+    make_partner(client, auth, "acme")
+    pull = make_endpoint(client, auth, url=None, mode="pull")
+    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retention_days + 1))
+    client.post("/v1/partners/acme/events", headers=auth, json=order("o-new"))
+    refused = run("acme", "--endpoint", pull["id"])
+    assert refused.exit_code == 2 and "backlog_expired" in refused.stderr
+    skipped = run("acme", "--endpoint", pull["id"], "--skip-expired")
+    assert skipped.exit_code == 0, skipped.output
+    assert "skipped 1 event(s) past retention" in skipped.stderr
+    assert [json.loads(line)["data"]["order_id"] for line in skipped.stdout.splitlines()] \
+        == ["o-new"]
+    with runtime.db.begin() as session:
+        actors = session.scalars(select(AuditRecord.actor).where(
+            AuditRecord.action == "endpoint.backlog_skipped")).all()
+        assert len(actors) == 1 and actors[0].startswith("cli")
+    assert run("acme", "--skip-expired").exit_code == 2  # needs --endpoint

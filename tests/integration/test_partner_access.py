@@ -66,6 +66,7 @@ TABLE: dict[tuple[str, str], int] = {
     ("get", "/v1/events/{event_id}"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/feed"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/ack"): NOT_FOUND,
+    ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/skip-expired"): NOT_FOUND,
     ("get", "/v1/deliveries"): 200,  # A's deliveries only
     ("get", "/v1/deliveries/{delivery_id}"): NOT_FOUND,
     ("post", "/v1/deliveries/{delivery_id}/retry"): NOT_FOUND,

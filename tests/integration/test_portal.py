@@ -7,18 +7,22 @@ import re
 from datetime import timedelta
 
 import pytest
+from rq import Queue
 from sqlalchemy import select
 
 from app.accounts import create_api_key
 from app.clock import utcnow
 from app.models import AuditRecord, Delivery, Endpoint, Event, PortalLink, PortalSession
+from app.queues import DEFAULT
 from app.services import portal as portal_service
 from app.web.portal import guide
 from tests.factories import Receiver, WorkerThread, wait_for
 from tests.integration._publish_support import (
+    blocked_endpoint,
     make_endpoint,
     make_event_type,
     make_partner,
+    old_event,
     order,
 )
 
@@ -678,3 +682,86 @@ def test_ended_links_and_sessions_are_purged_after_a_day(portal, client, auth, r
         assert session.scalars(select(AuditRecord).where(
             AuditRecord.action == "portal.signed_in")).one()
     assert portal.get("/portal/").status_code == 401
+
+
+# ------------------------------------------------------------------------------ ordering, feed
+
+
+def test_the_portal_shows_blocked_keys_of_its_own_endpoints_only(portal, client, auth,
+                                                                 runtime):
+    held = blocked_endpoint(client, auth, keys=("stock:acme",))
+    foreign = blocked_endpoint(client, auth, "globex", keys=("stock:globex",))
+    # Turning ordering off does not release what was numbered: the page still shows it.
+    client.patch(f"/v1/partners/acme/endpoints/{held['id']}", headers=auth,
+                 json={"ordering": "none"})
+    page = portal.get(f"/portal/endpoints/{held['id']}").text
+    assert 'data-testid="blocked-keys"' in page and "stock:acme" in page
+    assert "stock:globex" not in page
+    other = portal.get(f"/portal/endpoints/{foreign['id']}")
+    assert other.status_code == 404 and "stock:globex" not in other.text
+    # Once enabled, the held event is resent from the page and the key goes on.
+    portal.post(f"/portal/endpoints/{held['id']}/enable", data={"csrf_token": csrf(portal)})
+    with runtime.db.begin() as session:
+        head = session.scalars(select(Delivery.id).where(
+            Delivery.endpoint_id == held["id"], Delivery.ordering_seq == 1)).one()
+    assert f"/portal/deliveries/{head}/resend" in portal.get(
+        f"/portal/endpoints/{held['id']}").text
+    portal.post(f"/portal/deliveries/{head}/resend", data={"csrf_token": csrf(portal)})
+    # The second parked event is the key's head now (it was parked too).
+    page = portal.get(f"/portal/endpoints/{held['id']}").text
+    assert f"/portal/deliveries/{head}/resend" not in page and "#2 " in page
+
+
+def test_re_enabling_a_blocking_endpoint_from_the_portal_resends_what_was_held_back(
+        portal, client, auth, runtime, redis_client):
+    held = blocked_endpoint(client, auth, keys=("stock:1", "stock:2"))
+    url = f"/portal/endpoints/{held['id']}"
+    page = portal.get(url).text
+    assert 'data-testid="parked-hold-keys"' in page
+    assert "Enable and resend the 4 held back" in page
+    response = portal.post(f"{url}/resend-parked", data={"csrf_token": csrf(portal, url)})
+    assert response.status_code == 302
+    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    job.perform()
+    with runtime.db.begin() as session:
+        assert session.get_one(Endpoint, held["id"]).state == "enabled"
+        states = session.scalars(select(Delivery.state).where(
+            Delivery.endpoint_id == held["id"])).all()
+        assert sorted(states) == ["pending"] * 4
+        trail = session.execute(select(AuditRecord.action, AuditRecord.actor).where(
+            AuditRecord.subject_id == held["id"]).order_by(AuditRecord.id)).all()
+        assert trail[-2:] == [("endpoint.enabled", "portal:acme"),
+                              ("endpoint.parked_resent", "portal:acme")]
+    page = portal.get(url).text
+    assert 'data-testid="parked"' not in page and 'data-testid="blocked-keys"' not in page
+
+
+def test_an_enabled_endpoint_still_offers_what_it_held_back(portal, client, auth):
+    held = blocked_endpoint(client, auth, keys=("stock:1",))
+    url = f"/portal/endpoints/{held['id']}"
+    portal.post(f"{url}/enable", data={"csrf_token": csrf(portal, url)})
+    page = portal.get(url).text
+    assert 'data-testid="resend-parked"' in page and 'data-testid="parked-hold-keys"' in page
+    # Another partner's endpoint cannot be resent from here.
+    foreign = blocked_endpoint(client, auth, "globex", keys=("stock:9",))
+    refused = portal.post(f"/portal/endpoints/{foreign['id']}/resend-parked",
+                          data={"csrf_token": csrf(portal, url)})
+    assert refused.status_code == 302  # flashed as an error, like every refused portal POST
+    assert client.get(f"/v1/partners/globex/endpoints/{foreign['id']}",
+                      headers=auth).get_json()["state"] == "disabled"
+
+
+def test_a_partner_moves_its_pull_endpoint_past_an_expired_backlog(portal, client, auth,
+                                                                   runtime):
+    pull = make_endpoint(client, auth, url=None, mode="pull")
+    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retention_days + 1))
+    assert client.get(f"/v1/partners/acme/feed?endpoint={pull['id']}",
+                      headers=auth).status_code == 410
+    url = f"/portal/endpoints/{pull['id']}"
+    assert 'data-testid="backlog-expired"' in portal.get(url).text
+    skipped = portal.post(f"{url}/skip-expired", data={"csrf_token": csrf(portal, url)},
+                          follow_redirects=True).text
+    assert "Skipped 1 event(s)" in skipped and 'data-testid="backlog-expired"' not in skipped
+    with runtime.db.begin() as session:
+        assert session.scalars(select(AuditRecord.actor).where(
+            AuditRecord.action == "endpoint.backlog_skipped")).all() == ["portal:acme"]

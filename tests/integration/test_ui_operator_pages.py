@@ -5,17 +5,26 @@ events list, endpoint edit and test, what became of resends, partners with keys 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
+from rq import Queue
 from sqlalchemy import select
 
 from app.accounts import create_api_key, create_operator
 from app.clock import utcnow
 from app.models import ApiKey, Attempt, AuditRecord, DeadLetter, Delivery, Endpoint
+from app.queues import DEFAULT
 from app.web.auth import clear_cache
 from dlq.park import park
 from tests.dlq_factories import letters_for, make_scene
-from tests.integration._publish_support import make_partner
+from tests.integration._publish_support import (
+    blocked_endpoint,
+    make_endpoint,
+    make_event_type,
+    make_partner,
+    old_event,
+)
 from tests.integration.test_ui import EMAIL, PASSWORD, token
 
 _LINK = re.compile(r'data-testid="portal-link">(http[^<]+)<')
@@ -243,3 +252,70 @@ def test_ordering_is_set_in_the_endpoint_form_and_blocked_keys_are_released_from
     page = ui.get(url).text
     assert f"/ui/dead-letters/{ids[1]}/discard" in page
     assert f"/ui/dead-letters/{ids[0]}/discard" not in page
+
+
+def test_blocked_keys_stay_on_the_endpoint_page_after_ordering_is_turned_off(ui, auth,
+                                                                             runtime):
+    """The gate holds every numbered delivery whatever `ordering` says now, so the page
+    must show the keys too."""
+    make_event_type(ui, auth)
+    make_partner(ui, auth, "acme")
+    held = blocked_endpoint(ui, auth, keys=("stock:1", "stock:2"))
+    assert ui.patch(f"/v1/partners/acme/endpoints/{held['id']}", headers=auth,
+                    json={"ordering": "none"}).status_code == 200
+    page = ui.get(f"/ui/endpoints/{held['id']}").text
+    assert 'data-testid="blocked-keys"' in page
+    assert "stock:1" in page and "stock:2" in page
+    assert "Ordering is off for deliveries made from now on" in page
+    # The dashboard names the endpoints that hold keys.
+    dashboard = ui.get("/ui/").text
+    assert re.search(rf'{held["id"]}</a>: 2 keys held', dashboard)
+
+
+def test_enabling_a_blocking_endpoint_offers_to_resend_what_it_parked(ui, auth, runtime,
+                                                                      redis_client):
+    make_event_type(ui, auth)
+    make_partner(ui, auth, "acme")
+    held = blocked_endpoint(ui, auth, keys=("stock:1",), per_key=3)
+    url = f"/ui/endpoints/{held['id']}"
+    assert 'data-testid="parked-hold-keys"' in ui.get(url).text
+    enabled = ui.post(f"{url}/enable", data={"csrf_token": token(ui, url)},
+                      follow_redirects=True).text
+    assert "hold their ordering keys" in enabled and "Resend everything parked" in enabled
+    assert 'data-testid="parked-hold-keys"' in enabled  # the offer stays after enabling
+    resent = ui.post(f"{url}/resend-parked", data={"csrf_token": token(ui, url)})
+    assert resent.headers["Location"].startswith("/ui/jobs/")
+    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    job.perform()
+    with runtime.db.begin() as session:
+        letters = session.scalars(select(DeadLetter.state).where(
+            DeadLetter.endpoint_id == held["id"])).all()
+        assert sorted(letters) == ["resent"] * 3
+        trail = session.execute(select(AuditRecord.action, AuditRecord.actor, AuditRecord.details)
+                                .where(AuditRecord.subject_id == held["id"],
+                                       AuditRecord.action == "endpoint.parked_resent")).all()
+        assert [(a, actor, d["letters"]) for a, actor, d in trail] == [
+            ("endpoint.parked_resent", f"operator:{EMAIL}", 3)]
+    page = ui.get(url).text
+    assert 'data-testid="parked-hold-keys"' not in page and "stock:1" not in page
+
+
+def test_a_pull_endpoint_behind_retention_shows_it_and_is_skipped_from_its_page(
+        ui, auth, runtime):
+    make_event_type(ui, auth)
+    make_partner(ui, auth, "acme")
+    pull = make_endpoint(ui, auth, url=None, mode="pull")
+    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retention_days + 1))
+    assert ui.get(f"/v1/partners/acme/feed?endpoint={pull['id']}",
+                  headers=auth).status_code == 410
+    url = f"/ui/endpoints/{pull['id']}"
+    assert re.search(r'data-testid="backlog-expired"><strong>1 of them', ui.get(url).text)
+    skipped = ui.post(f"{url}/skip-expired", data={"csrf_token": token(ui, url)},
+                      follow_redirects=True).text
+    assert "Skipped 1 event(s) past retention" in skipped
+    assert 'data-testid="backlog-expired"' not in skipped
+    with runtime.db.begin() as session:
+        assert session.scalars(select(AuditRecord.actor).where(
+            AuditRecord.action == "endpoint.backlog_skipped")).all() == [f"operator:{EMAIL}"]
+    assert ui.get(f"/v1/partners/acme/feed?endpoint={pull['id']}",
+                  headers=auth).status_code == 200

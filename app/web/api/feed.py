@@ -44,3 +44,19 @@ def acknowledge(uid: str, endpoint_id: str) -> Response:
         answer = endpoint_json(endpoint, uid, lag=None if lag is None else lag_json(
             lag, endpoint.acked_at, now))
     return jsonify(answer)
+
+
+@blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/skip-expired")
+def skip_expired(uid: str, endpoint_id: str) -> Response:
+    """Move a pull endpoint past what of its backlog lies beyond retention (after a
+    `410 backlog_expired`); the answer is the endpoint with its lag, as for an ack."""
+    actor = current_actor()
+    rt = runtime()
+    now = utcnow()
+    with rt.db.begin() as session:
+        endpoint = feed.skip_expired(session, rt.settings, actor, uid, endpoint_id,
+                                     now=now).endpoint
+        lag = feed.lag_of(session, rt.settings, endpoint, now)
+        answer = endpoint_json(endpoint, uid, lag=None if lag is None else lag_json(
+            lag, endpoint.acked_at, now))
+    return jsonify(answer)

@@ -39,12 +39,13 @@ def partner_json(partner: Partner) -> dict[str, Any]:
 
 
 def lag_json(lag: Lag, acked_at: datetime | None, now: datetime) -> dict[str, Any]:
-    """A pull endpoint's backlog: events not acknowledged and the age of the oldest."""
+    """A pull endpoint's backlog: events not acknowledged, the age of the oldest, and how
+    many of them lie past retention (reads without a cursor answer 410 until skipped)."""
     oldest = lag.oldest_at
     return {"events": lag.events, "oldest_unacknowledged_at": isoformat(oldest),
             "oldest_unacknowledged_age_s": (None if oldest is None else
                                             round(max(0.0, (now - oldest).total_seconds()), 3)),
-            "acknowledged_at": isoformat(acked_at)}
+            "acknowledged_at": isoformat(acked_at), "expired_events": lag.expired}
 
 
 def endpoint_json(endpoint: Endpoint, partner_uid: str,

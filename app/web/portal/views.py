@@ -40,6 +40,8 @@ Page = str | WerkzeugResponse | tuple[str, int] | tuple[str, int, dict[str, str]
 REFRESH_S = 2
 # The refusal code of a link posted from another site's page (login CSRF).
 CROSS_SITE = "cross_site"
+# Blocked ordering keys listed on an endpoint's page (the API pages through all of them).
+BLOCKED_KEYS_SHOWN = 50
 
 
 # ------------------------------------------------------------------------------ plumbing
@@ -227,9 +229,17 @@ def endpoint(endpoint_id: str) -> Page:
                                  limit=5, cursor=None)
         feed_url = (request.host_url.rstrip("/") + f"/v1/partners/{_uid()}/feed?"
                     + urlencode({"endpoint": ep.id}))
+        blocked: list[endpoints.BlockedKey] = []
+        more_blocked = None
+        if ep.on_dead == "block":  # whatever `ordering` says now: numbered ones stay held
+            blocked, more_blocked = endpoints.blocked_keys(
+                session, actor, _uid(), ep.id, cursor=None, limit=BLOCKED_KEYS_SHOWN)
         return render_template(
             "portal/endpoint.html", ep=ep, health=health.get(ep.id, endpoints.Health(0, 0)),
             headers=present.endpoint_headers(ep.headers, ep.public_headers), recent=recent,
+            blocked=blocked, more_blocked=more_blocked is not None,
+            parked=endpoints.parked(session, actor, ep),
+            expired=feed.expired_backlog(session, runtime().settings, ep),
             lag=feed.lag_of(session, runtime().settings, ep), feed_url=feed_url,
             ack_url=request.host_url.rstrip("/")
             + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack")
@@ -270,9 +280,40 @@ def endpoint_enable(endpoint_id: str) -> WerkzeugResponse:
         ep = _endpoint(session, endpoint_id, "endpoints:write")
         if endpoints.enable(session, actor, ep):
             flash("Enabled. New events are delivered to it again; what was held back while "
-                  "it was disabled can be resent from its deliveries.", "ok")
+                  "it was disabled can be resent from this page.", "ok")
         else:
             flash("The endpoint is already enabled.", "info")
+    return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
+
+
+@blueprint.post("/endpoints/<endpoint_id>/resend-parked")
+@security.session_required
+def endpoint_resend_parked(endpoint_id: str) -> WerkzeugResponse:
+    """Enable (if disabled) and resend what was held back while the endpoint was disabled."""
+    rt = runtime()
+    with rt.db.begin() as session:
+        ep = _endpoint(session, endpoint_id, "endpoints:write")
+        enabled, op = endpoints.resend_parked(session, rt, security.actor(), ep)
+        total = op.total
+    flash(f"{'Enabled; r' if enabled else 'R'}esending the {total} event"
+          f"{'s' if total != 1 else ''} held back while it was disabled, oldest first. "
+          "Follow them in its deliveries.", "ok")
+    return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
+
+
+@blueprint.post("/endpoints/<endpoint_id>/skip-expired")
+@security.session_required
+def endpoint_skip_expired(endpoint_id: str) -> WerkzeugResponse:
+    """Move a pull endpoint past the events of its backlog that lie beyond retention."""
+    rt = runtime()
+    with rt.db.begin() as session:
+        skipped = feed.skip_expired(session, rt.settings, security.actor(), _uid(),
+                                    endpoint_id).backlog
+    if skipped is None:
+        flash("Nothing of its backlog lies past retention: nothing was skipped.", "info")
+    else:
+        flash(f"Skipped {skipped.skipped} event(s) past retention; reads without a cursor "
+              "go on from the oldest event still kept.", "ok")
     return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
 
 

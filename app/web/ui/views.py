@@ -213,6 +213,7 @@ def dashboard() -> Page:
             disabled=disabled,
             partners=partners.uids(session, {e.partner_id for e in disabled}),
             events=stats.recent_operational_events(session),
+            blocked=endpoints.blocked_key_counts(session),
             queues=queues, queue_error=queue_error)
 
 
@@ -424,9 +425,7 @@ def endpoint(endpoint_id: str) -> Page:
     with runtime().db.begin() as session:
         ep = endpoints.by_id(session, actor, endpoint_id)
         partner = session.get_one(Partner, ep.partner_id)
-        since = endpoints.parked_since(session, ep)
-        parked = dead_letters.matching(session, actor, DeadLetterFilter(
-            endpoint=ep.id, state=DL_OPEN, since=since))
+        parked = endpoints.parked(session, actor, ep) if ep.deleted_at is None else None
         health = stats.endpoint_health(session, [ep.id], since=utcnow() - timedelta(hours=24))
         recent = list(session.scalars(
             select(OperationalEvent).where(OperationalEvent.subject_id == ep.id)
@@ -434,11 +433,12 @@ def endpoint(endpoint_id: str) -> Page:
         trail, _ = audit.search(session, actor, subject_id=ep.id, limit=10)
         blocked: list[endpoints.BlockedKey] = []
         more_blocked = None
+        # Whatever `ordering` says now: the gate holds every numbered delivery.
         if ep.on_dead == "block" and ep.deleted_at is None:
             blocked, more_blocked = endpoints.blocked_keys(
                 session, actor, partner.uid, ep.id, cursor=None, limit=BLOCKED_KEYS_SHOWN)
         return render_template(
-            "ui/endpoint.html", ep=ep, partner=partner, since=since, parked=parked,
+            "ui/endpoint.html", ep=ep, partner=partner, parked=parked,
             blocked=blocked, more_blocked=more_blocked is not None,
             health=health.get(ep.id, stats.Health(0, 0)), recent=recent, trail=trail,
             headers=present.endpoint_headers(ep.headers, ep.public_headers),
@@ -453,7 +453,14 @@ def endpoint_enable(endpoint_id: str) -> WerkzeugResponse:
     with runtime().db.begin() as session:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
         if endpoints.enable(session, actor, ep):
-            flash("Enabled. New events will be delivered to it again.", "ok")
+            parked = endpoints.parked(session, actor, ep)
+            if parked.holds_keys:
+                flash(f"Enabled. The {parked.letters} dead letter(s) parked while it was "
+                      "disabled hold their ordering keys (on_dead: block): nothing more of "
+                      "those keys is sent until they are resent — use “Resend everything "
+                      "parked” below.", "info")
+            else:
+                flash("Enabled. New events will be delivered to it again.", "ok")
         else:
             flash("The endpoint is already enabled.", "info")
     return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
@@ -512,15 +519,29 @@ def endpoint_resend_parked(endpoint_id: str) -> WerkzeugResponse:
     actor = security.actor()
     with rt.db.begin() as session:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
-        since = endpoints.parked_since(session, ep)
-        endpoints.enable(session, actor, ep)
-        form = dead_letters.FilterForm(DeadLetterFilter(endpoint=ep.id, state=DL_OPEN,
-                                                        since=since))
-        op = dead_letters.resend_matching(session, rt, actor, form)
+        enabled, op = endpoints.resend_parked(session, rt, actor, ep)
         op_id, total = op.id, op.total
-    flash(f"Endpoint enabled; resending {total} parked dead letter"
+    flash(f"{'Endpoint enabled; r' if enabled else 'R'}esending {total} parked dead letter"
           f"{'s' if total != 1 else ''}.", "ok")
     return redirect(url_for("ui.job", op_id=op_id))
+
+
+@blueprint.post("/endpoints/<endpoint_id>/skip-expired")
+@security.login_required
+def endpoint_skip_expired(endpoint_id: str) -> WerkzeugResponse:
+    """Move a pull endpoint past the events of its backlog that lie beyond retention."""
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        partner = session.get_one(Partner, ep.partner_id)
+        skipped = feed.skip_expired(session, rt.settings, actor, partner.uid, ep.id).backlog
+    if skipped is None:
+        flash("Nothing of its backlog lies past retention: nothing was skipped.", "info")
+    else:
+        flash(f"Skipped {skipped.skipped} event(s) past retention (the oldest "
+              f"{skipped.oldest_event}); its reads go on from the oldest event kept.", "ok")
+    return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
 
 
 @blueprint.route("/endpoints/<endpoint_id>/edit", methods=["GET", "POST"])
