@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -221,7 +222,15 @@ def _joined(thread: threading.Thread, timeout_s: float, what: str,
     (unless the test is already failing: its own error matters more)."""
     thread.join(timeout_s)
     if thread.is_alive() and exc_type is None:
-        raise AssertionError(f"{what} did not stop within {timeout_s}s")
+        raise AssertionError(f"{what} did not stop within {timeout_s}s; where every thread "
+                             f"stands:\n{_thread_stacks()}")
+
+
+def _thread_stacks() -> str:
+    """Every live thread's stack, for a thread that would not stop (which wait held it)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(f"--- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+                     for ident, frame in sys._current_frames().items())
 
 
 class WorkerThread:
