@@ -6,6 +6,7 @@ it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,9 +32,12 @@ def _require_publisher(actor: Actor) -> None:
         raise NotFound("not found")
 
 
-def register(session: Session, actor: Actor, body: dict[str, Any]) -> Registered:
+def register(session: Session, actor: Actor, body: dict[str, Any], *,
+             max_bytes: int) -> Registered:
+    """Register a version; `max_bytes` (`KURIR_MAX_PAYLOAD_BYTES`) bounds what its downgrade
+    may make."""
     _require_publisher(actor)
-    result = contracts.register(session, body)
+    result = contracts.register(session, body, max_bytes=max_bytes)
     row = result.event_type
     if result.created:
         audit.record(session, actor, "event_type.registered", "event_type", row.id,
@@ -138,9 +142,44 @@ def catalog(session: Session, actor: Actor) -> list[CatalogEntry]:
     return [CatalogEntry(name, rows, pins.get(name, {})) for name, rows in by_name.items()]
 
 
+# Bound of the example cache (one per contract version shown): at the bound it is emptied.
+EXAMPLES_MAX = 1024
+
+
+class _ExampleCache:
+    """Examples by event-type row id, made once per process: a version's schema and examples
+    never change, and the catalog shows every version on every page view. `made` counts the
+    examples actually made (what a test can watch)."""
+
+    def __init__(self, max_size: int = EXAMPLES_MAX) -> None:
+        self._items: dict[str, dict[str, Any] | None] = {}
+        self._lock = threading.Lock()
+        self._max = max_size
+        self.made = 0
+
+    def get(self, row: EventType) -> dict[str, Any] | None:
+        if row.id in self._items:
+            return self._items[row.id]
+        value = _make_example(row)
+        with self._lock:
+            self.made += 1
+            if len(self._items) >= self._max:
+                self._items.clear()
+            self._items[row.id] = value
+        return value
+
+
+examples = _ExampleCache()
+
+
 def example(row: EventType) -> dict[str, Any] | None:
-    """The `data` of an example event of this version: its first registered example, else
-    its schema's own `examples`, else one made from the schema."""
+    """The `data` of an example event of this version (shared: callers do not change it)."""
+    return examples.get(row)
+
+
+def _make_example(row: EventType) -> dict[str, Any] | None:
+    """Its first registered example, else its schema's own `examples`, else one made from
+    the schema within `app.schema_example`'s budget."""
     if row.examples:
         return dict(row.examples[0])
     value = example_for(row.schema)
