@@ -48,10 +48,7 @@ MAX_ERRORS = 50
 MAX_DESCRIPTION = 4000
 MAX_EXAMPLES = 20
 MAX_DOWNGRADE = 4000
-# Downgrades applied one after another for one event (N -> N-1 -> ...): each link costs a run,
-# a validation and a serialisation, so a pin may lie at most this far below the version it is
-# made from (a rendition starts a new chain).
-MAX_DOWNGRADE_HOPS = 10
+MAX_DOWNGRADE_HOPS = downgrades.MAX_HOPS
 
 # Event types whose name starts with this belong to Kurir itself: publishers can neither
 # register nor publish them, and endpoints do not subscribe to them.

@@ -46,6 +46,10 @@ MAX_COPIES = 4
 # one event may spend together, and those of one registration's examples: about half a
 # million a second on a slow core (docs/security.md has the measured figures).
 MAX_WORK = 500_000
+# Downgrades applied one after another for one event (N -> N-1 -> ...): each link costs a run,
+# a validation and a serialisation, so a pin may lie at most this far below the version it is
+# made from (a rendition starts a new chain).
+MAX_HOPS = 10
 MESSAGE_CHARS = 200
 FUNCTIONS = frozenset(jp_functions.Functions.FUNCTION_TABLE)
 # Wildcard path segments of the static copy count: any list element, any object member.
