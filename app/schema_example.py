@@ -41,9 +41,20 @@ _FORMATS = {
 
 def example_for(schema: Any) -> Any:
     """The schema's first example, or one made from it within the budget."""
+    own = own_example(schema)
+    return own if own is not None else made_for(schema)
+
+
+def own_example(schema: Any) -> Any:
+    """The schema's first `examples` entry, if it has one (None otherwise)."""
     if isinstance(schema, dict) and isinstance(schema.get("examples"), list) \
             and schema["examples"]:
         return schema["examples"][0]
+    return None
+
+
+def made_for(schema: Any) -> Any:
+    """An example made from the schema within the budget, ignoring its own `examples`."""
     value = _Maker(schema).make(schema, 0, ())
     return None if value is _STOP else value
 
@@ -82,7 +93,7 @@ class _Maker:
         """Charge a value taken whole from the schema (`const`, `default`, ...)."""
         try:
             size = len(json.dumps(value, ensure_ascii=False))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             return None
         if size > self.bytes:
             self.bytes = 0
