@@ -323,7 +323,7 @@ def _check_downgrade(session: Session, name: str, version: int, expression: Any,
     meter = downgrades.Meter(max_bytes)
     for index, example in enumerate(examples or ()):
         try:
-            result = _bounded_run(compiled, example, meter)
+            result = apply_downgrade(compiled, example, meter)
         except downgrades.TooLarge as exc:
             raise _refused(f"downgrade of examples[{index}] is too large: {exc}",
                            example=index, reason=exc.reason, limit=exc.limit) from None
@@ -341,7 +341,7 @@ def _check_downgrade(session: Session, name: str, version: int, expression: Any,
     made = example_for(schema)
     if isinstance(made, dict):
         try:
-            _bounded_run(compiled, made, meter)
+            apply_downgrade(compiled, made, meter)
         except downgrades.TooLarge as exc:
             raise _refused(f"downgrade of an example made from the schema is too large: {exc}",
                            input="schema_example", reason=exc.reason, limit=exc.limit) from None
@@ -349,8 +349,10 @@ def _check_downgrade(session: Session, name: str, version: int, expression: Any,
             pass  # a made-up example need not suit the expression; only size is judged here
 
 
-def _bounded_run(compiled: ParsedResult, data: dict[str, Any], meter: downgrades.Meter) -> Any:
-    """The expression's result, no larger than `meter.max_bytes` of JSON.
+def apply_downgrade(compiled: ParsedResult, data: dict[str, Any],
+                    meter: downgrades.Meter) -> Any:
+    """The expression's result on `data`, within the meter's budgets and no larger than
+    `meter.max_bytes` of JSON.
 
     Raises:
         downgrades.TooLarge: a budget is spent, or the exact encoding is over the limit.
@@ -360,12 +362,6 @@ def _bounded_run(compiled: ParsedResult, data: dict[str, Any], meter: downgrades
     if downgrades.encoded_size(result) > meter.max_bytes:
         raise downgrades.TooLarge("bytes", meter.max_bytes)
     return result
-
-
-def apply_downgrade(compiled: ParsedResult, data: dict[str, Any],
-                    meter: downgrades.Meter) -> Any:
-    """One link of a chain, within the meter's budgets (raises what `_bounded_run` raises)."""
-    return _bounded_run(compiled, data, meter)
 
 
 def ensure_test_contract(session: Session) -> EventType:
