@@ -8,8 +8,11 @@ re-read on every publish.
 A version N may declare how to make version N-1 from it: `downgrade`, a JMESPath expression
 over N's `data` (declared, not coded: nothing runs but the expression). It is checked at
 registration against N's `examples`, whose results must satisfy N-1's schema, and it is as
-immutable as the schema. Chains compose: 3 -> 2 -> 1. `produce` makes every version a
-publish needs, from the publisher's renditions first, then the chain.
+immutable as the schema. Chains compose: 3 -> 2 -> 1, at most `MAX_DOWNGRADE_HOPS` links.
+`produce` makes every version a publish needs, from the publisher's renditions first, then the
+chain. Every expression runs under the bounds of `app.downgrades` (static limits at
+registration, a work and size budget on every run), and every version it makes is at most
+`KURIR_MAX_PAYLOAD_BYTES` of JSON.
 """
 
 from __future__ import annotations
@@ -23,8 +26,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import jmespath
-from jmespath.exceptions import JMESPathError
 from jmespath.parser import ParsedResult
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -34,9 +35,12 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app import downgrades
 from app.clock import utcnow
+from app.config import Settings
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.models import EventType
+from app.schema_example import example_for
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 MAX_VERSION = 2**31 - 1
@@ -44,6 +48,7 @@ MAX_ERRORS = 50
 MAX_DESCRIPTION = 4000
 MAX_EXAMPLES = 20
 MAX_DOWNGRADE = 4000
+MAX_DOWNGRADE_HOPS = downgrades.MAX_HOPS
 
 # Event types whose name starts with this belong to Kurir itself: publishers can neither
 # register nor publish them, and endpoints do not subscribe to them.
@@ -193,9 +198,11 @@ class Registered:
     created: bool
 
 
-def register(session: Session, body: dict[str, Any]) -> Registered:
+def register(session: Session, body: dict[str, Any], *,
+             max_bytes: int = Settings.max_payload_bytes) -> Registered:
     """Publish a contract version; registering the identical schema again changes nothing
-    but the description, when one is given.
+    but the description, when one is given. `max_bytes` bounds what the downgrade may make
+    from an example (`KURIR_MAX_PAYLOAD_BYTES`).
 
     Raises:
         ValidationFailed: a field or the schema is invalid.
@@ -225,7 +232,7 @@ def register(session: Session, body: dict[str, Any]) -> Registered:
     examples = _check_examples(body.get("examples"), schema)
     downgrade = body.get("downgrade")
     if downgrade is not None:
-        _check_downgrade(session, name, version, downgrade, examples)
+        _check_downgrade(session, name, version, downgrade, examples, schema, max_bytes)
 
     existing = find(session, name, version)
     if existing is None:
@@ -277,27 +284,34 @@ def _check_examples(examples: Any, schema: dict[str, Any]) -> list[dict[str, Any
 
 
 def compile_downgrade(expression: str) -> ParsedResult:
-    """Raises ValueError when the expression is not JMESPath."""
-    try:
-        return jmespath.compile(expression)
-    except JMESPathError as exc:
-        raise ValueError(str(exc).strip()) from None
+    """Parse a stored expression (its bounds are enforced when it runs).
+
+    Raises:
+        ValueError: the expression is not JMESPath.
+    """
+    return downgrades.compile_expression(expression)
+
+
+def _refused(message: str, **details: Any) -> ValidationFailed:
+    return ValidationFailed(message, code="invalid_downgrade",
+                            details={"field": "downgrade", **details})
 
 
 def _check_downgrade(session: Session, name: str, version: int, expression: Any,
-                     examples: list[dict[str, Any]] | None) -> None:
-    """The expression compiles, the previous version exists, and every example comes out as
-    data the previous version's schema accepts."""
+                     examples: list[dict[str, Any]] | None, schema: dict[str, Any],
+                     max_bytes: int) -> None:
+    """The expression is within the static bounds, the previous version exists, and every
+    example comes out as data the previous version's schema accepts, within the budgets; so
+    does an example made from the schema, for size alone (one exists even when the publisher
+    gave none)."""
     if not isinstance(expression, str) or not expression.strip() or len(
             expression) > MAX_DOWNGRADE:
-        raise ValidationFailed(f"downgrade must be a JMESPath expression of at most "
-                               f"{MAX_DOWNGRADE} characters", code="invalid_downgrade",
-                               details={"field": "downgrade"})
+        raise _refused(f"downgrade must be a JMESPath expression of at most {MAX_DOWNGRADE} "
+                       "characters", bound="length", limit=MAX_DOWNGRADE)
     try:
-        compiled = compile_downgrade(expression)
-    except ValueError as exc:
-        raise ValidationFailed(f"downgrade is not a valid JMESPath expression: {exc}",
-                               code="invalid_downgrade", details={"field": "downgrade"}) from None
+        compiled = downgrades.compile_checked(expression)
+    except downgrades.Refused as exc:
+        raise _refused(f"downgrade {exc}", bound=exc.bound, limit=exc.limit) from None
     previous = find(session, name, version - 1)
     if previous is None:
         raise ValidationFailed(
@@ -305,8 +319,17 @@ def _check_downgrade(session: Session, name: str, version: int, expression: Any,
             "not registered", code="invalid_downgrade",
             details={"field": "downgrade", "missing_version": version - 1})
     validator = compile_schema(previous.schema)
+    # One budget for the whole registration: the examples together are one request's worth.
+    meter = downgrades.Meter(max_bytes)
     for index, example in enumerate(examples or ()):
-        result = apply_downgrade(compiled, example)
+        try:
+            result = apply_downgrade(compiled, example, meter)
+        except downgrades.TooLarge as exc:
+            raise _refused(f"downgrade of examples[{index}] is too large: {exc}",
+                           example=index, reason=exc.reason, limit=exc.limit) from None
+        except downgrades.Failed as exc:
+            raise _refused(f"downgrade fails on examples[{index}]: {exc}",
+                           example=index) from None
         errors = ([{"path": "/", "message": "the result is not a JSON object",
                     "keyword": "type"}] if not isinstance(result, dict)
                   else data_errors(validator, result))
@@ -315,10 +338,31 @@ def _check_downgrade(session: Session, name: str, version: int, expression: Any,
                 f"downgrade of examples[{index}] does not match {name} v{version - 1}'s schema",
                 code="invalid_downgrade",
                 details={"example": index, "version": version - 1, "errors": errors})
+    made = example_for(schema)
+    if isinstance(made, dict):
+        try:
+            apply_downgrade(compiled, made, meter)
+        except downgrades.TooLarge as exc:
+            raise _refused(f"downgrade of an example made from the schema is too large: {exc}",
+                           input="schema_example", reason=exc.reason, limit=exc.limit) from None
+        except downgrades.Failed:
+            pass  # a made-up example need not suit the expression; only size is judged here
 
 
-def apply_downgrade(compiled: ParsedResult, data: dict[str, Any]) -> Any:
-    return compiled.search(data)
+def apply_downgrade(compiled: ParsedResult, data: dict[str, Any],
+                    meter: downgrades.Meter) -> Any:
+    """The expression's result on `data`, within the meter's budgets and no larger than
+    `meter.max_bytes` of JSON.
+
+    Raises:
+        downgrades.TooLarge: a budget is spent, or the exact encoding is over the limit.
+        downgrades.Failed: the expression does not apply to the data.
+    """
+    result = downgrades.run(compiled, data, meter)
+    if downgrades.encoded_size(result) > meter.max_bytes:
+        raise downgrades.TooLarge("bytes", meter.max_bytes)
+    return result
+
 
 def ensure_test_contract(session: Session) -> EventType:
     """Kurir's own `kurir.test` contract, registered on first use (race-safe)."""
@@ -464,7 +508,7 @@ class _DowngradeCache:
         return found
 
 
-downgrades = _DowngradeCache()
+compiled_downgrades = _DowngradeCache()
 
 
 def versions_of(session: Session | Connection, name: str) -> dict[int, Version]:
@@ -479,7 +523,7 @@ def versions_of(session: Session | Connection, name: str) -> dict[int, Version]:
             schema = session.scalar(select(EventType.schema).where(EventType.id == type_id))
             validator = compile_schema(schema or {})
             validators.put(type_id, validator)
-        compiled = downgrades.get(type_id, downgrade) if downgrade else None
+        compiled = compiled_downgrades.get(type_id, downgrade) if downgrade else None
         found[version] = Version(type_id, version, bool(deprecated), sunset_at, validator,
                                  compiled)
     return found
@@ -503,39 +547,82 @@ class VersionInvalid(Exception):
         self.errors = errors
 
 
+class VersionTooLarge(Exception):
+    """Making this version went past a budget (`reason`: `bytes` or `work`)."""
+
+    def __init__(self, version: int, reason: str, limit: int) -> None:
+        super().__init__(f"version {version} is too large to produce ({reason} over {limit})")
+        self.version = version
+        self.reason = reason
+        self.limit = limit
+
+
+def reachable(downgradable: dict[int, bool], published: int,
+              renditions: set[int]) -> dict[int, int]:
+    """Version -> downgrades needed to make it, for every version a publish of `published`
+    with these renditions can make; `downgradable` says, per registered version, whether it
+    declares a downgrade. Structural only: nothing runs.
+
+    A link v+1 -> v needs both registered and v+1's downgrade; transforms never go up; a
+    version more than `MAX_DOWNGRADE_HOPS` links below its nearest source is out of reach.
+    """
+    found: dict[int, int] = {}
+    for version in sorted(downgradable, reverse=True):
+        if version == published or (version in renditions):
+            found[version] = 0
+        elif version < published and version + 1 in found and downgradable.get(version + 1):
+            hops = found[version + 1] + 1
+            if hops <= MAX_DOWNGRADE_HOPS:
+                found[version] = hops
+    return found
+
+
 def produce(versions: dict[int, Version], published: int, data: dict[str, Any],
-            renditions: dict[int, dict[str, Any]],
-            wanted: set[int]) -> dict[int, tuple[dict[str, Any], str]]:
+            renditions: dict[int, dict[str, Any]], wanted: set[int], *,
+            max_bytes: int = Settings.max_payload_bytes,
+            ) -> dict[int, tuple[dict[str, Any], str]]:
     """`data` in every wanted version other than the published one, and in every rendition,
     with how it was made.
 
     A publisher's rendition wins over a transform; otherwise version v comes from v+1 (itself
-    a rendition or produced) through v+1's downgrade. Transforms never go up: a wanted version
-    above the published one exists only as a rendition. Every rendition and every version made
-    on the way is validated against its own schema.
+    a rendition or produced) through v+1's downgrade, at most `MAX_DOWNGRADE_HOPS` links.
+    Transforms never go up: a wanted version above the published one exists only as a
+    rendition. Every rendition and every version made on the way is validated against its own
+    schema; the downgrades made for one event share one work budget, and each version they
+    make is at most `max_bytes` of JSON.
 
     Raises:
         VersionUnavailable: a wanted version cannot be made.
-        VersionInvalid: a made version breaks its schema.
+        VersionInvalid: a made version breaks its schema, or its downgrade does not apply.
+        VersionTooLarge: making a version went past the size or work budget.
     """
     made: dict[int, tuple[dict[str, Any], str]] = {}
+    reach = reachable({v: row.downgrade is not None for v, row in versions.items()}, published,
+                      set(renditions) & set(versions))
+    meter = downgrades.Meter(max_bytes)
 
     def make(version: int) -> dict[str, Any]:
         if version in made:
             return made[version][0]
         if version == published:
             return data
-        if version not in versions:
+        if version not in versions or version not in reach:
             raise VersionUnavailable(version)
         if version in renditions:
             result, source = renditions[version], "rendition"
-        elif version > published:
-            raise VersionUnavailable(version)  # transforms only go down
         else:
-            upper = versions.get(version + 1)
-            if upper is None or upper.downgrade is None:
+            expression = versions[version + 1].downgrade
+            if expression is None:  # `reachable` rules this out
                 raise VersionUnavailable(version)
-            result, source = apply_downgrade(upper.downgrade, make(version + 1)), "downgrade"
+            source = "downgrade"
+            try:
+                result = apply_downgrade(expression, make(version + 1), meter)
+            except downgrades.TooLarge as exc:
+                raise VersionTooLarge(version, exc.reason, exc.limit) from None
+            except downgrades.Failed as exc:
+                raise VersionInvalid(version, source, [{
+                    "path": "/", "message": f"the downgrade does not apply: {exc}",
+                    "keyword": "downgrade"}]) from None
             if not isinstance(result, dict):
                 raise VersionInvalid(version, source, [{
                     "path": "/", "message": "the downgrade did not produce a JSON object",
@@ -549,3 +636,27 @@ def produce(versions: dict[int, Version], published: int, data: dict[str, Any],
     for version in sorted(set(wanted) | set(renditions), reverse=True):
         make(version)
     return {v: made[v] for v in set(wanted) | set(renditions) if v != published}
+
+
+# ---------------------------------------------------------------------------- pins
+
+
+def unreachable_pins(session: Session, pins: dict[str, int]) -> list[dict[str, Any]]:
+    """The pins `{type: version}` that a publish of the type's newest version could not
+    serve through downgrades alone: `[{type, version, newest}]`, by type name."""
+    if not pins:
+        return []
+    downgradable: dict[str, dict[int, bool]] = {}
+    for name, version, has_downgrade in session.execute(
+            select(EventType.name, EventType.version, EventType.downgrade.is_not(None))
+            .where(EventType.name.in_(list(pins)))):
+        downgradable.setdefault(name, {})[int(version)] = bool(has_downgrade)
+    problems = []
+    for name, version in sorted(pins.items()):
+        family = downgradable.get(name, {})
+        if not family:
+            continue  # an unknown type is another refusal
+        newest = max(family)
+        if version not in reachable(family, newest, set()):
+            problems.append({"type": name, "version": version, "newest": newest})
+    return problems

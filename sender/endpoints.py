@@ -230,8 +230,14 @@ def check_event_types(session: Session, event_types: Any) -> list[str] | None:
 
 
 def check_versions(session: Session, value: Any) -> dict[str, int] | None:
-    """Version pins `{type: version}`: each (type, version) must be registered. Null or `{}`
-    pins nothing (every type arrives in the version published)."""
+    """Version pins `{type: version}`: each (type, version) must be registered, and reachable
+    from the type's newest version through downgrades alone, so a partner's pin cannot make
+    the publisher's publishes of the newest version fail. Null or `{}` pins nothing (every
+    type arrives in the version published).
+
+    A version registered later without a downgrade can still cut a pin off: publishing then
+    answers `version_unavailable`, which no check here can foresee.
+    """
     if value is None or value == {}:
         return None
     if not isinstance(value, dict) or len(value) > MAX_EVENT_TYPES:
@@ -249,6 +255,16 @@ def check_versions(session: Session, value: Any) -> dict[str, int] | None:
             code="unknown_event_type",
             details={"field": "versions",
                      "unknown": [{"type": n, "version": v} for n, v in missing]})
+    unreachable = contracts.unreachable_pins(session, value)
+    if unreachable:
+        first = unreachable[0]
+        raise ValidationFailed(
+            "no chain of downgrades makes the pinned version from the newest one (each link "
+            f"needs a downgrade, at most {contracts.MAX_DOWNGRADE_HOPS} links): "
+            + ", ".join(f"{u['type']} v{u['version']} from v{u['newest']}" for u in unreachable),
+            code="version_unavailable",
+            details={"field": "versions", "type": first["type"], "version": first["version"],
+                     "unavailable": unreachable})
     return dict(sorted(value.items()))
 
 

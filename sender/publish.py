@@ -388,11 +388,21 @@ def _wanted_versions(targets: _Targets, req: PublishRequest) -> dict[str, int]:
 
 
 def _produce(req: PublishRequest, wanted: dict[str, int],
-             versions: dict[int, contracts.Version]) -> dict[int, tuple[dict[str, Any], str]]:
+             versions: dict[int, contracts.Version],
+             max_bytes: int) -> dict[int, tuple[dict[str, Any], str]]:
     """Every version pinned endpoints need, or the 422 that says which cannot be had."""
     try:
         return contracts.produce(versions, req.version, req.data, req.renditions,
-                                 set(wanted.values()))
+                                 set(wanted.values()), max_bytes=max_bytes)
+    except contracts.VersionTooLarge as exc:
+        what = (f"JSON larger than {exc.limit} bytes" if exc.reason == "bytes"
+                else f"more than {exc.limit} units of work")
+        raise ValidationFailed(
+            f"{req.type} v{exc.version} would take {what} to make from v{req.version} "
+            "(KURIR_MAX_PAYLOAD_BYTES bounds every version made); send it as a rendition",
+            code="version_too_large",
+            details={"version": exc.version, "reason": exc.reason,
+                     "limit": exc.limit}) from None
     except contracts.VersionInvalid as exc:
         raise ValidationFailed(
             f"{req.type} v{exc.version} made by {exc.source} does not match its schema",
@@ -400,12 +410,11 @@ def _produce(req: PublishRequest, wanted: dict[str, int],
             details={"version": exc.version, "source": exc.source,
                      "errors": exc.errors}) from None
     except contracts.VersionUnavailable:
-        missing = []
-        for endpoint_id, version in sorted(wanted.items()):
-            try:
-                contracts.produce(versions, req.version, req.data, req.renditions, {version})
-            except contracts.VersionUnavailable:
-                missing.append({"endpoint": endpoint_id, "version": version})
+        # Which pins cannot be served is structure alone: nothing is run again per endpoint.
+        reach = contracts.reachable({v: row.downgrade is not None for v, row in versions.items()},
+                                    req.version, set(req.renditions) & set(versions))
+        missing = [{"endpoint": endpoint_id, "version": version}
+                   for endpoint_id, version in sorted(wanted.items()) if version not in reach]
         unknown = sorted(set(req.renditions) - set(versions))
         if unknown and not missing:
             raise ValidationFailed(
@@ -414,15 +423,17 @@ def _produce(req: PublishRequest, wanted: dict[str, int],
                 details={"type": req.type, "versions": unknown}) from None
         raise ValidationFailed(
             f"{req.type} v{req.version} cannot be turned into the version(s) some endpoints "
-            "are pinned to (no rendition, no chain of downgrades, and never upwards): "
+            "are pinned to (no rendition, no chain of at most "
+            f"{contracts.MAX_DOWNGRADE_HOPS} downgrades, and never upwards): "
             + ", ".join(f"{m['endpoint']} needs v{m['version']}" for m in missing),
             code="version_unavailable", details={"endpoints": missing}) from None
 
 
 def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetime,
-          load_versions: VersionsLoader) -> _Plan:
-    """Judge `data` by its contract, make the versions pinned endpoints need, and lay out the
-    rows to write. Without pins or renditions no other version is looked at."""
+          load_versions: VersionsLoader, *, max_bytes: int) -> _Plan:
+    """Judge `data` by its contract, make the versions pinned endpoints need (each at most
+    `max_bytes` of JSON), and lay out the rows to write. Without pins or renditions no other
+    version is looked at."""
     contract = _contract_of(targets, req)
     errors = contracts.data_errors(contract.validator, req.data)
     if errors:
@@ -433,7 +444,7 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
     family: dict[int, contracts.Version] = {}
     if wanted or req.renditions:
         family = load_versions(req.type)
-        made = _produce(req, wanted, family)
+        made = _produce(req, wanted, family, max_bytes)
 
     event_id = new_id("evt")
     occurred_at = req.occurred_at or now
@@ -518,7 +529,8 @@ def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, An
                     _targets_cache.put(key, targets)
             if req.renditions or _wanted_versions(targets, req):
                 return None  # other versions to make and store: a transaction
-            plan = _plan(targets, req, partner_uid, now, _no_versions)
+            # No version is made here (the return above), so no size budget is needed.
+            plan = _plan(targets, req, partner_uid, now, _no_versions, max_bytes=0)
             if plan.parked or plan.ordered:
                 # Dead letters and audit rows, or sequence numbers, take a transaction.
                 return None
@@ -566,7 +578,8 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
     req = parse_request(body)
     connection = session.connection()
     plan = _plan(_targets(connection, partner_uid, req.type, req.version), req, partner_uid,
-                 now, lambda name: contracts.versions_of(connection, name))
+                 now, lambda name: contracts.versions_of(connection, name),
+                 max_bytes=settings.max_payload_bytes)
     if key is not None:
         # First write of the transaction: a concurrent twin blocks here on the unique index
         # (PostgreSQL) or never gets this far (SQLite's single writer), before doing any work.

@@ -6,6 +6,7 @@ it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +19,7 @@ from app.clock import isoformat, utcnow
 from app.errors import NotFound
 from app.models import Delivery, Endpoint, Event, EventType, OperationalEvent
 from app.pagination import paginate
-from app.schema_example import example_for
+from app.schema_example import made_for, own_example
 from app.services import audit
 from app.services.actor import Actor
 
@@ -31,9 +32,12 @@ def _require_publisher(actor: Actor) -> None:
         raise NotFound("not found")
 
 
-def register(session: Session, actor: Actor, body: dict[str, Any]) -> Registered:
+def register(session: Session, actor: Actor, body: dict[str, Any], *,
+             max_bytes: int) -> Registered:
+    """Register a version; `max_bytes` (`KURIR_MAX_PAYLOAD_BYTES`) bounds what its downgrade
+    may make."""
     _require_publisher(actor)
-    result = contracts.register(session, body)
+    result = contracts.register(session, body, max_bytes=max_bytes)
     row = result.event_type
     if result.created:
         audit.record(session, actor, "event_type.registered", "event_type", row.id,
@@ -138,13 +142,48 @@ def catalog(session: Session, actor: Actor) -> list[CatalogEntry]:
     return [CatalogEntry(name, rows, pins.get(name, {})) for name, rows in by_name.items()]
 
 
+# Bound of the example cache (one per contract version shown): at the bound it is emptied.
+# An entry is at most about `schema_example.MAX_BYTES` of JSON.
+EXAMPLES_MAX = 256
+
+
+class _ExampleCache:
+    """Examples made from schemas, by event-type row id, made once per process: a version's
+    schema never changes, and the catalog shows every version on every page view. `made`
+    counts the examples actually made (what a test can watch)."""
+
+    def __init__(self, max_size: int = EXAMPLES_MAX) -> None:
+        self._items: dict[str, dict[str, Any] | None] = {}
+        self._lock = threading.Lock()
+        self._max = max_size
+        self.made = 0
+
+    def get(self, row: EventType) -> dict[str, Any] | None:
+        if row.id in self._items:
+            return self._items[row.id]
+        value = made_for(row.schema)
+        found = value if isinstance(value, dict) else None
+        with self._lock:
+            self.made += 1
+            if len(self._items) >= self._max:
+                self._items.clear()
+            self._items[row.id] = found
+        return found
+
+
+examples = _ExampleCache()
+
+
 def example(row: EventType) -> dict[str, Any] | None:
-    """The `data` of an example event of this version: its first registered example, else
-    its schema's own `examples`, else one made from the schema."""
+    """The `data` of an example event of this version (callers do not change it): its first
+    registered example, else its schema's own `examples`, both read with the row, else one
+    made from the schema within `app.schema_example`'s budget, once per version."""
     if row.examples:
         return dict(row.examples[0])
-    value = example_for(row.schema)
-    return value if isinstance(value, dict) else None
+    own = own_example(row.schema)
+    if own is not None:
+        return own if isinstance(own, dict) else None
+    return examples.get(row)
 
 
 def pinned_endpoints(session: Session, name: str,

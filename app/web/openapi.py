@@ -17,7 +17,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
-from app import __version__
+from app import __version__, downgrades
 
 Schema = dict[str, Any]
 
@@ -258,7 +258,14 @@ EVENT_TYPE_CREATE = schema("EventTypeCreate", obj({
     "downgrade": {"type": "string", "maxLength": 4000,
                   "description": "JMESPath turning this version's data into version-1's, "
                                  "e.g. `{amount: amount_minor, currency: currency}`; checked "
-                                 "against every example at registration"},
+                                 "against every example at registration. 422 "
+                                 "`invalid_downgrade` when it nests past "
+                                 f"{downgrades.MAX_DEPTH} levels, has more than "
+                                 f"{downgrades.MAX_PIPES} pipes, calls an unknown function, "
+                                 "can copy one part of its input more than "
+                                 f"{downgrades.MAX_COPIES} times, or makes more than "
+                                 "KURIR_MAX_PAYLOAD_BYTES from an example (`details.bound` "
+                                 "or `details.reason` says which)"},
     "examples": array(ANY_OBJECT, maxItems=20,
                       description="sample data of this version (validated)"),
 }, required=["name", "version", "schema"]))
@@ -384,7 +391,10 @@ _PUBLIC_HEADERS: Schema = array(STRING, description="custom headers whose values
 _VERSIONS: Schema = {"type": "object", "additionalProperties": {"type": "integer",
                                                                   "minimum": 1},
                      "description": "contract version pinned per event type; other types "
-                                    "arrive in the version published"}
+                                    "arrive in the version published. 422 "
+                                    "`version_unavailable` (`details.type`) when no chain of "
+                                    f"at most {downgrades.MAX_HOPS} downgrades makes it from "
+                                    "the type's newest version"}
 _EVENT_TYPES: Schema = nullable(array(STRING, minItems=1))
 _EVENT_TYPES["description"] = "names of registered event types; null subscribes to all"
 _TIMEOUT: Schema = {"type": "integer", "minimum": 1, "maximum": 30}
@@ -639,7 +649,11 @@ add("/v1/partners/{uid}/events", "post", op(
         "schema": {"type": "string"}}}},
     description="The event and one delivery per subscribed endpoint are committed in one "
                 "transaction before the 202. A disabled endpoint gets a delivery that is "
-                "parked at once (state `dead`, dead letter `endpoint_disabled`).",
+                "parked at once (state `dead`, dead letter `endpoint_disabled`). A version "
+                "a pinned endpoint needs that cannot be made is 422 `version_unavailable`; "
+                "one whose downgrade would make more than KURIR_MAX_PAYLOAD_BYTES of JSON "
+                "(or spend more than its work budget) is 422 `version_too_large` "
+                "(`details.version`); nothing is stored either way.",
     errors=(400, 404, 409, 413, 415, 422)))
 add("/v1/partners/{uid}/events", "get", op(
     "List a partner's events, newest first", tag="events", scope="read", params=[

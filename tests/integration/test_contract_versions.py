@@ -139,13 +139,39 @@ def test_a_rendition_wins_over_the_transform(client, auth, runtime, contracts):
     assert receiver.on("/v1")[0].json["data"] == {"amount": 1300}  # made from the rendition
 
 
-def test_a_version_that_cannot_be_made_refuses_the_publish_and_stores_nothing(
-        client, auth, runtime):
+def test_a_pin_no_chain_of_downgrades_can_serve_is_refused_when_it_is_set(client, auth,
+                                                                         runtime):
+    """A partner's pin must not make the publisher's publishes of the newest version fail:
+    v2 declares no downgrade, so nothing makes v1 from v3."""
     register(client, auth, 1)
     register(client, auth, 2)  # no downgrade to 1
     register(client, auth, 3, downgrade="{amount: amount_minor, currency: currency}")
     make_partner(client, auth, "acme")
+    refused = client.post("/v1/partners/acme/endpoints", headers=auth, json={
+        "url": "http://127.0.0.1:9/", "versions": {"payment.succeeded": 1}})
+    assert refused.status_code == 422
+    error = refused.get_json()["error"]
+    assert (error["code"], error["details"]["type"]) == ("version_unavailable",
+                                                         "payment.succeeded")
+    assert error["details"]["unavailable"] == [
+        {"type": "payment.succeeded", "version": 1, "newest": 3}]
+    ep = make_endpoint(client, auth, versions={"payment.succeeded": 2})  # one downgrade away
+    changed = client.patch(f"/v1/partners/acme/endpoints/{ep['id']}", headers=auth,
+                           json={"versions": {"payment.succeeded": 1}})
+    assert changed.get_json()["error"]["code"] == "version_unavailable"
+    assert client.get(f"/v1/partners/acme/endpoints/{ep['id']}",
+                      headers=auth).get_json()["versions"] == {"payment.succeeded": 2}
+    assert publish(client, auth).status_code == 202
+
+
+def test_a_version_that_cannot_be_made_refuses_the_publish_and_stores_nothing(
+        client, auth, runtime):
+    """What a pin cannot foresee: a newer version registered later without a downgrade."""
+    register(client, auth, 1)
+    register(client, auth, 2, downgrade="{amount: amount}")
+    make_partner(client, auth, "acme")
     ep = make_endpoint(client, auth, versions={"payment.succeeded": 1})
+    register(client, auth, 3)  # no downgrade to 2: v1 is cut off from v3
     response = publish(client, auth)
     assert response.status_code == 422
     error = response.get_json()["error"]

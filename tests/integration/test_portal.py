@@ -61,7 +61,8 @@ def acme(client, auth):
     make_event_type(client, auth, "order.created", version=2, schema={
         "type": "object", "required": ["order_id"], "properties": {
             "order_id": {"type": "string", "examples": ["ord_42"]},
-            "total": {"type": "integer", "minimum": 0}}})
+            "total": {"type": "integer", "minimum": 0}}},
+        downgrade="{order_id: order_id, amount: total}")  # so v1 can be pinned
     make_event_type(client, auth, "order.shipped")
     make_partner(client, auth, "acme")
     make_partner(client, auth, "globex")

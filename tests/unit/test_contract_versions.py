@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 from app.contracts import (
+    MAX_DOWNGRADE_HOPS,
     Version,
     VersionInvalid,
+    VersionTooLarge,
     VersionUnavailable,
     compile_downgrade,
     compile_schema,
     produce,
+    reachable,
 )
 
 V1 = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}},
@@ -85,3 +88,26 @@ def test_every_rendition_is_validated_even_when_no_endpoint_needs_it():
 def test_a_bad_expression_does_not_compile():
     with pytest.raises(ValueError, match="."):
         compile_downgrade("{amount: ")
+
+
+def test_a_version_too_large_to_make_names_itself():
+    loose = {1: Version("ety_1", 1, False, None, compile_schema({"type": "object"}), None),
+             2: Version("ety_2", 2, False, None, compile_schema({"type": "object"}),
+                        compile_downgrade("{a: @, b: @} | {a: @, b: @}"))}
+    data = {"note": "n" * 3000}
+    assert produce(loose, 2, data, {}, {1}, max_bytes=16_000)[1][0]["a"]["b"] == data
+    with pytest.raises(VersionTooLarge) as info:
+        produce(loose, 2, data, {}, {1}, max_bytes=10_000)
+    assert (info.value.version, info.value.reason, info.value.limit) == (1, "bytes", 10_000)
+
+
+def test_a_chain_is_at_most_the_hop_bound_long_and_a_rendition_restarts_it():
+    newest = MAX_DOWNGRADE_HOPS + 2
+    chain = {v: v > 1 for v in range(1, newest + 1)}
+    reach = reachable(chain, newest, set())
+    assert 1 not in reach and reach[2] == MAX_DOWNGRADE_HOPS and reach[newest] == 0
+    assert reachable(chain, newest, {5})[1] == 4  # counted from the rendition
+    assert 3 not in reachable({**chain, 4: False}, newest, set())  # a missing link
+    assert newest not in reachable(chain, newest - 1, set())  # never upwards
+    # Far apart version numbers are not walked one by one.
+    assert reachable({1: False, 2**31 - 1: True}, 2**31 - 1, set()) == {2**31 - 1: 0}

@@ -20,8 +20,10 @@ blueprint = Blueprint("api_event_types", __name__)
 def create_event_type() -> tuple[Response, int]:
     actor = current_actor()
     body = read_json_object()
-    with runtime().db.begin() as session:
-        result = event_types.register(session, actor, body)
+    rt = runtime()
+    with rt.db.begin() as session:
+        result = event_types.register(session, actor, body,
+                                      max_bytes=rt.settings.max_payload_bytes)
         answer = event_type_json(result.event_type)
     return jsonify(answer), 201 if result.created else 200
 
