@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from rq import Queue, SimpleWorker
 from rq.job import Job, JobStatus
 
 from app.queues import DEFAULT, RESULT_TTL_S, JobSpec, enqueue_many
+from tests.factories import wait_for
 
 
 def test_an_enqueued_job_is_run_by_rq_own_worker(redis_client):
@@ -47,3 +49,26 @@ def test_jobs_without_an_id_get_distinct_ones(redis_client):
     assert enqueue_many(redis_client, specs) == 3
     ids = Queue(DEFAULT, connection=redis_client).job_ids
     assert len(set(ids)) == 3
+
+
+
+def test_a_worker_stops_its_command_listener_at_once(redis_client):
+    """RQ 3 lets its command listener wait 60 s at a time and redis-py 8.2 joins it on stop.
+    When the listener reads the UNSUBSCRIBE reply before the stop flag is down (a race a
+    loaded machine loses often), it goes back to waiting, for the whole 60 s, and the worker
+    takes a minute to stop. The race is forced here: Kurir's listener waits briefly, so the
+    stop returns promptly all the same."""
+    from sender.worker import KurirWorker
+
+    worker = KurirWorker([Queue(DEFAULT, connection=redis_client)], connection=redis_client)
+    worker.subscribe()
+    listener, pubsub = worker.pubsub_thread, worker.pubsub
+    assert listener is not None and pubsub is not None
+    wait_for(lambda: pubsub.subscribed, message="the listener subscribed")
+    pubsub.unsubscribe()
+    wait_for(lambda: not pubsub.subscribed, message="the listener read the unsubscribe reply")
+    stopper = threading.Thread(target=worker.unsubscribe, daemon=True)
+    stopper.start()
+    stopper.join(20)  # with RQ's own listener it is held here for 60 s
+    assert not stopper.is_alive(), "stopping the worker still waits on its listener"
+    assert not listener.is_alive()
