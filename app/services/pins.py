@@ -51,8 +51,8 @@ def of_endpoint(session: Session, actor: Actor, endpoint: Endpoint,
         newest[row.name] = max(newest.get(row.name, row.version), row.version)
     out = []
     for name, version in sorted(pinned.items()):
-        row = facts.get((name, version))
-        sunset_at = row.sunset_at if row else None
-        out.append(Pin(name, version, bool(row and row.deprecated), sunset_at,
+        contract = facts.get((name, version))
+        sunset_at = contract.sunset_at if contract else None
+        out.append(Pin(name, version, bool(contract and contract.deprecated), sunset_at,
                        newest.get(name), sunset_at is not None and sunset_at <= now))
     return out
