@@ -71,11 +71,6 @@ class Sent:
     published_version: int
     body: bytes | None  # None only when the row it comes from is gone
 
-    @property
-    def pinned(self) -> bool:
-        """Made for its endpoint's pin in another version than the one published."""
-        return self.version != self.published_version
-
 
 def delivered_version(delivery: Delivery, published_version: int) -> int:
     """The version a delivery carries: its own when it was made for a pin, else the event's."""

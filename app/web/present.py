@@ -69,10 +69,6 @@ class BodyView:
     pretty: str
     size: int  # bytes
 
-    @property
-    def pinned(self) -> bool:
-        return self.version != self.published_version
-
 
 def body_view(sent: Sent) -> BodyView:
     body = sent.body
