@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from app.clock import isoformat, parse_time
 from app.errors import BadRequest
 from app.models import DL_STATES, DeadLetter, Partner
 from app.pagination import paginate
+from sender.bodies import delivered_versions
 
 # `status_code=none` finds letters whose last attempt got no HTTP answer at all.
 NO_STATUS = 0
@@ -213,6 +214,9 @@ class SearchPage:
     letters: list[DeadLetter]
     next_cursor: str | None
     partner_uids: dict[str, str]
+    # Delivery id -> the contract version it carries (its pin, or the version published):
+    # what a list names next to the type, since a pinned endpoint got another version.
+    versions: dict[str, int] = field(default_factory=dict)
 
 
 def search(session: Session, flt: DeadLetterFilter, *, limit: int, cursor: str | None = None,
@@ -223,7 +227,8 @@ def search(session: Session, flt: DeadLetterFilter, *, limit: int, cursor: str |
     """
     stmt = statement(flt).options(*options)
     letters, next_cursor = paginate(session, stmt, DeadLetter.id, limit=limit, cursor=cursor)
-    return SearchPage(letters, next_cursor, partner_uids(session, letters))
+    return SearchPage(letters, next_cursor, partner_uids(session, letters),
+                      delivered_versions(session, [letter.delivery_id for letter in letters]))
 
 
 def partner_uids(session: Session, letters: list[DeadLetter]) -> dict[str, str]:

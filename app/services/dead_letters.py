@@ -25,6 +25,7 @@ from app.models import (
     Attempt,
     BulkOperation,
     DeadLetter,
+    Event,
     Partner,
 )
 from app.runtime import Runtime
@@ -33,6 +34,7 @@ from dlq import discard as discard_mod
 from dlq import resend as resend_mod
 from dlq.search import FILTER_KEYS, DeadLetterFilter, SearchPage, count, search
 from sender import ordering
+from sender.bodies import Sent, delivered_versions, sent_by
 from sender.dispatch import enqueue_after_commit
 
 BULK_KIND = resend_mod.BULK_KIND
@@ -90,6 +92,18 @@ def get(session: Session, actor: Actor, letter_id: str) -> tuple[DeadLetter, str
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
     uid = session.scalar(select(Partner.uid).where(Partner.id == letter.partner_id)) or ""
     return letter, uid
+
+
+def sent(session: Session, letter: DeadLetter) -> Sent:
+    """What the letter's delivery sent (and a resend sends again): the version its endpoint
+    got and the exact body it signed, not the event as published."""
+    return sent_by(session, letter.delivery, session.get_one(Event, letter.event_id))
+
+
+def versions(session: Session, letters: Sequence[DeadLetter]) -> dict[str, int]:
+    """Delivery id -> the version each letter's delivery carries (its pin, or the version
+    published), for answers that name it without reading the bodies."""
+    return delivered_versions(session, [letter.delivery_id for letter in letters])
 
 
 def attempts(session: Session, letter: DeadLetter, *, newest_first: bool = False

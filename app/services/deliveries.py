@@ -40,6 +40,7 @@ from app.runtime import Runtime
 from app.services import audit, dead_letters, partners
 from app.services.actor import Actor
 from dlq import resend as resend_mod
+from sender.bodies import Sent, delivered_version, sent_by
 from sender.dispatch import enqueue_after_commit
 
 FILTER_KEYS = ("partner", "endpoint", "state", "type", "status_code", "since", "until")
@@ -118,6 +119,11 @@ class LogPage:
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
     partner_uids: dict[str, str] = field(default_factory=dict)
 
+    def version_of(self, delivery: Delivery) -> int | None:
+        """The version this row's endpoint received: its pin, or the version published."""
+        event = self.events.get(delivery.event_id)
+        return None if event is None else delivered_version(delivery, event.version)
+
 
 def _not_found(delivery_id: str) -> NotFound:
     return NotFound(f"no delivery {delivery_id!r}", details={"delivery": delivery_id})
@@ -171,7 +177,8 @@ def page(session: Session, actor: Actor, flt: DeliveryFilter, *, limit: int,
 
 @dataclass
 class Detail:
-    """One delivery as its page shows it: attempts newest first, and its dead letters."""
+    """One delivery as its page shows it: attempts newest first, its dead letters, and what
+    it sends (its version and exact body, as the engine reads them)."""
 
     delivery: Delivery
     event: Event
@@ -179,6 +186,7 @@ class Detail:
     partner: Partner
     attempts: list[Attempt]
     letters: list[DeadLetter]
+    sent: Sent
 
     @property
     def open_letter(self) -> DeadLetter | None:
@@ -198,9 +206,10 @@ def detail(session: Session, actor: Actor, delivery_id: str) -> Detail:
     endpoint = session.get_one(Endpoint, delivery.endpoint_id)
     letters = list(session.scalars(select(DeadLetter).where(
         DeadLetter.delivery_id == delivery.id).order_by(DeadLetter.id.desc())))
-    return Detail(delivery, session.get_one(Event, delivery.event_id), endpoint,
-                  session.get_one(Partner, endpoint.partner_id),
-                  sorted(delivery.attempts, key=lambda a: a.n, reverse=True), letters)
+    event = session.get_one(Event, delivery.event_id)
+    return Detail(delivery, event, endpoint, session.get_one(Partner, endpoint.partner_id),
+                  sorted(delivery.attempts, key=lambda a: a.n, reverse=True), letters,
+                  sent_by(session, delivery, event))
 
 
 def get(session: Session, actor: Actor, delivery_id: str) -> Delivery:

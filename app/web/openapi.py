@@ -759,6 +759,9 @@ DEAD_LETTER = schema("DeadLetter", obj({
     "endpoint": STRING,
     "partner": STRING,
     "type": STRING,
+    "version": dict(INTEGER, description="the contract version the delivery carries (its "
+                                         "endpoint's pin, or the version published): the "
+                                         "envelope's `version` it was sent with"),
     "reason": STRING,
     "last_status_code": OPT_INTEGER,
     "last_error": OPT_STRING,
@@ -766,7 +769,7 @@ DEAD_LETTER = schema("DeadLetter", obj({
     "created_at": TIMESTAMP,
     "audit": array(ANY_OBJECT),
     "attempts": array(ATTEMPT),
-}, required=["id", "delivery", "event", "endpoint", "partner", "type", "reason",
+}, required=["id", "delivery", "event", "endpoint", "partner", "type", "version", "reason",
              "last_status_code", "last_error", "state", "created_at", "audit"], strict=False))
 LETTER_ID = [path_param("letter_id", "dead letter id")]
 DL_FILTERS = [

@@ -7,10 +7,13 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import headers as header_rules
 from app.clock import utcnow
+
+if TYPE_CHECKING:
+    from app.services.deliveries import Sent
 
 HIDDEN = "•••••• (hidden)"
 
@@ -52,6 +55,27 @@ def pretty_json(raw: str | bytes | None) -> str:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
     except (ValueError, TypeError):
         return text
+
+
+@dataclass(frozen=True)
+class BodyView:
+    """A delivery's body as a page shows it: the exact text it sent (the bytes the endpoint
+    received and checked the signature over, decoded, never re-serialised), and beside it an
+    indented copy for reading, which is not what was sent."""
+
+    version: int
+    published_version: int
+    raw: str | None  # None: the stored body is gone
+    pretty: str
+    size: int  # bytes
+
+
+def body_view(sent: Sent) -> BodyView:
+    body = sent.body
+    # Bodies are stored as text and sent UTF-8 encoded, so decoding gives back that text.
+    raw = None if body is None else body.decode("utf-8", errors="replace")
+    return BodyView(sent.version, sent.published_version, raw, pretty_json(body),
+                    0 if body is None else len(body))
 
 
 def ago(moment: datetime | None, now: datetime | None = None) -> str:

@@ -55,6 +55,7 @@ from redis.retry import Retry
 from app.clock import utcnow
 from app.runtime import Runtime
 from sender import guard, health
+from sender.bodies import read_bodies
 from sender.deliver import Target
 from sender.engine import claim
 from sender.engine.admission import MAX_LOCAL_WAIT_S, Admission
@@ -254,8 +255,7 @@ class Engine:
                     claim.unclaim(session, [i for i, _ in held], lease,
                                   max(u for _, u in held) + timedelta(seconds=HOLD_GRACE_S))
                 if bodies is None:
-                    bodies = claim.read_bodies(session, {(r.event_id, r.version)
-                                                         for r, _ in admitted})
+                    bodies = read_bodies(session, {(r.event_id, r.version) for r, _ in admitted})
                 for row, offset in admitted:
                     body = bodies.get((row.event_id, row.version))
                     if body is None:

@@ -25,9 +25,10 @@ from sqlalchemy import and_, bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db import Database
-from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, Event, EventVersion
+from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, Event
 from dlq.park import park
 from sender import health, ordering
+from sender.bodies import BodyKey, payload_column
 from sender.engine.errors import REASON_ENDPOINT_DISABLED
 from sender.engine.sql import chunks, table
 
@@ -37,11 +38,6 @@ log = logging.getLogger(__name__)
 LOOKAHEAD_S = 5.0
 # A held delivery's lease outlives its local timer by this much; then the sweeper takes over.
 HOLD_GRACE_S = 15.0
-
-
-# A delivery's body is its event's published payload (version None) or, for an endpoint
-# pinned to another contract version, that version's.
-BodyKey = tuple[str, int | None]
 
 
 @dataclass(frozen=True)
@@ -84,15 +80,8 @@ def _claim_statement(postgres: bool) -> Any:
     if not postgres:
         return stmt.returning(*columns)
     events = table(Event)
-    versions = table(EventVersion)
-    # A delivery pinned to another version carries that version's body; the others
-    # (nearly all) never look at event_versions.
-    versioned = (select(versions.c.payload)
-                 .where(versions.c.event_id == deliveries.c.event_id,
-                        versions.c.version == deliveries.c.version)
-                 .scalar_subquery())
-    payload = case((deliveries.c.version.is_(None), events.c.payload),
-                   else_=versioned).label("payload")
+    # The body as `sender.bodies` defines it, which the pages that show it read too.
+    payload = payload_column(deliveries, events).label("payload")
     return stmt.where(events.c.id == deliveries.c.event_id).returning(*columns, payload)
 
 
@@ -162,23 +151,6 @@ def park_disabled(session: Session, ids: list[str]) -> None:
             .where(Delivery.id.in_(ids), Delivery.state.in_((PENDING, RETRYING)),
                    or_(Endpoint.state != health.ENABLED, Endpoint.deleted_at.is_not(None)))):
         park(session, delivery, delivery.event, delivery.endpoint, REASON_ENDPOINT_DISABLED)
-
-
-def read_bodies(session: Session, keys: set[BodyKey]) -> dict[BodyKey, bytes]:
-    """The exact bytes every attempt sends: the published payload, or a pinned version's."""
-    bodies: dict[BodyKey, bytes] = {}
-    published = sorted({event_id for event_id, version in keys if version is None})
-    for chunk in chunks(published):
-        for event_id, payload in session.execute(
-                select(Event.id, Event.payload).where(Event.id.in_(chunk))):
-            bodies[(event_id, None)] = payload.encode("utf-8")
-    pinned = sorted({event_id for event_id, version in keys if version is not None})
-    for chunk in chunks(pinned):
-        for event_id, version, payload in session.execute(
-                select(EventVersion.event_id, EventVersion.version, EventVersion.payload)
-                .where(EventVersion.event_id.in_(chunk))):
-            bodies[(event_id, version)] = payload.encode("utf-8")
-    return bodies
 
 
 def unclaim(session: Session, ids: list[str], lease: datetime, hold_until: datetime) -> None:

@@ -24,9 +24,13 @@ def audit_json(letter: DeadLetter) -> list[dict[str, Any]]:
              "at": isoformat(a.created_at)} for a in letter.audit]
 
 
-def dead_letter_json(letter: DeadLetter, partner_uid: str, *,
+def dead_letter_json(letter: DeadLetter, partner_uid: str, version: int | None, *,
                      attempts: list[Attempt] | None = None) -> dict[str, Any]:
-    """The dead-letter shape, plus links to the event, the delivery and its attempts."""
+    """The dead-letter shape, plus links to the event, the delivery and its attempts.
+
+    `version` is the contract version the delivery carries: for an endpoint pinned to an
+    older version, not the one published.
+    """
     delivery: Delivery = letter.delivery
     body: dict[str, Any] = {
         "id": letter.id,
@@ -35,6 +39,7 @@ def dead_letter_json(letter: DeadLetter, partner_uid: str, *,
         "endpoint": letter.endpoint_id,
         "partner": partner_uid,
         "type": letter.event_type,
+        "version": version,
         "reason": letter.reason,
         "last_status_code": letter.last_status_code,
         "last_error": letter.last_error,
@@ -83,7 +88,8 @@ def bulk_json(op: BulkOperation) -> dict[str, Any]:
 def _letter_answer(letter_id: str) -> Response:
     with runtime().db.begin() as session:
         letter, uid = dead_letters.get(session, current_actor(), letter_id)
-        return jsonify(dead_letter_json(letter, uid))
+        version = dead_letters.versions(session, [letter]).get(letter.delivery_id)
+        return jsonify(dead_letter_json(letter, uid, version))
 
 
 @blueprint.get("/dead-letters")
@@ -94,7 +100,8 @@ def list_dead_letters() -> Response:
     with runtime().db.begin() as session:
         page = dead_letters.page(session, actor, flt, limit=limit,
                                  cursor=request.args.get("cursor"))
-        data = [dead_letter_json(letter, page.partner_uids.get(letter.partner_id, ""))
+        data = [dead_letter_json(letter, page.partner_uids.get(letter.partner_id, ""),
+                                 page.versions.get(letter.delivery_id))
                 for letter in page.letters]
     return jsonify({"data": data, "next_cursor": page.next_cursor})
 
@@ -105,7 +112,8 @@ def get_dead_letter(letter_id: str) -> Response:
     with runtime().db.begin() as session:
         letter, uid = dead_letters.get(session, actor, letter_id)
         attempts = dead_letters.attempts(session, letter)
-        return jsonify(dead_letter_json(letter, uid, attempts=attempts))
+        version = dead_letters.versions(session, [letter]).get(letter.delivery_id)
+        return jsonify(dead_letter_json(letter, uid, version, attempts=attempts))
 
 
 @blueprint.post("/dead-letters/<letter_id>/resend")

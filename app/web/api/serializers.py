@@ -8,6 +8,7 @@ from typing import Any
 from app import headers as header_rules
 from app.clock import isoformat
 from app.models import ApiKey, Attempt, AuditRecord, Delivery, Endpoint, Event, EventType, Partner
+from app.services.deliveries import delivered_version
 from app.services.endpoints import BlockedKey
 from app.services.feed import Lag
 
@@ -110,7 +111,7 @@ def delivery_json(delivery: Delivery, with_attempts: bool = True) -> dict[str, A
         "id": delivery.id,
         "event": delivery.event_id,
         "endpoint": delivery.endpoint_id,
-        "version": delivery.version if delivery.version is not None else delivery.event.version,
+        "version": delivered_version(delivery, delivery.event.version),
         "state": delivery.state,
         "attempt_count": delivery.attempt_count or 0,
         "next_attempt_at": isoformat(delivery.next_attempt_at),

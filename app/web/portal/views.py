@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from app.clock import isoformat, utcnow
 from app.errors import KurirError, ValidationFailed
 from app.models import Endpoint
-from app.services import deliveries, endpoints, event_types, feed, portal
+from app.services import deliveries, endpoints, event_types, feed, pins, portal
 from app.web import csrf, error_pages, present
 from app.web.context import runtime
 from app.web.delivery_log import log_context
@@ -240,6 +240,7 @@ def endpoint(endpoint_id: str) -> Page:
             blocked=blocked, more_blocked=more_blocked is not None,
             parked=endpoints.parked(session, actor, ep),
             expired=feed.expired_backlog(session, runtime().settings, ep),
+            pinned=pins.of_endpoint(session, actor, ep),
             lag=feed.lag_of(session, runtime().settings, ep), feed_url=feed_url,
             ack_url=request.host_url.rstrip("/")
             + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack")
@@ -420,7 +421,7 @@ def delivery(delivery_id: str) -> Page:
             found.delivery.state == "retrying" and not found.attempts)
         return render_template("portal/delivery.html", d=found,
                                attempts=present.attempt_views(found.attempts),
-                               payload=present.pretty_json(found.event.payload),
+                               body=present.body_view(found.sent),
                                running=running, refresh_s=REFRESH_S)
 
 

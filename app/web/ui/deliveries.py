@@ -49,8 +49,7 @@ def delivery(delivery_id: str) -> Page:
         running = found.delivery.state in ("pending", "delivering")
         return render_template("ui/delivery.html", d=found,
                                attempts=present.attempt_views(found.attempts),
-                               payload=present.pretty_json(found.event.payload),
-                               running=running)
+                               body=present.body_view(found.sent), running=running)
 
 
 @blueprint.post("/deliveries/<delivery_id>/retry")

@@ -49,9 +49,11 @@ from app.services import (
     feed,
     operators,
     partners,
+    pins,
     sources,
 )
 from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
+from app.services.deliveries import delivered_version
 from app.web import csrf, error_pages, present
 from app.web.context import runtime
 from app.web.endpoint_form import EndpointForm
@@ -338,7 +340,8 @@ def dead_letter(letter_id: str) -> Page:
         attempts = dead_letters.attempts(session, letter, newest_first=True)
         return render_template(
             "ui/dead_letter.html", letter=letter, delivery=delivery, event=event,
-            endpoint=endpoint, partner=partner, payload=present.pretty_json(event.payload),
+            endpoint=endpoint, partner=partner,
+            body=present.body_view(dead_letters.sent(session, letter)),
             fate=dead_letters.fate(session, letter), attempts=present.attempt_views(attempts))
 
 
@@ -443,6 +446,7 @@ def endpoint(endpoint_id: str) -> Page:
             health=health.get(ep.id, stats.Health(0, 0)), recent=recent, trail=trail,
             headers=present.endpoint_headers(ep.headers, ep.public_headers),
             lag=feed.lag_of(session, runtime().settings, ep),
+            pinned=pins.of_endpoint(session, actor, ep),
             open_letters=stats.open_letters_by_endpoint(session, [ep.id]).get(ep.id, 0))
 
 
@@ -615,9 +619,11 @@ def event(event_id: str) -> Page:
             select(DeadLetter).where(DeadLetter.event_id == ev.id)
             .order_by(DeadLetter.id))}
         attempts: dict[str, list[Attempt]] = {d.id: list(d.attempts) for d in deliveries}
+        # Each endpoint got the version it was pinned to, which may not be the one published.
+        versions = {d.id: delivered_version(d, ev.version) for d in deliveries}
         return render_template("ui/event.html", ev=ev, partner=partner, deliveries=deliveries,
                                endpoints=endpoints_by_id, letters=letters, attempts=attempts,
-                               payload=present.pretty_json(ev.payload))
+                               versions=versions, payload=present.pretty_json(ev.payload))
 
 
 # ------------------------------------------------------------------------------ inbound
