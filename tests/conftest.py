@@ -2,8 +2,9 @@
 
 Database-touching tests take the `runtime` (or `db`) fixture, which is parametrised over both
 backends; PostgreSQL comes from TEST_DATABASE_URL, or, when that is unset, from a throwaway
-server the run starts itself (tests/support/embedded_postgres.py). Each backend is migrated once per session; every test then starts from empty tables
-(TRUNCATE/DELETE), which also works when a test runs workers in other threads or processes.
+server the run starts itself (tests/support/embedded_postgres.py). Each backend is migrated
+once per session; every test then starts from empty tables (TRUNCATE/DELETE), which also works
+when a test runs workers in other threads or processes.
 Redis comes from TEST_REDIS_URL, else an embedded redis-server started for the session.
 """
 
@@ -78,7 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
     so the PostgreSQL half of the suite runs on a fresh machine instead of skipping.
     KURIR_TEST_POSTGRES=off keeps the old behaviour (PostgreSQL tests skip)."""
     global _EMBEDDED_POSTGRES
-    if (os.environ.get("TEST_DATABASE_URL") or _worker_index() or "PYTEST_XDIST_WORKER" in os.environ
+    if (os.environ.get("TEST_DATABASE_URL") or "PYTEST_XDIST_WORKER" in os.environ
             or os.environ.get("KURIR_TEST_POSTGRES", "").lower() == "off"):
         return
     from tests.support.embedded_postgres import EmbeddedPostgres
