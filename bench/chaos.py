@@ -274,8 +274,8 @@ class Kurir:
         from app import contracts, migrate
         from app.accounts import create_api_key
         from app.config import load_settings
+        from app.registry import endpoints as service
         from app.runtime import Runtime
-        from sender import endpoints as service
 
         settings = load_settings(self.env)
         migrate.upgrade(settings.resolved_database_url)

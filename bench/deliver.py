@@ -16,7 +16,7 @@ one run (issue 4, item 11):
      endpoints with `ordering: "key"`, the events spread over 100 ordering keys (each key's
      deliveries one at a time, in publish order), with the workers' CPU time per delivery
      beside both;
-  3. Kurir end to end: events published with `sender.publish.publish` (validation,
+  3. Kurir end to end: events published with `app.intake.publish.publish` (validation,
      one-transaction fan-out, after-commit enqueue: the code the API runs) from
      --publishers threads while the workers deliver, plus the sweeper in this process.
      Throughput = deliveries / (last receipt - first publish); latency = receipt - publish
@@ -166,8 +166,8 @@ class ReceiverProcess:
 def _bare_main(url: str, count: int, body: bytes, barrier: Any, out: Any) -> None:
     import requests
 
+    from app.signing import generate_secret
     from sender.deliver import request_headers
-    from sender.signing import generate_secret
 
     secret = generate_secret()
     session = requests.Session()
@@ -286,8 +286,8 @@ class Kurir:
         from redis.retry import Retry
         from sqlalchemy import select
 
+        from app.intake.publish import publish
         from app.models import Delivery
-        from sender.publish import publish
 
         dead = redis_lib.Redis(unix_socket_path="/nonexistent/kurir-bench.sock",
                                retry=Retry(NoBackoff(), 0))
@@ -357,7 +357,7 @@ class Kurir:
         self.runtime.close()
 
     def partner(self, uid: str, urls: list[str], **fields: Any) -> None:
-        from sender import endpoints as service
+        from app.registry import endpoints as service
 
         with self.runtime.db.begin() as session:
             partner = service.create_partner(session, {"uid": uid, "name": uid})
@@ -367,7 +367,7 @@ class Kurir:
 
     def publish(self, uid: str, i: int) -> tuple[str, float]:
         """Publish one event; returns its id and the time its transaction committed."""
-        from sender.publish import publish
+        from app.intake.publish import publish
 
         with self.runtime.db.begin() as session:
             result = publish(session, self.runtime.redis, self.settings, partner_uid=uid,

@@ -20,7 +20,7 @@ from sqlalchemy import Table, bindparam, case, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from app.models import PENDING, RETRYING, Delivery, Endpoint, OperationalEvent, UTCDateTime
-from dlq.park import park
+from sender.park import park
 from sender.policy import should_auto_disable
 
 log = logging.getLogger(__name__)

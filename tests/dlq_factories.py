@@ -1,7 +1,7 @@
 """Rows for dead-letter tests: partners, endpoints with real secrets, events, dead deliveries.
 
 Everything goes through the same services production uses where one exists (`add_secret`,
-`dlq.park`), so a test sees the rows the engine would have written.
+`sender.park`), so a test sees the rows the engine would have written.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from app.clock import isoformat, utcnow
 from app.crypto import SecretBox
 from app.ids import new_id
 from app.models import DEAD, Attempt, DeadLetter, Delivery, Endpoint, Event, Partner
-from dlq.park import park
-from sender.secrets import add_secret
-from sender.signing import generate_secret
+from app.registry.secrets import add_secret
+from app.signing import generate_secret
+from sender.park import park
 
 _seq = itertools.count(1)
 

@@ -23,8 +23,8 @@ from app.clock import isoformat, utcnow
 from app.crypto import SecretBox
 from app.ids import new_id
 from app.models import PENDING, Delivery, Endpoint, Event, Partner
-from sender.secrets import add_secret
-from sender.signing import generate_secret
+from app.registry.secrets import add_secret
+from app.signing import generate_secret
 
 
 def make_partner(session: Session, uid: str | None = None, name: str | None = None) -> Partner:
@@ -237,7 +237,7 @@ class WorkerThread:
     """`run_worker` in a thread (SimpleWorker + engine), stopped on exit."""
 
     def __init__(self, runtime: Any) -> None:
-        from sender.worker import run_worker
+        from app.processes.worker import run_worker
 
         self.stop = threading.Event()
         self.thread = threading.Thread(target=run_worker, args=(runtime,),

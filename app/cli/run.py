@@ -68,7 +68,7 @@ def api_command(host: str, port: int, workers: int | None, threads: int | None) 
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
 def worker_command(burst: bool) -> None:
     """Run an RQ worker for deliveries and inbound processing (as many as you like)."""
-    from sender.worker import run_worker
+    from app.processes.worker import run_worker
 
     runtime = make_runtime()
     gc.freeze()  # as in `kurir api`: full collections skip what lives as long as the process
@@ -78,7 +78,7 @@ def worker_command(burst: bool) -> None:
 @click.command("scheduler")
 def scheduler_command() -> None:
     """Run the periodic jobs: sweeper, reconciliation, retention (exactly one per deployment)."""
-    from app.scheduling import build_scheduler
+    from app.processes.scheduler import build_scheduler
 
     runtime = make_runtime()
     scheduler = build_scheduler(runtime)

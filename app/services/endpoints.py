@@ -1,7 +1,7 @@
 """Endpoints: what every face may do to a partner's endpoint, validated and audited once.
 
 The rules of a valid endpoint (URL and SSRF verdict, headers, subscriptions, limits, secrets)
-live in `sender.endpoints`; this module decides who may apply them, records every change in
+live in `app.registry.endpoints`; this module decides who may apply them, records every change in
 the audit trail, and writes the operational events the operator pages build on
 (`endpoint.enabled` remembers when the endpoint had been disabled, so its parked letters can be
 found again).
@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
 from app.errors import BadRequest, Conflict, NotFound
+from app.intake.kurir_test import send_test_event
 from app.models import (
     DL_OPEN,
     Attempt,
@@ -30,14 +31,13 @@ from app.models import (
     Partner,
 )
 from app.pagination import paginate
+from app.registry import endpoints as rules
 from app.runtime import Runtime
 from app.services import audit, dead_letters, partners
 from app.services.actor import Actor
 from dlq.search import DeadLetterFilter
-from sender import endpoints as rules
 from sender import ordering
 from sender.dispatch import enqueue_after_commit
-from sender.test_event import send_test_event
 
 ENABLED, DISABLED = rules.ENABLED, rules.DISABLED
 EndpointWithSecret = rules.EndpointWithSecret

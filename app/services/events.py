@@ -1,7 +1,7 @@
 """Publishing events and reading them back.
 
 Publishing is the hot path: it owns its transaction (on PostgreSQL a key-less publish is one
-autocommit statement, see `sender.publish`), so this service takes the Runtime rather than a
+autocommit statement, see `app.intake.publish`), so this service takes the Runtime rather than a
 session. A publish is not written to the audit trail: the event row, immutable, is its record.
 """
 
@@ -15,19 +15,19 @@ from sqlalchemy.orm import Session, selectinload
 from app import contracts
 from app.errors import NotFound, ValidationFailed
 from app.ids import id_floor
+from app.intake.publish import PublishResult, publish_event
 from app.models import SUCCEEDED, Delivery, Event, Partner
 from app.pagination import paginate
 from app.runtime import Runtime
 from app.services import partners
 from app.services.actor import Actor
-from sender.publish import PublishResult, publish_event
 
 
 def publish(rt: Runtime, actor: Actor, uid: str, body: dict[str, object],
             idempotency_key: str | None) -> PublishResult:
     """Validate and store one event with its fan-out; `202` only after the commit.
 
-    Raises what `sender.publish.publish` raises; NotFound for a partner-bound actor.
+    Raises what `app.intake.publish.publish` raises; NotFound for a partner-bound actor.
     """
     actor.require("events:write")
     if actor.bound_to_partner:

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from app.errors import NotFound
 from app.models import Partner
 from app.pagination import paginate
+from app.registry import endpoints as rules
 from app.services import audit
 from app.services.actor import Actor
-from sender import endpoints as rules
 
 
 def _not_found(uid: str) -> NotFound:

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from app.clock import utcnow
 from app.db import Database
 from app.ids import new_id
+from app.intake.publish import PublishRequest, payload_json
 from app.models import (
     DeadLetter,
     DeadLetterAudit,
@@ -22,7 +23,6 @@ from app.models import (
     IdempotencyKey,
     Partner,
 )
-from sender.publish import PublishRequest, payload_json
 
 ORDER_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -17,8 +17,8 @@ from app import runtime as runtime_mod
 from app.models import SUCCEEDED, Delivery
 from app.ports import free_port
 from app.runtime import Runtime
+from app.signing import build_headers, generate_secret
 from sender.dispatch import enqueue_now
-from sender.signing import build_headers, generate_secret
 from tests.factories import (
     WorkerThread,
     make_endpoint,

@@ -18,10 +18,10 @@ from app.models import (
     Endpoint,
     OperationalEvent,
 )
+from app.registry.secrets import rotate
 from app.runtime import Runtime
+from app.signing import generate_secret
 from sender.dispatch import enqueue_now
-from sender.secrets import rotate
-from sender.signing import generate_secret
 from tests.factories import (
     Receiver,
     SweeperThread,

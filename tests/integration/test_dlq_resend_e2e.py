@@ -13,8 +13,8 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from app.clock import utcnow
 from app.models import Attempt, DeadLetter, Delivery, Endpoint, Event
-from sender.secrets import rotate
-from sender.signing import generate_secret
+from app.registry.secrets import rotate
+from app.signing import generate_secret
 from tests.dlq_factories import letters_for, make_scene
 from tests.factories import Receiver, WorkerThread, wait_for
 

@@ -388,7 +388,7 @@ def test_retention_purges_only_closed_letters_past_the_period(runtime):
 
 
 def test_scheduler_runs_retention_and_resumes_stalled_bulk_resends(runtime):
-    from app.scheduling import periodic_jobs
+    from app.processes.scheduler import periodic_jobs
 
     jobs = {job.name: job.run for job in periodic_jobs(runtime)}
     assert jobs["purge-dead-letters"] is retention.purge

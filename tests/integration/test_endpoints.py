@@ -11,10 +11,10 @@ from sqlalchemy import select
 
 from app.clock import parse_time, utcnow
 from app.models import Endpoint, EndpointSecret
+from app.registry.secrets import active_secrets
 from app.runtime import Runtime
+from app.signing import generate_secret
 from app.web import create_app
-from sender.secrets import active_secrets
-from sender.signing import generate_secret
 from tests.integration._publish_support import (
     error_of,
     make_endpoint,

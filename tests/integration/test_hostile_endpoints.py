@@ -22,10 +22,10 @@ from sqlalchemy import select
 
 from app import runtime as runtime_mod
 from app.models import RETRYING, SUCCEEDED, Attempt, Delivery, Endpoint
+from app.net.guard import GuardPolicy
+from app.net.http import MAX_BODY_BYTES, Transport
 from app.runtime import Runtime
 from sender.dispatch import enqueue_now
-from sender.guard import GuardPolicy
-from sender.http import MAX_BODY_BYTES, Transport
 from tests.factories import (
     Receiver,
     WorkerThread,

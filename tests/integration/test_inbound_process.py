@@ -27,9 +27,9 @@ from app.models import (
     ReconcileRequest,
     ResourceState,
 )
+from app.processes.worker import run_worker
 from app.queues import INBOUND
 from app.runtime import Runtime
-from sender.worker import run_worker
 from tests.integration import inbound_kit as kit
 
 SW = "standard-webhooks"

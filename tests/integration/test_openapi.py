@@ -19,9 +19,9 @@ from app.accounts import create_api_key
 from app.clock import utcnow
 from app.config import Settings
 from app.models import Attempt, Delivery
+from app.signing import generate_secret
 from app.web import create_app
 from app.web.openapi import document
-from sender.signing import generate_secret
 from tests.integration._publish_support import ORDER_SCHEMA, order
 
 IGNORED_METHODS = {"HEAD", "OPTIONS"}

@@ -19,10 +19,10 @@ from sqlalchemy import select, update
 
 from app import contracts
 from app.accounts import create_api_key
+from app.intake.publish import publish_event
 from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery, Endpoint
+from app.registry import endpoints as endpoint_rules
 from app.runtime import Runtime
-from sender import endpoints as endpoint_rules
-from sender.publish import publish_event
 from sender.sweeper import sweep
 from tests.factories import Receiver, WorkerThread, wait_for
 

@@ -665,7 +665,7 @@ def test_event_rows_exist_for_test_events_only_as_kurir_test(portal, client, aut
 
 
 def test_ended_links_and_sessions_are_purged_after_a_day(portal, client, auth, runtime):
-    from app.scheduling import periodic_jobs
+    from app.processes.scheduler import periodic_jobs
 
     link_for(client, auth)  # unused, still valid: kept
     with runtime.db.begin() as session:

@@ -58,7 +58,7 @@ def test_a_worker_stops_its_command_listener_at_once(redis_client):
     loaded machine loses often), it goes back to waiting, for the whole 60 s, and the worker
     takes a minute to stop. The race is forced here: Kurir's listener waits briefly, so the
     stop returns promptly all the same."""
-    from sender.worker import KurirWorker
+    from app.processes.worker import KurirWorker
 
     worker = KurirWorker([Queue(DEFAULT, connection=redis_client)], connection=redis_client)
     worker.subscribe()

@@ -27,10 +27,10 @@ from app.models import (
 )
 from app.ports import free_port
 from app.queues import DEFAULT
+from app.registry.secrets import current_secret
 from app.runtime import Runtime
 from app.web.ui import throttle
 from dlq import resend as resend_mod
-from sender.secrets import current_secret
 from tests.dlq_factories import letters_for, make_scene
 from tests.factories import wait_for
 

@@ -16,7 +16,7 @@ from app.clock import utcnow
 from app.models import ApiKey, Attempt, AuditRecord, DeadLetter, Delivery, Endpoint
 from app.queues import DEFAULT
 from app.web.auth import clear_cache
-from dlq.park import park
+from sender.park import park
 from tests.dlq_factories import letters_for, make_scene
 from tests.integration._publish_support import (
     blocked_endpoint,

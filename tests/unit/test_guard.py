@@ -7,8 +7,8 @@ from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 
 import pytest
 
-from sender import guard
-from sender.guard import BlockedAddress, GuardPolicy, InvalidURL, ResolutionError
+from app.net import guard
+from app.net.guard import BlockedAddress, GuardPolicy, InvalidURL, ResolutionError
 
 DEFAULT = GuardPolicy()
 

@@ -19,9 +19,9 @@ from app import contracts
 from app.clock import utcnow
 from app.errors import ValidationFailed
 from app.ids import new_id
+from app.intake.publish import PublishRequest, payload_json
 from app.models import PENDING, Delivery, Endpoint, Event, Partner
 from sender.dispatch import enqueue_after_commit
-from sender.publish import PublishRequest, payload_json
 
 MESSAGE = "This is a test event from Kurir. If you can read it, your endpoint works."
 

@@ -1,4 +1,5 @@
-"""`kurir scheduler`: the periodic jobs (sweeper, reconciliation, retention), run exactly once.
+"""`kurir scheduler`: the periodic jobs (sweeps, reconciliation, sequencing, purges and
+retention), run exactly once.
 
 Run a single scheduler per deployment; the jobs are idempotent, so an accidental second one
 costs work, not correctness.

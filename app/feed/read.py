@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from app.contracts import RESERVED_PREFIX
+from app.feed.sequencer import head
 from app.models import Event, EventVersion
-from sender.feed.sequencer import head
 
 
 @dataclass(frozen=True)

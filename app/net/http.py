@@ -45,8 +45,8 @@ from urllib3.exceptions import (
     ReadTimeoutError,
 )
 
-from sender import guard
-from sender.guard import GuardPolicy, Resolver
+from app.net import guard
+from app.net.guard import GuardPolicy, Resolver
 
 MAX_BODY_BYTES = 4096
 _READ_CHUNK = 1024

@@ -23,11 +23,12 @@ from app.clock import utcnow
 from app.config import Settings
 from app.crypto import SecretBox
 from app.errors import Conflict, NotFound, ValidationFailed
+from app.feed.sequencer import settled_head
 from app.models import Endpoint, EndpointSecret, Partner
-from sender import guard, ordering
-from sender.feed.sequencer import settled_head
-from sender.secrets import add_secret, current_secret_row, rotate
-from sender.signing import generate_secret, is_valid_secret
+from app.net import guard
+from app.registry.secrets import add_secret, current_secret_row, rotate
+from app.signing import generate_secret, is_valid_secret
+from sender import ordering
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ from app.config import Settings
 from app.db import Database
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.ids import new_id
+from app.intake import sql
 from app.models import DEAD, PENDING, Delivery, Endpoint, Event, IdempotencyKey
-from dlq.park import park
 from sender import ordering
-from sender import publish_sql as sql
 from sender.dispatch import enqueue_after_commit, enqueue_now
+from sender.park import park
 
 log = logging.getLogger(__name__)
 

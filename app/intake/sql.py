@@ -33,7 +33,7 @@ EVENTS = cast(Table, Event.__table__)
 DELIVERIES = cast(Table, Delivery.__table__)
 EVENT_TYPES = cast(Table, EventType.__table__)
 EVENT_VERSIONS = cast(Table, EventVersion.__table__)
-# What a publish writes: the feed position is given after commit (sender.feed), never here.
+# What a publish writes: the feed position is given after commit (app.feed), never here.
 EVENT_COLUMNS = tuple(c.name for c in EVENTS.columns if c.name != "feed_seq")
 _DELIVERY_COLUMNS = ("id", "endpoint_id", "event_id", "state", "attempt_count", "run_attempts",
                      "run", "next_attempt_at", "created_at", "updated_at")
