@@ -30,6 +30,18 @@ from sqlalchemy.types import TypeDecorator
 
 from app.clock import utcnow
 from app.ids import new_id
+from app.vocabulary import (
+    BulkOperationState,
+    DeadLetterState,
+    DeliveryState,
+    EndpointMode,
+    EndpointState,
+    InboundStatus,
+    OnDead,
+    Ordering,
+    ReconcileState,
+    values,
+)
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -39,18 +51,16 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-# Delivery states.
+# The state words, re-exported under the short names most of the code and tests know them by;
+# their one home is `app.vocabulary`.
 PENDING, DELIVERING, SUCCEEDED, RETRYING, DEAD = (
-    "pending", "delivering", "succeeded", "retrying", "dead")
-DELIVERY_STATES = (PENDING, DELIVERING, SUCCEEDED, RETRYING, DEAD)
-FINAL_DELIVERY_STATES = (SUCCEEDED, DEAD)
-
-# Dead-letter states.
-DL_OPEN, DL_RESENT, DL_DISCARDED = "open", "resent", "discarded"
-DL_STATES = (DL_OPEN, DL_RESENT, DL_DISCARDED)
-
-# Inbound statuses.
-INBOUND_STATUSES = ("received", "processing", "applied", "ignored", "quarantined", "failed")
+    DeliveryState.PENDING, DeliveryState.DELIVERING, DeliveryState.SUCCEEDED,
+    DeliveryState.RETRYING, DeliveryState.DEAD)
+DELIVERY_STATES = values(DeliveryState)
+DL_OPEN, DL_RESENT, DL_DISCARDED = (
+    DeadLetterState.OPEN, DeadLetterState.RESENT, DeadLetterState.DISCARDED)
+DL_STATES = values(DeadLetterState)
+INBOUND_STATUSES = values(InboundStatus)
 
 # API key scopes. `admin` implies every other one; any write scope implies `read`.
 SCOPES = ("admin", "read", "events:write", "endpoints:write", "dlq:write", "sources:write")
@@ -286,7 +296,8 @@ class Endpoint(Base):
     url: Mapped[str] = mapped_column(Text)
     # "push" (Kurir POSTs every event) or "pull" (the partner reads the feed and acknowledges);
     # fixed at creation.
-    mode: Mapped[str] = mapped_column(String(8), default="push", server_default="push")
+    mode: Mapped[str] = mapped_column(String(8), default=EndpointMode.PUSH.value,
+                                      server_default=EndpointMode.PUSH.value)
     # Pull endpoints: the feed position acknowledged last (see app.feed), and when.
     acked_seq: Mapped[int | None] = mapped_column(BigInteger)
     acked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -303,11 +314,13 @@ class Endpoint(Base):
     rate_limit_per_s: Mapped[int | None] = mapped_column(Integer)
     # "key": one ordering key's deliveries go out one at a time, in publish-commit order
     # (sender.engine.ordering); "none": no order at all, the engine's full parallelism.
-    ordering: Mapped[str] = mapped_column(String(8), default="none", server_default="none")
+    ordering: Mapped[str] = mapped_column(String(8), default=Ordering.NONE.value,
+                                          server_default=Ordering.NONE.value)
     # What a dead delivery of an ordered key does to the ones after it: "skip" lets them go,
     # "block" holds them until an operator resends or discards it.
-    on_dead: Mapped[str] = mapped_column(String(8), default="skip", server_default="skip")
-    state: Mapped[str] = mapped_column(String(16), default="enabled")
+    on_dead: Mapped[str] = mapped_column(String(8), default=OnDead.SKIP.value,
+                                         server_default=OnDead.SKIP.value)
+    state: Mapped[str] = mapped_column(String(16), default=EndpointState.ENABLED.value)
     disabled_reason: Mapped[str | None] = mapped_column(String(200))
     disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
@@ -568,7 +581,7 @@ class BulkOperation(Base):
     kind: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(320))
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    state: Mapped[str] = mapped_column(String(16), default="pending")
+    state: Mapped[str] = mapped_column(String(16), default=BulkOperationState.PENDING.value)
     total: Mapped[int] = mapped_column(Integer, default=0)
     done: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)
@@ -635,7 +648,7 @@ class InboundEvent(Base):
     resource_version: Mapped[int | None] = mapped_column(BigInteger)
     occurred_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     resource_status: Mapped[str | None] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(16), default="received")
+    status: Mapped[str] = mapped_column(String(16), default=InboundStatus.RECEIVED.value)
     reason: Mapped[str | None] = mapped_column(Text)
     raw_body: Mapped[bytes] = mapped_column(LargeBinary)
     headers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -677,7 +690,7 @@ class ReconcileRequest(Base):
     id: Mapped[str] = _id("rcn")
     source_id: Mapped[str] = mapped_column(ForeignKey("inbound_sources.id", ondelete="CASCADE"))
     resource_id: Mapped[str | None] = mapped_column(String(255))
-    state: Mapped[str] = mapped_column(String(16), default="pending")
+    state: Mapped[str] = mapped_column(String(16), default=ReconcileState.PENDING.value)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     last_error: Mapped[str | None] = mapped_column(Text)

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 from app.clock import utcnow
 from app.errors import Conflict, NotFound
 from app.models import DL_DISCARDED, DL_OPEN, DeadLetter, DeadLetterAudit
+from app.vocabulary import ResendSkip
 from dlq.audit import audit_row
-from dlq.resend import NOT_OPEN
 
 MAX_NOTE_LENGTH = 2000
 
@@ -39,7 +39,8 @@ def discard(session: Session, letter_id: str, *, actor: str, note: str | None = 
     if not flipped.rowcount:  # type: ignore[attr-defined]
         session.refresh(letter)
         raise Conflict(f"dead letter {letter_id} is {letter.state}, not open",
-                       code=NOT_OPEN, details={"dead_letter": letter_id, "state": letter.state})
+                       code=ResendSkip.NOT_OPEN,
+                       details={"dead_letter": letter_id, "state": letter.state})
     session.execute(insert(DeadLetterAudit),
                     [audit_row(letter_id, actor, "discard", "discarded", now, note)])
     session.expire(letter)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,6 +34,7 @@ from app.models import (
     DL_OPEN,
     DL_RESENT,
     PENDING,
+    SUCCEEDED,
     BulkOperation,
     DeadLetter,
     DeadLetterAudit,
@@ -42,6 +43,7 @@ from app.models import (
 )
 from app.queues import DEFAULT, JobSpec, try_enqueue_many
 from app.runtime import Runtime
+from app.vocabulary import BulkOperationState, EndpointState, ResendSkip
 from dlq.audit import audit_row
 from dlq.search import DeadLetterFilter, conditions, count, newest_id
 from sender.dispatch import enqueue_after_commit
@@ -56,16 +58,12 @@ BULK_JOB = "dlq.resend.run_bulk_job"
 BULK_KIND = "resend"
 
 # Why a letter was not resent (also the API error codes of a single resend).
-NOT_FOUND = "not_found"
-NOT_OPEN = "dead_letter_not_open"
-ENDPOINT_DISABLED = "endpoint_disabled"
-ENDPOINT_DELETED = "endpoint_deleted"
-
 _MESSAGES = {
-    NOT_FOUND: "no such dead letter",
-    NOT_OPEN: "this dead letter is no longer open (already resent or discarded)",
-    ENDPOINT_DISABLED: "the endpoint is disabled: enable it first, or resend with force=true",
-    ENDPOINT_DELETED: "the endpoint was deleted; this letter can only be discarded",
+    ResendSkip.NOT_FOUND: "no such dead letter",
+    ResendSkip.NOT_OPEN: "this dead letter is no longer open (already resent or discarded)",
+    ResendSkip.ENDPOINT_DISABLED: "the endpoint is disabled: enable it first, or resend with "
+                                  "force=true",
+    ResendSkip.ENDPOINT_DELETED: "the endpoint was deleted; this letter can only be discarded",
 }
 
 
@@ -75,7 +73,7 @@ class PageResult:
 
     resent: list[str] = field(default_factory=list)  # dead letter ids
     delivery_ids: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)  # dead letter id -> reason code
+    skipped: dict[str, ResendSkip] = field(default_factory=dict)  # dead letter id -> why not
 
 
 def _tag() -> str:
@@ -106,16 +104,16 @@ def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: boo
     for letter_id in ids:
         row = found.get(letter_id)
         if row is None:
-            result.skipped[letter_id] = NOT_FOUND
+            result.skipped[letter_id] = ResendSkip.NOT_FOUND
         elif row[1] != DL_OPEN:
-            result.skipped[letter_id] = NOT_OPEN
+            result.skipped[letter_id] = ResendSkip.NOT_OPEN
         elif row[3] is not None:
-            result.skipped[letter_id] = ENDPOINT_DELETED
-        elif row[2] != "enabled" and not force:
-            result.skipped[letter_id] = ENDPOINT_DISABLED
+            result.skipped[letter_id] = ResendSkip.ENDPOINT_DELETED
+        elif row[2] != EndpointState.ENABLED and not force:
+            result.skipped[letter_id] = ResendSkip.ENDPOINT_DISABLED
         else:
             eligible.append(letter_id)
-            if row[2] != "enabled":
+            if row[2] != EndpointState.ENABLED:
                 forced.add(letter_id)
     if not eligible:
         return result
@@ -131,7 +129,7 @@ def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: boo
     won = {letter_id: delivery_id for letter_id, delivery_id in flipped}
     for letter_id in eligible:
         if letter_id not in won:
-            result.skipped[letter_id] = NOT_OPEN
+            result.skipped[letter_id] = ResendSkip.NOT_OPEN
     if not won:
         return result
     # A forced run is sent although its endpoint is disabled; once, as a failure finds the
@@ -168,13 +166,13 @@ def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: boo
     return result
 
 
-def audit_skips(session: Session, skipped: dict[str, str], *, actor: str,
+def audit_skips(session: Session, skipped: Mapping[str, str], *, actor: str,
                 now: datetime | None = None, operation_id: str | None = None) -> None:
     """Record, on each letter that exists, why a bulk resend left it alone."""
     now = now or utcnow()
     rows = [audit_row(letter_id, actor, "resend", f"skipped: {reason}", now,
                       operation_id=operation_id)
-            for letter_id, reason in skipped.items() if reason not in (NOT_FOUND,)]
+            for letter_id, reason in skipped.items() if reason != ResendSkip.NOT_FOUND]
     if rows:
         session.execute(insert(DeadLetterAudit), rows)
 
@@ -195,7 +193,7 @@ def resend_one(session: Session, connection: redis.Redis, letter_id: str, *, act
     """
     result = rearm(session, [letter_id], actor=actor, force=force, now=now)
     reason = result.skipped.get(letter_id)
-    if reason == NOT_FOUND:
+    if reason == ResendSkip.NOT_FOUND:
         raise NotFound(f"dead letter {letter_id} not found")
     if reason is not None:
         raise Conflict(_MESSAGES[reason], code=reason, details={"dead_letter": letter_id})
@@ -224,8 +222,8 @@ def record_inline(session: Session, result: PageResult, letter_ids: Sequence[str
     now = now or utcnow()
     ids = list(dict.fromkeys(letter_ids))
     op = BulkOperation(id=operation_id or new_id("bop"), kind=BULK_KIND, actor=actor[:320],
-                       state="succeeded", total=len(ids), done=len(result.resent),
-                       failed=len(result.skipped),
+                       state=BulkOperationState.SUCCEEDED, total=len(ids),
+                       done=len(result.resent), failed=len(result.skipped),
                        params={"ids": ids, "force": bool(force),
                                "skipped": dict(Counter(result.skipped.values()))},
                        created_at=now, updated_at=now, finished_at=now)
@@ -319,9 +317,9 @@ def run_bulk(runtime: Runtime, op_id: str, *, page_size: int = PAGE_SIZE,
         op = session.get(BulkOperation, op_id)
         if op is None:
             raise NotFound(f"bulk operation {op_id} not found")
-        if op.state in ("succeeded", "failed"):
+        if op.state in (BulkOperationState.SUCCEEDED, BulkOperationState.FAILED):
             return op
-        op.state = "running"
+        op.state = BulkOperationState.RUNNING
         cursor = op.params.get("cursor")
     try:
         while True:
@@ -347,13 +345,13 @@ def run_bulk(runtime: Runtime, op_id: str, *, page_size: int = PAGE_SIZE,
         log.exception("bulk resend failed", extra={"bulk_operation_id": op_id})
         with db.begin() as session:
             op = session.get_one(BulkOperation, op_id)
-            op.state = "failed"
+            op.state = BulkOperationState.FAILED
             op.error = f"{type(exc).__name__}: {exc}"[:2000]
             op.finished_at = utcnow()
         raise
     with db.begin() as session:
         op = session.get_one(BulkOperation, op_id)
-        op.state = "succeeded"
+        op.state = BulkOperationState.SUCCEEDED
         op.finished_at = utcnow()
     log.info("bulk resend finished", extra={"bulk_operation_id": op_id, "resent": op.done,
                                             "skipped": op.failed})
@@ -387,7 +385,7 @@ def outcomes(session: Session, op_id: str) -> Outcomes:
                DeadLetterAudit.outcome.startswith("resent as run"))
         .group_by(Delivery.state)).all()
     counts = {state: int(n) for state, n in rows}
-    delivered = counts.pop("succeeded", 0)
+    delivered = counts.pop(SUCCEEDED, 0)
     failed = counts.pop(DEAD, 0)
     return Outcomes(delivered, failed, sum(counts.values()))
 
@@ -395,7 +393,8 @@ def outcomes(session: Session, op_id: str) -> Outcomes:
 def stalled_operations(session: Session, older_than: datetime) -> list[str]:
     """Bulk resends not finished and untouched since `older_than` (e.g. Redis lost the job)."""
     stmt = select(BulkOperation.id).where(BulkOperation.kind == BULK_KIND,
-                                          BulkOperation.state.in_(("pending", "running")),
+                                          BulkOperation.state.in_((BulkOperationState.PENDING,
+                                                                   BulkOperationState.RUNNING)),
                                           BulkOperation.updated_at < older_than)
     return list(session.scalars(stmt))
 

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from app.clock import utcnow
 from app.models import DL_DISCARDED, DL_RESENT, BulkOperation, DeadLetter, DeadLetterAudit
 from app.runtime import Runtime
+from app.vocabulary import BulkOperationState
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ def purge(runtime: Runtime, *, now: datetime | None = None) -> int:
             break
     with runtime.db.begin() as session:
         session.execute(delete(BulkOperation).where(
-            BulkOperation.state.in_(("succeeded", "failed")),
+            BulkOperation.state.in_((BulkOperationState.SUCCEEDED,
+                                     BulkOperationState.FAILED)),
             BulkOperation.finished_at < cutoff))
     if total:
         log.info("purged closed dead letters", extra={"count": total})

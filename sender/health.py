@@ -20,6 +20,7 @@ from sqlalchemy import Table, bindparam, case, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from app.models import PENDING, RETRYING, Delivery, Endpoint, OperationalEvent, UTCDateTime
+from app.vocabulary import DeadLetterReason, EndpointState
 from sender.park import park
 from sender.policy import should_auto_disable
 
@@ -30,8 +31,6 @@ def _table(model: Any) -> Table:
     """A model's Table, typed as one (the ORM types `__table__` as a FromClause)."""
     return cast(Table, model.__table__)
 
-ENABLED, DISABLED = "enabled", "disabled"
-REASON_ENDPOINT_DISABLED = "endpoint_disabled"
 DISABLED_EVENT = "endpoint.disabled"
 
 
@@ -152,7 +151,7 @@ def _aware(value: datetime | None) -> datetime | None:
 
 def should_disable(health: Health, thresholds: Thresholds, now: datetime) -> bool:
     """Both thresholds passed: many failures in a row and long without a success."""
-    if health.state != ENABLED:
+    if health.state != EndpointState.ENABLED:
         return False
     return should_auto_disable(health.consecutive_failures, health.last_success_at,
                                health.first_failure_at, now, thresholds.failures,
@@ -168,8 +167,8 @@ def disable(session: Session, endpoint_id: str, reason: str, now: datetime,
     """
     table = _table(Endpoint)
     won = session.execute(
-        update(table).where(table.c.id == endpoint_id, table.c.state == ENABLED)
-        .values(state=DISABLED, disabled_reason=reason[:200], disabled_at=now)
+        update(table).where(table.c.id == endpoint_id, table.c.state == EndpointState.ENABLED)
+        .values(state=EndpointState.DISABLED, disabled_reason=reason[:200], disabled_at=now)
         .returning(table.c.id)
     ).first()
     if won is None:
@@ -184,7 +183,7 @@ def disable(session: Session, endpoint_id: str, reason: str, now: datetime,
 
 
 def park_waiting(session: Session, endpoint_id: str,
-                 reason: str = REASON_ENDPOINT_DISABLED) -> int:
+                 reason: DeadLetterReason = DeadLetterReason.ENDPOINT_DISABLED) -> int:
     """Park every pending and retrying delivery of an endpoint as a dead letter."""
     deliveries = session.scalars(
         select(Delivery)

@@ -18,8 +18,6 @@ from sender.engine.errors import (
     ERROR_INTERNAL,
     ERROR_NO_SECRET,
     ERROR_WORKER_LOST,
-    REASON_ENDPOINT_DISABLED,
-    REASON_RETRIES_EXHAUSTED,
 )
 from sender.engine.recorder import record_attempts
 
@@ -58,5 +56,4 @@ def deliver_batch(delivery_ids: list[str]) -> int:
 
 
 __all__ = ["DEAD", "ERROR_INTERNAL", "ERROR_NO_SECRET", "ERROR_WORKER_LOST", "Engine",
-           "REASON_ENDPOINT_DISABLED", "REASON_RETRIES_EXHAUSTED", "current_engine",
-           "deliver_batch", "engine_for", "record_attempts", "shutdown_engine"]
+           "current_engine", "deliver_batch", "engine_for", "record_attempts", "shutdown_engine"]

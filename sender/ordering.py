@@ -45,14 +45,11 @@ from app.models import (
     OrderingSequence,
     Partner,
 )
+from app.vocabulary import OnDead
 
 # Ids per IN (...) list, well under every driver's parameter limit.
 _CHUNK = 500
 
-ORDERING_NONE, ORDERING_KEY = "none", "key"
-ORDERINGS = (ORDERING_NONE, ORDERING_KEY)
-ON_DEAD_SKIP, ON_DEAD_BLOCK = "skip", "block"
-ON_DEADS = (ON_DEAD_SKIP, ON_DEAD_BLOCK)
 MAX_ORDERING_KEY = 255
 
 SEQUENCE_HEADER, PREVIOUS_ID_HEADER = header_names.SEQUENCE_HEADER, header_names.PREVIOUS_ID_HEADER
@@ -125,7 +122,7 @@ def _released(prev: Any, endpoint_id: Any) -> ColumnElement[bool]:
     open_letter = exists().where(_LETTERS.c.delivery_id == prev.c.id,
                                  _LETTERS.c.state == DL_OPEN)
     return or_(prev.c.state == SUCCEEDED,
-               and_(prev.c.state == DEAD, or_(on_dead == ON_DEAD_SKIP, ~open_letter)))
+               and_(prev.c.state == DEAD, or_(on_dead == OnDead.SKIP, ~open_letter)))
 
 
 def ready(deliveries: Any = _DELIVERIES) -> ColumnElement[bool]:
@@ -240,7 +237,7 @@ def blocked_key_counts(session: Session) -> list[BlockedCount]:
         select(d.c.endpoint_id, Partner.uid, func.count(func.distinct(d.c.ordering_key)))
         .select_from(holding.join(_ENDPOINTS, _ENDPOINTS.c.id == d.c.endpoint_id)
                      .join(Partner, Partner.id == _ENDPOINTS.c.partner_id))
-        .where(holds, _ENDPOINTS.c.on_dead == ON_DEAD_BLOCK, _ENDPOINTS.c.deleted_at.is_(None))
+        .where(holds, _ENDPOINTS.c.on_dead == OnDead.BLOCK, _ENDPOINTS.c.deleted_at.is_(None))
         .group_by(d.c.endpoint_id, Partner.uid).order_by(d.c.endpoint_id))
     return [BlockedCount(endpoint_id, uid, int(keys)) for endpoint_id, uid, keys in rows]
 
@@ -254,7 +251,7 @@ def blocked_keys(session: Session, endpoint_id: str, *, after: str | None = None
     discarding the head's dead letter releases the key.
     """
     endpoint = session.get(Endpoint, endpoint_id)
-    if endpoint is None or endpoint.on_dead != ON_DEAD_BLOCK:
+    if endpoint is None or endpoint.on_dead != OnDead.BLOCK:
         return []
     d = _DELIVERIES
     holding, holds = _head_candidates()

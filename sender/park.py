@@ -10,23 +10,30 @@ from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.ids import new_id
-from app.models import DEAD, DL_OPEN, DeadLetter, DeadLetterAudit, Delivery, Endpoint, Event
+from app.models import DeadLetter, DeadLetterAudit, Delivery, Endpoint, Event
+from app.vocabulary import DeadLetterReason, DeadLetterState, DeliveryState
 
 SYSTEM_ACTOR = "system"
 
 
-def park(session: Session, delivery: Delivery, event: Event, endpoint: Endpoint, reason: str,
-         last_status_code: int | None = None, last_error: str | None = None) -> DeadLetter:
+def park(session: Session, delivery: Delivery, event: Event, endpoint: Endpoint,
+         reason: DeadLetterReason, last_status_code: int | None = None,
+         last_error: str | None = None) -> DeadLetter:
     """Make `delivery` dead and open its (one) dead letter, audited as a system action.
 
     `search_text` holds the exact payload, so `q` searches what the partner would have got.
+
+    Raises:
+        ValueError: `reason` is not a `DeadLetterReason` (checked before anything is written,
+            so the reasons an operator can filter by are exactly the ones ever written).
     """
+    reason = DeadLetterReason(reason)
     now = utcnow()
     if last_status_code is None:
         last_status_code = delivery.last_status_code
     if last_error is None:
         last_error = delivery.last_error
-    delivery.state = DEAD
+    delivery.state = DeliveryState.DEAD
     delivery.next_attempt_at = None
     delivery.lease_expires_at = None
     delivery.last_status_code = last_status_code
@@ -36,7 +43,7 @@ def park(session: Session, delivery: Delivery, event: Event, endpoint: Endpoint,
         id=new_id("dl"), delivery=delivery, event_id=event.id, endpoint_id=endpoint.id,
         partner_id=event.partner_id, event_type=event.type, reason=reason,
         last_status_code=last_status_code, last_error=last_error, search_text=event.payload,
-        state=DL_OPEN, created_at=now, updated_at=now)
+        state=DeadLetterState.OPEN, created_at=now, updated_at=now)
     session.add(letter)
     session.add(DeadLetterAudit(dead_letter=letter, actor=SYSTEM_ACTOR, action="park",
                                 outcome=reason, created_at=now))

@@ -36,9 +36,10 @@ from app.ids import new_id
 from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint
 from app.queues import DELIVERIES
 from app.runtime import Runtime
+from app.vocabulary import DeadLetterReason
 from sender import ordering
 from sender.dispatch import enqueue_now
-from sender.engine.errors import ERROR_WORKER_LOST, REASON_RETRIES_EXHAUSTED
+from sender.engine.errors import ERROR_WORKER_LOST
 from sender.engine.recorder import record_attempts
 from sender.park import park
 from sender.policy import RetryPolicy
@@ -98,7 +99,8 @@ def recover_expired(session: Session, now: datetime, policy: RetryPolicy,
         delivery.run_attempts += 1
         delivery.last_status_code = None
         delivery.last_error = ERROR_WORKER_LOST
-        park(session, delivery, delivery.event, delivery.endpoint, REASON_RETRIES_EXHAUSTED)
+        park(session, delivery, delivery.event, delivery.endpoint,
+             DeadLetterReason.RETRIES_EXHAUSTED)
     log.warning("recovered %d deliveries from expired leases", len(rows))
     return len(rows)
 

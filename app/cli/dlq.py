@@ -17,6 +17,7 @@ from app.models import DL_STATES
 from app.runtime import Runtime
 from app.services import dead_letters
 from app.services.actor import Actor
+from app.vocabulary import ResendSkip
 
 FILTER_OPTIONS: list[tuple[str, str, str]] = [
     ("--partner", "partner", "partner uid"),
@@ -126,7 +127,7 @@ def _summary(done: int, total: int, op_id: str, skipped: Mapping[str, int]) -> N
     if skipped:
         click.echo("skipped: " + ", ".join(f"{reason} {n}" for reason, n in
                                            sorted(skipped.items())))
-        if skipped.get(dead_letters.ENDPOINT_DISABLED):
+        if skipped.get(ResendSkip.ENDPOINT_DISABLED):
             click.echo("hint: enable the endpoint first, or pass --force")
 
 

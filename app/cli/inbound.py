@@ -7,6 +7,7 @@ import click
 from app.cli.common import cli_actor, fail, make_runtime
 from app.errors import KurirError
 from app.services import sources
+from app.vocabulary import ReconcileState
 
 # CLI option -> mapping field. A PATH of "none" switches the preset's field off.
 _MAPPING_OPTIONS = (
@@ -131,7 +132,7 @@ def inbound_reconcile(source_name: str | None) -> None:
         line = f"{outcome.request_id}: {outcome.state}"
         if outcome.error:
             line += f" ({outcome.error})"
-            failed += outcome.state == sources.RECONCILE_FAILED
+            failed += outcome.state == ReconcileState.FAILED
         else:
             line += f", {outcome.applied} state(s) moved, {outcome.resolved} event(s) resolved"
         click.echo(line)

@@ -24,8 +24,7 @@ from sqlalchemy import Connection, case, func, select
 
 from app.contracts import RESERVED_PREFIX
 from app.models import Endpoint, Event, Partner
-
-PULL = "pull"
+from app.vocabulary import EndpointMode
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,8 @@ class _Tally:
 def lags(connection: Connection, *, horizon: datetime,
          endpoint_id: str | None = None) -> list[PullLag]:
     """The lag of every live pull endpoint (or of `endpoint_id` only), by endpoint id."""
-    pulls = (select(Endpoint.id).where(Endpoint.mode == PULL, Endpoint.deleted_at.is_(None)))
+    pulls = (select(Endpoint.id).where(Endpoint.mode == EndpointMode.PULL,
+                                       Endpoint.deleted_at.is_(None)))
     if endpoint_id is not None:
         pulls = pulls.where(Endpoint.id == endpoint_id)
     endpoints = connection.execute(

@@ -46,27 +46,22 @@ from app.inbound import process, reconcile
 from app.inbound import state as states
 from app.inbound.process import (
     _EVENTS,
-    APPLIED,
-    FAILED,
     FINISH,
-    IGNORED,
-    PROCESSING,
     PROCESSING_LEASE_S,
-    QUARANTINED,
-    RECEIVED,
     Claimed,
     HandlerFailed,
     SourceConfig,
 )
 from app.models import UTCDateTime
 from app.runtime import Runtime
+from app.vocabulary import InboundStatus
 
 log = logging.getLogger(__name__)
 
 _E = _EVENTS.c
 _IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
-_CLAIMABLE = or_(_E.status == RECEIVED,
-                 and_(_E.status == PROCESSING,
+_CLAIMABLE = or_(_E.status == InboundStatus.RECEIVED,
+                 and_(_E.status == InboundStatus.PROCESSING,
                       _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime())))
 # SKIP LOCKED: an event another worker is claiming this instant is theirs; waiting for it
 # could deadlock two claims that list the same events in another order (PostgreSQL only;
@@ -76,7 +71,7 @@ _CLAIM_MANY = (
     .where(_E.id.in_(select(_E.id).where(_E.id.in_(_IDS), _CLAIMABLE)
                      .with_for_update(skip_locked=True).scalar_subquery()),
            _CLAIMABLE)
-    .values(status=PROCESSING, attempts=_E.attempts + 1,
+    .values(status=InboundStatus.PROCESSING, attempts=_E.attempts + 1,
             updated_at=bindparam("now", type_=UTCDateTime()))
     .returning(_E.id, _E.attempts, _E.source_id, _E.event_type, _E.resource_type,
                _E.resource_id, _E.resource_version, _E.occurred_at, _E.resource_status)
@@ -245,7 +240,7 @@ class _Run:
         if event.resource_id is None:
             # Nothing to order: the event is applied by its handlers alone (e.g. a ping).
             failed = _handlers_in_savepoint(session, bound, event.id, None)
-            return failed or _Outcome(APPLIED, "no_resource")
+            return failed or _Outcome(InboundStatus.APPLIED, "no_resource")
 
         key = (event.source_id, event.resource_type or "", event.resource_id)
         ordering = states.Ordering(event.resource_version, event.occurred_at,
@@ -264,18 +259,18 @@ class _Run:
             self.current[key] = states.written(state, write)
             if not source.allow_gaps and ordering.version is not None:
                 process.release_next(session, self.rt, source.id, event, ordering.version)
-            return _Outcome(APPLIED, None)
+            return _Outcome(InboundStatus.APPLIED, None)
         if decision.kind == states.ALREADY_APPLIED:
-            return _Outcome(APPLIED, decision.reason)
+            return _Outcome(InboundStatus.APPLIED, decision.reason)
         if decision.kind == states.STALE:
             stale = [h for h in bound if h.side_effect_only]
             failed = _handlers_in_savepoint(session, stale, event.id, state.id, stale=True)
-            return failed or _Outcome(IGNORED, decision.reason)
+            return failed or _Outcome(InboundStatus.IGNORED, decision.reason)
         # A gap or a contradiction: not safe to decide alone; ask the provider.
         request = reconcile.request_reconcile(session, source, event.resource_id, now=self.now)
         if request is not None:
             reconcile.enqueue_after_commit(session, self.rt, [request.id])
-        return _Outcome(QUARANTINED, decision.reason)
+        return _Outcome(InboundStatus.QUARANTINED, decision.reason)
 
     def _apply_with_handlers(self, bound: list[handler_registry.BoundHandler], event: Claimed,
                              write: states.Write) -> _Outcome | None:
@@ -289,7 +284,7 @@ class _Run:
         except HandlerFailed as exc:
             savepoint.rollback()
             log.warning("inbound handler failed: %s", exc, extra={"inbound_event_id": event.id})
-            return _Outcome(FAILED, f"handler_error: {exc}"[:2000])
+            return _Outcome(InboundStatus.FAILED, f"handler_error: {exc}"[:2000])
         savepoint.commit()
         return None
 
@@ -305,7 +300,7 @@ def _handlers_in_savepoint(session: Session, bound: list[handler_registry.BoundH
             process.run_event_handlers(session, bound, event_id, state_id, stale=stale)
     except HandlerFailed as exc:
         log.warning("inbound handler failed: %s", exc, extra={"inbound_event_id": event_id})
-        return _Outcome(FAILED, f"handler_error: {exc}"[:2000])
+        return _Outcome(InboundStatus.FAILED, f"handler_error: {exc}"[:2000])
     return None
 
 

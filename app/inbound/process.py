@@ -46,14 +46,12 @@ from app.inbound import state as states
 from app.models import InboundEvent, InboundSource, ResourceState, UTCDateTime
 from app.queues import INBOUND, JobSpec, try_enqueue_many
 from app.runtime import Runtime
+from app.vocabulary import InboundStatus
 
 log = logging.getLogger(__name__)
 # Core table for the conditional statements (typed as a Table for mypy).
 _EVENTS = cast(Table, InboundEvent.__table__)
 
-RECEIVED, PROCESSING, APPLIED, IGNORED, QUARANTINED, FAILED = (
-    "received", "processing", "applied", "ignored", "quarantined", "failed")
-FINAL = (APPLIED, IGNORED)
 PROCESS_JOB = "app.inbound.process.process_event"
 PROCESSING_LEASE_S = 300
 RECEIVED_GRACE_S = 30
@@ -129,10 +127,10 @@ _E = _EVENTS.c
 _CLAIM = (
     update(_EVENTS)
     .where(_E.id == bindparam("b_id"),
-           or_(_E.status == RECEIVED,
-               and_(_E.status == PROCESSING,
+           or_(_E.status == InboundStatus.RECEIVED,
+               and_(_E.status == InboundStatus.PROCESSING,
                     _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime()))))
-    .values(status=PROCESSING, attempts=_E.attempts + 1,
+    .values(status=InboundStatus.PROCESSING, attempts=_E.attempts + 1,
             updated_at=bindparam("now", type_=UTCDateTime()))
     .returning(_E.id, _E.attempts, _E.source_id, _E.event_type, _E.resource_type,
                _E.resource_id, _E.resource_version, _E.occurred_at, _E.resource_status)
@@ -140,7 +138,7 @@ _CLAIM = (
 FINISH = (
     update(_EVENTS)
     # Still ours: processing, and not claimed again since (its attempt count is ours).
-    .where(_E.id == bindparam("b_id"), _E.status == PROCESSING,
+    .where(_E.id == bindparam("b_id"), _E.status == InboundStatus.PROCESSING,
            _E.attempts == bindparam("b_attempts"))
     .values(status=bindparam("new_status"), reason=bindparam("new_reason"),
             processed_at=bindparam("now", type_=UTCDateTime()),
@@ -257,7 +255,7 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
     if event.resource_id is None:
         # Nothing to order: the event is applied by its handlers alone (e.g. a ping).
         run_event_handlers(session, bound, event.id, None)
-        return _finish(connection, event, APPLIED, "no_resource", now)
+        return _finish(connection, event, InboundStatus.APPLIED, "no_resource", now)
 
     ordering = states.Ordering(event.resource_version, event.occurred_at,
                                event.resource_status or event.event_type)
@@ -276,22 +274,22 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
             run_event_handlers(session, bound, event.id, state.id)
             if not source.allow_gaps and ordering.version is not None:
                 release_next(session, rt, source.id, event, ordering.version)
-            return _finish(connection, event, APPLIED, None, now)
+            return _finish(connection, event, InboundStatus.APPLIED, None, now)
         # Lost to a concurrent worker: the state is now newer; classify against it.
         state = states.reload(connection, state.id, lock=lock)
     else:
         decision = states.Decision(states.STALE, "stale_event")
 
     if decision.kind == states.ALREADY_APPLIED:
-        return _finish(connection, event, APPLIED, decision.reason, now)
+        return _finish(connection, event, InboundStatus.APPLIED, decision.reason, now)
     if decision.kind == states.STALE:
         run_event_handlers(session, bound, event.id, state.id, stale=True)
-        return _finish(connection, event, IGNORED, decision.reason, now)
+        return _finish(connection, event, InboundStatus.IGNORED, decision.reason, now)
     # A gap or a contradiction: not safe to decide alone; ask the provider.
     request = reconcile.request_reconcile(session, source, event.resource_id, now=now)
     if request is not None:
         reconcile.enqueue_after_commit(session, rt, [request.id])
-    return _finish(connection, event, QUARANTINED, decision.reason, now)
+    return _finish(connection, event, InboundStatus.QUARANTINED, decision.reason, now)
 
 
 def release_next(session: Session, rt: Runtime, source_id: str, event: Claimed,
@@ -299,11 +297,11 @@ def release_next(session: Session, rt: Runtime, source_id: str, event: Claimed,
     """The gap before the next version just closed: send its quarantined events again."""
     waiting = [item for item in session.scalars(select(InboundEvent).where(
         InboundEvent.source_id == source_id, InboundEvent.resource_id == event.resource_id,
-        InboundEvent.status == QUARANTINED,
+        InboundEvent.status == InboundStatus.QUARANTINED,
         InboundEvent.resource_version == applied_version + 1))
         if (item.resource_type or "") == (event.resource_type or "")]
     for item in waiting:
-        item.status = RECEIVED
+        item.status = InboundStatus.RECEIVED
         item.reason = "gap_closed"
         item.updated_at = utcnow()
     enqueue_after_commit(session, rt, [item.id for item in waiting])
@@ -316,13 +314,14 @@ def _mark_failed(rt: Runtime, event_id: str, reason: str, *, now: datetime | Non
             session.execute(
                 update(_EVENTS)
                 .where(_EVENTS.c.id == event_id,
-                       _EVENTS.c.status == PROCESSING)
-                .values(status=FAILED, reason=reason[:2000], processed_at=now, updated_at=now))
+                       _EVENTS.c.status == InboundStatus.PROCESSING)
+                .values(status=InboundStatus.FAILED, reason=reason[:2000], processed_at=now,
+                        updated_at=now))
     except SQLAlchemyError:
         log.warning("inbound processing: could not record the failure",
                     extra={"inbound_event_id": event_id})
         return None
-    return FAILED
+    return InboundStatus.FAILED
 
 
 def sweep(runtime: Runtime, *, now: datetime | None = None, limit: int = 1000) -> int:
@@ -332,15 +331,15 @@ def sweep(runtime: Runtime, *, now: datetime | None = None, limit: int = 1000) -
     with runtime.db.begin() as session:
         session.execute(
             update(_EVENTS)
-            .where(col.status == PROCESSING, col.attempts >= MAX_ATTEMPTS,
+            .where(col.status == InboundStatus.PROCESSING, col.attempts >= MAX_ATTEMPTS,
                    col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S))
-            .values(status=FAILED, reason=f"gave up after {MAX_ATTEMPTS} attempts",
+            .values(status=InboundStatus.FAILED, reason=f"gave up after {MAX_ATTEMPTS} attempts",
                     processed_at=now, updated_at=now))
         stuck = list(session.scalars(
             select(InboundEvent.id).where(or_(
-                (col.status == RECEIVED)
+                (col.status == InboundStatus.RECEIVED)
                 & (col.updated_at < now - timedelta(seconds=RECEIVED_GRACE_S)),
-                (col.status == PROCESSING)
+                (col.status == InboundStatus.PROCESSING)
                 & (col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S)),
             )).order_by(InboundEvent.id).limit(limit)))
     if stuck:

@@ -41,13 +41,13 @@ from app.inbound.verify import SignatureError, verify
 from app.models import InboundEvent
 from app.queues import INBOUND, JobSpec, try_enqueue_many
 from app.runtime import Runtime
+from app.vocabulary import InboundStatus
 
 log = logging.getLogger(__name__)
 # Core table for the conditional statements (typed as a Table for mypy).
 _EVENTS = cast(Table, InboundEvent.__table__)
 
 PROCESS_JOB = "app.inbound.process.process_event"
-RECEIVED, FAILED = "received", "failed"
 REQUIRED_FIELDS = ("event_id", "event_type")
 # Column widths of inbound_events: longer values are refused, not truncated or 5xx'd.
 _TEXT_LIMITS = {"event_id": 255, "event_type": 200, "resource_id": 255, "resource_type": 200,
@@ -238,14 +238,14 @@ def _store(connection: Connection, config: VerificationConfig,
         "resource_version": extracted.resource_version,
         "occurred_at": extracted.occurred_at,
         "resource_status": extracted.status,
-        "status": RECEIVED,
+        "status": InboundStatus.RECEIVED,
         "raw_body": body,
         "headers": stored_headers,
     })
     if new_id is None:
         existing_id, status = _existing(connection, config.source_id, extracted.event_id)
         return Receipt(200, existing_id, status, duplicate=True)
-    return Receipt(202, new_id, RECEIVED, duplicate=False)
+    return Receipt(202, new_id, InboundStatus.RECEIVED, duplicate=False)
 
 
 def _safe_fields(headers: Sequence[tuple[str, str]], body: bytes,
@@ -291,7 +291,7 @@ def _audit_unusable(runtime: Runtime, config: VerificationConfig, body: bytes,
         with runtime.db.engine.begin() as connection:
             row_id = _insert(connection, {
                 **fields,
-                "source_id": config.source_id, "event_id": event_id, "status": FAILED,
+                "source_id": config.source_id, "event_id": event_id, "status": InboundStatus.FAILED,
                 "reason": f"invalid_payload: {reason}"[:2000], "raw_body": body,
                 "headers": stored_headers,
             })

@@ -48,12 +48,12 @@ from app.net import guard, http
 from app.net.http import Transport
 from app.queues import INBOUND, JobSpec, try_enqueue_many
 from app.runtime import Runtime
+from app.vocabulary import InboundStatus, ReconcileState
 
 log = logging.getLogger(__name__)
 # Core table for the conditional statements (typed as a Table for mypy).
 _REQUESTS = cast(Table, ReconcileRequest.__table__)
 
-PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 BACKOFF_S = (10, 60, 300, 1800, 7200)
 MAX_ATTEMPTS = len(BACKOFF_S) + 1
 RUNNING_LEASE_S = 300
@@ -186,11 +186,12 @@ def request_reconcile(session: Session, source: HasPullApi, resource_id: str | N
         else ReconcileRequest.resource_id == resource_id
     existing = session.scalar(select(ReconcileRequest).where(
         ReconcileRequest.source_id == source.id, match,
-        ReconcileRequest.state.in_((PENDING, RUNNING))).limit(1))
+        ReconcileRequest.state.in_((ReconcileState.PENDING, ReconcileState.RUNNING))
+    ).limit(1))
     if existing is not None:
         return existing
-    request = ReconcileRequest(source_id=source.id, resource_id=resource_id, state=PENDING,
-                               next_attempt_at=now or utcnow())
+    request = ReconcileRequest(source_id=source.id, resource_id=resource_id,
+                               state=ReconcileState.PENDING, next_attempt_at=now or utcnow())
     session.add(request)
     session.flush()
     return request
@@ -224,7 +225,7 @@ def run_request(request_id: str, runtime: Runtime | None = None, *, force: bool 
         with rt.db.begin() as session:
             applied, resolved = _apply_all(session, rt, request_id, resource_id, documents,
                                            now=now)
-            _set(session, request_id, state=DONE, last_error=None, now=now)
+            _set(session, request_id, state=ReconcileState.DONE, last_error=None, now=now)
     except FetchError as exc:
         return _record_failure(rt, request_id, str(exc), False, attempts, now=now)
     except SQLAlchemyError:
@@ -238,35 +239,39 @@ def run_request(request_id: str, runtime: Runtime | None = None, *, force: bool 
                                attempts, now=now)
     log.info("reconciled", extra={"reconcile_request_id": request_id, "applied": applied,
                                   "resolved": resolved})
-    return Outcome(request_id, DONE, applied=applied, resolved=resolved)
+    return Outcome(request_id, ReconcileState.DONE, applied=applied, resolved=resolved)
 
 
 def _claim(rt: Runtime, request_id: str, *, force: bool,
            now: datetime | None) -> tuple[str, str | None, int, datetime | None] | None:
     now = now or utcnow()
     col = _REQUESTS.c
-    due = or_(col.state == PENDING, col.state == FAILED) if force else \
-        (col.state == PENDING) & (col.next_attempt_at <= now)
-    expired = (col.state == RUNNING) & (col.updated_at < now - timedelta(seconds=RUNNING_LEASE_S))
+    if force:
+        due = or_(col.state == ReconcileState.PENDING, col.state == ReconcileState.FAILED)
+    else:
+        due = (col.state == ReconcileState.PENDING) & (col.next_attempt_at <= now)
+    expired = (col.state == ReconcileState.RUNNING) \
+        & (col.updated_at < now - timedelta(seconds=RUNNING_LEASE_S))
     with rt.db.begin() as session:
         result = session.execute(
             update(_REQUESTS).where(col.id == request_id, or_(due, expired))
-            .values(state=RUNNING, attempts=col.attempts + 1, updated_at=now))
+            .values(state=ReconcileState.RUNNING, attempts=col.attempts + 1, updated_at=now))
         if not result.rowcount:  # type: ignore[attr-defined]
             return None
         request = session.get(ReconcileRequest, request_id)
         assert request is not None  # noqa: S101 - just updated
         source = session.get(InboundSource, request.source_id)
         if source is None or not source.reconcile_url:
-            _set(session, request_id, state=FAILED, last_error="source has no reconcile_url",
-                 now=now)
+            _set(session, request_id, state=ReconcileState.FAILED,
+                 last_error="source has no reconcile_url", now=now)
             return None
         since: datetime | None = None
         if request.resource_id is None:
             since = session.scalar(
                 select(ReconcileRequest.created_at).where(
                     ReconcileRequest.source_id == source.id,
-                    ReconcileRequest.resource_id.is_(None), ReconcileRequest.state == DONE)
+                    ReconcileRequest.resource_id.is_(None),
+                    ReconcileRequest.state == ReconcileState.DONE)
                 .order_by(ReconcileRequest.created_at.desc()).limit(1)) or source.created_at
         return source.reconcile_url, request.resource_id, request.attempts, since
 
@@ -339,7 +344,7 @@ def apply_snapshot(session: Session, source: InboundSource, snapshot: Extracted,
     quarantined = list(session.scalars(
         select(InboundEvent).where(InboundEvent.source_id == source.id,
                                    InboundEvent.resource_id == resource_id,
-                                   InboundEvent.status == "quarantined")
+                                   InboundEvent.status == InboundStatus.QUARANTINED)
         .with_for_update()))
     types = _resource_types(session, source.id, resource_id, snapshot.resource_type,
                             quarantined)
@@ -366,12 +371,12 @@ def apply_snapshot(session: Session, source: InboundSource, snapshot: Extracted,
         event.processed_at = now
         if decision.kind == states.APPLY and states.compare_and_set(
                 connection, state.id, ordering_of_event, last_event_id=event.id, now=now):
-            event.status = "applied"
+            event.status = InboundStatus.APPLIED
             handler_registry.run_handlers(handler_registry.HandlerContext(
                 session=session, source=source, event=event,
                 state=session.get(ResourceState, state.id, populate_existing=True)))
         else:
-            event.status = "ignored"
+            event.status = InboundStatus.IGNORED
         resolved += 1
     return moved, resolved
 
@@ -402,9 +407,9 @@ def _record_failure(rt: Runtime, request_id: str, error: str, transient: bool, a
     now = now or utcnow()
     if transient and attempts < MAX_ATTEMPTS:
         delay = BACKOFF_S[min(attempts, len(BACKOFF_S)) - 1]
-        state, when = PENDING, now + timedelta(seconds=delay)
+        state, when = ReconcileState.PENDING, now + timedelta(seconds=delay)
     else:
-        state, when = FAILED, None
+        state, when = ReconcileState.FAILED, None
     try:
         with rt.db.begin() as session:
             _set(session, request_id, state=state, last_error=error[:2000], now=now,
@@ -412,8 +417,9 @@ def _record_failure(rt: Runtime, request_id: str, error: str, transient: bool, a
     except SQLAlchemyError:
         log.warning("reconcile: could not record a failure; the lease will expire",
                     extra={"reconcile_request_id": request_id})
-    log.warning("reconcile failed (%s): %s", "will retry" if state == PENDING else "giving up",
-                error, extra={"reconcile_request_id": request_id})
+    log.warning("reconcile failed (%s): %s",
+                "will retry" if state == ReconcileState.PENDING else "giving up", error,
+                extra={"reconcile_request_id": request_id})
     return Outcome(request_id, state, error=error)
 
 
@@ -426,8 +432,9 @@ def process_due(runtime: Runtime, *, now: datetime | None = None, limit: int = 5
     with runtime.db.begin() as session:
         ids = list(session.scalars(
             select(ReconcileRequest.id).where(or_(
-                (ReconcileRequest.state == PENDING) & (ReconcileRequest.next_attempt_at <= now),
-                (ReconcileRequest.state == RUNNING)
+                (ReconcileRequest.state == ReconcileState.PENDING)
+                & (ReconcileRequest.next_attempt_at <= now),
+                (ReconcileRequest.state == ReconcileState.RUNNING)
                 & (ReconcileRequest.updated_at < now - timedelta(seconds=RUNNING_LEASE_S)),
             )).order_by(ReconcileRequest.next_attempt_at).limit(limit)))
     if ids:
@@ -450,7 +457,8 @@ def file_scheduled(runtime: Runtime, *, source_name: str | None = None,
                 filed.append(sweep.id)
             resources = session.scalars(
                 select(InboundEvent.resource_id).where(
-                    InboundEvent.source_id == source.id, InboundEvent.status == "quarantined",
+                    InboundEvent.source_id == source.id,
+                    InboundEvent.status == InboundStatus.QUARANTINED,
                     InboundEvent.resource_id.is_not(None)).distinct())
             for resource_id in list(resources):
                 request = request_reconcile(session, source, resource_id, now=now)
@@ -474,7 +482,7 @@ def reconcile_now(runtime: Runtime, *, source_name: str | None = None,
     with runtime.db.begin() as session:
         stmt = select(ReconcileRequest.id).join(
             InboundSource, InboundSource.id == ReconcileRequest.source_id).where(
-            ReconcileRequest.state == PENDING)
+            ReconcileRequest.state == ReconcileState.PENDING)
         if source_name is not None:
             stmt = stmt.where(InboundSource.name == source_name)
         for request_id in session.scalars(stmt):

@@ -15,11 +15,12 @@ from sqlalchemy.orm import Session
 from app.clock import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.inbound import mapping as field_mapping
-from app.inbound.process import PROCESSING, PROCESSING_LEASE_S, RECEIVED, enqueue_after_commit
+from app.inbound.process import PROCESSING_LEASE_S, enqueue_after_commit
 from app.inbound.receive import headers_from_storage, parse_and_extract
 from app.inbound.sources import effective_mapping
 from app.models import InboundEvent, InboundSource
 from app.runtime import Runtime
+from app.vocabulary import InboundStatus
 
 
 def replay(session: Session, runtime: Runtime, inbound_event_id: str, *,
@@ -35,7 +36,7 @@ def replay(session: Session, runtime: Runtime, inbound_event_id: str, *,
     event = session.get(InboundEvent, inbound_event_id, with_for_update=True)
     if event is None:
         raise NotFound(f"no inbound event {inbound_event_id!r}", details={"id": inbound_event_id})
-    if event.status == PROCESSING and event.updated_at > now - timedelta(
+    if event.status == InboundStatus.PROCESSING and event.updated_at > now - timedelta(
             seconds=PROCESSING_LEASE_S):
         raise Conflict("the event is being processed; replay it once it has finished",
                        code="inbound_event_in_flight")
@@ -53,7 +54,7 @@ def replay(session: Session, runtime: Runtime, inbound_event_id: str, *,
     event.resource_version = extracted.resource_version
     event.occurred_at = extracted.occurred_at
     event.resource_status = extracted.status
-    event.status = RECEIVED
+    event.status = InboundStatus.RECEIVED
     event.reason = "replayed"
     event.processed_at = None
     event.updated_at = now

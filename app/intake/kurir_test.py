@@ -21,6 +21,7 @@ from app.errors import ValidationFailed
 from app.ids import new_id
 from app.intake.publish import PublishRequest, payload_json
 from app.models import PENDING, Delivery, Endpoint, Event, Partner
+from app.vocabulary import EndpointState
 from sender.dispatch import enqueue_after_commit
 
 MESSAGE = "This is a test event from Kurir. If you can read it, your endpoint works."
@@ -46,7 +47,7 @@ def send_test_event(session: Session, redis_client: redis.Redis, partner: Partne
                   created_at=now)
     delivery = Delivery(id=new_id("dlv"), event_id=event_id, endpoint_id=endpoint.id,
                         state=PENDING, attempt_count=0, run_attempts=0, run=1,
-                        forced=endpoint.state != "enabled", next_attempt_at=now,
+                        forced=endpoint.state != EndpointState.ENABLED, next_attempt_at=now,
                         created_at=now, updated_at=now)
     session.add(event)
     session.flush()

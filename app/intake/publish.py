@@ -36,6 +36,7 @@ from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.ids import new_id
 from app.intake import sql
 from app.models import DEAD, PENDING, Delivery, Endpoint, Event, IdempotencyKey
+from app.vocabulary import DeadLetterReason, EndpointMode, EndpointState, Ordering
 from sender import ordering
 from sender.dispatch import enqueue_after_commit, enqueue_now
 from sender.park import park
@@ -49,8 +50,6 @@ MAX_IDEMPOTENCY_KEY = 255
 MAX_TEXT = 200
 MAX_BIGINT = 2**63 - 1
 ACCEPTED = 202
-REASON_ENDPOINT_DISABLED = "endpoint_disabled"
-PULL = "pull"
 # How long a keyed request waits behind an unfinished twin (PostgreSQL) before answering 409.
 IN_FLIGHT_WAIT_MS = 5000
 _PG_LOCK_NOT_AVAILABLE = "55P03"
@@ -270,7 +269,7 @@ def _targets(connection: Connection, partner_uid: str, type_: str, version: int,
                                          type_, version),
         digest=first.digest if with_digest else None, sunset_at=first.sunset_at,
         ordered=frozenset(row.endpoint_id for row in rows
-                          if row.ordering == ordering.ORDERING_KEY))
+                          if row.ordering == Ordering.KEY))
 
 
 # Bound of the targets cache, in endpoints held: at the bound it is emptied and each
@@ -464,12 +463,12 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
     for endpoint_id, state, subscribed, _, mode in targets.endpoints:
         if subscribed is not None and req.type not in subscribed:
             continue
-        if mode == PULL:
+        if mode == EndpointMode.PULL:
             # Nothing is pushed to a pull endpoint: it reads the feed. Its pin still counts
             # above, so the version it wants is stored with the event.
             continue
         delivery_id = new_id("dlv")
-        enabled = state == "enabled"
+        enabled = state == EndpointState.ENABLED
         version = wanted.get(endpoint_id)
         (pending if enabled else parked).append((delivery_id, endpoint_id, version))
         answer.append({"id": delivery_id, "endpoint": endpoint_id,
@@ -681,4 +680,5 @@ def _park_for_disabled(session: Session, event: Event, parked: list[Planned],
                             run=1, created_at=now, updated_at=now,
                             **_place_values(places.get(endpoint_id), event.ordering_key))
         session.add(delivery)
-        park(session, delivery, event, endpoints[endpoint_id], REASON_ENDPOINT_DISABLED)
+        park(session, delivery, event, endpoints[endpoint_id],
+             DeadLetterReason.ENDPOINT_DISABLED)

@@ -28,7 +28,7 @@ from app.models import Endpoint, EndpointSecret, Partner
 from app.net import guard
 from app.registry.secrets import add_secret, current_secret_row, rotate
 from app.signing import generate_secret, is_valid_secret
-from sender import ordering
+from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering, values
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +51,6 @@ ENDPOINT_FIELDS = ("url", "event_types", "description", "headers", "public_heade
                    "on_dead")
 PATCHABLE_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
                     "timeout_s", "rate_limit_per_s", "versions", "ordering", "on_dead")
-
-ENABLED, DISABLED = "enabled", "disabled"
-PUSH, PULL = "push", "pull"
-MODES = (PUSH, PULL)
 
 
 def _invalid(field: str, message: str, code: str = "invalid_field") -> ValidationFailed:
@@ -270,7 +266,7 @@ def check_versions(session: Session, value: Any) -> dict[str, int] | None:
 
 
 def check_mode(value: Any) -> str:
-    if value not in MODES:
+    if value not in values(EndpointMode):
         raise _invalid("mode", "mode must be \"push\" (Kurir sends every event) or \"pull\" "
                                "(the partner reads its feed and acknowledges)")
     return str(value)
@@ -337,8 +333,8 @@ def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], se
                     resolver: guard.Resolver = guard.default_resolver) -> EndpointWithSecret:
     """Validate everything, then store the endpoint and its (encrypted) first secret."""
     reject_unknown(body, ENDPOINT_FIELDS)
-    mode = check_mode(body.get("mode", PUSH))
-    if mode == PULL:
+    mode = check_mode(body.get("mode", EndpointMode.PUSH.value))
+    if mode == EndpointMode.PULL:
         if body.get("url") is not None:
             raise _invalid("url", "a pull endpoint has no url: nothing is sent to it, its "
                                   "consumer reads the feed (GET /v1/partners/{uid}/feed"
@@ -353,17 +349,17 @@ def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], se
     timeout_s = check_timeout(body.get("timeout_s", settings.default_timeout_s))
     rate_limit = check_rate_limit(body.get("rate_limit_per_s"))
     description = check_description(body.get("description"))
-    ordering_ = check_choice("ordering", body.get("ordering", ordering.ORDERING_NONE),
-                             ordering.ORDERINGS)
-    on_dead = check_choice("on_dead", body.get("on_dead", ordering.ON_DEAD_SKIP),
-                           ordering.ON_DEADS)
+    ordering_ = check_choice("ordering", body.get("ordering", Ordering.NONE.value),
+                             values(Ordering))
+    on_dead = check_choice("on_dead", body.get("on_dead", OnDead.SKIP.value), values(OnDead))
     given = body.get("secret")
     secret = check_secret(given) if given is not None else generate_secret()
     endpoint = Endpoint(partner=partner, url=url, event_types=event_types, headers=headers,
                         public_headers=public_headers, versions=versions, timeout_s=timeout_s,
-                        rate_limit_per_s=rate_limit, description=description, state=ENABLED,
+                        rate_limit_per_s=rate_limit, description=description,
+                        state=EndpointState.ENABLED,
                         mode=mode, ordering=ordering_, on_dead=on_dead)
-    if mode == PULL:
+    if mode == EndpointMode.PULL:
         # Its feed starts here: what was committed before is not its backlog.
         endpoint.acked_seq = settled_head(session.connection())
     session.add(endpoint)
@@ -400,7 +396,7 @@ def update_endpoint(session: Session, endpoint: Endpoint, body: dict[str, Any],
                                details={"field": "mode", "mode": endpoint.mode})
     body = {k: v for k, v in body.items() if k != "mode"}
     reject_unknown(body, PATCHABLE_FIELDS)
-    if "url" in body and endpoint.mode == PULL:
+    if "url" in body and endpoint.mode == EndpointMode.PULL:
         raise _invalid("url", "a pull endpoint has no url (its mode is fixed at creation)")
     if "url" in body:
         endpoint.url = check_url(body["url"], settings, resolver)
@@ -426,9 +422,9 @@ def update_endpoint(session: Session, endpoint: Endpoint, body: dict[str, Any],
         endpoint.description = check_description(body["description"])
     # A change applies to deliveries made from now on: those already numbered keep their order.
     if "ordering" in body:
-        endpoint.ordering = check_choice("ordering", body["ordering"], ordering.ORDERINGS)
+        endpoint.ordering = check_choice("ordering", body["ordering"], values(Ordering))
     if "on_dead" in body:
-        endpoint.on_dead = check_choice("on_dead", body["on_dead"], ordering.ON_DEADS)
+        endpoint.on_dead = check_choice("on_dead", body["on_dead"], values(OnDead))
     session.flush()
     return endpoint
 
@@ -440,8 +436,8 @@ def delete_endpoint(session: Session, endpoint: Endpoint, now: datetime | None =
     """
     now = now or utcnow()
     endpoint.deleted_at = now
-    if endpoint.state != DISABLED:
-        endpoint.state = DISABLED
+    if endpoint.state != EndpointState.DISABLED:
+        endpoint.state = EndpointState.DISABLED
         endpoint.disabled_reason = "deleted"
         endpoint.disabled_at = now
     session.flush()
@@ -449,7 +445,7 @@ def delete_endpoint(session: Session, endpoint: Endpoint, now: datetime | None =
 
 def enable_endpoint(session: Session, endpoint: Endpoint) -> Endpoint:
     """Operator action: deliveries start again; health counters restart from zero."""
-    endpoint.state = ENABLED
+    endpoint.state = EndpointState.ENABLED
     endpoint.disabled_reason = None
     endpoint.disabled_at = None
     endpoint.consecutive_failures = 0
@@ -464,8 +460,8 @@ def disable_endpoint(session: Session, endpoint: Endpoint, reason: str | None = 
     if reason is not None and (not isinstance(reason, str) or not reason.strip()
                                or len(reason) > 200):
         raise _invalid("reason", "reason must be a non-empty string of at most 200 characters")
-    if endpoint.state != DISABLED:
-        endpoint.state = DISABLED
+    if endpoint.state != EndpointState.DISABLED:
+        endpoint.state = EndpointState.DISABLED
         endpoint.disabled_at = now or utcnow()
         endpoint.disabled_reason = reason.strip() if reason else "manual"
     elif reason:

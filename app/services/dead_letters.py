@@ -30,6 +30,7 @@ from app.models import (
 )
 from app.runtime import Runtime
 from app.services.actor import Actor
+from app.vocabulary import ResendSkip
 from dlq import discard as discard_mod
 from dlq import resend as resend_mod
 from dlq.search import FILTER_KEYS, DeadLetterFilter, SearchPage, count, search
@@ -38,7 +39,8 @@ from sender.bodies import Sent, delivered_versions, sent_by
 from sender.dispatch import enqueue_after_commit
 
 BULK_KIND = resend_mod.BULK_KIND
-ENDPOINT_DISABLED = resend_mod.ENDPOINT_DISABLED
+# The faces know this skip reason by this name (`app.vocabulary` is its home).
+ENDPOINT_DISABLED = ResendSkip.ENDPOINT_DISABLED
 DETAIL_OPTIONS: tuple[ExecutableOption, ...] = (selectinload(DeadLetter.audit),
                                                 selectinload(DeadLetter.delivery))
 __all__ = ["FILTER_KEYS", "DeadLetterFilter", "FilterForm", "parse_filter"]
@@ -155,7 +157,7 @@ def resend_ids(session: Session, rt: Runtime, actor: Actor, ids: Sequence[str], 
         raise ValidationFailed("ids must not be empty", code="invalid_parameter",
                                details={"parameter": "ids"})
     own = _own_ids(session, actor, wanted)
-    foreign = {i: resend_mod.NOT_FOUND for i in wanted if i not in set(own)}
+    foreign = {i: ResendSkip.NOT_FOUND for i in wanted if i not in set(own)}
     if len(wanted) <= resend_mod.INLINE_LIMIT or not own:
         op_id = new_id("bop")
         result = resend_mod.resend_ids_inline(session, rt.redis, own, actor=str(actor),

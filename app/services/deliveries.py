@@ -39,7 +39,7 @@ from app.pagination import paginate
 from app.runtime import Runtime
 from app.services import audit, dead_letters, partners
 from app.services.actor import Actor
-from dlq import resend as resend_mod
+from app.vocabulary import ResendSkip
 from sender.bodies import Sent, delivered_version, sent_by
 from sender.dispatch import enqueue_after_commit
 
@@ -270,7 +270,7 @@ def _resend_dead(session: Session, rt: Runtime, actor: Actor, delivery_id: str, 
         raise Conflict(
             "the delivery is dead and has no open dead letter to resend it from"
             + (f": its dead letter {last_id} was {last_state}" if last_id else ""),
-            code=resend_mod.NOT_OPEN,
+            code=ResendSkip.NOT_OPEN,
             details={"delivery": delivery_id, "dead_letter": last_id, "state": last_state})
     dead_letters.resend_one(session, rt, actor, open_ids[0], force=force)
     return open_ids[0]

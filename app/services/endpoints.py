@@ -35,11 +35,13 @@ from app.registry import endpoints as rules
 from app.runtime import Runtime
 from app.services import audit, dead_letters, partners
 from app.services.actor import Actor
+from app.vocabulary import EndpointMode, EndpointState, OnDead
 from dlq.search import DeadLetterFilter
 from sender import ordering
 from sender.dispatch import enqueue_after_commit
 
-ENABLED, DISABLED = rules.ENABLED, rules.DISABLED
+# The faces know these two words by these names (`app.vocabulary` is their home).
+ENABLED, DISABLED = EndpointState.ENABLED, EndpointState.DISABLED
 EndpointWithSecret = rules.EndpointWithSecret
 
 
@@ -228,7 +230,7 @@ def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
     is enabled again.
     """
     _own(actor, endpoint, "endpoints:write")
-    if endpoint.mode == rules.PULL:
+    if endpoint.mode == EndpointMode.PULL:
         raise Conflict("a pull endpoint is sent nothing, a test event neither: its consumer "
                        "reads the feed", code="pull_endpoint", details={"endpoint": endpoint.id})
     partner = session.get_one(Partner, endpoint.partner_id)
@@ -285,7 +287,7 @@ def parked(session: Session, actor: Actor, endpoint: Endpoint) -> Parked:
     _own(actor, endpoint, "read")
     since = parked_since(session, endpoint)
     letters = dead_letters.matching(session, actor, _parked_filter(endpoint, since))
-    return Parked(since, letters, endpoint.on_dead == ordering.ON_DEAD_BLOCK and letters > 0)
+    return Parked(since, letters, endpoint.on_dead == OnDead.BLOCK and letters > 0)
 
 
 def resend_parked(session: Session, rt: Runtime, actor: Actor,

@@ -33,8 +33,7 @@ from app.runtime import Runtime
 from app.services import audit, partners
 from app.services import endpoints as endpoint_service
 from app.services.actor import Actor
-
-PULL, PUSH = "pull", "push"
+from app.vocabulary import EndpointMode
 
 __all__ = ["Lag", "PullLag", "ExpiredBacklog", "FeedPage", "Skipped", "read", "ack",
            "skip_expired", "expired_backlog", "lag_of", "pull_lags", "sequence_now"]
@@ -78,7 +77,7 @@ def read(rt: Runtime, actor: Actor, uid: str, *, after: str | None, limit: int,
         if endpoint_id is not None:
             endpoint = endpoint_service.get(session, actor, uid, endpoint_id)
             subscriber = Subscriber(endpoint.event_types, endpoint.versions)
-            if endpoint.mode == PULL:
+            if endpoint.mode == EndpointMode.PULL:
                 start, not_before = endpoint.acked_seq, None
                 resuming = (endpoint.id, endpoint.event_types)
         # A valid cursor sees everything after it (it is younger than retention, so nothing
@@ -141,7 +140,7 @@ def ack(session: Session, settings: Settings, actor: Actor, uid: str, endpoint_i
     if not isinstance(raw, str) or not raw:
         raise ValidationFailed("cursor is required: the next_cursor of a feed answer",
                                code="invalid_field", details={"field": "cursor"})
-    if endpoint.mode != PULL:
+    if endpoint.mode != EndpointMode.PULL:
         raise Conflict("only a pull endpoint is acknowledged; a push endpoint's deliveries "
                        "are confirmed by its 2xx answers", code="push_endpoint",
                        details={"endpoint": endpoint.id, "mode": endpoint.mode})
@@ -165,7 +164,7 @@ class Skipped:
 def expired_backlog(session: Session, settings: Settings, endpoint: Endpoint,
                     now: datetime | None = None) -> ExpiredBacklog | None:
     """What of a pull endpoint's backlog lies past retention (None for a push endpoint)."""
-    if endpoint.mode != PULL:
+    if endpoint.mode != EndpointMode.PULL:
         return None
     return expired(session.connection(), endpoint.partner_id, endpoint.event_types,
                    endpoint.acked_seq, horizon=(now or utcnow()) - _retention(settings))
@@ -183,7 +182,7 @@ def skip_expired(session: Session, settings: Settings, actor: Actor, uid: str,
     """
     now = now or utcnow()
     endpoint = endpoint_service.get(session, actor, uid, endpoint_id, "endpoints:write")
-    if endpoint.mode != PULL:
+    if endpoint.mode != EndpointMode.PULL:
         raise Conflict("only a pull endpoint has a backlog to skip; a push endpoint's "
                        "deliveries are retried or dead-lettered", code="push_endpoint",
                        details={"endpoint": endpoint.id, "mode": endpoint.mode})
@@ -203,7 +202,7 @@ def skip_expired(session: Session, settings: Settings, actor: Actor, uid: str,
 def lag_of(session: Session, settings: Settings, endpoint: Endpoint,
            now: datetime | None = None) -> Lag | None:
     """What a pull endpoint has not acknowledged (None for a push endpoint)."""
-    if endpoint.mode != PULL:
+    if endpoint.mode != EndpointMode.PULL:
         return None
     horizon = (now or utcnow()) - _retention(settings)
     return lag(session.connection(), endpoint.id, horizon=horizon)

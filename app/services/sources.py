@@ -32,7 +32,6 @@ CREATE_FIELDS = frozenset({"name", "scheme", "secret", "secrets", "tolerance_s",
 Receipt = receive_mod.Receipt
 StoreUnavailable = receive_mod.StoreUnavailable
 RETRY_AFTER_S = receive_mod.RETRY_AFTER_S
-RECONCILE_FAILED = reconcile_mod.FAILED
 describe = rules.source_to_dict
 __all__ = ["SCHEMES", "describe"]
 

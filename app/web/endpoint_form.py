@@ -23,6 +23,7 @@ from typing import Any
 from app import headers as header_rules
 from app.errors import KurirError
 from app.models import Endpoint
+from app.vocabulary import EndpointMode, OnDead, Ordering
 
 EXTRA_HEADER_ROWS = 2
 PIN_FIELD = "pin-"  # a selector per event type: pin-<type name> = "" (as published) or "<n>"
@@ -82,8 +83,9 @@ class EndpointForm:
                    else str(endpoint.rate_limit_per_s),
                    versions={name: str(version)
                              for name, version in (endpoint.versions or {}).items()},
-                   pull=endpoint.mode == "pull",
-                   ordering=endpoint.ordering or "none", on_dead=endpoint.on_dead or "skip")
+                   pull=endpoint.mode == EndpointMode.PULL,
+                   ordering=endpoint.ordering or Ordering.NONE.value,
+                   on_dead=endpoint.on_dead or OnDead.SKIP.value)
 
     @classmethod
     def from_request(cls, form: Any, existing: Endpoint | None = None) -> EndpointForm:
@@ -110,10 +112,11 @@ class EndpointForm:
                    versions={key[len(PIN_FIELD):]: value.strip()
                              for key, value in form.items()
                              if key.startswith(PIN_FIELD) and value.strip()},
-                   pull=(existing.mode == "pull" if existing is not None
-                         else form.get("mode") == "pull"),
+                   pull=(existing.mode == EndpointMode.PULL if existing is not None
+                         else form.get("mode") == EndpointMode.PULL),
                    creating=existing is None,
-                   ordering=form.get("ordering", "none"), on_dead=form.get("on_dead", "skip"))
+                   ordering=form.get("ordering", Ordering.NONE.value),
+                   on_dead=form.get("on_dead", OnDead.SKIP.value))
 
     # ------------------------------------------------------------------ to the service
 
@@ -173,7 +176,7 @@ class EndpointForm:
         if self.pull:
             del body["url"]
             if self.creating:
-                body["mode"] = "pull"
+                body["mode"] = EndpointMode.PULL.value
         elif not self.url:
             self.errors["url"] = "required"
         return None if self.errors else body

@@ -26,9 +26,9 @@ from sqlalchemy.orm import Session
 
 from app.db import Database
 from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, Event
-from sender import health, ordering
+from app.vocabulary import DeadLetterReason, EndpointState
+from sender import ordering
 from sender.bodies import BodyKey, payload_column
-from sender.engine.errors import REASON_ENDPOINT_DISABLED
 from sender.engine.sql import chunks, table
 from sender.park import park
 
@@ -59,7 +59,7 @@ def _claim_statement(postgres: bool) -> Any:
     """The claim's UPDATE for one chunk of ids, built once per dialect: SQLAlchemy then finds
     its compiled form in its cache without building or keying a statement per claim."""
     deliveries = table(Delivery)
-    enabled = select(Endpoint.id).where(Endpoint.state == health.ENABLED,
+    enabled = select(Endpoint.id).where(Endpoint.state == EndpointState.ENABLED,
                                         Endpoint.deleted_at.is_(None))
     live = select(Endpoint.id).where(Endpoint.deleted_at.is_(None))
     columns = [deliveries.c.id, deliveries.c.event_id, deliveries.c.endpoint_id,
@@ -149,8 +149,9 @@ def park_disabled(session: Session, ids: list[str]) -> None:
     for delivery in session.scalars(
             select(Delivery).join(Endpoint, Endpoint.id == Delivery.endpoint_id)
             .where(Delivery.id.in_(ids), Delivery.state.in_((PENDING, RETRYING)),
-                   or_(Endpoint.state != health.ENABLED, Endpoint.deleted_at.is_not(None)))):
-        park(session, delivery, delivery.event, delivery.endpoint, REASON_ENDPOINT_DISABLED)
+                   or_(Endpoint.state != EndpointState.ENABLED, Endpoint.deleted_at.is_not(None)))):
+        park(session, delivery, delivery.event, delivery.endpoint,
+             DeadLetterReason.ENDPOINT_DISABLED)
 
 
 def unclaim(session: Session, ids: list[str], lease: datetime, hold_until: datetime) -> None:

@@ -1,12 +1,10 @@
-"""The names the engine itself writes: error classes on attempts, reasons on dead letters.
+"""The error classes the engine itself writes on attempts.
 
 The transport's own error classes (`timeout`, `connection_error`, `blocked_address`, ...) live
 in `app.net.http`; these are the ones that come from the engine, not from the network.
 """
 
 from __future__ import annotations
-
-from sender import health
 
 # Attempt error classes.
 ERROR_WORKER_LOST = "worker_lost"  # the sweeper found the lease expired mid-attempt
@@ -20,7 +18,3 @@ ERROR_SECRET_UNDECRYPTABLE = "secret_undecryptable"  # noqa: S105 - an error cla
 ERROR_BAD_HEADERS = "invalid_endpoint_headers"  # stored headers are not a JSON object
 ERROR_BAD_RATE_LIMIT = "invalid_rate_limit"  # stored rate_limit_per_s is below 1
 ERROR_EVENT_MISSING = "event_missing"  # the delivery's event row is gone
-
-# Dead-letter reasons.
-REASON_RETRIES_EXHAUSTED = "retries_exhausted"
-REASON_ENDPOINT_DISABLED = health.REASON_ENDPOINT_DISABLED

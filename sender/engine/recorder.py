@@ -34,10 +34,10 @@ from sqlalchemy.orm import Session
 from app.db import Database
 from app.ids import new_id
 from app.models import DELIVERING, PENDING, RETRYING, SUCCEEDED, Attempt, Delivery
+from app.vocabulary import DeadLetterReason, EndpointState
 from sender import health
 from sender.deliver import AttemptResult
 from sender.engine.claim import HOLD_GRACE_S
-from sender.engine.errors import REASON_ENDPOINT_DISABLED, REASON_RETRIES_EXHAUSTED
 from sender.engine.ledger import Ledger
 from sender.engine.sql import insert_for_dialect, table, transient
 from sender.engine.work import Outcome, Release, Unsendable, Work
@@ -284,7 +284,7 @@ class Recorder:
 
         succeeded: list[dict[str, Any]] = []
         retrying: list[dict[str, Any]] = []
-        to_park: list[tuple[Outcome, str]] = []
+        to_park: list[tuple[Outcome, DeadLetterReason]] = []
         timers: Timed = []
         for o in outcomes:
             w, r = o.work, o.result
@@ -293,13 +293,13 @@ class Recorder:
                                   "b_run_n": w.run_n, "b_status": r.status,
                                   "b_at": o.finished_at, "b_now": now})
                 continue
-            if states[w.target.endpoint_id] != health.ENABLED:
-                to_park.append((o, REASON_ENDPOINT_DISABLED))
+            if states[w.target.endpoint_id] != EndpointState.ENABLED:
+                to_park.append((o, DeadLetterReason.ENDPOINT_DISABLED))
                 continue
             decision = decide(r.status, r.error, w.run_n, parse_retry_after(r.retry_after, now),
                               self.policy, self.rng, now)
             if decision.kind == "dead" or decision.next_attempt_at is None:
-                to_park.append((o, REASON_RETRIES_EXHAUSTED))
+                to_park.append((o, DeadLetterReason.RETRIES_EXHAUSTED))
                 continue
             due = decision.next_attempt_at
             local = (due - now).total_seconds() <= LOCAL_TIMER_MAX_S
@@ -336,7 +336,7 @@ class Recorder:
             tally = health.tally((o.finished_at, o.result.ok) for o in items)
             if tally.failures == 0 and tally.last_success_at is not None:
                 # Nothing to judge, only "last success" to move, and at most once a second.
-                states[endpoint_id] = health.ENABLED
+                states[endpoint_id] = EndpointState.ENABLED
                 if mono - self._success_written.get(endpoint_id, -1e9) >= SUCCESS_WRITE_S:
                     successes.append((endpoint_id, tally.last_success_at))
                     if len(self._success_written) >= SUCCESS_WRITTEN_MAX:
@@ -349,17 +349,17 @@ class Recorder:
                 health.disable(session, endpoint_id, "gone: the endpoint answered 410", now,
                                {"last_status_code": 410, "delivery_id": gone.work.delivery_id})
             h = health.record(session, endpoint_id, tally)
-            states[endpoint_id] = h.state if h is not None else health.DISABLED
+            states[endpoint_id] = h.state if h is not None else EndpointState.DISABLED
             if h is not None and health.should_disable(h, self.thresholds, now):
                 last = items[-1].result
                 if health.disable(session, endpoint_id, _failing_reason(h), now, {
                         "consecutive_failures": h.consecutive_failures,
                         "last_status_code": last.status, "last_error": last.error}):
-                    states[endpoint_id] = health.DISABLED
+                    states[endpoint_id] = EndpointState.DISABLED
         health.record_successes(session, successes)
         return states
 
-    def _park_outcome(self, session: Session, o: Outcome, reason: str) -> None:
+    def _park_outcome(self, session: Session, o: Outcome, reason: DeadLetterReason) -> None:
         delivery = session.get(Delivery, o.work.delivery_id, with_for_update=True)
         if (delivery is None or delivery.state != DELIVERING
                 or delivery.lease_expires_at != o.work.lease):

@@ -52,14 +52,12 @@ ALLOWED: dict[str, set[str]] = {
     "app.cli": {"core", "app.services", "app.web"},
 }
 # The peer edges between pipelines, one way each: intake hands its deliveries to sending;
-# dead letters are resent by sending; a pull endpoint starts at the feed's head; the
-# registry checks ordering settings the sender defines.
+# dead letters are resent by sending; a pull endpoint starts at the feed's head.
 PEER_EDGES = {
     ("app.intake", "sender"),
     ("app.intake", "app.registry"),
     ("dlq", "sender"),
     ("app.registry", "app.feed"),
-    ("app.registry", "sender"),
 }
 # Single modules allowed one edge their unit is not: process entry points start the loops,
 # `kurir listen` is a local receiver that only checks a signature, and the API description

@@ -11,6 +11,7 @@ from app.models import ApiKey, Attempt, AuditRecord, Delivery, Endpoint, Event, 
 from app.services.deliveries import delivered_version
 from app.services.endpoints import BlockedKey
 from app.services.feed import Lag
+from app.vocabulary import EndpointMode
 
 
 def event_type_json(row: EventType) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def endpoint_json(endpoint: Endpoint, partner_uid: str,
         "id": endpoint.id,
         "partner": partner_uid,
         "url": header_rules.redact_url(endpoint.url) if endpoint.url else None,
-        "mode": endpoint.mode or "push",
+        "mode": endpoint.mode or EndpointMode.PUSH.value,
         "event_types": endpoint.event_types,
         "description": endpoint.description,
         "headers": header_rules.redact_custom(endpoint.headers or {}, endpoint.public_headers),

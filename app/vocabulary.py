@@ -1,0 +1,123 @@
+"""Kurir's vocabulary: every fixed set of words it stores, answers or acts on, in one place.
+
+Each set is a `StrEnum`, so a member *is* its text: it compares equal to the stored string,
+is written to the database and to JSON as that string, and a value read back as a plain
+`str` matches it. Pipelines, services and faces import these rather than spelling the words,
+so a list offered to a user (a filter, an API description) cannot drift from what the code
+writes.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+def values(words: type[StrEnum]) -> tuple[str, ...]:
+    """The words of a set as plain strings, in declaration order (for messages and docs)."""
+    return tuple(member.value for member in words)
+
+
+# ---------------------------------------------------------------------------- endpoints
+
+
+class EndpointState(StrEnum):
+    """Whether Kurir sends to an endpoint; a disabled one has its deliveries parked."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+
+
+class EndpointMode(StrEnum):
+    """How a partner gets its events: Kurir POSTs them, or the partner reads its feed."""
+
+    PUSH = "push"
+    PULL = "pull"
+
+
+class Ordering(StrEnum):
+    """Whether an endpoint gets one ordering key's events one at a time, in commit order."""
+
+    NONE = "none"
+    KEY = "key"
+
+
+class OnDead(StrEnum):
+    """What an ordered key does when one of its deliveries dies: go on, or wait for it."""
+
+    SKIP = "skip"
+    BLOCK = "block"
+
+
+# ---------------------------------------------------------------------------- deliveries
+
+
+class DeliveryState(StrEnum):
+    """Where a delivery is in its life; `succeeded` and `dead` are final."""
+
+    PENDING = "pending"
+    DELIVERING = "delivering"
+    SUCCEEDED = "succeeded"
+    RETRYING = "retrying"
+    DEAD = "dead"
+
+
+FINAL_DELIVERY_STATES = (DeliveryState.SUCCEEDED, DeliveryState.DEAD)
+
+
+# ---------------------------------------------------------------------------- dead letters
+
+
+class DeadLetterState(StrEnum):
+    """An open letter waits for an operator; resent and discarded ones are closed."""
+
+    OPEN = "open"
+    RESENT = "resent"
+    DISCARDED = "discarded"
+
+
+class DeadLetterReason(StrEnum):
+    """Why a delivery was parked: exactly the reasons `sender.park.park` is ever given."""
+
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    ENDPOINT_DISABLED = "endpoint_disabled"
+
+
+class ResendSkip(StrEnum):
+    """Why a resend left a letter alone (also the API error codes of a single resend)."""
+
+    NOT_FOUND = "not_found"
+    NOT_OPEN = "dead_letter_not_open"
+    ENDPOINT_DISABLED = "endpoint_disabled"
+    ENDPOINT_DELETED = "endpoint_deleted"
+
+
+class BulkOperationState(StrEnum):
+    """A background resend: waiting for a worker, running its pages, or finished."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+# ---------------------------------------------------------------------------- inbound
+
+
+class InboundStatus(StrEnum):
+    """Where a received callback is: stored, being processed, or what processing decided."""
+
+    RECEIVED = "received"
+    PROCESSING = "processing"
+    APPLIED = "applied"
+    IGNORED = "ignored"
+    QUARANTINED = "quarantined"
+    FAILED = "failed"
+
+
+class ReconcileState(StrEnum):
+    """A pull of a provider's state: due, claimed by a worker, done, or given up."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
