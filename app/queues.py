@@ -20,6 +20,9 @@ import redis
 from redis.typing import EncodableT, FieldT
 from rq import Queue
 from rq.job import Job
+from sqlalchemy.orm import Session
+
+from app.db import after_commit
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,16 @@ def try_enqueue_many(connection: redis.Redis, specs: list[JobSpec]) -> bool:
         log.warning("redis unavailable, %d job(s) left to the sweeper: %s", len(specs), exc)
         return False
     return True
+
+
+def enqueue_after_commit(session: Session, connection: redis.Redis,
+                         specs: Iterable[JobSpec]) -> None:
+    """Enqueue once the session's transaction has committed, never if it rolls back: a
+    worker must find the rows its job names. Redis being down then is survivable (see
+    `try_enqueue_many`)."""
+    pending = list(specs)
+    if pending:
+        after_commit(session, lambda: try_enqueue_many(connection, pending))
 
 
 def pop_job_ids(connection: redis.Redis, queue_key: str, count: int,

@@ -41,12 +41,12 @@ from app.models import (
     Delivery,
     Endpoint,
 )
-from app.queues import DEFAULT, JobSpec, try_enqueue_many
+from app.queues import DEFAULT, JobSpec, enqueue_after_commit, try_enqueue_many
 from app.runtime import Runtime
 from app.vocabulary import BulkOperationState, EndpointState, ResendSkip
 from dlq.audit import audit_row
 from dlq.search import DeadLetterFilter, conditions, count, newest_id
-from sender.dispatch import enqueue_after_commit
+from sender.dispatch import job_specs
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def audit_skips(session: Session, skipped: Mapping[str, str], *, actor: str,
 
 def enqueue(session: Session, connection: redis.Redis, result: PageResult) -> None:
     """Queue the re-armed deliveries once the transaction has committed."""
-    enqueue_after_commit(session, connection, result.delivery_ids, tag=_tag())
+    enqueue_after_commit(session, connection, job_specs(result.delivery_ids, tag=_tag()))
 
 
 def resend_one(session: Session, connection: redis.Redis, letter_id: str, *, actor: str,

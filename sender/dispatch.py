@@ -1,4 +1,7 @@
-"""Putting deliveries on the queue: ids only, only after commit, in one pipeline.
+"""Putting deliveries on the queue: ids only, in batch jobs with deterministic ids.
+
+Inside a transaction, hand `job_specs(ids)` to `app.queues.enqueue_after_commit`, so that no
+worker looks for a delivery before it is committed.
 
 A lost enqueue is never fatal: the sweeper finds every due delivery in the database. A double
 enqueue is never harmful: the job's guard re-reads the delivery and skips what is not due.
@@ -10,9 +13,7 @@ import hashlib
 from collections.abc import Sequence
 
 import redis
-from sqlalchemy.orm import Session
 
-from app.db import after_commit
 from app.queues import DELIVERIES, JobSpec, try_enqueue_many
 
 BATCH_SIZE = 50
@@ -35,11 +36,3 @@ def job_specs(delivery_ids: Sequence[str], tag: str = "p") -> list[JobSpec]:
 def enqueue_now(connection: redis.Redis, delivery_ids: Sequence[str], tag: str = "p") -> bool:
     """Enqueue immediately; False when Redis is down (the sweeper will pick them up)."""
     return try_enqueue_many(connection, job_specs(delivery_ids, tag))
-
-
-def enqueue_after_commit(session: Session, connection: redis.Redis,
-                         delivery_ids: Sequence[str], tag: str = "p") -> None:
-    """Enqueue once the transaction that created or re-armed these deliveries has committed."""
-    ids = list(delivery_ids)
-    if ids:
-        after_commit(session, lambda: enqueue_now(connection, ids, tag))

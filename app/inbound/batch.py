@@ -53,6 +53,7 @@ from app.inbound.process import (
     SourceConfig,
 )
 from app.models import UTCDateTime
+from app.queues import enqueue_after_commit
 from app.runtime import Runtime
 from app.vocabulary import InboundStatus
 
@@ -269,7 +270,7 @@ class _Run:
         # A gap or a contradiction: not safe to decide alone; ask the provider.
         request = reconcile.request_reconcile(session, source, event.resource_id, now=self.now)
         if request is not None:
-            reconcile.enqueue_after_commit(session, self.rt, [request.id])
+            enqueue_after_commit(session, self.rt.redis, reconcile.run_jobs([request.id]))
         return _Outcome(InboundStatus.QUARANTINED, decision.reason)
 
     def _apply_with_handlers(self, bound: list[handler_registry.BoundHandler], event: Claimed,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -39,12 +40,11 @@ from sqlalchemy.orm import Session
 
 from app import runtime as runtime_mod
 from app.clock import utcnow
-from app.db import after_commit
 from app.inbound import handlers as handler_registry
 from app.inbound import reconcile
 from app.inbound import state as states
 from app.models import InboundEvent, InboundSource, ResourceState, UTCDateTime
-from app.queues import INBOUND, JobSpec, try_enqueue_many
+from app.queues import INBOUND, JobSpec, enqueue_after_commit, try_enqueue_many
 from app.runtime import Runtime
 from app.vocabulary import InboundStatus
 
@@ -70,13 +70,9 @@ class HandlerFailed(Exception):
         self.path = path
 
 
-def enqueue_after_commit(session: Session, runtime: Runtime, event_ids: list[str]) -> None:
-    if not event_ids:
-        return
-    redis = runtime.redis
-    ids = list(event_ids)
-    after_commit(session, lambda: try_enqueue_many(
-        redis, [JobSpec(INBOUND, PROCESS_JOB, (event_id,)) for event_id in ids]))
+def process_jobs(event_ids: Iterable[str]) -> list[JobSpec]:
+    """One job per event (``process_event(id)``), so any worker of the queue can run each."""
+    return [JobSpec(INBOUND, PROCESS_JOB, (event_id,)) for event_id in event_ids]
 
 
 def process_event(inbound_event_id: str, runtime: Runtime | None = None, *,
@@ -288,7 +284,7 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
     # A gap or a contradiction: not safe to decide alone; ask the provider.
     request = reconcile.request_reconcile(session, source, event.resource_id, now=now)
     if request is not None:
-        reconcile.enqueue_after_commit(session, rt, [request.id])
+        enqueue_after_commit(session, rt.redis, reconcile.run_jobs([request.id]))
     return _finish(connection, event, InboundStatus.QUARANTINED, decision.reason, now)
 
 
@@ -304,7 +300,7 @@ def release_next(session: Session, rt: Runtime, source_id: str, event: Claimed,
         item.status = InboundStatus.RECEIVED
         item.reason = "gap_closed"
         item.updated_at = utcnow()
-    enqueue_after_commit(session, rt, [item.id for item in waiting])
+    enqueue_after_commit(session, rt.redis, process_jobs(item.id for item in waiting))
 
 
 def _mark_failed(rt: Runtime, event_id: str, reason: str, *, now: datetime | None) -> str | None:
@@ -333,8 +329,9 @@ def sweep(runtime: Runtime, *, now: datetime | None = None, limit: int = 1000) -
             update(_EVENTS)
             .where(col.status == InboundStatus.PROCESSING, col.attempts >= MAX_ATTEMPTS,
                    col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S))
-            .values(status=InboundStatus.FAILED, reason=f"gave up after {MAX_ATTEMPTS} attempts",
-                    processed_at=now, updated_at=now))
+            .values(status=InboundStatus.FAILED,
+                    reason=f"gave up after {MAX_ATTEMPTS} attempts", processed_at=now,
+                    updated_at=now))
         stuck = list(session.scalars(
             select(InboundEvent.id).where(or_(
                 (col.status == InboundStatus.RECEIVED)
@@ -343,6 +340,5 @@ def sweep(runtime: Runtime, *, now: datetime | None = None, limit: int = 1000) -
                 & (col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S)),
             )).order_by(InboundEvent.id).limit(limit)))
     if stuck:
-        try_enqueue_many(runtime.redis,
-                         [JobSpec(INBOUND, PROCESS_JOB, (event_id,)) for event_id in stuck])
+        try_enqueue_many(runtime.redis, process_jobs(stuck))
     return len(stuck)

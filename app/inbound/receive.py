@@ -36,10 +36,11 @@ from app import headers as header_rules
 from app import jsonstrict
 from app.errors import BadRequest, PayloadTooLarge, Unauthorized, Unavailable
 from app.inbound import mapping as field_mapping
+from app.inbound.process import process_jobs
 from app.inbound.sources import VerificationConfig, verification_config
 from app.inbound.verify import SignatureError, verify
 from app.models import InboundEvent
-from app.queues import INBOUND, JobSpec, try_enqueue_many
+from app.queues import try_enqueue_many
 from app.runtime import Runtime
 from app.vocabulary import InboundStatus
 
@@ -47,7 +48,6 @@ log = logging.getLogger(__name__)
 # Core table for the conditional statements (typed as a Table for mypy).
 _EVENTS = cast(Table, InboundEvent.__table__)
 
-PROCESS_JOB = "app.inbound.process.process_event"
 REQUIRED_FIELDS = ("event_id", "event_type")
 # Column widths of inbound_events: longer values are refused, not truncated or 5xx'd.
 _TEXT_LIMITS = {"event_id": 255, "event_type": 200, "resource_id": 255, "resource_type": 200,
@@ -198,8 +198,7 @@ def receive(runtime: Runtime, source_name: str, headers: Sequence[tuple[str, str
         raise StoreUnavailable() from None
     if not receipt.duplicate:
         # Committed: now a worker may see it. Redis down is survivable (the sweeper resends).
-        try_enqueue_many(runtime.redis,
-                         [JobSpec(INBOUND, PROCESS_JOB, (receipt.inbound_event_id,))])
+        try_enqueue_many(runtime.redis, process_jobs([receipt.inbound_event_id]))
     return receipt
 
 

@@ -39,7 +39,6 @@ from app import __version__, jsonstrict
 from app import runtime as runtime_mod
 from app.clock import isoformat, utcnow
 from app.config import Settings
-from app.db import after_commit
 from app.inbound import handlers as handler_registry
 from app.inbound import state as states
 from app.inbound.mapping import Extracted, FieldMapping, MappingError, extract
@@ -197,13 +196,9 @@ def request_reconcile(session: Session, source: HasPullApi, resource_id: str | N
     return request
 
 
-def enqueue_after_commit(session: Session, runtime: Runtime, request_ids: Iterable[str]) -> None:
-    ids = list(request_ids)
-    if not ids:
-        return
-    redis = runtime.redis
-    after_commit(session, lambda: try_enqueue_many(
-        redis, [JobSpec(INBOUND, RUN_JOB, (request_id,)) for request_id in ids]))
+def run_jobs(request_ids: Iterable[str]) -> list[JobSpec]:
+    """One job per request (``run_request(id)``), on the inbound queue."""
+    return [JobSpec(INBOUND, RUN_JOB, (request_id,)) for request_id in request_ids]
 
 
 # ------------------------------------------------------------------------------ running them
@@ -438,7 +433,7 @@ def process_due(runtime: Runtime, *, now: datetime | None = None, limit: int = 5
                 & (ReconcileRequest.updated_at < now - timedelta(seconds=RUNNING_LEASE_S)),
             )).order_by(ReconcileRequest.next_attempt_at).limit(limit)))
     if ids:
-        try_enqueue_many(runtime.redis, [JobSpec(INBOUND, RUN_JOB, (i,)) for i in ids])
+        try_enqueue_many(runtime.redis, run_jobs(ids))
     return len(ids)
 
 
@@ -471,7 +466,7 @@ def scheduled_reconcile(runtime: Runtime) -> int:
     """The cron job: file the scheduled requests and hand them to the workers."""
     ids = file_scheduled(runtime)
     if ids:
-        try_enqueue_many(runtime.redis, [JobSpec(INBOUND, RUN_JOB, (i,)) for i in ids])
+        try_enqueue_many(runtime.redis, run_jobs(ids))
     return len(ids)
 
 

@@ -15,10 +15,11 @@ from sqlalchemy.orm import Session
 from app.clock import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.inbound import mapping as field_mapping
-from app.inbound.process import PROCESSING_LEASE_S, enqueue_after_commit
+from app.inbound.process import PROCESSING_LEASE_S, process_jobs
 from app.inbound.receive import headers_from_storage, parse_and_extract
 from app.inbound.sources import effective_mapping
 from app.models import InboundEvent, InboundSource
+from app.queues import enqueue_after_commit
 from app.runtime import Runtime
 from app.vocabulary import InboundStatus
 
@@ -59,5 +60,5 @@ def replay(session: Session, runtime: Runtime, inbound_event_id: str, *,
     event.processed_at = None
     event.updated_at = now
     session.flush()
-    enqueue_after_commit(session, runtime, [event.id])
+    enqueue_after_commit(session, runtime.redis, process_jobs([event.id]))
     return event

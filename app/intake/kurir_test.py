@@ -21,8 +21,9 @@ from app.errors import ValidationFailed
 from app.ids import new_id
 from app.intake.publish import PublishRequest, payload_json
 from app.models import PENDING, Delivery, Endpoint, Event, Partner
+from app.queues import enqueue_after_commit
 from app.vocabulary import EndpointState
-from sender.dispatch import enqueue_after_commit
+from sender.dispatch import job_specs
 
 MESSAGE = "This is a test event from Kurir. If you can read it, your endpoint works."
 
@@ -53,5 +54,5 @@ def send_test_event(session: Session, redis_client: redis.Redis, partner: Partne
     session.flush()
     session.add(delivery)
     session.flush()
-    enqueue_after_commit(session, redis_client, [delivery.id], tag="t")
+    enqueue_after_commit(session, redis_client, job_specs([delivery.id], tag="t"))
     return delivery

@@ -36,9 +36,10 @@ from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.ids import new_id
 from app.intake import sql
 from app.models import DEAD, PENDING, Delivery, Endpoint, Event, IdempotencyKey
+from app.queues import enqueue_after_commit
 from app.vocabulary import DeadLetterReason, EndpointMode, EndpointState, Ordering
 from sender import ordering
-from sender.dispatch import enqueue_after_commit, enqueue_now
+from sender.dispatch import enqueue_now, job_specs
 from sender.park import park
 
 log = logging.getLogger(__name__)
@@ -610,7 +611,7 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
                                  plan.versions, places)
     if plan.parked:
         _park_for_disabled(session, Event(**plan.event_values), plan.parked, now, places)
-    enqueue_after_commit(session, redis_client, plan.enqueued)
+    enqueue_after_commit(session, redis_client, job_specs(plan.enqueued))
     _log_published(plan, partner_uid)
     return PublishResult(status=ACCEPTED, body=plan.response, enqueued=plan.enqueued)
 

@@ -28,6 +28,7 @@ from app.models import (
     Event,
     Partner,
 )
+from app.queues import enqueue_after_commit
 from app.runtime import Runtime
 from app.services.actor import Actor
 from app.vocabulary import ResendSkip
@@ -36,7 +37,7 @@ from dlq import resend as resend_mod
 from dlq.search import FILTER_KEYS, DeadLetterFilter, SearchPage, count, search
 from sender import ordering
 from sender.bodies import Sent, delivered_versions, sent_by
-from sender.dispatch import enqueue_after_commit
+from sender.dispatch import job_specs
 
 BULK_KIND = resend_mod.BULK_KIND
 # The faces know this skip reason by this name (`app.vocabulary` is its home).
@@ -213,8 +214,8 @@ def discard(session: Session, actor: Actor, letter_id: str,
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
     letter = discard_mod.discard(session, letter_id, actor=str(actor), note=note)
     if rt is not None:
-        enqueue_after_commit(session, rt.redis,
-                             ordering.released_successors(session, [letter.delivery_id]))
+        enqueue_after_commit(session, rt.redis, job_specs(
+            ordering.released_successors(session, [letter.delivery_id])))
     return letter
 
 

@@ -36,12 +36,13 @@ from app.models import (
     Partner,
 )
 from app.pagination import paginate
+from app.queues import enqueue_after_commit
 from app.runtime import Runtime
 from app.services import audit, dead_letters, partners
 from app.services.actor import Actor
 from app.vocabulary import ResendSkip
 from sender.bodies import Sent, delivered_version, sent_by
-from sender.dispatch import enqueue_after_commit
+from sender.dispatch import job_specs
 
 FILTER_KEYS = ("partner", "endpoint", "state", "type", "status_code", "since", "until")
 NO_STATUS = 0  # `status_code=none`: the last attempt got no HTTP answer
@@ -256,7 +257,8 @@ def retry(session: Session, rt: Runtime, actor: Actor, delivery_id: str, *,
     session.flush()
     audit.record(session, actor, "delivery.retried", "delivery", delivery.id,
                  partner_id=_partner_of(session, delivery), run=delivery.run)
-    enqueue_after_commit(session, rt.redis, [delivery.id], tag=f"r{int(now.timestamp() * 1e6)}")
+    enqueue_after_commit(session, rt.redis,
+                         job_specs([delivery.id], tag=f"r{int(now.timestamp() * 1e6)}"))
 
 
 def _resend_dead(session: Session, rt: Runtime, actor: Actor, delivery_id: str, *,

@@ -31,6 +31,7 @@ from app.models import (
     Partner,
 )
 from app.pagination import paginate
+from app.queues import enqueue_after_commit
 from app.registry import endpoints as rules
 from app.runtime import Runtime
 from app.services import audit, dead_letters, partners
@@ -38,7 +39,7 @@ from app.services.actor import Actor
 from app.vocabulary import EndpointMode, EndpointState, OnDead
 from dlq.search import DeadLetterFilter
 from sender import ordering
-from sender.dispatch import enqueue_after_commit
+from sender.dispatch import job_specs
 
 # The faces know these two words by these names (`app.vocabulary` is their home).
 ENABLED, DISABLED = EndpointState.ENABLED, EndpointState.DISABLED
@@ -117,7 +118,7 @@ def update(session: Session, rt: Runtime, actor: Actor, uid: str, endpoint_id: s
     if "on_dead" in body:
         # Keys held by a dead delivery that "skip" now lets go: send what waited at once.
         enqueue_after_commit(session, rt.redis,
-                             ordering.released_at_endpoint(session, endpoint.id))
+                             job_specs(ordering.released_at_endpoint(session, endpoint.id)))
     return endpoint
 
 

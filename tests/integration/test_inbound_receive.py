@@ -72,7 +72,7 @@ def test_good_signature_is_stored_then_answered_202(scheme, runtime, live_server
         assert event.status == "received"
     # Enqueued after the commit, on the inbound queue, carrying the id only.
     jobs = Queue(INBOUND, connection=redis_client).jobs
-    assert [(j.func_name, j.args) for j in jobs] == [(receive.PROCESS_JOB, (answer["id"],))]
+    assert [(j.func_name, j.args) for j in jobs] == [(process.PROCESS_JOB, (answer["id"],))]
 
 
 @pytest.mark.parametrize("scheme", kit.SCHEMES)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
 from rq import Queue, SimpleWorker
 from rq.job import Job, JobStatus
 
-from app.queues import DEFAULT, RESULT_TTL_S, JobSpec, enqueue_many
+from app.queues import DEFAULT, RESULT_TTL_S, JobSpec, enqueue_after_commit, enqueue_many
 from tests.factories import wait_for
 
 
@@ -72,3 +73,23 @@ def test_a_worker_stops_its_command_listener_at_once(redis_client):
     stopper.join(20)  # with RQ's own listener it is held here for 60 s
     assert not stopper.is_alive(), "stopping the worker still waits on its listener"
     assert not listener.is_alive()
+
+
+def test_enqueue_after_commit_waits_for_the_commit_and_forgets_a_rollback(runtime,
+                                                                          redis_client):
+    queue = Queue(DEFAULT, connection=redis_client)
+    with runtime.db.begin() as session:
+        enqueue_after_commit(session, runtime.redis, [JobSpec(DEFAULT, "os.getcwd", (),
+                                                              job_id="after-commit")])
+        assert queue.job_ids == []  # a worker must not look before the rows are visible
+    assert queue.job_ids == ["after-commit"]
+
+    def fail_after_enqueueing() -> None:
+        with runtime.db.begin() as session:
+            enqueue_after_commit(session, runtime.redis, [JobSpec(DEFAULT, "os.getcwd", (),
+                                                                  job_id="rolled-back")])
+            raise RuntimeError("the transaction fails")
+
+    with pytest.raises(RuntimeError):
+        fail_after_enqueueing()
+    assert queue.job_ids == ["after-commit"]
