@@ -41,7 +41,7 @@ from app.models import (
     Delivery,
     Endpoint,
 )
-from app.queues import DEFAULT, JobSpec, enqueue_after_commit, try_enqueue_many
+from app.queues import DEFAULT, DLQ_BULK_RESEND, JobSpec, enqueue_after_commit, try_enqueue_many
 from app.runtime import Runtime
 from app.vocabulary import BulkOperationState, EndpointState, ResendSkip
 from dlq.audit import audit_row
@@ -54,7 +54,6 @@ log = logging.getLogger(__name__)
 INLINE_LIMIT = 50
 PAGE_SIZE = 200
 MAX_IDS = 10_000
-BULK_JOB = "dlq.resend.run_bulk_job"
 BULK_KIND = "resend"
 
 # Why a letter was not resent (also the API error codes of a single resend).
@@ -280,7 +279,7 @@ def start_bulk(session: Session, *, actor: str, ids: Sequence[str] | None = None
 
 
 def enqueue_bulk(connection: redis.Redis, op_id: str) -> bool:
-    return try_enqueue_many(connection, [JobSpec(DEFAULT, BULK_JOB, (op_id,),
+    return try_enqueue_many(connection, [JobSpec(DEFAULT, DLQ_BULK_RESEND, (op_id,),
                                                  job_id=f"bulk-{op_id}", timeout_s=3600)])
 
 

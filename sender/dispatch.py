@@ -14,10 +14,9 @@ from collections.abc import Sequence
 
 import redis
 
-from app.queues import DELIVERIES, JobSpec, try_enqueue_many
+from app.queues import DELIVER_BATCH, DELIVERIES, JobSpec, try_enqueue_many
 
 BATCH_SIZE = 50
-DELIVER_JOB = "sender.jobs.deliver_batch"
 
 
 def _job_id(ids: Sequence[str], tag: str) -> str:
@@ -29,7 +28,7 @@ def job_specs(delivery_ids: Sequence[str], tag: str = "p") -> list[JobSpec]:
     """Chunk ids into batch jobs with deterministic ids, so re-enqueueing a batch is a no-op."""
     ids = list(dict.fromkeys(delivery_ids))
     chunks = [ids[i:i + BATCH_SIZE] for i in range(0, len(ids), BATCH_SIZE)]
-    return [JobSpec(DELIVERIES, DELIVER_JOB, (chunk,), job_id=_job_id(chunk, tag))
+    return [JobSpec(DELIVERIES, DELIVER_BATCH, (chunk,), job_id=_job_id(chunk, tag))
             for chunk in chunks]
 
 

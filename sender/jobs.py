@@ -1,7 +1,8 @@
 """The delivery job, and the one delivery engine each worker process runs.
 
-`deliver_batch(delivery_ids)` is the RQ job; queued jobs name it as
-`sender.jobs.deliver_batch`, so it stays here. It sends nothing itself: it hands the ids to
+`deliver_batch(delivery_ids)` is the RQ job; queued jobs name it `kurir.deliver_batch`, which
+`app.queues.JOBS` maps here (jobs queued by earlier releases name this import path,
+`sender.jobs.deliver_batch`, and still run). It sends nothing itself: it hands the ids to
 this process's `Engine` (`sender.engine`, whose docstring is the map of its stages) and
 returns at once. The names other modules take from here are re-exported for them.
 """

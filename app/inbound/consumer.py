@@ -1,7 +1,8 @@
 """The inbound queue's reader in `kurir worker`: many jobs per Redis round trip, one batch.
 
-Each callback is enqueued as its own RQ job (``process_event(id)``), so any RQ worker can run
-it. RQ's own worker spends ~50 Redis commands and ~3 ms of CPU on the bookkeeping of each job,
+Each callback is enqueued as its own RQ job (``process_event(id)``, named
+``kurir.inbound.process``), so any RQ worker with `app.queues.KurirJob` can run it. RQ's own
+worker spends ~50 Redis commands and ~3 ms of CPU on the bookkeeping of each job,
 more than the processing itself; this loop pops up to ``batch_jobs`` ids at once, reads their
 calls and deletes them in one pipeline, and processes every event among them as one batch
 (:func:`app.inbound.batch.process_batch`). When fewer than a batch are waiting, it lingers
@@ -19,11 +20,17 @@ import threading
 
 import redis
 from rq import Queue
-from rq.utils import import_attribute
 
 from app.inbound.batch import process_batch
-from app.inbound.process import PROCESS_JOB
-from app.queues import INBOUND, BatchConsumer, pop_job_ids, take_calls
+from app.queues import (
+    INBOUND,
+    INBOUND_PROCESS,
+    BatchConsumer,
+    job_function,
+    job_name,
+    pop_job_ids,
+    take_calls,
+)
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -65,7 +72,7 @@ class InboundConsumer(BatchConsumer):
         event_ids: list[str] = []
         others = []
         for func, args, kwargs in take_calls(self.connection, job_ids):
-            if func == PROCESS_JOB and len(args) == 1 and not kwargs:
+            if job_name(func) == INBOUND_PROCESS and len(args) == 1 and not kwargs:
                 event_ids.append(str(args[0]))
             else:
                 others.append((func, args, kwargs))
@@ -73,7 +80,7 @@ class InboundConsumer(BatchConsumer):
             process_batch(self.runtime, event_ids)
         for func, args, kwargs in others:
             try:
-                import_attribute(func)(*args, **kwargs)
+                job_function(func)(*args, **kwargs)
             except Exception:
                 # As RQ would fail it; what the job was for is recorded in the database and
                 # its periodic pass tries again.

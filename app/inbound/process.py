@@ -19,8 +19,9 @@ lease expires, and enqueues every event left ``received`` (Redis was down at rec
 its job was lost with a worker or a flushed Redis).
 
 ``kurir worker`` runs these jobs many at a time (:mod:`app.inbound.batch`, the same rules in
-a few statements per batch); this module is the one-event path that any RQ worker runs and
-that a batch falls back to.
+a few statements per batch); this module is the one-event path that any RQ worker runs (given
+``--job-class app.queues.KurirJob``, which finds the job by its stable name) and that a batch
+falls back to.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from app.inbound import handlers as handler_registry
 from app.inbound import reconcile
 from app.inbound import state as states
 from app.models import InboundEvent, InboundSource, ResourceState, UTCDateTime
-from app.queues import INBOUND, JobSpec, enqueue_after_commit, try_enqueue_many
+from app.queues import INBOUND, INBOUND_PROCESS, JobSpec, enqueue_after_commit, try_enqueue_many
 from app.runtime import Runtime
 from app.vocabulary import InboundStatus
 
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 # Core table for the conditional statements (typed as a Table for mypy).
 _EVENTS = cast(Table, InboundEvent.__table__)
 
-PROCESS_JOB = "app.inbound.process.process_event"
 PROCESSING_LEASE_S = 300
 RECEIVED_GRACE_S = 30
 MAX_ATTEMPTS = 10
@@ -72,7 +72,7 @@ class HandlerFailed(Exception):
 
 def process_jobs(event_ids: Iterable[str]) -> list[JobSpec]:
     """One job per event (``process_event(id)``), so any worker of the queue can run each."""
-    return [JobSpec(INBOUND, PROCESS_JOB, (event_id,)) for event_id in event_ids]
+    return [JobSpec(INBOUND, INBOUND_PROCESS, (event_id,)) for event_id in event_ids]
 
 
 def process_event(inbound_event_id: str, runtime: Runtime | None = None, *,
@@ -80,8 +80,8 @@ def process_event(inbound_event_id: str, runtime: Runtime | None = None, *,
     """RQ job: process one stored callback; returns its final status (None if not ours).
 
     ``kurir worker`` takes these jobs many at a time (:mod:`app.inbound.batch`); this is the
-    same processing for one event, for any plain RQ worker and for a batch that had to
-    fall back to one event at a time.
+    same processing for one event, for any RQ worker with `app.queues.KurirJob` and for a
+    batch that had to fall back to one event at a time.
     """
     rt = runtime or runtime_mod.current()
     try:

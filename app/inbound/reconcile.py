@@ -45,7 +45,7 @@ from app.inbound.mapping import Extracted, FieldMapping, MappingError, extract
 from app.models import InboundEvent, InboundSource, ReconcileRequest, ResourceState
 from app.net import guard, http
 from app.net.http import Transport
-from app.queues import INBOUND, JobSpec, try_enqueue_many
+from app.queues import INBOUND, INBOUND_RECONCILE, JobSpec, try_enqueue_many
 from app.runtime import Runtime
 from app.vocabulary import InboundStatus, ReconcileState
 
@@ -59,7 +59,6 @@ RUNNING_LEASE_S = 300
 FETCH_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 MAX_PAGES = 100
-RUN_JOB = "app.inbound.reconcile.run_request"
 RECONCILED = "reconciled"
 
 # The snapshot contract: {id, version, status, updated_at?, type?}.
@@ -198,7 +197,7 @@ def request_reconcile(session: Session, source: HasPullApi, resource_id: str | N
 
 def run_jobs(request_ids: Iterable[str]) -> list[JobSpec]:
     """One job per request (``run_request(id)``), on the inbound queue."""
-    return [JobSpec(INBOUND, RUN_JOB, (request_id,)) for request_id in request_ids]
+    return [JobSpec(INBOUND, INBOUND_RECONCILE, (request_id,)) for request_id in request_ids]
 
 
 # ------------------------------------------------------------------------------ running them

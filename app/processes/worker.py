@@ -27,9 +27,18 @@ from rq.timeouts import TimerDeathPenalty
 
 from app import runtime as runtime_mod
 from app.inbound.consumer import InboundConsumer
-from app.queues import ALL_QUEUES, DELIVERIES, INBOUND, BatchConsumer, pop_job_ids
+from app.queues import (
+    ALL_QUEUES,
+    DELIVER_BATCH,
+    DELIVERIES,
+    INBOUND,
+    BatchConsumer,
+    KurirJob,
+    job_function,
+    job_name,
+    pop_job_ids,
+)
 from app.runtime import Runtime
-from sender.dispatch import DELIVER_JOB
 from sender.jobs import Engine, engine_for, shutdown_engine
 
 log = logging.getLogger(__name__)
@@ -43,11 +52,14 @@ LISTENER_WAKE_S = 0.5
 
 
 class KurirWorker(SimpleWorker):
-    """SimpleWorker that also runs in a non-main thread (tests, embedded use).
+    """SimpleWorker that finds a job's function by its stable name (`app.queues.JOBS`) and
+    also runs in a non-main thread (tests, embedded use).
 
     Signal handlers can only be installed from the main thread, and job timeouts there use a
     timer instead of SIGALRM.
     """
+
+    job_class = KurirJob
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -103,12 +115,12 @@ class DeliveryConsumer(BatchConsumer):
         for job in jobs:
             if job is None:
                 continue  # a duplicate entry whose job already ran
-            if job.func_name == DELIVER_JOB:
+            if job_name(job.func_name or "") == DELIVER_BATCH:
                 delivery_ids.extend(job.args[0])
             else:
                 others.append(job)
         for job in others:
-            job.func(*job.args, **job.kwargs)
+            job_function(job.func_name or "")(*job.args, **job.kwargs)
         if delivery_ids:
             self.engine.submit(delivery_ids)
         self.connection.delete(*[Job.key_for(job_id) for job_id in job_ids])

@@ -1,7 +1,8 @@
 """The per-process delivery engine: turns due deliveries into attempts.
 
-The RQ job (`sender.jobs.deliver_batch`) sends nothing itself: it hands delivery ids to this
-process's `Engine`, which takes them through these stages, one module each:
+The RQ job (`kurir.deliver_batch`, i.e. `sender.jobs.deliver_batch`) sends nothing itself: it
+hands delivery ids to this process's `Engine`, which takes them through these stages, one
+module each:
 
 1. `claim`: **guard and claim** with one conditional UPDATE: every due delivery whose
    endpoint is enabled becomes `delivering`, with a lease. What was not claimed is looked at

@@ -7,7 +7,7 @@ from rq import Queue
 
 from app.accounts import create_api_key
 from app.models import Delivery
-from app.queues import DEFAULT, DELIVERIES
+from app.queues import DEFAULT, DELIVERIES, KurirJob
 from dlq import resend as resend_mod
 from tests.dlq_factories import letters_for, make_scene
 
@@ -132,7 +132,7 @@ def test_resend_by_filter_is_a_background_job_with_progress(client, auth, runtim
     status = client.get(body["status_url"], headers=auth).get_json()
     assert (status["state"], status["total"], status["done"]) == ("pending", 3, 0)
     assert status["filter"] == {"partner": "acme", "q": "widget", "state": "open"}
-    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    (job,) = Queue(DEFAULT, connection=redis_client, job_class=KurirJob).get_jobs()
     job.perform()  # what the worker does, in this thread
     status = client.get(body["status_url"], headers=auth).get_json()
     assert (status["state"], status["done"], status["failed"]) == ("succeeded", 3, 0)
@@ -205,7 +205,7 @@ def test_resend_all_says_so_explicitly_and_resends_every_open_letter(client, aut
     assert response.status_code == 202, response.get_json()
     body = response.get_json()
     assert body["count"] == 4
-    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    (job,) = Queue(DEFAULT, connection=redis_client, job_class=KurirJob).get_jobs()
     job.perform()
     status = client.get(body["status_url"], headers=auth).get_json()
     assert (status["state"], status["done"], status["filter"]) == (

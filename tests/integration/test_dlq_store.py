@@ -20,7 +20,7 @@ from app.models import (
     DeadLetterAudit,
     Delivery,
 )
-from app.queues import DEFAULT, DELIVERIES
+from app.queues import DEFAULT, DELIVERIES, DLQ_BULK_RESEND
 from dlq import discard as discard_mod
 from dlq import resend, retention
 from dlq.search import DeadLetterFilter, conditions, search
@@ -274,7 +274,7 @@ def test_bulk_resend_by_filter_runs_in_pages_and_reports_progress(runtime, redis
         op_id = op.id
         assert op.total == 9
     jobs = Queue(DEFAULT, connection=redis_client).get_jobs()
-    assert [(j.func_name, j.args) for j in jobs] == [("dlq.resend.run_bulk_job", (op_id,))]
+    assert [(j.func_name, j.args) for j in jobs] == [(DLQ_BULK_RESEND, (op_id,))]
     seen: list[int] = []
     done = resend.run_bulk(runtime, op_id, page_size=4, progress=seen.append)
     assert seen == [4, 4, 1]

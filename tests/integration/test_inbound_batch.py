@@ -17,11 +17,18 @@ from rq import Queue
 from sqlalchemy import select, text
 
 from app.clock import utcnow
-from app.inbound import batch, process, receive, reconcile
+from app.inbound import batch, process, receive
 from app.inbound import handlers as handler_registry
 from app.inbound.consumer import InboundConsumer
 from app.models import InboundEvent, InboundSource, OperationalEvent, ResourceState
-from app.queues import INBOUND, JobSpec, enqueue_many, pop_job_ids
+from app.queues import (
+    INBOUND,
+    INBOUND_PROCESS,
+    INBOUND_RECONCILE,
+    JobSpec,
+    enqueue_many,
+    pop_job_ids,
+)
 from app.runtime import Runtime
 from tests.integration import inbound_kit as kit
 
@@ -152,7 +159,7 @@ def test_gaps_in_a_batch_are_quarantined_and_released_when_they_close(runtime, r
                                                    first[1]: "quarantined"}
     assert rows(runtime, "psp")["e3"].reason == "version_gap: expected version 2, got 3"
     (job,) = inbound.jobs  # the pull that was asked for, enqueued after the commit
-    assert job.func_name == reconcile.RUN_JOB
+    assert job.func_name == INBOUND_RECONCILE
     inbound.empty()
     second = store(runtime, "psp", event_id="e2", version=2, status="authorized")
     inbound.empty()
@@ -213,9 +220,9 @@ def test_the_consumer_takes_many_jobs_per_step_and_runs_other_jobs(runtime, redi
            for n in range(1, 8)]
     # A duplicate job and a job whose hash is already gone are harmless; a job for another
     # function is run as RQ would run it.
-    enqueue_many(redis_client, [JobSpec(INBOUND, process.PROCESS_JOB, (ids[0],)),
+    enqueue_many(redis_client, [JobSpec(INBOUND, INBOUND_PROCESS, (ids[0],)),
                                 JobSpec(INBOUND, f"{HERE}.noted", ("hello",)),
-                                JobSpec(INBOUND, process.PROCESS_JOB, (ids[1],),
+                                JobSpec(INBOUND, INBOUND_PROCESS, (ids[1],),
                                         job_id="gone")])
     redis_client.delete("rq:job:gone")
     _noted.clear()

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from app.clock import utcnow
 from app.inbound import handlers as handler_registry
-from app.inbound import process, receive, reconcile, replay, sources
+from app.inbound import process, receive, replay, sources
 from app.models import (
     InboundEvent,
     InboundSource,
@@ -28,7 +28,7 @@ from app.models import (
     ResourceState,
 )
 from app.processes.worker import run_worker
-from app.queues import INBOUND
+from app.queues import INBOUND, INBOUND_RECONCILE
 from app.runtime import Runtime
 from tests.integration import inbound_kit as kit
 
@@ -215,7 +215,7 @@ def test_contradiction_is_quarantined_and_asks_for_reconciliation(runtime, redis
     with runtime.db.begin() as session:
         request = session.scalars(select(ReconcileRequest)).one()
     assert (request.resource_id, request.state) == ("pay_1", "pending")
-    assert [(j.func_name, j.args) for j in inbound.jobs] == [(reconcile.RUN_JOB, (request.id,))]
+    assert [(j.func_name, j.args) for j in inbound.jobs] == [(INBOUND_RECONCILE, (request.id,))]
     assert state_of(runtime).status == "paid"
 
 

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from app.inbound import process, receive
 from app.models import InboundEvent
 from app.ports import free_port
-from app.queues import INBOUND
+from app.queues import INBOUND, INBOUND_PROCESS
 from app.runtime import Runtime
 from app.web import create_app
 from tests.conftest import LiveServer
@@ -72,7 +72,7 @@ def test_good_signature_is_stored_then_answered_202(scheme, runtime, live_server
         assert event.status == "received"
     # Enqueued after the commit, on the inbound queue, carrying the id only.
     jobs = Queue(INBOUND, connection=redis_client).jobs
-    assert [(j.func_name, j.args) for j in jobs] == [(process.PROCESS_JOB, (answer["id"],))]
+    assert [(j.func_name, j.args) for j in jobs] == [(INBOUND_PROCESS, (answer["id"],))]
 
 
 @pytest.mark.parametrize("scheme", kit.SCHEMES)

@@ -25,7 +25,7 @@ from app.net.http import Transport
 from app.ports import free_port
 from app.processes.scheduler import periodic_jobs
 from app.processes.worker import run_worker
-from app.queues import INBOUND
+from app.queues import INBOUND, INBOUND_RECONCILE
 from app.runtime import Runtime
 from tests.integration import inbound_kit as kit
 
@@ -312,7 +312,7 @@ def test_scheduled_job_files_and_enqueues(runtime, provider, redis_client):
     [request] = requests_of(runtime)
     assert request.resource_id is None
     jobs = Queue(INBOUND, connection=redis_client).jobs
-    assert [(j.func_name, j.args) for j in jobs] == [(reconcile.RUN_JOB, (request.id,))]
+    assert [(j.func_name, j.args) for j in jobs] == [(INBOUND_RECONCILE, (request.id,))]
 
 
 def test_reconcile_url_is_checked_by_the_ssrf_guard(runtime, settings):

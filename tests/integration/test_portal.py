@@ -13,7 +13,7 @@ from sqlalchemy import select
 from app.accounts import create_api_key
 from app.clock import utcnow
 from app.models import AuditRecord, Delivery, Endpoint, Event, PortalLink, PortalSession
-from app.queues import DEFAULT
+from app.queues import DEFAULT, KurirJob
 from app.services import portal as portal_service
 from app.web.portal import guide
 from tests.factories import Receiver, WorkerThread, wait_for
@@ -722,7 +722,7 @@ def test_re_enabling_a_blocking_endpoint_from_the_portal_resends_what_was_held_b
     assert "Enable and resend the 4 held back" in page
     response = portal.post(f"{url}/resend-parked", data={"csrf_token": csrf(portal, url)})
     assert response.status_code == 302
-    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    (job,) = Queue(DEFAULT, connection=redis_client, job_class=KurirJob).get_jobs()
     job.perform()
     with runtime.db.begin() as session:
         assert session.get_one(Endpoint, held["id"]).state == "enabled"

@@ -14,7 +14,7 @@ from app.clock import parse_time, utcnow
 from app.intake.publish import publish
 from app.models import DeadLetter, DeadLetterAudit, Delivery, Event
 from app.ports import free_port
-from app.queues import DELIVERIES
+from app.queues import DELIVER_BATCH, DELIVERIES
 from app.runtime import Runtime
 from app.web import create_app
 from sender.dispatch import job_specs
@@ -229,7 +229,7 @@ def test_job_is_enqueued_only_after_commit_with_a_deterministic_id(client, auth,
     assert _queued_ids(redis_client) == result.enqueued
     [job] = Queue(DELIVERIES, connection=redis_client).jobs
     assert job.id == job_specs(result.enqueued)[0].job_id
-    assert job.func_name == "sender.jobs.deliver_batch"
+    assert job.func_name == DELIVER_BATCH
 
 
 def test_rolled_back_publish_enqueues_and_stores_nothing(client, auth, acme, runtime,

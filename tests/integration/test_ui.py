@@ -26,7 +26,7 @@ from app.models import (
     Operator,
 )
 from app.ports import free_port
-from app.queues import DEFAULT
+from app.queues import DEFAULT, KurirJob
 from app.registry.secrets import current_secret
 from app.runtime import Runtime
 from app.web.ui import throttle
@@ -323,7 +323,7 @@ def test_resend_all_matching_runs_a_job_whose_progress_is_shown(ui, runtime, let
     assert job_url.startswith("/ui/jobs/")
     pending = ui.get(job_url)
     assert 'http-equiv="refresh"' in pending.text and "Waiting for a worker" in pending.text
-    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    (job,) = Queue(DEFAULT, connection=redis_client, job_class=KurirJob).get_jobs()
     job.perform()
     done = ui.get(job_url)
     assert "succeeded" in done.text and [_state(runtime, i) for i in ids] == [
@@ -358,7 +358,7 @@ def test_resend_all_matching_without_criteria_needs_the_explicit_all(ui, runtime
     explicit = ui.post("/ui/dead-letters/resend-matching", data={
         "csrf_token": token(ui, "/ui/dead-letters"), "all": "1"})
     assert explicit.headers["Location"].startswith("/ui/jobs/")
-    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    (job,) = Queue(DEFAULT, connection=redis_client, job_class=KurirJob).get_jobs()
     job.perform()
     assert [_state(runtime, i) for i in ids] == ["resent"] * 3
 
@@ -486,7 +486,7 @@ def test_resend_everything_parked_since_the_endpoint_was_disabled(ui, runtime, r
     assert "Enable and resend everything parked since it was disabled (2)" in page.text
     response = ui.post(f"{url}/resend-parked", data={"csrf_token": token(ui, url)})
     assert response.headers["Location"].startswith("/ui/jobs/")
-    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    (job,) = Queue(DEFAULT, connection=redis_client, job_class=KurirJob).get_jobs()
     job.perform()
     assert [_state(runtime, i) for i in parked] == ["resent", "resent"]
     assert _state(runtime, before[0]) == "open"

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from app.accounts import create_api_key, create_operator
 from app.clock import utcnow
 from app.models import ApiKey, Attempt, AuditRecord, DeadLetter, Delivery, Endpoint
-from app.queues import DEFAULT
+from app.queues import DEFAULT, KurirJob
 from app.web.auth import clear_cache
 from sender.park import park
 from tests.dlq_factories import letters_for, make_scene
@@ -285,7 +285,7 @@ def test_enabling_a_blocking_endpoint_offers_to_resend_what_it_parked(ui, auth, 
     assert 'data-testid="parked-hold-keys"' in enabled  # the offer stays after enabling
     resent = ui.post(f"{url}/resend-parked", data={"csrf_token": token(ui, url)})
     assert resent.headers["Location"].startswith("/ui/jobs/")
-    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    (job,) = Queue(DEFAULT, connection=redis_client, job_class=KurirJob).get_jobs()
     job.perform()
     with runtime.db.begin() as session:
         letters = session.scalars(select(DeadLetter.state).where(
