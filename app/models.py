@@ -28,6 +28,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from app import secret_ring
 from app.clock import utcnow
 from app.ids import new_id
 from app.vocabulary import (
@@ -105,6 +106,18 @@ def _created() -> Any:
 
 def _updated() -> Any:
     return mapped_column(UTCDateTime(), nullable=False, default=utcnow, onupdate=utcnow)
+
+
+class RotatingSecret:
+    """The shape of a secret on a rotating ring (`app.secret_ring` holds its rule): stored
+    encrypted, live until `expires_at` (None: until a rotation caps it)."""
+
+    secret_encrypted: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False, default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    def is_live(self, now: datetime) -> bool:
+        return secret_ring.is_live(self.expires_at, now)
 
 
 # ---------------------------------------------------------------------------- access control
@@ -336,7 +349,7 @@ class Endpoint(Base):
         back_populates="endpoint", order_by="EndpointSecret.created_at.desc()")
 
 
-class EndpointSecret(Base):
+class EndpointSecret(RotatingSecret, Base):
     """One signing secret (encrypted); the newest signs, older ones until `expires_at`."""
 
     __tablename__ = "endpoint_secrets"
@@ -344,9 +357,6 @@ class EndpointSecret(Base):
     id: Mapped[str] = _id("whs")
     endpoint_id: Mapped[str] = mapped_column(
         ForeignKey("endpoints.id", ondelete="CASCADE"), index=True)
-    secret_encrypted: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = _created()
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     endpoint: Mapped[Endpoint] = relationship(back_populates="secrets")
 
@@ -614,7 +624,7 @@ class InboundSource(Base):
         back_populates="source", order_by="InboundSourceSecret.created_at.desc()")
 
 
-class InboundSourceSecret(Base):
+class InboundSourceSecret(RotatingSecret, Base):
     """One verification secret (encrypted); several may be valid during a rotation."""
 
     __tablename__ = "inbound_source_secrets"
@@ -622,9 +632,6 @@ class InboundSourceSecret(Base):
     id: Mapped[str] = _id("srs")
     source_id: Mapped[str] = mapped_column(
         ForeignKey("inbound_sources.id", ondelete="CASCADE"), index=True)
-    secret_encrypted: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = _created()
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     source: Mapped[InboundSource] = relationship(back_populates="secrets")
 

@@ -1,7 +1,8 @@
 """Inbound sources: who may call us, how they sign, where their fields live, how to pull state.
 
 A source's secrets are stored encrypted (``runtime.secret_box``); several may be valid at once
-so a partner can rotate without a window of 401s. Its field mapping is the scheme's preset
+so a partner can rotate without a window of 401s (the ring's rule is :mod:`app.secret_ring`,
+shared with endpoint signing secrets). Its field mapping is the scheme's preset
 (:data:`app.inbound.mapping.PRESETS`) with the source's own overrides on top; overrides are
 validated when the source is configured, never at the first callback.
 
@@ -24,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from app import headers as header_rules
+from app import secret_ring
 from app.clock import utcnow
 from app.config import Settings
 from app.crypto import SecretBox
@@ -192,15 +194,11 @@ def add_secret(session: Session, box: SecretBox, source: InboundSource, secret: 
     """Add a secret; with ``rotate`` the older ones stay valid only for ``overlap_s`` more."""
     validate_secret(source.scheme, secret)
     now = now or utcnow()
-    live = [s for s in source.secrets if s.expires_at is None or s.expires_at > now]
-    if len(live) >= MAX_SECRETS:
+    if len(secret_ring.live(source.secrets, now)) >= MAX_SECRETS:
         raise ValidationFailed(f"a source has at most {MAX_SECRETS} valid secrets",
                                code="invalid_secret")
     if rotate:
-        expires = now + timedelta(seconds=overlap_s)
-        for existing in live:
-            if existing.expires_at is None or existing.expires_at > expires:
-                existing.expires_at = expires
+        secret_ring.cap(source.secrets, now, overlap_s)
     row = InboundSourceSecret(source=source, secret_encrypted=box.encrypt(secret),
                               created_at=now)
     session.add(row)
@@ -211,9 +209,7 @@ def add_secret(session: Session, box: SecretBox, source: InboundSource, secret: 
 
 def active_secrets(source: InboundSource, box: SecretBox, now: datetime) -> list[str]:
     """Every secret that verifies right now, newest first."""
-    live = [s for s in source.secrets if s.expires_at is None or s.expires_at > now]
-    live.sort(key=lambda s: (s.created_at, s.id), reverse=True)
-    return [box.decrypt(s.secret_encrypted) for s in live]
+    return [box.decrypt(s.secret_encrypted) for s in secret_ring.live(source.secrets, now)]
 
 
 def effective_mapping(source: InboundSource) -> field_mapping.FieldMapping:
@@ -302,8 +298,8 @@ def source_to_dict(source: InboundSource, now: datetime | None = None) -> dict[s
         "secrets": [
             {"id": s.id, "created_at": isoformat(s.created_at),
              "expires_at": isoformat(s.expires_at),
-             "active": s.expires_at is None or s.expires_at > now}
-            for s in sorted(source.secrets, key=lambda s: (s.created_at, s.id), reverse=True)
+             "active": s.is_live(now)}
+            for s in secret_ring.newest_first(source.secrets)
         ],
         "created_at": isoformat(source.created_at),
         "updated_at": isoformat(source.updated_at),

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from app import secret_ring
 from app.clock import isoformat, utcnow
 from app.errors import BadRequest, Conflict, NotFound
 from app.intake.kurir_test import send_test_event
@@ -243,10 +244,7 @@ def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
 
 def previous_secret_expiry(endpoint: Endpoint, now: datetime | None = None) -> datetime | None:
     """Until when the secrets before the current one still sign (after a rotation)."""
-    now = now or utcnow()
-    live = [s.expires_at for s in endpoint.secrets
-            if s.expires_at is not None and s.expires_at > now]
-    return max(live) if live else None
+    return secret_ring.overlap_ends(endpoint.secrets, now or utcnow())
 
 
 def parked_since(session: Session, endpoint: Endpoint) -> datetime | None:

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Text, bindparam, select, type_coerce
 from sqlalchemy.orm import Session
 
+from app import secret_ring
 from app.crypto import SecretBox
 from app.models import Endpoint, EndpointSecret
 from sender.deliver import Target
@@ -85,8 +86,7 @@ class TargetReader:
         for chunk in chunks(sorted(endpoint_ids)):
             for row in connection.execute(_TARGETS, {"b_ids": list(chunk)}):
                 rows[row.id] = row
-                if row.secret_id is not None and (row.expires_at is None
-                                                  or row.expires_at > now):
+                if row.secret_id is not None and secret_ring.is_live(row.expires_at, now):
                     secrets.setdefault(row.id, []).append(
                         (row.created_at, row.secret_id, row.secret_encrypted))
         found: dict[str, Target] = {}
