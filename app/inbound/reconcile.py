@@ -87,19 +87,6 @@ class Outcome:
 # ------------------------------------------------------------------------------ URL and fetch
 
 
-def check_reconcile_url(url: str, settings: Settings) -> None:
-    """Vet a pull URL with the SSRF guard the sender uses; ValueError says why not.
-
-    A host that does not resolve yet is accepted: every pull resolves and vets it again.
-    """
-    try:
-        guard.check_url(url, guard.policy_from(settings))
-    except guard.BlockedAddress as exc:
-        raise ValueError(str(exc)) from None
-    except guard.ResolutionError as exc:
-        log.info("reconcile_url host does not resolve yet: %s", exc)
-
-
 def fetch_json(transport: Transport, url: str, params: dict[str, str], settings: Settings,
                timeout_s: float = FETCH_TIMEOUT_S) -> Any:
     """GET a JSON document within a total deadline, without following redirects, from the

@@ -34,6 +34,7 @@ from app.inbound import handlers as handler_registry
 from app.inbound import mapping as field_mapping
 from app.inbound.verify import SCHEMES, standard_webhooks_key
 from app.models import InboundSource, InboundSourceSecret
+from app.net.urls import check_outbound_url
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
 MAX_SECRET_LENGTH = 1000
@@ -117,19 +118,15 @@ def validate_tolerance(tolerance_s: object) -> int:
 
 
 def validate_reconcile_url(url: object, settings: Settings) -> str | None:
-    """A pull URL is fetched by our workers: the SSRF guard applies as for endpoints."""
+    """A pull URL is fetched by our workers: the outbound URL rule of endpoints applies
+    (`app.net.urls`), answered with this field's one error code."""
     if url is None or url == "":
         return None
-    if not isinstance(url, str) or len(url) > 2000:
-        raise ValidationFailed("reconcile_url must be a URL", code="invalid_reconcile_url")
-    from app.inbound.reconcile import check_reconcile_url
-
     try:
-        check_reconcile_url(url, settings)
-    except ValueError as exc:
-        raise ValidationFailed(f"reconcile_url refused: {exc}",
-                               code="invalid_reconcile_url") from None
-    return url
+        return check_outbound_url(url, "reconcile_url", settings)
+    except ValidationFailed as exc:
+        raise ValidationFailed(exc.message, code="invalid_reconcile_url",
+                               details=exc.details) from None
 
 
 def create_source(

@@ -26,6 +26,7 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.feed.sequencer import settled_head
 from app.models import Endpoint, EndpointSecret, Partner
 from app.net import guard
+from app.net.urls import check_outbound_url
 from app.registry.secrets import add_secret, current_secret_row, rotate
 from app.signing import generate_secret, is_valid_secret
 from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering, values
@@ -33,7 +34,6 @@ from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering, values
 log = logging.getLogger(__name__)
 
 UID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}$")
-MAX_URL_LENGTH = 2048
 MAX_NAME_LENGTH = 400
 MAX_DESCRIPTION = 1000
 MAX_HEADERS = 20
@@ -99,37 +99,14 @@ def get_partner(session: Session, uid: str) -> Partner:
 
 def check_url(url: Any, settings: Settings,
               resolver: guard.Resolver = guard.default_resolver) -> str:
-    """The SSRF verdict, made once here and again by the worker at every attempt.
-
-    A host that does not resolve (yet) is accepted, as Svix and Stripe do: DNS that is not
-    live yet or a resolver hiccup must not block a registration, and nothing can be sent to
-    it before an attempt resolves it and the guard vets the answer.
+    """The outbound URL rule (`app.net.urls`), made here and again at every attempt.
 
     Raises:
-        ValidationFailed: `invalid_url` (syntax, scheme, https required) or `blocked_address`
-            (an internal target).
+        ValidationFailed: `invalid_url` or `blocked_address`.
     """
-    if not isinstance(url, str) or not url:
-        raise _invalid("url", "url is required and must be a string", "invalid_url")
-    if len(url) > MAX_URL_LENGTH:
-        raise _invalid("url", f"url is longer than {MAX_URL_LENGTH} characters", "invalid_url")
-    if header_rules.has_userinfo(url):
-        # It would be shown with the endpoint and stored with every attempt; a header is not.
-        raise ValidationFailed(
-            "url must not carry credentials (user:password@host): send them in a custom "
-            "header instead, e.g. headers: {\"Authorization\": \"Basic ...\"}",
-            code="invalid_url", details={"field": "url", "reason": "userinfo"})
-    try:
-        guard.check_url(url, guard.policy_from(settings), resolver)
-    except guard.InvalidURL as exc:
-        raise _invalid("url", f"url is not acceptable: {exc}", "invalid_url") from None
-    except guard.BlockedAddress as exc:
-        raise ValidationFailed(f"url targets a blocked address: {exc.reason}",
-                               code="blocked_address",
-                               details={"field": "url", "reason": exc.reason}) from None
-    except guard.ResolutionError as exc:
-        log.info("endpoint host does not resolve yet: %s", exc)
-    return url
+    return check_outbound_url(url, "url", settings, resolver, credentials_hint=(
+        "send them in a custom header instead, e.g. headers: {\"Authorization\": "
+        "\"Basic ...\"}"))
 
 
 def check_headers(headers: Any, current: dict[str, Any] | None = None) -> dict[str, str]:

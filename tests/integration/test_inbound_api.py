@@ -90,6 +90,28 @@ def test_invalid_sources_are_422_naming_the_problem(client, auth, change, code):
     assert response.get_json()["error"]["code"] == code
 
 
+def test_a_reconcile_url_is_vetted_by_the_endpoint_url_rule(client, auth):
+    """One rule for every URL the workers call: credentials are refused, 2,048 the limit."""
+    spec = {"scheme": "github", "secret": "s3cret"}
+    with_credentials = client.post("/v1/sources", headers=auth, json={
+        **spec, "name": "creds", "reconcile_url": "http://user:pw@127.0.0.1:9/state"})
+    assert with_credentials.status_code == 422
+    error = with_credentials.get_json()["error"]
+    assert error["code"] == "invalid_reconcile_url"
+    assert error["details"] == {"field": "reconcile_url", "reason": "userinfo"}
+    assert "credentials" in error["message"]
+
+    base = "http://127.0.0.1:9/state?pad="
+    too_long = client.post("/v1/sources", headers=auth, json={
+        **spec, "name": "long", "reconcile_url": base + "x" * (2049 - len(base))})
+    assert too_long.status_code == 422
+    assert too_long.get_json()["error"]["code"] == "invalid_reconcile_url"
+    assert "2048" in too_long.get_json()["error"]["message"]
+    longest = client.post("/v1/sources", headers=auth, json={
+        **spec, "name": "longest", "reconcile_url": base + "x" * (2048 - len(base))})
+    assert longest.status_code == 201, longest.get_json()
+
+
 def test_standard_webhooks_secret_must_decode(client, auth):
     response = client.post("/v1/sources", headers=auth, json={
         "name": "acme", "scheme": SW, "secret": "whsec_!!!not-base64"})
