@@ -27,8 +27,6 @@ falls back to.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -40,10 +38,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from app import runtime as runtime_mod
+from app.cache import TTLCache
 from app.clock import utcnow
 from app.inbound import handlers as handler_registry
 from app.inbound import reconcile
 from app.inbound import state as states
+from app.inbound.sources import CONFIG_CACHE_TTL_S
 from app.models import InboundEvent, InboundSource, ResourceState, UTCDateTime
 from app.queues import INBOUND, INBOUND_PROCESS, JobSpec, enqueue_after_commit, try_enqueue_many
 from app.runtime import Runtime
@@ -56,7 +56,6 @@ _EVENTS = cast(Table, InboundEvent.__table__)
 PROCESSING_LEASE_S = 300
 RECEIVED_GRACE_S = 30
 MAX_ATTEMPTS = 10
-CONFIG_CACHE_TTL_S = 5.0
 # A CAS that loses can only lose to a newer state, so one retry classifies it for good;
 # the bound is a guard against a bug, not a tuning knob.
 MAX_CAS_ROUNDS = 3
@@ -187,25 +186,22 @@ class SourceConfig:
 
 # Bound of the cache (one entry per source seen): at the bound it is emptied and refilled.
 CONFIGS_MAX = 1000
-_configs: dict[str, tuple[float, SourceConfig]] = {}
-_configs_lock = threading.Lock()
+_configs: TTLCache[str, SourceConfig] = TTLCache(CONFIG_CACHE_TTL_S, CONFIGS_MAX)
 
 
 def source_config(session: Session, source_id: str) -> SourceConfig | None:
-    clock = time.monotonic()
-    with _configs_lock:
-        hit = _configs.get(source_id)
-    if hit and clock - hit[0] < CONFIG_CACHE_TTL_S:
-        return hit[1]
+    """What processing needs of a source, cached for `CONFIG_CACHE_TTL_S` (None: no source,
+    which is not cached)."""
+    asked_at = _configs.clock()
+    config = _configs.get(source_id)
+    if config is not None:
+        return config
     source = session.get(InboundSource, source_id)
     if source is None:
         return None
     config = SourceConfig(source.id, source.name, source.allow_gaps,
                           tuple(source.handlers or ()), source.reconcile_url)
-    with _configs_lock:
-        if len(_configs) >= CONFIGS_MAX:
-            _configs.clear()
-        _configs[source_id] = (clock, config)
+    _configs.put(source_id, config, stored_at=asked_at)
     return config
 
 

@@ -14,8 +14,6 @@ a change made in this process at once.
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,6 +24,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from app import headers as header_rules
 from app import secret_ring
+from app.cache import TTLCache
 from app.clock import utcnow
 from app.config import Settings
 from app.crypto import SecretBox
@@ -236,16 +235,12 @@ def list_sources(session: Session) -> list[InboundSource]:
 # Bound of the cache (one entry per source name looked up and found): at the bound it is
 # emptied and refilled from the database. Names that are not sources are never cached.
 CONFIG_CACHE_MAX = 1000
-_cache: dict[str, tuple[float, VerificationConfig]] = {}
-_cache_lock = threading.Lock()
+config_cache: TTLCache[str, VerificationConfig] = TTLCache(CONFIG_CACHE_TTL_S,
+                                                           CONFIG_CACHE_MAX)
 
 
 def invalidate_cache(name: str | None = None) -> None:
-    with _cache_lock:
-        if name is None:
-            _cache.clear()
-        else:
-            _cache.pop(name, None)
+    config_cache.forget(name)
 
 
 def verification_config(session_factory: Any, box: SecretBox, name: str,
@@ -256,23 +251,17 @@ def verification_config(session_factory: Any, box: SecretBox, name: str,
         NotFound: there is no such source.
         sqlalchemy.exc.SQLAlchemyError: the database cannot be read (the caller answers 503).
     """
-    clock = time.monotonic()
-    with _cache_lock:
-        hit = _cache.get(name)
-        if hit and clock - hit[0] < CONFIG_CACHE_TTL_S:
-            return hit[1]
-    with session_factory() as session:
-        source = get_source(session, name)
-        config = VerificationConfig(
-            source_id=source.id, name=source.name, scheme=source.scheme,
-            secrets=tuple(active_secrets(source, box, now or utcnow())),
-            tolerance_s=source.tolerance_s, mapping=effective_mapping(source))
-        session.rollback()
-    with _cache_lock:
-        if len(_cache) >= CONFIG_CACHE_MAX:
-            _cache.clear()
-        _cache[name] = (clock, config)
-    return config
+    def load() -> VerificationConfig:
+        with session_factory() as session:
+            source = get_source(session, name)
+            config = VerificationConfig(
+                source_id=source.id, name=source.name, scheme=source.scheme,
+                secrets=tuple(active_secrets(source, box, now or utcnow())),
+                tolerance_s=source.tolerance_s, mapping=effective_mapping(source))
+            session.rollback()
+        return config
+
+    return config_cache.get_or_load(name, load)
 
 
 def source_to_dict(source: InboundSource, now: datetime | None = None) -> dict[str, Any]:

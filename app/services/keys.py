@@ -8,7 +8,6 @@ UPDATE, so a busy key costs no write per request.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app import accounts
+from app.cache import TTLCache
 from app.clock import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.models import ApiKey, Partner
@@ -135,35 +135,26 @@ def revoke(session: Session, actor: Actor, key_id: str) -> KeyView:
 
 # ------------------------------------------------------------------------ authentication
 
-_cache: dict[str, tuple[float, Actor | None]] = {}
-_cache_lock = threading.Lock()
 _clock = time.monotonic  # the cache's clock; a test moves it instead of sleeping
+# Actors by key hash; an unknown or revoked key is cached too (as None).
+_cache: TTLCache[str, Actor | None] = TTLCache(CACHE_TTL_S, CACHE_MAX_KEYS,
+                                               clock=lambda: _clock())
 
 
 def forget(key_hash: str | None = None) -> None:
     """Drop cached keys (one, or all) in this process."""
-    with _cache_lock:
-        if key_hash is None:
-            _cache.clear()
-        else:
-            _cache.pop(key_hash, None)
+    _cache.forget(key_hash)
 
 
 def authenticate(rt: Runtime, token: str) -> Actor | None:
     """The Actor a bearer token stands for; None for an unknown or revoked key."""
     digest = accounts.hash_key(token)
-    now = _clock()
-    with _cache_lock:
-        hit = _cache.get(digest)
-    if hit is not None and now - hit[0] < CACHE_TTL_S:
-        return hit[1]
-    with rt.db.begin() as session:
-        actor = _load(session, digest, utcnow())
-    with _cache_lock:
-        if len(_cache) >= CACHE_MAX_KEYS:
-            _cache.clear()
-        _cache[digest] = (now, actor)
-    return actor
+
+    def load() -> Actor | None:
+        with rt.db.begin() as session:
+            return _load(session, digest, utcnow())
+
+    return _cache.get_or_load(digest, load)
 
 
 def _load(session: Session, digest: str, now: datetime) -> Actor | None:

@@ -157,7 +157,7 @@ def isolated(backend: str, migrated: Any, runtime: Runtime,
 def test_database_lost_mid_stream_only_503s_and_every_ack_is_stored(isolated, monkeypatch):
     rt, outage, direct = isolated
     # Re-read the source on every request, so the outage is met on the first query too.
-    monkeypatch.setattr(sources, "CONFIG_CACHE_TTL_S", 0.0)
+    monkeypatch.setattr(sources.config_cache, "ttl_s", 0.0)
     with rt.db.begin() as session:
         sources.create_source(session, rt.secret_box, rt.settings, name="psp", scheme=SW,
                               secrets=[kit.SECRETS[SW]])
