@@ -16,8 +16,8 @@ one run (issue 4, item 11):
      endpoints with `ordering: "key"`, the events spread over 100 ordering keys (each key's
      deliveries one at a time, in publish order), with the workers' CPU time per delivery
      beside both;
-  3. Kurir end to end: events published with `app.intake.publish.publish` (validation,
-     one-transaction fan-out, after-commit enqueue: the code the API runs) from
+  3. Kurir end to end: events published with `app.intake.publish.publish_in_transaction`
+     (validation, one-transaction fan-out, after-commit enqueue: the code the API runs) from
      --publishers threads while the workers deliver, plus the sweeper in this process.
      Throughput = deliveries / (last receipt - first publish); latency = receipt - publish
      commit, per delivery (a backlog builds when publishing outruns delivery);
@@ -286,7 +286,7 @@ class Kurir:
         from redis.retry import Retry
         from sqlalchemy import select
 
-        from app.intake.publish import publish
+        from app.intake.publish import publish_in_transaction
         from app.models import Delivery
 
         dead = redis_lib.Redis(unix_socket_path="/nonexistent/kurir-bench.sock",
@@ -295,10 +295,10 @@ class Kurir:
         ids: list[str] = []
         for start in range(0, events, 100):
             with self.runtime.db.begin() as session:
-                event_ids = [publish(session, dead, self.settings, partner_uid=uid,
-                                     body=self._body(i, keys), api_key_id=self.api_key_id
-                                     ).body["id"]
-                             for i in range(start, min(events, start + 100))]
+                event_ids = [publish_in_transaction(
+                    session, dead, self.settings, partner_uid=uid, body=self._body(i, keys),
+                    api_key_id=self.api_key_id).body["id"]
+                    for i in range(start, min(events, start + 100))]
                 ids += session.scalars(select(Delivery.id).where(
                     Delivery.event_id.in_(event_ids)).order_by(Delivery.id))
         logging.getLogger("app.queues").setLevel(logging.NOTSET)
@@ -367,11 +367,12 @@ class Kurir:
 
     def publish(self, uid: str, i: int) -> tuple[str, float]:
         """Publish one event; returns its id and the time its transaction committed."""
-        from app.intake.publish import publish
+        from app.intake.publish import publish_in_transaction
 
         with self.runtime.db.begin() as session:
-            result = publish(session, self.runtime.redis, self.settings, partner_uid=uid,
-                             body=self._body(i), api_key_id=self.api_key_id)
+            result = publish_in_transaction(session, self.runtime.redis, self.settings,
+                                            partner_uid=uid, body=self._body(i),
+                                            api_key_id=self.api_key_id)
         return str(result.body["id"]), time.time()
 
 

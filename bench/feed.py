@@ -4,7 +4,7 @@ a polling consumer sees what was published — each beside a bare baseline in th
     .venv/bin/python bench/feed.py --database-url postgresql://…/somedb [-n 4000] [--threads 8]
     .venv/bin/python bench/feed.py --database-url sqlite:////tmp/feed-bench.db
 
-The database is WIPED and migrated. Publishes go through `app.intake.publish.publish_event` (the
+The database is WIPED and migrated. Publishes go through `app.intake.publish.publish` (the
 API's own path, without HTTP) to a partner with no endpoint, so the event row — the only part
 the feed touches — is as large a share of the work as it can be. CPU is this process's CPU time
 (client side: Python, driver); the database server's own CPU is not in it.
@@ -39,7 +39,7 @@ from sqlalchemy import text  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db import Database  # noqa: E402
 from app.feed.sequencer import sequence  # noqa: E402
-from app.intake.publish import publish_event  # noqa: E402
+from app.intake.publish import publish  # noqa: E402
 from app.registry.endpoints import create_partner  # noqa: E402
 from app.runtime import Runtime  # noqa: E402
 from app.services import feed  # noqa: E402
@@ -72,10 +72,10 @@ def publish_round(rt: Runtime, n: int, threads: int, tag: str,
 
     def run(t: int) -> None:
         for i in range(per):
-            result = publish_event(rt.db, rt.redis, rt.settings, partner_uid="bench",
-                                   body={"type": "order.created", "version": 1,
-                                         "data": {"order_id": f"{tag}-{t}-{i}", "amount": i}},
-                                   api_key_id="bench")
+            result = publish(rt.db, rt.redis, rt.settings, partner_uid="bench",
+                             body={"type": "order.created", "version": 1,
+                                   "data": {"order_id": f"{tag}-{t}-{i}", "amount": i}},
+                             api_key_id="bench")
             if answered is not None:
                 answered[result.body["id"]] = time.perf_counter()
 

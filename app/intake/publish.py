@@ -490,16 +490,17 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
     return _Plan(event_values, pending, parked, response, versions, ordered)
 
 
-def publish_event(db: Database, redis_client: redis.Redis, settings: Settings, *,
-                  partner_uid: str, body: dict[str, Any], api_key_id: str,
-                  idempotency_key: str | None = None,
-                  now: datetime | None = None) -> PublishResult:
-    """Publish with as few round trips as the guarantees allow, then enqueue.
+def publish(db: Database, redis_client: redis.Redis, settings: Settings, *,
+            partner_uid: str, body: dict[str, Any], api_key_id: str,
+            idempotency_key: str | None = None,
+            now: datetime | None = None) -> PublishResult:
+    """Publish with as few round trips as the guarantees allow, then enqueue: the entry point
+    (it picks the one-statement fast path or `publish_in_transaction`).
 
     On PostgreSQL, a publish without an Idempotency-Key whose subscribed endpoints are all
     enabled is one atomic statement on an autocommit connection (no BEGIN, no COMMIT), made
     from cached targets; a stale cache costs one more read. Everything else, and SQLite,
-    goes through `publish` in one transaction. Raises what `publish` raises.
+    goes through `publish_in_transaction` in one transaction, and raises what it raises.
     """
     if idempotency_key is None and db.is_postgres:
         result = _publish_in_one_statement(db, partner_uid, body, now or utcnow())
@@ -507,8 +508,10 @@ def publish_event(db: Database, redis_client: redis.Redis, settings: Settings, *
             enqueue_now(redis_client, result.enqueued)
             return result
     with db.begin() as session:
-        return publish(session, redis_client, settings, partner_uid=partner_uid, body=body,
-                       api_key_id=api_key_id, idempotency_key=idempotency_key, now=now)
+        return publish_in_transaction(session, redis_client, settings,
+                                      partner_uid=partner_uid, body=body,
+                                      api_key_id=api_key_id, idempotency_key=idempotency_key,
+                                      now=now)
 
 
 def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, Any],
@@ -556,10 +559,12 @@ def _no_versions(name: str) -> dict[int, contracts.Version]:
     raise AssertionError(f"the one-statement publish was asked for the versions of {name}")
 
 
-def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
-            partner_uid: str, body: dict[str, Any], api_key_id: str,
-            idempotency_key: str | None = None, now: datetime | None = None) -> PublishResult:
-    """Validate and write one event with its deliveries; enqueue them once the caller commits.
+def publish_in_transaction(session: Session, redis_client: redis.Redis, settings: Settings,
+                           *, partner_uid: str, body: dict[str, Any], api_key_id: str,
+                           idempotency_key: str | None = None,
+                           now: datetime | None = None) -> PublishResult:
+    """Validate and write one event with its deliveries in the caller's transaction; enqueue
+    them once the caller commits. (`publish` picks this or the one-statement fast path.)
 
     Raises:
         NotFound: the partner does not exist.

@@ -285,7 +285,7 @@ def parked(session: Session, actor: Actor, endpoint: Endpoint) -> Parked:
     offers to resend)."""
     _own(actor, endpoint, "read")
     since = parked_since(session, endpoint)
-    letters = dead_letters.matching(session, actor, _parked_filter(endpoint, since))
+    letters = dead_letters.count_matching(session, actor, _parked_filter(endpoint, since))
     return Parked(since, letters, endpoint.on_dead == OnDead.BLOCK and letters > 0)
 
 

@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session, selectinload
 from app import contracts
 from app.errors import NotFound, ValidationFailed
 from app.ids import id_floor
-from app.intake.publish import PublishResult, publish_event
+from app.intake import publish as intake
+from app.intake.publish import PublishResult
 from app.models import SUCCEEDED, Delivery, Event, Partner
 from app.pagination import paginate
 from app.runtime import Runtime
@@ -27,7 +28,8 @@ def publish(rt: Runtime, actor: Actor, uid: str, body: dict[str, object],
             idempotency_key: str | None) -> PublishResult:
     """Validate and store one event with its fan-out; `202` only after the commit.
 
-    Raises what `app.intake.publish.publish` raises; NotFound for a partner-bound actor.
+    Raises what `app.intake.publish.publish_in_transaction` raises; NotFound for a
+    partner-bound actor.
     """
     actor.require("events:write")
     if actor.bound_to_partner:
@@ -37,9 +39,9 @@ def publish(rt: Runtime, actor: Actor, uid: str, body: dict[str, object],
                                "published; a test event is sent with POST /v1/partners/{uid}/"
                                "endpoints/{id}/test", code="reserved_event_type",
                                details={"field": "type"})
-    return publish_event(rt.db, rt.redis, rt.settings, partner_uid=uid, body=dict(body),
-                         api_key_id=actor.key_id or str(actor),
-                         idempotency_key=idempotency_key)
+    return intake.publish(rt.db, rt.redis, rt.settings, partner_uid=uid, body=dict(body),
+                          api_key_id=actor.key_id or str(actor),
+                          idempotency_key=idempotency_key)
 
 
 def page(session: Session, actor: Actor, uid: str | None, *, type_: str | None = None,

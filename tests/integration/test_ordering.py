@@ -19,7 +19,7 @@ from sqlalchemy import select, update
 
 from app import contracts
 from app.accounts import create_api_key
-from app.intake.publish import publish_event
+from app.intake.publish import publish
 from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery, Endpoint
 from app.registry import endpoints as endpoint_rules
 from app.runtime import Runtime
@@ -109,10 +109,10 @@ class Publisher:
     def publish(self, key: str) -> str:
         """Publish one event whose ordering key is the resource's `stock:<key>`."""
         self.count += 1
-        result = publish_event(self.rt.db, self.rt.redis, self.rt.settings, partner_uid="shop",
-                               body={"type": TYPE, "version": 1, "data": {"n": self.count},
-                                     "resource": {"type": "stock", "id": key}},
-                               api_key_id=self.api_key_id)
+        result = publish(self.rt.db, self.rt.redis, self.rt.settings, partner_uid="shop",
+                         body={"type": TYPE, "version": 1, "data": {"n": self.count},
+                               "resource": {"type": "stock", "id": key}},
+                         api_key_id=self.api_key_id)
         event_id = str(result.body["id"])
         self.published.setdefault(key, []).append(event_id)
         return event_id
@@ -303,10 +303,10 @@ def test_concurrent_publishers_of_one_key_get_one_gap_free_chain(
     def publish_many() -> None:
         try:
             for _ in range(25):
-                publish_event(rt.db, rt.redis, rt.settings, partner_uid="shop",
-                              body={"type": TYPE, "version": 1, "data": {"n": 1},
-                                    "ordering_key": "one"},
-                              api_key_id=publisher.api_key_id)
+                publish(rt.db, rt.redis, rt.settings, partner_uid="shop",
+                        body={"type": TYPE, "version": 1, "data": {"n": 1},
+                              "ordering_key": "one"},
+                        api_key_id=publisher.api_key_id)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 

@@ -11,7 +11,7 @@ from rq import Queue
 from sqlalchemy import select
 
 from app.clock import parse_time, utcnow
-from app.intake.publish import publish
+from app.intake.publish import publish_in_transaction
 from app.models import DeadLetter, DeadLetterAudit, Delivery, Event
 from app.ports import free_port
 from app.queues import DELIVER_BATCH, DELIVERIES
@@ -223,8 +223,8 @@ def test_job_is_enqueued_only_after_commit_with_a_deterministic_id(client, auth,
                                                                    runtime, redis_client):
     make_endpoint(client, auth)
     with runtime.db.begin() as session:
-        result = publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                         body=order(), api_key_id="key_none")
+        result = publish_in_transaction(session, runtime.redis, runtime.settings,
+                                        partner_uid="acme", body=order(), api_key_id="key_none")
         assert _queued_ids(redis_client) == []  # not before the commit
     assert _queued_ids(redis_client) == result.enqueued
     [job] = Queue(DELIVERIES, connection=redis_client).jobs
@@ -239,8 +239,8 @@ def test_rolled_back_publish_enqueues_and_stores_nothing(client, auth, acme, run
 
     def publish_then_fail() -> None:
         with runtime.db.begin() as session:
-            publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                    body=order(), api_key_id="key_none")
+            publish_in_transaction(session, runtime.redis, runtime.settings, partner_uid="acme",
+                                   body=order(), api_key_id="key_none")
             raise RuntimeError("the caller fails after publishing")
 
     with pytest.raises(RuntimeError):

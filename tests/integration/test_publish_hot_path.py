@@ -107,14 +107,14 @@ def test_endpoints_changing_under_every_read_fall_back_to_a_transaction(
                                        targets.contract, digest="0" * 32)
 
     transactional = []
-    real_publish = publish_module.publish
+    real_publish = publish_module.publish_in_transaction
 
     def counted(*args, **kwargs):
         transactional.append(1)
         return real_publish(*args, **kwargs)
 
     monkeypatch.setattr(publish_module, "_targets", stale)
-    monkeypatch.setattr(publish_module, "publish", counted)
+    monkeypatch.setattr(publish_module, "publish_in_transaction", counted)
     answer = _publish(client, auth)
     assert transactional == [1]  # the guard refused both plans (SQLite: always this path)
     assert _endpoints_of(answer) == {ep["id"]: "pending"}

@@ -16,7 +16,7 @@ from app.accounts import create_api_key
 from app.clock import utcnow
 from app.ids import new_id
 from app.intake import publish as publish_module
-from app.intake.publish import publish, request_hash
+from app.intake.publish import publish_in_transaction, request_hash
 from app.models import Event, IdempotencyKey
 from app.queues import DELIVERIES
 from tests.integration._publish_support import (
@@ -114,17 +114,20 @@ def test_expired_key_starts_afresh(client, auth, acme, runtime):
     ttl = runtime.settings.idempotency_ttl_seconds
     t0 = utcnow()
     with runtime.db.begin() as session:
-        first = publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                        body=order(), api_key_id=key_id, idempotency_key="k", now=t0)
+        first = publish_in_transaction(session, runtime.redis, runtime.settings,
+                                       partner_uid="acme", body=order(), api_key_id=key_id,
+                                       idempotency_key="k", now=t0)
     with runtime.db.begin() as session:
-        within = publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                         body=order(), api_key_id=key_id, idempotency_key="k",
-                         now=t0 + timedelta(seconds=ttl - 1))
+        within = publish_in_transaction(session, runtime.redis, runtime.settings,
+                                        partner_uid="acme", body=order(), api_key_id=key_id,
+                                        idempotency_key="k",
+                                        now=t0 + timedelta(seconds=ttl - 1))
     assert within.replayed and within.body["id"] == first.body["id"]
     with runtime.db.begin() as session:
-        later = publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                        body=order(amount=5), api_key_id=key_id, idempotency_key="k",
-                        now=t0 + timedelta(seconds=ttl + 1))
+        later = publish_in_transaction(session, runtime.redis, runtime.settings,
+                                       partner_uid="acme", body=order(amount=5),
+                                       api_key_id=key_id, idempotency_key="k",
+                                       now=t0 + timedelta(seconds=ttl + 1))
     assert not later.replayed and later.body["id"] != first.body["id"]
     assert counts(runtime.db)["idempotency_keys"] == 1
 
