@@ -128,7 +128,7 @@ def check_schema(schema: Any) -> None:
 
 def compile_schema(schema: dict[str, Any]) -> Validator:
     cls = validator_for(schema, default=Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)  # type: ignore[no-any-return]
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
 def data_errors(validator: Validator, data: Any) -> list[dict[str, str]]:

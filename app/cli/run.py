@@ -39,7 +39,7 @@ def api_command(host: str, port: int, workers: int | None, threads: int | None) 
     runtime = make_runtime()
     settings = runtime.settings
 
-    class KurirServer(BaseApplication):  # type: ignore[misc]
+    class KurirServer(BaseApplication):
         def load_config(self) -> None:
             self.cfg.set("bind", f"{host}:{port}")
             self.cfg.set("workers", workers or settings.api_workers)
