@@ -271,7 +271,7 @@ class Kurir:
 
     def setup(self, endpoint_urls: list[str]) -> str:
         """Migrate, create the contract, one partner per endpoint and an API key."""
-        from app import contracts, migrate
+        from app import event_types, migrate
         from app.accounts import create_api_key
         from app.config import load_settings
         from app.registry import endpoints as service
@@ -282,7 +282,7 @@ class Kurir:
         runtime = Runtime(settings)
         try:
             with runtime.db.begin() as session:
-                contracts.register(session, {"name": TYPE_NAME, "version": 1,
+                event_types.register(session, {"name": TYPE_NAME, "version": 1,
                                              "schema": {"type": "object"}})
                 for n, url in enumerate(endpoint_urls):
                     partner = service.create_partner(session, {"uid": f"p{n:02d}",

@@ -222,10 +222,10 @@ class Kurir:
         self.workers: list[subprocess.Popen[bytes]] = []
         self.stop_sweeper = threading.Event()
         with self.runtime.db.begin() as session:
-            from app import contracts
+            from app import event_types
             from app.accounts import create_api_key
 
-            contracts.register(session, {"name": TYPE_NAME, "version": 1, "schema": SCHEMA})
+            event_types.register(session, {"name": TYPE_NAME, "version": 1, "schema": SCHEMA})
             key, _ = create_api_key(session, "bench", ["admin"])
             self.api_key_id = key.id
 

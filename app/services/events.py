@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session, selectinload
 
-from app import contracts
+from app import event_types
 from app.errors import NotFound, ValidationFailed
 from app.ids import id_floor
 from app.intake.publish import PublishResult, publish_event
@@ -32,7 +32,7 @@ def publish(rt: Runtime, actor: Actor, uid: str, body: dict[str, object],
     actor.require("events:write")
     if actor.bound_to_partner:
         raise NotFound("not found")
-    if contracts.is_reserved(body.get("type")):
+    if event_types.is_reserved(body.get("type")):
         raise ValidationFailed(f"{body.get('type')} is Kurir's own event type and cannot be "
                                "published; a test event is sent with POST /v1/partners/{uid}/"
                                "endpoints/{id}/test", code="reserved_event_type",

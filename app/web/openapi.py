@@ -17,7 +17,8 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
-from app import __version__, downgrades
+from app import __version__
+from app.event_types import downgrades
 
 Schema = dict[str, Any]
 

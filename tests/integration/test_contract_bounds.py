@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from app import schema_example
-from app.contracts import MAX_DOWNGRADE_HOPS
+from app.event_types import MAX_DOWNGRADE_HOPS
+from app.event_types import examples as schema_example
 from app.models import Delivery, Event, EventType, EventVersion
 from app.services import event_types
 from tests.integration._publish_support import make_endpoint, make_partner

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from app import contracts
+from app import event_types
 from app.accounts import create_api_key
 from app.intake.publish import publish_event
 from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery, Endpoint
@@ -96,7 +96,7 @@ class Publisher:
     def __init__(self, rt: Runtime, url: str, **endpoint: Any) -> None:
         self.rt = rt
         with rt.db.begin() as session:
-            contracts.register(session, {"name": TYPE, "version": 1, "schema": SCHEMA})
+            event_types.register(session, {"name": TYPE, "version": 1, "schema": SCHEMA})
             key, _ = create_api_key(session, "ordering-test", ["admin"])
             partner = endpoint_rules.create_partner(session, {"uid": "shop", "name": "Shop"})
             created = endpoint_rules.create_endpoint(

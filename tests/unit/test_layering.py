@@ -24,7 +24,7 @@ UNITS = {
              "app.pagination", "app.ports", "app.queues", "app.runtime", "app.embedded_redis",
              "app.signing", "app.vocabulary", "app.cache", "app"),
     "app.net": ("app.net",),
-    "domain": ("app.accounts", "app.contracts", "app.downgrades", "app.schema_example"),
+    "domain": ("app.accounts", "app.event_types"),
     "app.registry": ("app.registry",),
     "app.feed": ("app.feed",),
     "sender": ("sender",),
