@@ -40,6 +40,10 @@ from sender import ordering
 from sender.dispatch import enqueue_after_commit
 
 ENABLED, DISABLED = rules.ENABLED, rules.DISABLED
+# The endpoint vocabulary a face may show or document, from where the rules keep it.
+STATES = (ENABLED, DISABLED)
+MODES = rules.MODES
+ORDERINGS, ON_DEADS = ordering.ORDERINGS, ordering.ON_DEADS
 EndpointWithSecret = rules.EndpointWithSecret
 
 
