@@ -54,11 +54,11 @@ from app.services import (
 )
 from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
 from app.services.deliveries import delivered_version
+from app.services.metrics import queue_stats
 from app.web import csrf, error_pages, present
 from app.web.context import runtime
 from app.web.endpoint_form import EndpointForm
 from app.web.jsonio import check_url_and_headers
-from app.web.metrics import queue_stats
 from app.web.ui import security, stats
 from app.web.ui.throttle import LoginThrottle
 
