@@ -21,6 +21,8 @@ and never import Flask or click, never commit. One module per thing an actor act
     dead_letters   search, resend, discard
     keys           API keys, and authentication of a bearer token
     operators      UI accounts
+    dashboard      the operator dashboard's figures (read-only)
+    metrics        the figures /metrics shows (read-only, no actor: the scrape token decides)
     sources        inbound sources, received callbacks, replay, the receiving door
     secret_keys    re-encryption under a new master key
 """
