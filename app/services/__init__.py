@@ -25,6 +25,8 @@ and never import Flask or click, never commit. One module per thing an actor act
     portal         magic links into the partner portal and the sessions they open
     pins           an endpoint's version pins with their deprecation and sunset
     feed           reading a partner's feed, acknowledging, pull endpoints' lag
+    dashboard      the operator dashboard's figures (read-only)
+    metrics        the figures /metrics shows (read-only, no actor: the scrape token decides)
     sources        inbound sources, received callbacks, replay, the receiving door
     secret_keys    re-encryption under a new master key
 """
