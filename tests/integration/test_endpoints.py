@@ -15,7 +15,7 @@ from app.registry.secrets import active_secrets
 from app.runtime import Runtime
 from app.signing import generate_secret
 from app.web import create_app
-from tests.integration._publish_support import (
+from tests.support.publish import (
     error_of,
     make_endpoint,
     make_event_type,

@@ -15,7 +15,7 @@ from app.cli import cli
 from app.inbound import process, receive
 from app.models import InboundEvent, InboundSourceSecret
 from app.runtime import Runtime
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 SW = "standard-webhooks"
 

@@ -20,7 +20,7 @@ from app.queues import INBOUND
 from app.runtime import Runtime
 from app.web import create_app
 from tests.conftest import LiveServer
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 NUMERIC_IDS = {"github": "4242", "shopify": "820982911946154508"}
 

@@ -22,9 +22,9 @@ from app.runtime import Runtime
 from app.services import keys
 from app.web import create_app
 from app.web.auth import clear_cache
-from tests.factories import Receiver, WorkerThread, wait_for
-from tests.integration import inbound_kit as kit
-from tests.integration._publish_support import contract_and_partner, make_endpoint, order
+from tests.support import inbound as kit
+from tests.support.factories import Receiver, WorkerThread, wait_for
+from tests.support.publish import contract_and_partner, make_endpoint, order
 
 HERE = __name__
 _ran: list[str] = []
