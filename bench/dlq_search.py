@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -26,9 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import text  # noqa: E402
 
-from app.config import normalise_database_url  # noqa: E402
 from app.db import Database  # noqa: E402
-from bench.fresh_db import fresh_database  # noqa: E402
+from bench.support import seeded_bench  # noqa: E402
 from dlq.search import DeadLetterFilter, count, search  # noqa: E402
 
 ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -178,23 +176,13 @@ def p95(values: list[float]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--pages", type=int, default=5, help="pages walked per paginated run")
-    args = parser.parse_args()
-    url = normalise_database_url(os.environ.get(
-        "BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/kurir_bench"))
-    if not url.startswith("postgresql"):
-        print("BENCH_DATABASE_URL must be a PostgreSQL URL", file=sys.stderr)
-        return 2
-    rng = random.Random(5)
-    fresh_database(url)
-    db = Database(url, pool_size=2)
-    started = time.perf_counter()
-    names = seed(db, args.rows, rng)
-    print(f"seeded {args.rows:,} dead letters in {time.perf_counter() - started:.1f} s")
+    def pages(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--pages", type=int, default=5, help="pages walked per paginated run")
+
+    bench = seeded_bench(__doc__, rows=100_000, rng_seed=5, noun="dead letters", seed=seed,
+                         default_url="postgresql://postgres@127.0.0.1:5432/kurir_bench",
+                         options=pages)
+    args, db, rng, names = bench.args, bench.db, bench.rng, bench.names
 
     all_ms: list[float] = []
     print(f"{'search':34} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
