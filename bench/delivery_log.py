@@ -28,14 +28,15 @@ from sqlalchemy import text  # noqa: E402
 from app.db import Database  # noqa: E402
 from app.services import deliveries  # noqa: E402
 from app.services.actor import Actor  # noqa: E402
-from bench.dlq_search import (  # noqa: E402
+from bench.support import (  # noqa: E402
     EVENT_COLUMNS,
     TYPES,
+    copy_partners_and_endpoints,
     copy_rows,
     p95,
+    seeded_bench,
     ulid_at,
 )
-from bench.support import seeded_bench  # noqa: E402
 
 STATES = (["succeeded"] * 90 + ["dead"] * 4 + ["retrying"] * 4 + ["pending"] * 2)
 STATUSES = {"succeeded": 200, "dead": 500, "retrying": 503, "pending": None}
@@ -51,14 +52,7 @@ def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
     raw = db.engine.raw_connection()
     try:
         cur = raw.cursor()
-        with cur.copy("COPY partners (id, uid, name, created_at, updated_at) FROM STDIN") as cp:
-            for pid, uid in partners:
-                cp.write_row((pid, uid, uid.title(), now, now))
-        with cur.copy("COPY endpoints (id, partner_id, url, headers, timeout_s, state, "
-                      "consecutive_failures, created_at, updated_at) FROM STDIN") as cp:
-            for i, (eid, pid) in enumerate(endpoints):
-                cp.write_row((eid, pid, f"https://hooks{i}.example.com/kurir", "{}", 15,
-                              "enabled", 0, now, now))
+        copy_partners_and_endpoints(cur, partners, endpoints, now)
         partner_of = dict(endpoints)
         events: list[tuple[object, ...]] = []
         rows_out: list[tuple[object, ...]] = []

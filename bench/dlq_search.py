@@ -19,55 +19,32 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import text  # noqa: E402
 
 from app.db import Database  # noqa: E402
-from bench.support import seeded_bench  # noqa: E402
+from bench.support import (  # noqa: E402
+    EVENT_COLUMNS,
+    TYPES,
+    copy_partners_and_endpoints,
+    copy_rows,
+    p95,
+    seeded_bench,
+    ulid_at,
+)
 from dlq.search import DeadLetterFilter, count, search  # noqa: E402
 
-ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 CITIES = ["Oslo", "Lima", "Zagreb", "Nairobi", "Osaka", "Quito", "Porto", "Dakar", "Hanoi",
           "Tallinn", "Accra", "Bergen", "Cusco", "Split", "Lagos", "Kyoto"]
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
          "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
          "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu"]
-TYPES = ["order.created", "order.paid", "order.shipped", "invoice.paid", "invoice.voided",
-         "payment.succeeded", "payment.failed", "refund.created", "customer.updated",
-         "subscription.renewed"]
 FAILURES = [(500, "http_500"), (502, "http_502"), (503, "http_503"), (404, "http_404"),
             (None, "timeout"), (None, "connection_refused"), (410, "http_410"),
             (None, "blocked_address")]
 REASONS = ["retries_exhausted"] * 7 + ["endpoint_disabled"] * 2 + ["blocked_address"]
-
-
-def _encode(value: int, length: int) -> str:
-    chars = []
-    for _ in range(length):
-        chars.append(ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
-
-
-def ulid_at(prefix: str, moment: datetime, rng: random.Random) -> str:
-    millis = int(moment.timestamp() * 1000)
-    return f"{prefix}_{_encode(millis, 10)}{_encode(rng.getrandbits(80), 16)}"
-
-
-EVENT_COLUMNS = ("id", "partner_id", "type", "version", "data", "payload", "occurred_at",
-                 "created_at")
-
-
-def copy_rows(cur: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
-              ) -> None:
-    """Load `rows` into `table` with one COPY (a psycopg cursor): seeding a bench's
-    hundreds of thousands of rows in seconds, not minutes."""
-    with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as cp:
-        for row in rows:
-            cp.write_row(row)
 
 
 def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
@@ -79,15 +56,8 @@ def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
     raw = db.engine.raw_connection()
     try:
         cur = raw.cursor()
-        with cur.copy("COPY partners (id, uid, name, created_at, updated_at) FROM STDIN") as cp:
-            for pid, uid in partners:
-                cp.write_row((pid, uid, uid.title(), now, now))
-        with cur.copy("COPY endpoints (id, partner_id, url, headers, timeout_s, state, "
-                      "consecutive_failures, created_at, updated_at) FROM STDIN") as cp:
-            for i, (eid, pid) in enumerate(endpoints):
-                state = "disabled" if i % 10 == 0 else "enabled"
-                cp.write_row((eid, pid, f"https://hooks{i}.example.com/kurir", "{}", 15, state,
-                              0, now, now))
+        copy_partners_and_endpoints(cur, partners, endpoints, now,
+                                    disabled=lambda i: i % 10 == 0)
         letters: list[tuple[object, ...]] = []
         events: list[tuple[object, ...]] = []
         deliveries: list[tuple[object, ...]] = []
@@ -168,11 +138,6 @@ def scenarios(names: dict[str, list[str]], rng: random.Random
         "combination, no status": lambda: DeadLetterFilter(
             endpoint=pick("endpoints"), status_code=0, since=now - timedelta(days=20)),
     }
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
 
 def main() -> int:
