@@ -26,6 +26,8 @@ _HEAD_END = b"\r\n\r\n"
 
 
 class RawRequest(NamedTuple):
+    """The little a bench's receiver looks at: which path, and which webhook it was."""
+
     method: str
     path: str
     webhook_id: str
@@ -59,6 +61,9 @@ Names = TypeVar("Names")
 
 @dataclass
 class SeededBench(Generic[Names]):
+    """What `seeded_bench` made: the options, the database, the random source (seeded, so
+    two runs ask the same queries) and what the bench's `seed` returned."""
+
     args: argparse.Namespace
     db: Database
     rng: random.Random
