@@ -56,6 +56,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.support import take_requests  # noqa: E402
+
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_delivery_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/4"
 SECRET_KEY = "bench-secret-key"  # noqa: S105 - a throwaway bench database
@@ -83,25 +85,8 @@ def _receiver_main(port_queue: Any) -> None:
             self.buf = b""
 
         def data_received(self, data: bytes) -> None:
-            self.buf += data
-            while True:
-                end = self.buf.find(b"\r\n\r\n")
-                if end < 0:
-                    return
-                head = self.buf[:end].decode("latin-1").split("\r\n")
-                length = 0
-                msg_id = ""
-                for line in head[1:]:
-                    name, _, value = line.partition(":")
-                    name = name.strip().lower()
-                    if name == "content-length":
-                        length = int(value)
-                    elif name == "webhook-id":
-                        msg_id = value.strip()
-                if len(self.buf) < end + 4 + length:
-                    return
-                self.buf = self.buf[end + 4 + length:]
-                method, path = head[0].split(" ")[:2]
+            arrived, self.buf = take_requests(self.buf + data)
+            for method, path, msg_id in arrived:
                 if method == "GET" and path in ("/_count", "/_dump"):
                     out = json.dumps(len(records) if path == "/_count" else records).encode()
                     if path == "/_dump":

@@ -25,7 +25,7 @@ from app.runtime import Runtime
 from app.web import create_app
 from app.web.auth import clear_cache
 from sender.dispatch import enqueue_now, job_specs
-from tests.factories import (
+from tests.support.factories import (
     Receiver,
     SweeperThread,
     WorkerProcess,

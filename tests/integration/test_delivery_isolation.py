@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 from app.models import SUCCEEDED, Attempt, Delivery
 from bench.deliver import ReceiverProcess
 from sender.dispatch import enqueue_now
-from tests.factories import (
+from tests.support.factories import (
     SweeperThread,
     WorkerThread,
     make_endpoint,

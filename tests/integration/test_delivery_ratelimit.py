@@ -10,7 +10,7 @@ from app.models import SUCCEEDED
 from bench.deliver import ReceiverProcess
 from sender.dispatch import enqueue_now
 from sender.ratelimit import RateLimiter
-from tests.factories import (
+from tests.support.factories import (
     WorkerProcess,
     make_endpoint,
     make_events,

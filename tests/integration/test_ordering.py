@@ -24,7 +24,7 @@ from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery,
 from app.registry import endpoints as endpoint_rules
 from app.runtime import Runtime
 from sender.sweeper import sweep
-from tests.factories import Receiver, WorkerThread, wait_for
+from tests.support.factories import Receiver, WorkerThread, wait_for
 
 TYPE = "stock.changed"
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}}

@@ -31,8 +31,8 @@ from app.registry.secrets import current_secret
 from app.runtime import Runtime
 from app.web.ui import throttle
 from dlq import resend as resend_mod
-from tests.dlq_factories import letters_for, make_scene
-from tests.factories import wait_for
+from tests.support.dlq_factories import letters_for, make_scene
+from tests.support.factories import wait_for
 
 EMAIL, PASSWORD = "ops@example.com", "correct horse battery"
 _TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')

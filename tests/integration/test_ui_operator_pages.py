@@ -20,15 +20,15 @@ from app.services import dashboard, sources
 from app.services.actor import Actor
 from app.web.auth import clear_cache
 from sender.park import park
-from tests.dlq_factories import letters_for, make_scene
-from tests.integration._publish_support import (
+from tests.integration.test_ui import EMAIL, PASSWORD, token
+from tests.support.dlq_factories import letters_for, make_scene
+from tests.support.publish import (
     blocked_endpoint,
     make_endpoint,
     make_event_type,
     make_partner,
     old_event,
 )
-from tests.integration.test_ui import EMAIL, PASSWORD, token
 
 _LINK = re.compile(r'data-testid="portal-link">(http[^<]+)<')
 
@@ -202,7 +202,7 @@ def test_partner_page_lists_keys_revokes_one_and_opens_the_portal(ui, client, au
 
 def test_a_pull_endpoint_page_shows_its_mode_and_lag_and_edits_without_a_url(ui, client,
                                                                               runtime):
-    from tests.integration._publish_support import make_endpoint, make_event_type, order
+    from tests.support.publish import make_endpoint, make_event_type, order
 
     with runtime.db.begin() as session:
         _, admin = create_api_key(session, "ui-admin", ["admin"])
