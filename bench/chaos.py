@@ -71,7 +71,7 @@ import redis  # noqa: E402
 from app.ports import free_port  # noqa: E402
 from bench import rawhttp  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
-from bench.support import take_requests  # noqa: E402
+from tests.support.fast_receiver import take_requests  # noqa: E402
 from tests.support.processes import stop_groups  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/bench_chaos"

@@ -1,8 +1,8 @@
-"""What several benches share and the tests do not: reading requests off a raw socket buffer,
-and, for the benches that time queries over a seeded PostgreSQL database, their start and
-the pieces their seeds are made of.
+"""What several benches share and the tests do not: for the benches that time queries over a
+seeded PostgreSQL database, their start and the pieces their seeds are made of.
 
-(Stopping a child's process group is shared with the tests: tests/support/processes.py.)
+(Shared with the tests: stopping a child's process group, tests/support/processes.py; the fast
+receiver and its request parser, tests/support/fast_receiver.py.)
 """
 
 from __future__ import annotations
@@ -15,46 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from app.ids import _encode  # the ids' own base32; app.ids needs the standard library only
 
 if TYPE_CHECKING:
     from app.db import Database
-
-_HEAD_END = b"\r\n\r\n"
-
-
-class RawRequest(NamedTuple):
-    """The little a bench's receiver looks at: which path, and which webhook it was."""
-
-    method: str
-    path: str
-    webhook_id: str
-
-
-def take_requests(buffer: bytes) -> tuple[list[RawRequest], bytes]:
-    """The complete requests at the start of `buffer`, and the bytes after them (a request
-    still arriving). Enough HTTP/1.1 for our own senders (Content-Length bodies, keep-alive),
-    and cheap: the receivers of a throughput bench share the CPU with what they measure."""
-    taken: list[RawRequest] = []
-    while (end := buffer.find(_HEAD_END)) >= 0:
-        head = buffer[:end].decode("latin-1").split("\r\n")
-        length, webhook_id = 0, ""
-        for line in head[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            if name == "content-length":
-                length = int(value)
-            elif name == "webhook-id":
-                webhook_id = value.strip()
-        if len(buffer) < end + 4 + length:
-            break
-        buffer = buffer[end + 4 + length:]
-        method, path = head[0].split(" ")[:2]
-        taken.append(RawRequest(method, path, webhook_id))
-    return taken, buffer
-
 
 Names = TypeVar("Names")
 

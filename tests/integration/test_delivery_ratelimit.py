@@ -7,7 +7,6 @@ import re
 import pytest
 
 from app.models import SUCCEEDED
-from bench.deliver import ReceiverProcess
 from sender.dispatch import enqueue_now
 from sender.ratelimit import RateLimiter
 from tests.support.factories import (
@@ -17,6 +16,7 @@ from tests.support.factories import (
     make_partner,
     wait_for,
 )
+from tests.support.fast_receiver import ReceiverProcess
 
 
 def test_slots_are_spaced_and_shared_between_limiters(redis_client):
