@@ -52,10 +52,10 @@ UNSEQUENCED_INDEX = "ix_events_unsequenced"
 
 
 def setup(rt: Runtime) -> None:
-    from app import contracts
+    from app import event_types
 
     with rt.db.begin() as session:
-        contracts.register(session, {"name": "order.created", "version": 1, "schema": SCHEMA})
+        event_types.register(session, {"name": "order.created", "version": 1, "schema": SCHEMA})
         create_partner(session, {"uid": "bench", "name": "Bench"})
 
 

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
-from app.contracts import RESERVED_PREFIX
+from app.event_types import RESERVED_PREFIX
 from app.models import Event
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection, case, func, select
 
-from app.contracts import RESERVED_PREFIX
+from app.event_types import RESERVED_PREFIX
 from app.models import Endpoint, Event, Partner
 from app.vocabulary import EndpointMode
 

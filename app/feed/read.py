@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from app.contracts import RESERVED_PREFIX
+from app.event_types import RESERVED_PREFIX
 from app.feed.sequencer import head
 from app.models import Event, EventVersion
 

@@ -5,7 +5,7 @@ ordinary delivery to the chosen endpoint, whatever the endpoint subscribes to; t
 signs, sends, retries, records attempts and parks it like any other. A disabled endpoint's test
 is marked `forced` (as a forced resend is), so it is sent once despite the state: a partner can
 check that an endpoint works again before enabling it. The contract belongs to Kurir
-(`app.contracts.TEST_EVENT`), and the publish API refuses it.
+(`app.event_types.TEST_EVENT`), and the publish API refuses it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from datetime import datetime
 import redis
 from sqlalchemy.orm import Session
 
-from app import contracts
+from app import event_types
 from app.clock import utcnow
 from app.errors import ValidationFailed
 from app.ids import new_id
@@ -33,14 +33,14 @@ def send_test_event(session: Session, redis_client: redis.Redis, partner: Partne
                     now: datetime | None = None) -> Delivery:
     """Write the event and its one delivery; enqueue it once the caller commits."""
     now = now or utcnow()
-    contract = contracts.ensure_test_contract(session)
+    contract = event_types.ensure_test_contract(session)
     data = {"message": MESSAGE, "endpoint": endpoint.id, "sent_by": sent_by[:200]}
-    errors = contracts.data_errors(contracts.compile_schema(contract.schema), data)
+    errors = event_types.data_errors(event_types.compile_schema(contract.schema), data)
     if errors:  # Kurir's own schema and data disagree: a bug, said plainly rather than sent
         raise ValidationFailed("the test event does not match its own schema",
                                code="schema_validation_failed", details=errors)
     event_id = new_id("evt")
-    request = PublishRequest(contracts.TEST_EVENT, contracts.TEST_EVENT_VERSION, data, now,
+    request = PublishRequest(event_types.TEST_EVENT, event_types.TEST_EVENT_VERSION, data, now,
                              None, None)
     event = Event(id=event_id, partner_id=partner.id, type=request.type,
                   version=request.version, data=data,

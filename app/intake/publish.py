@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Table, delete, insert, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from app import contracts
+from app import event_types
 from app.clock import isoformat, parse_rfc3339, utcnow
 from app.config import Settings
 from app.db import Database
@@ -112,8 +112,8 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
     type_ = str(_text(body.get("type"), "type", required=True))
     if "version" not in body:
         raise _invalid("version", "version is required")
-    # A contract version is an int4, like the registry's (app.contracts.MAX_VERSION).
-    version = _int(body["version"], "version", 1, contracts.MAX_VERSION)
+    # A contract version is an int4, like the registry's (app.event_types.MAX_VERSION).
+    version = _int(body["version"], "version", 1, event_types.MAX_VERSION)
     if "data" not in body or not isinstance(body["data"], dict):
         raise _invalid("data", "data is required and must be a JSON object")
     occurred_at = None
@@ -178,7 +178,7 @@ def _renditions(raw: Any, published: int) -> dict[int, dict[str, Any]]:
 
 def request_hash(partner_uid: str, body: dict[str, Any]) -> str:
     """Same key + same (canonical) body + same partner is a retry; anything else is reuse."""
-    material = partner_uid + "\n" + contracts.canonical_json(body)
+    material = partner_uid + "\n" + event_types.canonical_json(body)
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -241,7 +241,7 @@ class _Targets:
     partner_id: str
     # (endpoint id, state, subscribed types or None, pinned versions or None, mode)
     endpoints: list[tuple[str, str, list[str] | None, dict[str, Any] | None, str]]
-    contract: contracts.Contract | None
+    contract: event_types.Contract | None
     digest: str | None = None
     sunset_at: datetime | None = None
     # The endpoints with `ordering: "key"`.
@@ -266,7 +266,7 @@ def _targets(connection: Connection, partner_uid: str, type_: str, version: int,
         partner_id=first.partner_id,
         endpoints=[(row.endpoint_id, row.state, row.event_types, row.versions, row.mode)
                    for row in rows if row.endpoint_id is not None],
-        contract=contracts.contract_from(connection, first.contract_id, first.deprecated,
+        contract=event_types.contract_from(connection, first.contract_id, first.deprecated,
                                          type_, version),
         digest=first.digest if with_digest else None, sunset_at=first.sunset_at,
         ordered=frozenset(row.endpoint_id for row in rows
@@ -343,7 +343,7 @@ class _Plan:
         return bool(self.versions)
 
 
-def _contract_of(targets: _Targets, req: PublishRequest) -> contracts.Contract:
+def _contract_of(targets: _Targets, req: PublishRequest) -> event_types.Contract:
     if targets.contract is None:
         raise ValidationFailed(f"unknown event type {req.type} v{req.version}",
                                code="unknown_event_type",
@@ -371,7 +371,7 @@ def _warnings(req: PublishRequest, deprecated: bool,
     return [deprecation_warning(req.type, req.version, sunset_at, [])]
 
 
-VersionsLoader = Callable[[str], dict[int, contracts.Version]]
+VersionsLoader = Callable[[str], dict[int, event_types.Version]]
 
 
 def _wanted_versions(targets: _Targets, req: PublishRequest) -> dict[str, int]:
@@ -388,13 +388,13 @@ def _wanted_versions(targets: _Targets, req: PublishRequest) -> dict[str, int]:
 
 
 def _produce(req: PublishRequest, wanted: dict[str, int],
-             versions: dict[int, contracts.Version],
+             versions: dict[int, event_types.Version],
              max_bytes: int) -> dict[int, tuple[dict[str, Any], str]]:
     """Every version pinned endpoints need, or the 422 that says which cannot be had."""
     try:
-        return contracts.produce(versions, req.version, req.data, req.renditions,
+        return event_types.produce(versions, req.version, req.data, req.renditions,
                                  set(wanted.values()), max_bytes=max_bytes)
-    except contracts.VersionTooLarge as exc:
+    except event_types.VersionTooLarge as exc:
         what = (f"JSON larger than {exc.limit} bytes" if exc.reason == "bytes"
                 else f"more than {exc.limit} units of work")
         raise ValidationFailed(
@@ -403,15 +403,15 @@ def _produce(req: PublishRequest, wanted: dict[str, int],
             code="version_too_large",
             details={"version": exc.version, "reason": exc.reason,
                      "limit": exc.limit}) from None
-    except contracts.VersionInvalid as exc:
+    except event_types.VersionInvalid as exc:
         raise ValidationFailed(
             f"{req.type} v{exc.version} made by {exc.source} does not match its schema",
             code="version_invalid",
             details={"version": exc.version, "source": exc.source,
                      "errors": exc.errors}) from None
-    except contracts.VersionUnavailable:
+    except event_types.VersionUnavailable:
         # Which pins cannot be served is structure alone: nothing is run again per endpoint.
-        reach = contracts.reachable({v: row.downgrade is not None for v, row in versions.items()},
+        reach = event_types.reachable({v: row.downgrade is not None for v, row in versions.items()},
                                     req.version, set(req.renditions) & set(versions))
         missing = [{"endpoint": endpoint_id, "version": version}
                    for endpoint_id, version in sorted(wanted.items()) if version not in reach]
@@ -424,7 +424,7 @@ def _produce(req: PublishRequest, wanted: dict[str, int],
         raise ValidationFailed(
             f"{req.type} v{req.version} cannot be turned into the version(s) some endpoints "
             "are pinned to (no rendition, no chain of at most "
-            f"{contracts.MAX_DOWNGRADE_HOPS} downgrades, and never upwards): "
+            f"{event_types.MAX_DOWNGRADE_HOPS} downgrades, and never upwards): "
             + ", ".join(f"{m['endpoint']} needs v{m['version']}" for m in missing),
             code="version_unavailable", details={"endpoints": missing}) from None
 
@@ -435,13 +435,13 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
     `max_bytes` of JSON), and lay out the rows to write. Without pins or renditions no other
     version is looked at."""
     contract = _contract_of(targets, req)
-    errors = contracts.data_errors(contract.validator, req.data)
+    errors = event_types.data_errors(contract.validator, req.data)
     if errors:
         raise ValidationFailed(f"data does not match the schema of {req.type} v{req.version}",
                                code="schema_validation_failed", details=errors)
     wanted = _wanted_versions(targets, req)
     made: dict[int, tuple[dict[str, Any], str]] = {}
-    family: dict[int, contracts.Version] = {}
+    family: dict[int, event_types.Version] = {}
     if wanted or req.renditions:
         family = load_versions(req.type)
         made = _produce(req, wanted, family, max_bytes)
@@ -554,7 +554,7 @@ def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, An
             targets, from_cache = None, False
 
 
-def _no_versions(name: str) -> dict[int, contracts.Version]:
+def _no_versions(name: str) -> dict[int, event_types.Version]:
     """The hot path publishes only the version sent: asking for others is a bug."""
     raise AssertionError(f"the one-statement publish was asked for the versions of {name}")
 
@@ -583,7 +583,7 @@ def publish_in_transaction(session: Session, redis_client: redis.Redis, settings
     req = parse_request(body)
     connection = session.connection()
     plan = _plan(_targets(connection, partner_uid, req.type, req.version), req, partner_uid,
-                 now, lambda name: contracts.versions_of(connection, name),
+                 now, lambda name: event_types.versions_of(connection, name),
                  max_bytes=settings.max_payload_bytes)
     if key is not None:
         # First write of the transaction: a concurrent twin blocks here on the unique index

@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
-from app import contracts
+from app import event_types
 from app.models import PENDING, Delivery, Endpoint, Event, EventType, EventVersion, Partner
 
 PARTNERS = cast(Table, Partner.__table__)
@@ -66,7 +66,7 @@ def _targets(*, with_digest: bool) -> Any:
                ENDPOINTS.c.state, ENDPOINTS.c.event_types, ENDPOINTS.c.versions,
                ENDPOINTS.c.mode,
                ENDPOINTS.c.ordering,
-               *contracts.lookup_columns(bindparam("type_name"), bindparam("type_version"))]
+               *event_types.lookup_columns(bindparam("type_name"), bindparam("type_version"))]
     if with_digest:
         # Uncorrelated (by uid, not by the joined row), so it is computed once, not per row.
         partner_id = select(PARTNERS.c.id).where(PARTNERS.c.uid == bindparam("uid"))

@@ -404,7 +404,8 @@ class _Route:
     worked out once by `requests` itself: the adapter's urllib3 pool (TLS settings applied),
     the request target as requests quotes it, and the headers the session adds (its defaults,
     Basic auth from credentials in the URL). Each request then costs a header merge and the
-    pool's `urlopen`, not a `PreparedRequest` and a `Response` (a third of a bare POST's CPU).
+    pool's `urlopen`, not a `PreparedRequest` and a `Response` (a large share of a bare POST's
+    CPU; docs/delivery.md has the figures).
     """
 
     pool: HTTPConnectionPool

@@ -17,12 +17,18 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app import contracts
 from app import headers as header_rules
 from app.clock import utcnow
 from app.config import Settings
 from app.crypto import SecretBox
 from app.errors import Conflict, NotFound, ValidationFailed
+from app.event_types import (
+    MAX_DOWNGRADE_HOPS,
+    existing_names,
+    is_reserved,
+    registered_pairs,
+    unreachable_pins,
+)
 from app.feed.sequencer import settled_head
 from app.models import Endpoint, EndpointSecret, Partner
 from app.net import guard
@@ -189,13 +195,13 @@ def check_event_types(session: Session, event_types: Any) -> list[str] | None:
     if len(event_types) > MAX_EVENT_TYPES:
         raise _invalid("event_types", f"at most {MAX_EVENT_TYPES} event types")
     names = list(dict.fromkeys(event_types))
-    reserved = [n for n in names if contracts.is_reserved(n)]
+    reserved = [n for n in names if is_reserved(n)]
     if reserved:
         raise ValidationFailed(f"{reserved[0]} is Kurir's own event type: it reaches an "
                                "endpoint only when a test is sent to it, and cannot be "
                                "subscribed to", code="reserved_event_type",
                                details={"field": "event_types", "reserved": reserved})
-    missing = sorted(set(names) - contracts.existing_names(session, names))
+    missing = sorted(set(names) - existing_names(session, names))
     if missing:
         raise ValidationFailed(f"unknown event type(s): {', '.join(missing)}",
                                code="unknown_event_type",
@@ -221,7 +227,7 @@ def check_versions(session: Session, value: Any) -> dict[str, int] | None:
             raise ValidationFailed(f"versions[{name!r}] must be a positive integer",
                                    code="invalid_field",
                                    details={"field": "versions", "type": name})
-    registered = contracts.registered_pairs(session, list(value))
+    registered = registered_pairs(session, list(value))
     missing = sorted((n, v) for n, v in value.items() if (n, v) not in registered)
     if missing:
         raise ValidationFailed(
@@ -229,12 +235,12 @@ def check_versions(session: Session, value: Any) -> dict[str, int] | None:
             code="unknown_event_type",
             details={"field": "versions",
                      "unknown": [{"type": n, "version": v} for n, v in missing]})
-    unreachable = contracts.unreachable_pins(session, value)
+    unreachable = unreachable_pins(session, value)
     if unreachable:
         first = unreachable[0]
         raise ValidationFailed(
             "no chain of downgrades makes the pinned version from the newest one (each link "
-            f"needs a downgrade, at most {contracts.MAX_DOWNGRADE_HOPS} links): "
+            f"needs a downgrade, at most {MAX_DOWNGRADE_HOPS} links): "
             + ", ".join(f"{u['type']} v{u['version']} from v{u['newest']}" for u in unreachable),
             code="version_unavailable",
             details={"field": "versions", "type": first["type"], "version": first["version"],

@@ -25,6 +25,7 @@ from app.models import (
     DL_OPEN,
     Attempt,
     BulkOperation,
+    DeadLetter,
     Delivery,
     Endpoint,
     EndpointSecret,
@@ -95,6 +96,28 @@ def page(session: Session, actor: Actor, uid: str | None, *, state: str | None =
     if state:
         stmt = stmt.where(Endpoint.state == state)
     return paginate(session, stmt, Endpoint.id, limit=limit, cursor=cursor)
+
+
+def any_exist(session: Session, actor: Actor) -> bool:
+    """Whether any endpoint was ever made (deleted ones count), to tell an empty install
+    from a filter that matches nothing."""
+    actor.require("read")
+    stmt = select(Endpoint.id)
+    if actor.partner_id is not None:
+        stmt = stmt.where(Endpoint.partner_id == actor.partner_id)
+    return session.scalar(stmt.limit(1)) is not None
+
+
+def operational_events(session: Session, actor: Actor, endpoint: Endpoint, *,
+                       limit: int) -> list[OperationalEvent]:
+    """What happened to the endpoint (disabled, enabled, secret rotated...), newest first;
+    a deleted endpoint's too."""
+    actor.require("read")
+    if not actor.may_see_partner(endpoint.partner_id):
+        raise _not_found(endpoint.id)
+    return list(session.scalars(
+        select(OperationalEvent).where(OperationalEvent.subject_id == endpoint.id)
+        .order_by(OperationalEvent.id.desc()).limit(limit)))
 
 
 def create(session: Session, rt: Runtime, actor: Actor, uid: str,
@@ -308,6 +331,20 @@ def resend_parked(session: Session, rt: Runtime, actor: Actor,
     _record(session, actor, "endpoint.parked_resent", endpoint, operation=op.id,
             letters=op.total, since=isoformat(since))
     return enabled, op
+
+
+def resend_letter_enabling(session: Session, rt: Runtime, actor: Actor, letter_id: str, *,
+                           force: bool = False) -> tuple[bool, DeadLetter]:
+    """Enable the letter's endpoint if it is disabled (and not deleted), then resend the
+    letter; whether the endpoint was enabled now, and the letter.
+
+    The one-letter counterpart of `resend_parked`. Audited as `endpoint.enabled` (when it
+    was disabled) and on the letter as a resend.
+    """
+    letter, _ = dead_letters.get(session, actor, letter_id)
+    endpoint = by_id(session, actor, letter.endpoint_id, "endpoints:write")
+    enabled = endpoint.deleted_at is None and enable(session, actor, endpoint)
+    return enabled, dead_letters.resend_one(session, rt, actor, letter_id, force=force)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,15 @@ def visible(session: Session, actor: Actor, uid: str, scope: str = "read") -> Pa
     return partner
 
 
+def by_id(session: Session, actor: Actor, partner_id: str, scope: str = "read") -> Partner:
+    """The partner by its id (rows carry the id, pages link the uid), as `visible` decides."""
+    actor.require(scope)
+    partner = session.get(Partner, partner_id)
+    if partner is None or not actor.may_see_partner(partner.id):
+        raise NotFound(f"partner {partner_id!r} does not exist", details={"id": partner_id})
+    return partner
+
+
 def create(session: Session, actor: Actor, body: dict[str, Any]) -> Partner:
     actor.require("endpoints:write")
     if actor.bound_to_partner:

@@ -19,7 +19,7 @@ from app.ports import free_port
 from app.runtime import Runtime
 from app.signing import build_headers, generate_secret
 from sender.dispatch import enqueue_now
-from tests.factories import (
+from tests.support.factories import (
     WorkerThread,
     make_endpoint,
     make_event_with_deliveries,

@@ -22,7 +22,7 @@ from app.registry.secrets import rotate
 from app.runtime import Runtime
 from app.signing import generate_secret
 from sender.dispatch import enqueue_now
-from tests.factories import (
+from tests.support.factories import (
     Receiver,
     SweeperThread,
     WorkerThread,

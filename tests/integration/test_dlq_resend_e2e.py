@@ -15,8 +15,8 @@ from app.clock import utcnow
 from app.models import Attempt, DeadLetter, Delivery, Endpoint, Event
 from app.registry.secrets import rotate
 from app.signing import generate_secret
-from tests.dlq_factories import letters_for, make_scene
-from tests.factories import Receiver, WorkerThread, wait_for
+from tests.support.dlq_factories import letters_for, make_scene
+from tests.support.factories import Receiver, WorkerThread, wait_for
 
 
 def test_resend_is_delivered_with_the_same_id_and_the_rotated_secret(client, auth, runtime):

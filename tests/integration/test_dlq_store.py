@@ -24,7 +24,7 @@ from app.queues import DEFAULT, DELIVERIES, DLQ_BULK_RESEND
 from dlq import discard as discard_mod
 from dlq import resend, retention
 from dlq.search import DeadLetterFilter, conditions, search
-from tests.dlq_factories import letters_for, make_scene
+from tests.support.dlq_factories import letters_for, make_scene
 
 
 def _ids(runtime, flt: DeadLetterFilter, limit: int = 250) -> set[str]:

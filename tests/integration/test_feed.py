@@ -20,8 +20,8 @@ from app.ids import new_id
 from app.intake.publish import PublishRequest, payload_json
 from app.models import AuditRecord, Delivery, Event, Partner
 from app.web import metrics
-from tests.factories import wait_for
-from tests.integration._publish_support import (
+from tests.support.factories import wait_for
+from tests.support.publish import (
     error_of,
     make_endpoint,
     make_event_type,

@@ -30,7 +30,7 @@ from app.queues import (
     pop_job_ids,
 )
 from app.runtime import Runtime
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 SW = "standard-webhooks"
 HERE = "tests.integration.test_inbound_batch"

@@ -30,7 +30,7 @@ from app.models import (
 from app.processes.worker import run_worker
 from app.queues import INBOUND, INBOUND_RECONCILE
 from app.runtime import Runtime
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 SW = "standard-webhooks"
 HERE = "tests.integration.test_inbound_process"

@@ -27,7 +27,7 @@ from app.processes.scheduler import periodic_jobs
 from app.processes.worker import run_worker
 from app.queues import INBOUND, INBOUND_RECONCILE
 from app.runtime import Runtime
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 SW = "standard-webhooks"
 

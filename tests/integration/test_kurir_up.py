@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from app.ports import free_port
-from tests.factories import wait_for
+from tests.support.factories import wait_for
 
 pytestmark = pytest.mark.slow
 

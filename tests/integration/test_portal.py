@@ -16,8 +16,8 @@ from app.models import AuditRecord, Delivery, Endpoint, Event, PortalLink, Porta
 from app.queues import DEFAULT, KurirJob
 from app.services import portal as portal_service
 from app.web.portal import guide
-from tests.factories import Receiver, WorkerThread, wait_for
-from tests.integration._publish_support import (
+from tests.support.factories import Receiver, WorkerThread, wait_for
+from tests.support.publish import (
     blocked_endpoint,
     make_endpoint,
     make_event_type,
@@ -599,8 +599,8 @@ def test_publishers_cannot_publish_or_register_kurirs_own_types(client, auth, ac
 
 
 def test_deliveries_list_filters_and_resends_a_dead_one(portal, client, auth, runtime, acme):
-    from tests.dlq_factories import make_dead_letter
-    from tests.dlq_factories import make_event as make_dl_event
+    from tests.support.dlq_factories import make_dead_letter
+    from tests.support.dlq_factories import make_event as make_dl_event
 
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, acme["id"])

@@ -18,7 +18,7 @@ from app.queues import DELIVER_BATCH, DELIVERIES
 from app.runtime import Runtime
 from app.web import create_app
 from sender.dispatch import job_specs
-from tests.integration._publish_support import (
+from tests.support.publish import (
     contract_and_partner,
     counts,
     error_of,

@@ -16,7 +16,7 @@ from app.intake import publish as publish_module
 from app.models import DeadLetter, Delivery, Event
 from app.runtime import Runtime
 from app.web import create_app
-from tests.integration._publish_support import (
+from tests.support.publish import (
     contract_and_partner,
     counts,
     make_endpoint,

@@ -19,7 +19,7 @@ from app.intake import publish as publish_module
 from app.intake.publish import publish_in_transaction, request_hash
 from app.models import Event, IdempotencyKey
 from app.queues import DELIVERIES
-from tests.integration._publish_support import (
+from tests.support.publish import (
     counts,
     error_of,
     make_partner,

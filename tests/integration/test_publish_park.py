@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from app.clock import utcnow
 from app.models import DeadLetter, DeadLetterAudit, Delivery, Endpoint, Event
 from sender.park import park
-from tests.integration._publish_support import (
+from tests.support.publish import (
     make_endpoint,
     make_event_type,
     make_partner,

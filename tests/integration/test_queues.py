@@ -10,7 +10,7 @@ from rq import Queue, SimpleWorker
 from rq.job import Job, JobStatus
 
 from app.queues import DEFAULT, RESULT_TTL_S, JobSpec, enqueue_after_commit, enqueue_many
-from tests.factories import wait_for
+from tests.support.factories import wait_for
 
 
 def test_an_enqueued_job_is_run_by_rq_own_worker(redis_client):

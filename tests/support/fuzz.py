@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from app.runtime import Runtime
-from tests.dlq_factories import make_dead_letter, make_event
-from tests.integration._publish_support import make_endpoint, make_event_type, make_partner
-from tests.integration.inbound_kit import create_source, signed_callback
+from tests.support.dlq_factories import make_dead_letter, make_event
+from tests.support.inbound import create_source, signed_callback
+from tests.support.publish import make_endpoint, make_event_type, make_partner
 
 MAX_REPORTED = 20
 

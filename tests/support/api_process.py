@@ -7,7 +7,6 @@ database behind them; its data lives in a temporary directory.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 import requests
 
 from app.ports import free_port
+from tests.support.processes import stop_group
 
 
 @dataclass
@@ -74,9 +74,4 @@ def serve_api(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
         ).status_code == 201
         yield Api(url, admin, reader, process.pid)
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)

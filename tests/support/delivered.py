@@ -17,8 +17,8 @@ from sqlalchemy import select
 
 from app.clock import isoformat, utcnow
 from app.models import DeadLetter, Delivery
-from tests.factories import Received, Receiver, wait_for
-from tests.integration._publish_support import make_endpoint, make_partner
+from tests.support.factories import Received, Receiver, wait_for
+from tests.support.publish import make_endpoint, make_partner
 
 V1 = {"type": "object", "required": ["amount", "currency"],
       "properties": {"amount": {"type": "integer"}, "currency": {"type": "string"},
