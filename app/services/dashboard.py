@@ -31,6 +31,7 @@ from app.models import (
 from app.services import endpoints, partners
 from app.services.actor import Actor
 from app.services.metrics import QueueStat, queue_stats
+from app.vocabulary import EndpointState, InboundStatus
 from sender.ordering import BlockedCount
 
 # How many disabled endpoints and operational events the dashboard lists.
@@ -155,12 +156,12 @@ def _open_dead_letters(session: Session) -> int:
 
 def _quarantined_inbound(session: Session) -> int:
     return int(session.scalar(select(func.count()).select_from(InboundEvent)
-                              .where(InboundEvent.status == "quarantined")) or 0)
+                              .where(InboundEvent.status == InboundStatus.QUARANTINED)) or 0)
 
 
 def _disabled_endpoints(session: Session, limit: int = DISABLED_SHOWN) -> list[Endpoint]:
     return list(session.scalars(
-        select(Endpoint).where(Endpoint.state == "disabled", Endpoint.deleted_at.is_(None))
+        select(Endpoint).where(Endpoint.state == EndpointState.DISABLED, Endpoint.deleted_at.is_(None))
         .order_by(Endpoint.disabled_at.desc()).limit(limit)))
 
 

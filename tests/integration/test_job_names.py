@@ -28,9 +28,14 @@ from app.processes.worker import run_worker
 from app.queues import DEFAULT, DELIVERIES, INBOUND, JOBS, LEGACY_NAMES, JobSpec, enqueue_many
 from app.runtime import Runtime
 from dlq import resend
-from tests.dlq_factories import letters_for, make_scene
-from tests.factories import Receiver, make_endpoint, make_event_with_deliveries, make_partner
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
+from tests.support.dlq_factories import letters_for, make_scene
+from tests.support.factories import (
+    Receiver,
+    make_endpoint,
+    make_event_with_deliveries,
+    make_partner,
+)
 
 SW = "standard-webhooks"
 

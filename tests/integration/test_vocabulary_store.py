@@ -21,7 +21,7 @@ from app.vocabulary import (
     EndpointState,
     ResendSkip,
 )
-from tests.dlq_factories import make_dead_letter, make_endpoint, make_event, make_partner
+from tests.support.dlq_factories import make_dead_letter, make_endpoint, make_event, make_partner
 
 
 def test_enum_members_are_stored_as_their_text(runtime: Runtime) -> None:
