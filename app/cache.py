@@ -21,8 +21,9 @@ V = TypeVar("V")
 class TTLCache(Generic[K, V]):
     """Values by key, each served for `ttl_s` seconds of `clock` after it was stored."""
 
-    def __init__(self, ttl_s: float, max_entries: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self.clock = clock

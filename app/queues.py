@@ -107,9 +107,14 @@ def job_fields(spec: JobSpec, enqueued_at: str) -> dict[FieldT, EncodableT]:
     call: tuple[Any, ...] = (spec.func, None, spec.args, {})
     return {
         "data": zlib.compress(pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)),
-        "origin": spec.queue, "description": spec.func, "status": "queued",
-        "created_at": enqueued_at, "enqueued_at": enqueued_at, "timeout": spec.timeout_s,
-        "result_ttl": RESULT_TTL_S, "failure_ttl": FAILURE_TTL_S,
+        "origin": spec.queue,
+        "description": spec.func,
+        "status": "queued",
+        "created_at": enqueued_at,
+        "enqueued_at": enqueued_at,
+        "timeout": spec.timeout_s,
+        "result_ttl": RESULT_TTL_S,
+        "failure_ttl": FAILURE_TTL_S,
     }
 
 
@@ -154,8 +159,9 @@ def try_enqueue_many(connection: redis.Redis, specs: list[JobSpec]) -> bool:
     return True
 
 
-def enqueue_after_commit(session: Session, connection: redis.Redis,
-                         specs: Iterable[JobSpec]) -> None:
+def enqueue_after_commit(
+    session: Session, connection: redis.Redis, specs: Iterable[JobSpec]
+) -> None:
     """Enqueue once the session's transaction has committed, never if it rolls back: a
     worker must find the rows its job names. Redis being down then is survivable (see
     `try_enqueue_many`)."""
@@ -164,8 +170,7 @@ def enqueue_after_commit(session: Session, connection: redis.Redis,
         after_commit(session, lambda: try_enqueue_many(connection, pending))
 
 
-def pop_job_ids(connection: redis.Redis, queue_key: str, count: int,
-                block_s: float) -> list[str]:
+def pop_job_ids(connection: redis.Redis, queue_key: str, count: int, block_s: float) -> list[str]:
     """Up to ``count`` job ids off an RQ queue in one round trip (LPOP with a count), or,
     when it is empty, wait up to ``block_s`` for the next; distinct, in queue order.
 
@@ -177,10 +182,12 @@ def pop_job_ids(connection: redis.Redis, queue_key: str, count: int,
         popped = connection.blpop([queue_key], timeout=block_s)
         if not popped:
             return []
-        raw = [popped[1], *(connection.lpop(queue_key, count - 1) or [])] if count > 1 \
+        raw = (
+            [popped[1], *(connection.lpop(queue_key, count - 1) or [])]
+            if count > 1
             else [popped[1]]
-    return list(dict.fromkeys(r.decode() if isinstance(r, bytes) else str(r)
-                              for r in raw))
+        )
+    return list(dict.fromkeys(r.decode() if isinstance(r, bytes) else str(r) for r in raw))
 
 
 class BatchConsumer:

@@ -25,9 +25,14 @@ def _invalid(field: str, message: str, **details: Any) -> ValidationFailed:
     return ValidationFailed(message, code="invalid_url", details={"field": field, **details})
 
 
-def check_outbound_url(value: Any, field: str, settings: Settings,
-                       resolver: guard.Resolver = guard.default_resolver, *,
-                       credentials_hint: str = "") -> str:
+def check_outbound_url(
+    value: Any,
+    field: str,
+    settings: Settings,
+    resolver: guard.Resolver = guard.default_resolver,
+    *,
+    credentials_hint: str = "",
+) -> str:
     """`value` if Kurir may call it; `field` names it in the refusal, `credentials_hint` says
     where credentials go instead (where the caller has such a place).
 
@@ -42,17 +47,22 @@ def check_outbound_url(value: Any, field: str, settings: Settings,
         raise _invalid(field, f"{field} is longer than {MAX_URL_LENGTH} characters")
     if header_rules.has_userinfo(value):
         # It would be shown and stored wherever the URL is (attempts, logs); a header is not.
-        raise _invalid(field, f"{field} must not carry credentials (user:password@host)"
-                              + (f": {credentials_hint}" if credentials_hint else ""),
-                       reason="userinfo")
+        raise _invalid(
+            field,
+            f"{field} must not carry credentials (user:password@host)"
+            + (f": {credentials_hint}" if credentials_hint else ""),
+            reason="userinfo",
+        )
     try:
         guard.check_url(value, guard.policy_from(settings), resolver)
     except guard.InvalidURL as exc:
         raise _invalid(field, f"{field} is not acceptable: {exc}") from None
     except guard.BlockedAddress as exc:
-        raise ValidationFailed(f"{field} targets a blocked address: {exc.reason}",
-                               code="blocked_address",
-                               details={"field": field, "reason": exc.reason}) from None
+        raise ValidationFailed(
+            f"{field} targets a blocked address: {exc.reason}",
+            code="blocked_address",
+            details={"field": field, "reason": exc.reason},
+        ) from None
     except guard.ResolutionError as exc:
         log.info("%s host does not resolve yet: %s", field, exc)
     return value

@@ -56,8 +56,7 @@ def test_a_delivery_job_is_delivered(runtime: Runtime, redis_client, name: str):
     with Receiver() as receiver:
         with runtime.db.begin() as session:
             partner = make_partner(session, "acme")
-            endpoint = make_endpoint(session, partner, receiver.url + "/hook",
-                                     runtime.secret_box)
+            endpoint = make_endpoint(session, partner, receiver.url + "/hook", runtime.secret_box)
             _, deliveries = make_event_with_deliveries(session, partner, [endpoint])
             ids = [d.id for d in deliveries]
         _enqueue_by_hand(redis_client, DELIVERIES, name, (ids,))
@@ -71,8 +70,9 @@ def test_a_delivery_job_is_delivered(runtime: Runtime, redis_client, name: str):
 @_names("app.inbound.process.process_event")
 def test_an_inbound_job_is_processed(runtime: Runtime, redis_client, name: str):
     kit.create_source(runtime, "psp", SW)
-    body, headers = kit.signed_callback(SW, event_id="evt_1", resource_id="pay_1", version=1,
-                                        status="paid")
+    body, headers = kit.signed_callback(
+        SW, event_id="evt_1", resource_id="pay_1", version=1, status="paid"
+    )
     event_id = receive.receive(runtime, "psp", headers, body).inbound_event_id
     Queue(INBOUND, connection=redis_client).empty()  # drop the job the receiver queued
     _enqueue_by_hand(redis_client, INBOUND, name, (event_id,))
@@ -82,10 +82,12 @@ def test_an_inbound_job_is_processed(runtime: Runtime, redis_client, name: str):
 
 
 @_names("app.inbound.reconcile.run_request")
-def test_a_reconcile_job_pulls_the_provider(runtime: Runtime, redis_client,
-                                            httpserver: HTTPServer, name: str):
+def test_a_reconcile_job_pulls_the_provider(
+    runtime: Runtime, redis_client, httpserver: HTTPServer, name: str
+):
     httpserver.expect_request("/state", query_string="resource_id=pay_1").respond_with_json(
-        {"id": "pay_1", "version": 4, "status": "refunded"})
+        {"id": "pay_1", "version": 4, "status": "refunded"}
+    )
     kit.create_source(runtime, "psp", SW, reconcile_url=httpserver.url_for("/state"))
     with runtime.db.begin() as session:
         source = session.scalar(select(InboundSource))

@@ -33,8 +33,9 @@ def test_an_enqueued_job_is_run_by_rq_own_worker(redis_client):
 def test_a_reused_job_id_starts_from_a_clean_hash(redis_client):
     spec = JobSpec(DEFAULT, "os.getcwd", (), job_id="probe-2")
     enqueue_many(redis_client, [spec])
-    SimpleWorker([Queue(DEFAULT, connection=redis_client)],
-                 connection=redis_client).work(burst=True)
+    SimpleWorker([Queue(DEFAULT, connection=redis_client)], connection=redis_client).work(
+        burst=True
+    )
     assert redis_client.ttl(Job.key_for("probe-2")) > 0  # a finished job expires
 
     enqueue_many(redis_client, [spec])  # the same deterministic id, queued again
@@ -50,7 +51,6 @@ def test_jobs_without_an_id_get_distinct_ones(redis_client):
     assert enqueue_many(redis_client, specs) == 3
     ids = Queue(DEFAULT, connection=redis_client).job_ids
     assert len(set(ids)) == 3
-
 
 
 def test_a_worker_stops_its_command_listener_at_once(redis_client):
@@ -75,19 +75,20 @@ def test_a_worker_stops_its_command_listener_at_once(redis_client):
     assert not listener.is_alive()
 
 
-def test_enqueue_after_commit_waits_for_the_commit_and_forgets_a_rollback(runtime,
-                                                                          redis_client):
+def test_enqueue_after_commit_waits_for_the_commit_and_forgets_a_rollback(runtime, redis_client):
     queue = Queue(DEFAULT, connection=redis_client)
     with runtime.db.begin() as session:
-        enqueue_after_commit(session, runtime.redis, [JobSpec(DEFAULT, "os.getcwd", (),
-                                                              job_id="after-commit")])
+        enqueue_after_commit(
+            session, runtime.redis, [JobSpec(DEFAULT, "os.getcwd", (), job_id="after-commit")]
+        )
         assert queue.job_ids == []  # a worker must not look before the rows are visible
     assert queue.job_ids == ["after-commit"]
 
     def fail_after_enqueueing() -> None:
         with runtime.db.begin() as session:
-            enqueue_after_commit(session, runtime.redis, [JobSpec(DEFAULT, "os.getcwd", (),
-                                                                  job_id="rolled-back")])
+            enqueue_after_commit(
+                session, runtime.redis, [JobSpec(DEFAULT, "os.getcwd", (), job_id="rolled-back")]
+            )
             raise RuntimeError("the transaction fails")
 
     with pytest.raises(RuntimeError):

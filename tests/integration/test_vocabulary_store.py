@@ -29,22 +29,36 @@ def test_enum_members_are_stored_as_their_text(runtime: Runtime) -> None:
         partner = make_partner(session)
         endpoint, _ = make_endpoint(session, runtime.secret_box, partner)
         disable_endpoint(session, endpoint)
-        letter = make_dead_letter(session, endpoint, make_event(session, partner),
-                                  reason=DeadLetterReason.ENDPOINT_DISABLED)
-        op = BulkOperation(kind="resend", actor="test", state=BulkOperationState.RUNNING,
-                           params={"skipped": dict(Counter([ResendSkip.ENDPOINT_DISABLED]))})
+        letter = make_dead_letter(
+            session,
+            endpoint,
+            make_event(session, partner),
+            reason=DeadLetterReason.ENDPOINT_DISABLED,
+        )
+        op = BulkOperation(
+            kind="resend",
+            actor="test",
+            state=BulkOperationState.RUNNING,
+            params={"skipped": dict(Counter([ResendSkip.ENDPOINT_DISABLED]))},
+        )
         session.add(op)
         session.flush()
         ids = endpoint.id, letter.id, letter.delivery_id, op.id
     with runtime.db.engine.connect() as connection:
-        row = connection.execute(text(
-            "SELECT e.state, l.reason, l.state, d.state, b.state, CAST(b.params AS TEXT) "
-            "FROM endpoints e, dead_letters l, deliveries d, bulk_operations b "
-            "WHERE e.id = :e AND l.id = :l AND d.id = :d AND b.id = :b"),
-            dict(zip("eldb", ids, strict=True))).one()
+        row = connection.execute(
+            text(
+                "SELECT e.state, l.reason, l.state, d.state, b.state, CAST(b.params AS TEXT) "
+                "FROM endpoints e, dead_letters l, deliveries d, bulk_operations b "
+                "WHERE e.id = :e AND l.id = :l AND d.id = :d AND b.id = :b"
+            ),
+            dict(zip("eldb", ids, strict=True)),
+        ).one()
     assert tuple(row[:5]) == ("disabled", "endpoint_disabled", "open", "dead", "running")
     assert all(type(value) is str for value in row)
     assert row[5].replace(" ", "") == '{"skipped":{"endpoint_disabled":1}}'
     assert (row[0], row[1], row[2], row[3]) == (
-        EndpointState.DISABLED, DeadLetterReason.ENDPOINT_DISABLED, DeadLetterState.OPEN,
-        DeliveryState.DEAD)
+        EndpointState.DISABLED,
+        DeadLetterReason.ENDPOINT_DISABLED,
+        DeadLetterState.OPEN,
+        DeliveryState.DEAD,
+    )

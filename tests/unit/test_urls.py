@@ -29,16 +29,19 @@ def settings(tmp_path: Path) -> Settings:
     return Settings(data_dir=tmp_path)
 
 
-def refusal(value: object, settings: Settings, resolver: guard.Resolver = public
-            ) -> ValidationFailed:
+def refusal(
+    value: object, settings: Settings, resolver: guard.Resolver = public
+) -> ValidationFailed:
     with pytest.raises(ValidationFailed) as refused:
         check_outbound_url(value, "hook", settings, resolver)
     return refused.value
 
 
 def test_a_public_url_passes_and_an_unresolved_one_is_left_to_send_time(settings) -> None:
-    assert check_outbound_url("https://example.com/x", "hook", settings, public) == \
-        "https://example.com/x"
+    assert (
+        check_outbound_url("https://example.com/x", "hook", settings, public)
+        == "https://example.com/x"
+    )
     assert check_outbound_url("https://later.example/x", "hook", settings, unresolvable)
 
 

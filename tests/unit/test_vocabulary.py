@@ -34,7 +34,8 @@ def _sources() -> list[tuple[Path, ast.Module]]:
 def _is_park(call: ast.Call) -> bool:
     func = call.func
     return (isinstance(func, ast.Name) and func.id == "park") or (
-        isinstance(func, ast.Attribute) and func.attr == "park")
+        isinstance(func, ast.Attribute) and func.attr == "park"
+    )
 
 
 def _reason_argument(call: ast.Call) -> ast.expr:
@@ -46,9 +47,13 @@ def _reason_argument(call: ast.Call) -> ast.expr:
 
 def _members_named(tree: ast.AST) -> set[str]:
     """`DeadLetterReason.X` written anywhere in a module: the reasons it can hand to park."""
-    return {node.attr for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and node.value.id == "DeadLetterReason"}
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "DeadLetterReason"
+    }
 
 
 def test_dead_letter_reasons_are_exactly_the_reasons_park_is_given() -> None:
@@ -85,8 +90,12 @@ def test_park_refuses_a_reason_outside_the_vocabulary() -> None:
 
 def test_no_module_spells_a_reason_or_a_skip_in_a_comparison() -> None:
     """`x == "endpoint_disabled"` would pass review and drift; the enums are compared instead."""
-    words = {*values(DeadLetterReason), *values(ResendSkip), *values(EndpointState),
-             *values(EndpointMode)}
+    words = {
+        *values(DeadLetterReason),
+        *values(ResendSkip),
+        *values(EndpointState),
+        *values(EndpointMode),
+    }
     found = []
     for path, tree in _sources():
         if path.name == "vocabulary.py" or "web/ui" in path.as_posix():
@@ -104,8 +113,10 @@ def test_members_are_their_text() -> None:
     assert DeliveryState.PENDING == "pending"
     assert {"pending": 1}[DeliveryState.PENDING] == 1
     assert f"{InboundStatus.QUARANTINED}" == str(InboundStatus.QUARANTINED) == "quarantined"
-    assert json.dumps({ResendSkip.NOT_OPEN: EndpointState.DISABLED}) == \
-        '{"dead_letter_not_open": "disabled"}'
+    assert (
+        json.dumps({ResendSkip.NOT_OPEN: EndpointState.DISABLED})
+        == '{"dead_letter_not_open": "disabled"}'
+    )
     assert values(EndpointMode) == ("push", "pull")
     assert all(type(word) is str for word in values(EndpointMode))
 
