@@ -24,8 +24,14 @@ class KurirError(Exception):
     status = 500
     code = "internal_error"
 
-    def __init__(self, message: str, *, code: str | None = None,
-                 details: Any = None, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        details: Any = None,
+        status: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:

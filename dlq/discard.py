@@ -16,8 +16,14 @@ from dlq.resend import NOT_OPEN
 MAX_NOTE_LENGTH = 2000
 
 
-def discard(session: Session, letter_id: str, *, actor: str, note: str | None = None,
-            now: datetime | None = None) -> DeadLetter:
+def discard(
+    session: Session,
+    letter_id: str,
+    *,
+    actor: str,
+    note: str | None = None,
+    now: datetime | None = None,
+) -> DeadLetter:
     """Close an open letter as `discarded`, keeping the note on the letter and in its audit.
 
     Raises:
@@ -38,9 +44,13 @@ def discard(session: Session, letter_id: str, *, actor: str, note: str | None = 
     )
     if not flipped.rowcount:  # type: ignore[attr-defined]
         session.refresh(letter)
-        raise Conflict(f"dead letter {letter_id} is {letter.state}, not open",
-                       code=NOT_OPEN, details={"dead_letter": letter_id, "state": letter.state})
-    session.execute(insert(DeadLetterAudit),
-                    [audit_row(letter_id, actor, "discard", "discarded", now, note)])
+        raise Conflict(
+            f"dead letter {letter_id} is {letter.state}, not open",
+            code=NOT_OPEN,
+            details={"dead_letter": letter_id, "state": letter.state},
+        )
+    session.execute(
+        insert(DeadLetterAudit), [audit_row(letter_id, actor, "discard", "discarded", now, note)]
+    )
     session.expire(letter)
     return letter

@@ -49,8 +49,15 @@ class Actor:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def key(cls, name: str, scopes: Iterable[str], key_id: str, *,
-            partner_id: str | None = None, partner_uid: str | None = None) -> Actor:
+    def key(
+        cls,
+        name: str,
+        scopes: Iterable[str],
+        key_id: str,
+        *,
+        partner_id: str | None = None,
+        partner_uid: str | None = None,
+    ) -> Actor:
         return cls(KEY, name, frozenset(scopes), key_id, partner_id, partner_uid)
 
     @classmethod
@@ -63,8 +70,7 @@ class Actor:
 
     @classmethod
     def portal(cls, partner_id: str, partner_uid: str, session_id: str | None = None) -> Actor:
-        return cls(PORTAL, partner_uid, PARTNER_SCOPES, None, partner_id, partner_uid,
-                   session_id)
+        return cls(PORTAL, partner_uid, PARTNER_SCOPES, None, partner_id, partner_uid, session_id)
 
     @classmethod
     def system(cls) -> Actor:
@@ -83,8 +89,10 @@ class Actor:
             # What a partner credential can never do does not exist for it.
             raise NotFound("not found")
         if not self.allows(scope):
-            raise Forbidden(f"this caller lacks the scope {scope!r}",
-                            details={"required_scope": scope, "granted": sorted(self.scopes)})
+            raise Forbidden(
+                f"this caller lacks the scope {scope!r}",
+                details={"required_scope": scope, "granted": sorted(self.scopes)},
+            )
 
     def may_see_partner(self, partner_id: str) -> bool:
         return self.partner_id is None or self.partner_id == partner_id

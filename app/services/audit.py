@@ -18,8 +18,16 @@ from app.services.actor import Actor
 MAX_PAGE = 250
 
 
-def record(session: Session, actor: Actor, action: str, subject_type: str, subject_id: str, *,
-           partner_id: str | None = None, **details: Any) -> AuditRecord:
+def record(
+    session: Session,
+    actor: Actor,
+    action: str,
+    subject_type: str,
+    subject_id: str,
+    *,
+    partner_id: str | None = None,
+    **details: Any,
+) -> AuditRecord:
     """Write one audit row; `details` must be JSON and must never hold a secret.
 
     A portal session's changes name the session, so an operator can tell which magic link
@@ -27,16 +35,29 @@ def record(session: Session, actor: Actor, action: str, subject_type: str, subje
     """
     if actor.session_id is not None:
         details.setdefault("session", actor.session_id)
-    row = AuditRecord(actor=str(actor)[:320], action=action, subject_type=subject_type,
-                      subject_id=subject_id, partner_id=partner_id, details=details)
+    row = AuditRecord(
+        actor=str(actor)[:320],
+        action=action,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        partner_id=partner_id,
+        details=details,
+    )
     session.add(row)
     return row
 
 
-def search(session: Session, actor: Actor, *, subject_id: str | None = None,
-           action: str | None = None, partner_id: str | None = None,
-           actor_prefix: str | None = None, limit: int = 50,
-           cursor: str | None = None) -> tuple[list[AuditRecord], str | None]:
+def search(
+    session: Session,
+    actor: Actor,
+    *,
+    subject_id: str | None = None,
+    action: str | None = None,
+    partner_id: str | None = None,
+    actor_prefix: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> tuple[list[AuditRecord], str | None]:
     """Newest first; a partner-bound actor sees only what concerns its partner.
 
     `partner_id` narrows to one partner's records, `actor_prefix` to one kind of actor

@@ -21,13 +21,22 @@ pytestmark = pytest.mark.slow
 
 def test_kurir_up_serves_ready_and_stops_every_child_on_sigint(tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("KURIR_") and k not in {"DATABASE_URL", "REDIS_URL"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("KURIR_") and k not in {"DATABASE_URL", "REDIS_URL"}
+    }
     kurir = Path(sys.executable).with_name("kurir")
-    process = subprocess.Popen([str(kurir), "up", "--port", str(port)], cwd=tmp_path, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [str(kurir), "up", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     children: list[psutil.Process] = []
     try:
+
         def ready() -> bool:
             assert process.poll() is None, process.stdout.read().decode()  # type: ignore[union-attr]
             try:
