@@ -228,6 +228,11 @@ class Settings:
     # Kurir's own address as partners reach it, for the links it hands out; None: the address
     # the request that asks for a link came in on.
     public_url: str | None = None
+    # What one partner can cause (partner keys and portal sessions; operators are not
+    # limited by the rates): live endpoints, and endpoint creations and test events a minute.
+    max_endpoints_per_partner: int = 50
+    partner_endpoint_creates_per_minute: int = 30
+    partner_test_sends_per_minute: int = 10
 
     @property
     def portal_framable(self) -> bool:
@@ -320,6 +325,12 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_PORTAL_LINK_TTL_SECONDS": ("portal_link_ttl_seconds",
                                       lambda n, r: _parse_int(n, r, 60, 86400)),
     "KURIR_PUBLIC_URL": ("public_url", _parse_public_url),
+    "KURIR_MAX_ENDPOINTS_PER_PARTNER": ("max_endpoints_per_partner",
+                                        lambda n, r: _parse_int(n, r, 1, 100_000)),
+    "KURIR_PARTNER_ENDPOINT_CREATES_PER_MINUTE": ("partner_endpoint_creates_per_minute",
+                                                  lambda n, r: _parse_int(n, r, 1, 60_000)),
+    "KURIR_PARTNER_TEST_SENDS_PER_MINUTE": ("partner_test_sends_per_minute",
+                                            lambda n, r: _parse_int(n, r, 1, 60_000)),
 }
 
 ENV_VARS: tuple[str, ...] = tuple(_ENV)

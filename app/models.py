@@ -49,6 +49,9 @@ FINAL_DELIVERY_STATES = (SUCCEEDED, DEAD)
 DL_OPEN, DL_RESENT, DL_DISCARDED = "open", "resent", "discarded"
 DL_STATES = (DL_OPEN, DL_RESENT, DL_DISCARDED)
 
+# Who disabled an endpoint (`Endpoint.disabled_by`).
+DISABLED_BY_OPERATOR, DISABLED_BY_PARTNER, DISABLED_BY_HEALTH = "operator", "partner", "health"
+
 # Inbound statuses.
 INBOUND_STATUSES = ("received", "processing", "applied", "ignored", "quarantined", "failed")
 
@@ -184,6 +187,9 @@ class AuditRecord(Base):
 
     id: Mapped[str] = _id("aud")
     actor: Mapped[str] = mapped_column(String(320))
+    # The partner the actor was bound to (its keys, its portal sessions); None for operators,
+    # admin keys, the CLI and Kurir: what a partner reading the row is shown as "publisher".
+    actor_partner_id: Mapped[str | None] = mapped_column(String(40))
     action: Mapped[str] = mapped_column(String(64))
     subject_type: Mapped[str] = mapped_column(String(32))
     subject_id: Mapped[str] = mapped_column(String(200))
@@ -310,6 +316,9 @@ class Endpoint(Base):
     state: Mapped[str] = mapped_column(String(16), default="enabled")
     disabled_reason: Mapped[str | None] = mapped_column(String(200))
     disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Who disabled it: "operator" (the UI, an admin key, the CLI), "partner" (its keys, its
+    # portal) or "health" (Kurir, after failures); a partner may not undo an operator's.
+    disabled_by: Mapped[str | None] = mapped_column(String(16))
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
     first_failure_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_failure_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -549,6 +558,8 @@ class DeadLetterAudit(Base):
     dead_letter_id: Mapped[str] = mapped_column(
         ForeignKey("dead_letters.id", ondelete="CASCADE"), index=True)
     actor: Mapped[str] = mapped_column(String(320))
+    # As on `AuditRecord`: the partner a partner-bound actor acted for, else None.
+    actor_partner_id: Mapped[str | None] = mapped_column(String(40))
     action: Mapped[str] = mapped_column(String(32))
     outcome: Mapped[str] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)
@@ -567,6 +578,10 @@ class BulkOperation(Base):
     id: Mapped[str] = _id("bop")
     kind: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(320))
+    # The API key that started it (key names are not unique: a partner key reads its own jobs
+    # by this id), and the partner a partner-bound actor started it for.
+    key_id: Mapped[str | None] = mapped_column(String(40))
+    actor_partner_id: Mapped[str | None] = mapped_column(String(40))
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     state: Mapped[str] = mapped_column(String(16), default="pending")
     total: Mapped[int] = mapped_column(Integer, default=0)

@@ -359,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, DATABASE_URL=args.database_url, REDIS_URL=args.redis_url,
                KURIR_ALLOW_PRIVATE_TARGETS="1",
                KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
-               KURIR_DATA_DIR=str(ROOT / "var" / "bench"), PYTHONPATH=str(ROOT))
+               KURIR_DATA_DIR=str(ROOT / "var" / "bench"), PYTHONPATH=str(ROOT),
+               # One partner gets `--fanout` endpoints (an external Kurir needs the same).
+               KURIR_MAX_ENDPOINTS_PER_PARTNER=str(max(50, args.fanout)))
     python = sys.executable
     figures: dict[str, Any] = {"events": args.events, "workers": args.workers,
                                "threads": args.threads, "cpus": os.cpu_count(),

@@ -23,7 +23,7 @@ from app.clock import utcnow
 from app.config import Settings
 from app.crypto import SecretBox
 from app.errors import Conflict, NotFound, ValidationFailed
-from app.models import Endpoint, EndpointSecret, Partner
+from app.models import DISABLED_BY_OPERATOR, Endpoint, EndpointSecret, Partner
 from sender import guard, ordering
 from sender.feed.sequencer import settled_head
 from sender.secrets import add_secret, current_secret_row, rotate
@@ -451,6 +451,7 @@ def enable_endpoint(session: Session, endpoint: Endpoint) -> Endpoint:
     endpoint.state = ENABLED
     endpoint.disabled_reason = None
     endpoint.disabled_at = None
+    endpoint.disabled_by = None
     endpoint.consecutive_failures = 0
     endpoint.first_failure_at = None
     session.flush()
@@ -458,8 +459,14 @@ def enable_endpoint(session: Session, endpoint: Endpoint) -> Endpoint:
 
 
 def disable_endpoint(session: Session, endpoint: Endpoint, reason: str | None = None,
-                     now: datetime | None = None) -> Endpoint:
-    """Operator action: new events for the endpoint are parked as dead letters from now on."""
+                     now: datetime | None = None, *,
+                     by: str = DISABLED_BY_OPERATOR) -> Endpoint:
+    """Disable by hand: new events for the endpoint are parked as dead letters from now on.
+
+    `by` says who (`Endpoint.disabled_by`). An operator disabling an endpoint that is disabled
+    already makes it theirs; a partner leaves an operator's disable as it is (who, and why),
+    so that it cannot turn it into one it may undo.
+    """
     if reason is not None and (not isinstance(reason, str) or not reason.strip()
                                or len(reason) > 200):
         raise _invalid("reason", "reason must be a non-empty string of at most 200 characters")
@@ -467,8 +474,11 @@ def disable_endpoint(session: Session, endpoint: Endpoint, reason: str | None = 
         endpoint.state = DISABLED
         endpoint.disabled_at = now or utcnow()
         endpoint.disabled_reason = reason.strip() if reason else "manual"
-    elif reason:
-        endpoint.disabled_reason = reason.strip()
+        endpoint.disabled_by = by
+    elif by == DISABLED_BY_OPERATOR or endpoint.disabled_by != DISABLED_BY_OPERATOR:
+        if reason:
+            endpoint.disabled_reason = reason.strip()
+        endpoint.disabled_by = by
     session.flush()
     return endpoint
 

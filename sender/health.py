@@ -19,7 +19,15 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, case, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from app.models import PENDING, RETRYING, Delivery, Endpoint, OperationalEvent, UTCDateTime
+from app.models import (
+    DISABLED_BY_HEALTH,
+    PENDING,
+    RETRYING,
+    Delivery,
+    Endpoint,
+    OperationalEvent,
+    UTCDateTime,
+)
 from dlq.park import park
 from sender.policy import should_auto_disable
 
@@ -169,7 +177,8 @@ def disable(session: Session, endpoint_id: str, reason: str, now: datetime,
     table = _table(Endpoint)
     won = session.execute(
         update(table).where(table.c.id == endpoint_id, table.c.state == ENABLED)
-        .values(state=DISABLED, disabled_reason=reason[:200], disabled_at=now)
+        .values(state=DISABLED, disabled_reason=reason[:200], disabled_at=now,
+                disabled_by=DISABLED_BY_HEALTH)
         .returning(table.c.id)
     ).first()
     if won is None:

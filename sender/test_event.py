@@ -2,10 +2,9 @@
 
 The event is an ordinary row (its payload is the exact body sent, as for any publish) with one
 ordinary delivery to the chosen endpoint, whatever the endpoint subscribes to; the engine then
-signs, sends, retries, records attempts and parks it like any other. A disabled endpoint's test
-is marked `forced` (as a forced resend is), so it is sent once despite the state: a partner can
-check that an endpoint works again before enabling it. The contract belongs to Kurir
-(`app.contracts.TEST_EVENT`), and the publish API refuses it.
+signs, sends, retries, records attempts and parks it like any other, and like any other it is
+not sent to a disabled endpoint (the service refuses a test to one). The contract belongs to
+Kurir (`app.contracts.TEST_EVENT`), and the publish API refuses it.
 """
 
 from __future__ import annotations
@@ -29,7 +28,11 @@ MESSAGE = "This is a test event from Kurir. If you can read it, your endpoint wo
 def send_test_event(session: Session, redis_client: redis.Redis, partner: Partner,
                     endpoint: Endpoint, *, sent_by: str,
                     now: datetime | None = None) -> Delivery:
-    """Write the event and its one delivery; enqueue it once the caller commits."""
+    """Write the event and its one delivery; enqueue it once the caller commits.
+
+    `sent_by` is written into the event's data, which the partner receives: the caller
+    passes the name the partner may be shown.
+    """
     now = now or utcnow()
     contract = contracts.ensure_test_contract(session)
     data = {"message": MESSAGE, "endpoint": endpoint.id, "sent_by": sent_by[:200]}
@@ -46,7 +49,7 @@ def send_test_event(session: Session, redis_client: redis.Redis, partner: Partne
                   created_at=now)
     delivery = Delivery(id=new_id("dlv"), event_id=event_id, endpoint_id=endpoint.id,
                         state=PENDING, attempt_count=0, run_attempts=0, run=1,
-                        forced=endpoint.state != "enabled", next_attempt_at=now,
+                        forced=False, next_attempt_at=now,
                         created_at=now, updated_at=now)
     session.add(event)
     session.flush()

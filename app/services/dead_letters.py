@@ -133,7 +133,8 @@ def resend_one(session: Session, rt: Runtime, actor: Actor, letter_id: str, *,
     actor.require("dlq:write")
     if not _own_ids(session, actor, [letter_id]):
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
-    return resend_mod.resend_one(session, rt.redis, letter_id, actor=str(actor), force=force)
+    return resend_mod.resend_one(session, rt.redis, letter_id, actor=str(actor), force=force,
+                                 actor_partner_id=actor.partner_id)
 
 
 @dataclass
@@ -159,13 +160,16 @@ def resend_ids(session: Session, rt: Runtime, actor: Actor, ids: Sequence[str], 
     if len(wanted) <= resend_mod.INLINE_LIMIT or not own:
         op_id = new_id("bop")
         result = resend_mod.resend_ids_inline(session, rt.redis, own, actor=str(actor),
-                                              force=force, operation_id=op_id)
+                                              force=force, operation_id=op_id,
+                                              actor_partner_id=actor.partner_id)
         result.skipped.update(foreign)
         job = resend_mod.record_inline(session, result, wanted, actor=str(actor), force=force,
-                                       operation_id=op_id)
+                                       operation_id=op_id, key_id=actor.key_id,
+                                       actor_partner_id=actor.partner_id)
         return ResendOutcome(job, True, list(result.resent), dict(result.skipped))
     job = resend_mod.start_bulk(session, actor=str(actor), ids=own, force=force,
-                                connection=rt.redis)
+                                connection=rt.redis, key_id=actor.key_id,
+                                actor_partner_id=actor.partner_id)
     return ResendOutcome(job, False)
 
 
@@ -193,7 +197,8 @@ def resend_matching(session: Session, rt: Runtime, actor: Actor, form: FilterFor
             'since, until) or "all": true', code="invalid_parameter",
             details={"parameter": "filter"})
     return resend_mod.start_bulk(session, actor=str(actor), flt=_scoped(actor, flt),
-                                 force=force, connection=rt.redis if enqueue else None)
+                                 force=force, connection=rt.redis if enqueue else None,
+                                 key_id=actor.key_id, actor_partner_id=actor.partner_id)
 
 
 def run_job(rt: Runtime, op_id: str,
@@ -209,18 +214,30 @@ def discard(session: Session, actor: Actor, letter_id: str,
     actor.require("dlq:write")
     if not _own_ids(session, actor, [letter_id]):
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
-    letter = discard_mod.discard(session, letter_id, actor=str(actor), note=note)
+    letter = discard_mod.discard(session, letter_id, actor=str(actor), note=note,
+                                 actor_partner_id=actor.partner_id)
     if rt is not None:
         enqueue_after_commit(session, rt.redis,
                              ordering.released_successors(session, [letter.delivery_id]))
     return letter
 
 
+def _started(actor: Actor, op: BulkOperation) -> bool:
+    """Whether a partner-bound actor started this job: the same key (by id: key names are
+    not unique), or for a portal session the same partner's portal."""
+    if op.actor_partner_id is None or op.actor_partner_id != actor.partner_id:
+        return False
+    if actor.key_id is not None:
+        return op.key_id == actor.key_id
+    return op.key_id is None and op.actor == str(actor)
+
+
 def job(session: Session, actor: Actor, op_id: str) -> BulkOperation:
+    """A resend job: an operator reads any, a partner's credential only the jobs it started."""
     actor.require("read")
     op = session.get(BulkOperation, op_id)
     if op is None or op.kind != BULK_KIND or (
-            actor.partner_id is not None and op.actor != str(actor)):
+            actor.partner_id is not None and not _started(actor, op)):
         raise NotFound(f"resend job {op_id} not found", details={"id": op_id})
     return op
 

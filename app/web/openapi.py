@@ -105,6 +105,7 @@ ERROR_TEXT = {
     413: "body larger than KURIR_MAX_PAYLOAD_BYTES",
     415: "content type is not application/json",
     422: "validation failed; `details` says what",
+    429: "too many requests: wait the `Retry-After` header's seconds",
     503: "unavailable: a store is unreachable, or a setting the request needs is missing",
 }
 
@@ -143,6 +144,10 @@ def op(summary: str, *, tag: str, scope: str | None, ok: dict[int, Schema | None
     for status in sorted(statuses):
         responses[str(status)] = {"description": ERROR_TEXT.get(status, "error"),
                                   "content": {"application/json": {"schema": ref("Error")}}}
+        if status == 429:
+            responses[str(status)]["headers"] = {"Retry-After": {
+                "description": "seconds to wait before trying again",
+                "schema": {"type": "integer", "minimum": 1}}}
     operation["responses"] = responses
     return operation
 
@@ -443,6 +448,11 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "state": {"type": "string", "enum": ["enabled", "disabled"]},
     "disabled_reason": OPT_STRING,
     "disabled_at": OPT_TIMESTAMP,
+    "disabled_by": nullable({"type": "string", "enum": ["operator", "partner", "health"],
+                             "description": "who disabled it: an operator (UI, admin key, "
+                                            "CLI; a partner's credentials cannot enable it "
+                                            "again), the partner, or Kurir's health monitor "
+                                            "after failures"}),
     "consecutive_failures": {"type": "integer", "minimum": 0},
     "last_success_at": OPT_TIMESTAMP,
     "last_failure_at": OPT_TIMESTAMP,
@@ -491,7 +501,11 @@ _EP_PATH = "/v1/partners/{uid}/endpoints/{endpoint_id}"
 add("/v1/partners/{uid}/endpoints", "post", op(
     "Create an endpoint (answer includes its secret)", tag="endpoints",
     scope="endpoints:write", params=[UID], body=ENDPOINT_CREATE,
-    ok={201: ENDPOINT_WITH_SECRET}, errors=(400, 404, 413, 415, 422)))
+    description="A partner has at most `KURIR_MAX_ENDPOINTS_PER_PARTNER` live endpoints "
+                "(default 50): one more is 422 `endpoint_limit`. A partner's own keys create "
+                "at most `KURIR_PARTNER_ENDPOINT_CREATES_PER_MINUTE` a minute: more is 429 "
+                "`rate_limited` with `Retry-After`.",
+    ok={201: ENDPOINT_WITH_SECRET}, errors=(400, 404, 413, 415, 422, 429)))
 add("/v1/partners/{uid}/endpoints", "get", op(
     "List a partner's endpoints, newest first", tag="endpoints", scope="read",
     params=[UID, query("state", "enabled or disabled"), *PAGE_PARAMS],
@@ -506,7 +520,10 @@ add(_EP_PATH, "delete", op(
     params=EP, ok={204: None}, errors=(404,)))
 add(f"{_EP_PATH}/enable", "post", op(
     "Enable an endpoint", tag="endpoints", scope="endpoints:write", params=EP,
-    ok={200: ENDPOINT}, errors=(404,)))
+    description="A partner's key cannot enable an endpoint an operator disabled "
+                "(`disabled_by: operator`): 409 `disabled_by_operator`. One the health "
+                "monitor or the partner disabled, it can.",
+    ok={200: ENDPOINT}, errors=(404, 409)))
 add(f"{_EP_PATH}/disable", "post", op(
     "Disable an endpoint: new events are parked as dead letters", tag="endpoints",
     scope="endpoints:write", params=EP, body_required=False,
@@ -522,9 +539,12 @@ add(f"{_EP_PATH}/test", "post", op(
     "Send a `kurir.test` event to this endpoint only", tag="endpoints",
     scope="endpoints:write", params=EP,
     description="Through the normal delivery engine (signed, retried, recorded); follow it "
-                "with GET /v1/deliveries/{id}. A disabled endpoint gets it once, without "
-                "retries, and stays disabled.",
-    ok={202: ref("Delivery")}, errors=(404,)))
+                "with GET /v1/deliveries/{id}. 409 `endpoint_disabled` for a disabled "
+                "endpoint (enable it first), 409 `pull_endpoint` for a pull endpoint. A "
+                "partner's own keys send at most `KURIR_PARTNER_TEST_SENDS_PER_MINUTE` a "
+                "minute: more is 429 `rate_limited` with `Retry-After`; while the rate "
+                "limiter (Redis) is unreachable they are refused, 503 `unavailable`.",
+    ok={202: ref("Delivery")}, errors=(404, 409, 429, 503)))
 add(f"{_EP_PATH}/blocked-keys", "get", op(
     "List the ordering keys this endpoint holds behind a dead delivery", tag="endpoints",
     scope="read", params=[*EP, *PAGE_PARAMS],

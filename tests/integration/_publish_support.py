@@ -75,13 +75,19 @@ def order(order_id: str = "o-1", amount: int = 100, **extra: Any) -> dict[str, A
 
 def blocked_endpoint(client: Any, auth: dict[str, str], uid: str = "acme",
                      keys: tuple[str, ...] = ("stock:1",), per_key: int = 2,
-                     event_type: str = "order.created", **fields: Any) -> dict[str, Any]:
+                     event_type: str = "order.created",
+                     disabled_by: dict[str, str] | None = None,
+                     **fields: Any) -> dict[str, Any]:
     """An ordered `on_dead: "block"` endpoint that was disabled while `per_key` events of
     each key were published: they are parked dead with open letters, still numbered, so each
-    key's first one holds the rest (as after any disable window)."""
+    key's first one holds the rest (as after any disable window).
+
+    `disabled_by` is the credential that disables it: the operator's `auth` unless given (a
+    partner's own key opens a window the partner may close itself).
+    """
     endpoint = make_endpoint(client, auth, uid, ordering="key", on_dead="block", **fields)
     disabled = client.post(f"/v1/partners/{uid}/endpoints/{endpoint['id']}/disable",
-                           headers=auth, json={"reason": "maintenance"})
+                           headers=disabled_by or auth, json={"reason": "maintenance"})
     assert disabled.status_code == 200, disabled.get_json()
     for key in keys:
         for n in range(per_key):

@@ -24,8 +24,9 @@ from tests.integration._publish_support import (
 
 ENDPOINT_KEYS = {"id", "partner", "url", "event_types", "description", "headers",
                  "public_headers", "versions", "timeout_s", "mode", "ordering", "on_dead",
-                 "rate_limit_per_s", "state", "disabled_reason", "disabled_at", "created_at",
-                 "updated_at", "consecutive_failures", "last_success_at", "last_failure_at"}
+                 "rate_limit_per_s", "state", "disabled_reason", "disabled_at", "disabled_by",
+                 "created_at", "updated_at", "consecutive_failures", "last_success_at",
+                 "last_failure_at"}
 
 
 @pytest.fixture

@@ -57,5 +57,5 @@ def audit_log() -> Response:
         rows, cursor = audit.search(session, actor, subject_id=request.args.get("subject"),
                                     action=request.args.get("action"), limit=limit,
                                     cursor=request.args.get("cursor"))
-        data = [audit_record_json(r) for r in rows]
+        data = [audit_record_json(r) for r in audit.shown(session, actor, rows)]
     return jsonify({"data": data, "next_cursor": cursor})
