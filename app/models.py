@@ -293,7 +293,7 @@ class Endpoint(Base):
     # "push" (Kurir POSTs every event) or "pull" (the partner reads the feed and acknowledges);
     # fixed at creation.
     mode: Mapped[str] = mapped_column(String(8), default="push", server_default="push")
-    # Pull endpoints: the feed position acknowledged last (see sender.feed), and when.
+    # Pull endpoints: the feed position acknowledged last (see app.feed), and when.
     acked_seq: Mapped[int | None] = mapped_column(BigInteger)
     acked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     description: Mapped[str | None] = mapped_column(Text)
@@ -354,7 +354,7 @@ class Event(Base):
     __table_args__ = (
         Index("ix_events_partner_created", "partner_id", "id"),
         Index("ix_events_partner_type", "partner_id", "type", "id"),
-        # The feed (sender.feed): positions are unique, read per partner in order, and the
+        # The feed (app.feed): positions are unique, read per partner in order, and the
         # events still waiting for one are found without a scan. All partial, so a publish
         # (which writes feed_seq NULL) only touches the last.
         Index("uq_events_feed_seq", "feed_seq", unique=True,
@@ -381,7 +381,7 @@ class Event(Base):
     # Events of one key reach ordered endpoints one at a time, in publish-commit order.
     ordering_key: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = _created()
-    # Position in the feed, given after commit by the sequencer (sender.feed.sequencer);
+    # Position in the feed, given after commit by the sequencer (app.feed.sequencer);
     # NULL until then.
     feed_seq: Mapped[int | None] = mapped_column(BigInteger)
 

@@ -114,7 +114,7 @@ def pop_job_ids(connection: redis.Redis, queue_key: str, count: int,
         raw = [popped[1], *(connection.lpop(queue_key, count - 1) or [])] if count > 1 \
             else [popped[1]]
     return list(dict.fromkeys(r.decode() if isinstance(r, bytes) else str(r)
-                              for r in raw))  # type: ignore[union-attr]
+                              for r in raw))
 
 
 class BatchConsumer:

@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from bench.deliver import (  # noqa: E402
     bare_ceiling,
 )
 from bench.fresh_db import fresh_database  # noqa: E402
+from tests.support.processes import stop_group  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_bounds_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/6"
@@ -214,12 +214,7 @@ def run_api(args: argparse.Namespace, results: dict[str, Any], failures: list[st
             if any(not s.isdigit() for s in statuses):
                 failures.append(f"client errors: {statuses}")
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process)
 
 
 def run_worker(args: argparse.Namespace, results: dict[str, Any], failures: list[str]) -> None:
@@ -230,7 +225,7 @@ def run_worker(args: argparse.Namespace, results: dict[str, Any], failures: list
         sample = json.dumps({"id": "evt_x", "type": "order.paid", "version": 1,
                              "occurred_at": "2026-12-02T10:00:00Z", "partner": "bench",
                              "data": {"order_id": "ord_00000001", "amount": 1001}}).encode()
-        bare = bare_ceiling(receiver.url, 1, min(args.n, 5000), sample)
+        bare, _ = bare_ceiling(receiver.url, 1, min(args.n, 5000), sample)  # (POST/s, CPU ms)
         receiver.dump()
         with tempfile.TemporaryDirectory() as tmp:
             kurir = Kurir(args.db, args.redis, 1, Path(tmp))

@@ -71,6 +71,8 @@ import redis  # noqa: E402
 from app.ports import free_port  # noqa: E402
 from bench import rawhttp  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
+from tests.support.fast_receiver import take_requests  # noqa: E402
+from tests.support.processes import stop_groups  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/bench_chaos"
 SECRET_KEY = "chaos-secret-key"  # noqa: S105 - a throwaway database
@@ -113,21 +115,8 @@ def _receiver_main(endpoints: int, failure_rate: float, seed: int, ready: Any) -
             self.transport = transport
 
         def data_received(self, data: bytes) -> None:
-            self.buf += data
-            while (end := self.buf.find(b"\r\n\r\n")) >= 0:
-                head = self.buf[:end].decode("latin-1").split("\r\n")
-                length, msg_id = 0, ""
-                for line in head[1:]:
-                    name, _, value = line.partition(":")
-                    name = name.strip().lower()
-                    if name == "content-length":
-                        length = int(value)
-                    elif name == "webhook-id":
-                        msg_id = value.strip()
-                if len(self.buf) < end + 4 + length:
-                    return
-                self.buf = self.buf[end + 4 + length:]
-                path = head[0].split(" ")[1]
+            arrived, self.buf = take_requests(self.buf + data)
+            for _, path, msg_id in arrived:
                 if self.index is None:
                     if path == "/_stats":
                         out = json.dumps({"ok_pairs": len(ok_pairs), "requests": len(records)})
@@ -271,18 +260,18 @@ class Kurir:
 
     def setup(self, endpoint_urls: list[str]) -> str:
         """Migrate, create the contract, one partner per endpoint and an API key."""
-        from app import contracts, migrate
+        from app import event_types, migrate
         from app.accounts import create_api_key
         from app.config import load_settings
+        from app.registry import endpoints as service
         from app.runtime import Runtime
-        from sender import endpoints as service
 
         settings = load_settings(self.env)
         migrate.upgrade(settings.resolved_database_url)
         runtime = Runtime(settings)
         try:
             with runtime.db.begin() as session:
-                contracts.register(session, {"name": TYPE_NAME, "version": 1,
+                event_types.register(session, {"name": TYPE_NAME, "version": 1,
                                              "schema": {"type": "object"}})
                 for n, url in enumerate(endpoint_urls):
                     partner = service.create_partner(session, {"uid": f"p{n:02d}",
@@ -345,19 +334,7 @@ class Kurir:
     def stop(self) -> None:
         for worker in self.workers:
             self.worker_cpu_s += self._cpu(worker)
-        for process in [*self.workers, self.scheduler, self.api]:
-            if process is not None and process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGTERM)
-        for process in [*self.workers, self.scheduler, self.api]:
-            if process is None:
-                continue
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_groups([*self.workers, self.scheduler, self.api])
         self.log_file.close()
 
 

@@ -161,8 +161,8 @@ def main() -> int:
             row = session.scalars(select(EventType).where(EventType.name == "t",
                                                           EventType.version == 2)).one()
             row.downgrade = REGISTRATIONS["pipe-of-doubling-30"][0]
-        from app import contracts
-        contracts.compiled_downgrades._items.clear()
+        from app import event_types
+        event_types.compiled_downgrades._items.clear()
         results["publish a stored 30-stage doubling"] = dict(measure(
             lambda: bench.post("/v1/partners/acme/events",
                                {"type": "t", "version": 2, "data": {"x": 1}}),
@@ -171,22 +171,22 @@ def main() -> int:
             row = session.scalars(select(EventType).where(EventType.name == "t",
                                                           EventType.version == 2)).one()
             row.downgrade = WIDE
-        contracts.compiled_downgrades._items.clear()
+        event_types.compiled_downgrades._items.clear()
         results["publish a wide projection on 20,000 items"] = dict(measure(
             lambda: bench.post("/v1/partners/acme/events",
                                {"type": "t", "version": 2,
                                 "data": {"items": list(range(20_000))}}),
             args.repeat), tries="stopped by the work budget")
         # The longest chain a pin may need, each link carrying the largest data.
-        for version in range(1, contracts.MAX_DOWNGRADE_HOPS + 2):
+        for version in range(1, event_types.MAX_DOWNGRADE_HOPS + 2):
             bench.post("/v1/event-types", {"name": "chain", "version": version,
                                            "schema": LOOSE,
                                            **({"downgrade": "@"} if version > 1 else {})})
         bench.post("/v1/partners/acme/endpoints", {"url": "http://127.0.0.1:9/c",
                                                     "versions": {"chain": 1}})
-        results[f"publish through {contracts.MAX_DOWNGRADE_HOPS} downgrades, 255 KiB"] = dict(
+        results[f"publish through {event_types.MAX_DOWNGRADE_HOPS} downgrades, 255 KiB"] = dict(
             measure(lambda: bench.post("/v1/partners/acme/events", {
-                "type": "chain", "version": contracts.MAX_DOWNGRADE_HOPS + 1,
+                "type": "chain", "version": event_types.MAX_DOWNGRADE_HOPS + 1,
                 "data": {"note": note}}), args.repeat),
             tries="every link run, sized, validated and stored")
 

@@ -16,7 +16,7 @@ one run (issue 4, item 11):
      endpoints with `ordering: "key"`, the events spread over 100 ordering keys (each key's
      deliveries one at a time, in publish order), with the workers' CPU time per delivery
      beside both;
-  3. Kurir end to end: events published with `sender.publish.publish` (validation,
+  3. Kurir end to end: events published with `app.intake.publish.publish` (validation,
      one-transaction fan-out, after-commit enqueue: the code the API runs) from
      --publishers threads while the workers deliver, plus the sweeper in this process.
      Throughput = deliveries / (last receipt - first publish); latency = receipt - publish
@@ -40,7 +40,6 @@ the cores.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import multiprocessing as mp
 import os
@@ -56,6 +55,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support.fast_receiver import ReceiverProcess  # noqa: E402
+
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_delivery_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/4"
 SECRET_KEY = "bench-secret-key"  # noqa: S105 - a throwaway bench database
@@ -64,110 +65,14 @@ SCHEMA = {"type": "object", "required": ["order_id", "amount"],
           "properties": {"order_id": {"type": "string"}, "amount": {"type": "integer"}}}
 
 
-# ---------------------------------------------------------------------------- the receiver
-
-
-def _receiver_main(port_queue: Any) -> None:
-    """A minimal keep-alive HTTP/1.1 server: 200 to every POST, receipt times kept in memory.
-
-    GET /_count answers how many webhooks arrived; GET /_dump answers them all (and clears):
-    [[webhook-id, path, unix time], ...]. A path starting with /hang is recorded and never
-    answered, like a partner that hangs.
-    """
-    records: list[tuple[str, str, float]] = []
-    ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: text/plain\r\n\r\nok"
-
-    class Protocol(asyncio.Protocol):
-        def connection_made(self, transport: Any) -> None:
-            self.transport = transport
-            self.buf = b""
-
-        def data_received(self, data: bytes) -> None:
-            self.buf += data
-            while True:
-                end = self.buf.find(b"\r\n\r\n")
-                if end < 0:
-                    return
-                head = self.buf[:end].decode("latin-1").split("\r\n")
-                length = 0
-                msg_id = ""
-                for line in head[1:]:
-                    name, _, value = line.partition(":")
-                    name = name.strip().lower()
-                    if name == "content-length":
-                        length = int(value)
-                    elif name == "webhook-id":
-                        msg_id = value.strip()
-                if len(self.buf) < end + 4 + length:
-                    return
-                self.buf = self.buf[end + 4 + length:]
-                method, path = head[0].split(" ")[:2]
-                if method == "GET" and path in ("/_count", "/_dump"):
-                    out = json.dumps(len(records) if path == "/_count" else records).encode()
-                    if path == "/_dump":
-                        records.clear()
-                    self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
-                                         % (len(out), out))
-                    continue
-                records.append((msg_id, path, time.time()))
-                if path.startswith("/hang"):
-                    continue
-                self.transport.write(ok)
-
-    async def serve() -> None:
-        server = await asyncio.get_running_loop().create_server(Protocol, "127.0.0.1", 0,
-                                                                backlog=1024)
-        port_queue.put(server.sockets[0].getsockname()[1])
-        await server.serve_forever()
-
-    asyncio.run(serve())
-
-
-class ReceiverProcess:
-    def __init__(self) -> None:
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        self.process = ctx.Process(target=_receiver_main, args=(queue,), daemon=True)
-        self.process.start()
-        self.port = queue.get(timeout=10)
-        self.url = f"http://127.0.0.1:{self.port}"
-        import requests
-
-        self.http = requests.Session()
-
-    def count(self) -> int:
-        return int(self.http.get(self.url + "/_count", timeout=10).json())
-
-    def dump(self) -> list[tuple[str, str, float]]:
-        return [tuple(r) for r in self.http.get(self.url + "/_dump", timeout=30).json()]
-
-    def __enter__(self) -> ReceiverProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def wait_for(self, n: int, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.count() >= n:
-                return True
-            time.sleep(0.02)
-        return False
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.join(5)
-
-
 # ---------------------------------------------------------------------------- the ceiling
 
 
 def _bare_main(url: str, count: int, body: bytes, barrier: Any, out: Any) -> None:
     import requests
 
+    from app.signing import generate_secret
     from sender.deliver import request_headers
-    from sender.signing import generate_secret
 
     secret = generate_secret()
     session = requests.Session()
@@ -222,10 +127,10 @@ class Kurir:
         self.workers: list[subprocess.Popen[bytes]] = []
         self.stop_sweeper = threading.Event()
         with self.runtime.db.begin() as session:
-            from app import contracts
+            from app import event_types
             from app.accounts import create_api_key
 
-            contracts.register(session, {"name": TYPE_NAME, "version": 1, "schema": SCHEMA})
+            event_types.register(session, {"name": TYPE_NAME, "version": 1, "schema": SCHEMA})
             key, _ = create_api_key(session, "bench", ["admin"])
             self.api_key_id = key.id
 
@@ -286,8 +191,8 @@ class Kurir:
         from redis.retry import Retry
         from sqlalchemy import select
 
+        from app.intake.publish import publish
         from app.models import Delivery
-        from sender.publish import publish
 
         dead = redis_lib.Redis(unix_socket_path="/nonexistent/kurir-bench.sock",
                                retry=Retry(NoBackoff(), 0))
@@ -357,7 +262,7 @@ class Kurir:
         self.runtime.close()
 
     def partner(self, uid: str, urls: list[str], **fields: Any) -> None:
-        from sender import endpoints as service
+        from app.registry import endpoints as service
 
         with self.runtime.db.begin() as session:
             partner = service.create_partner(session, {"uid": uid, "name": uid})
@@ -367,7 +272,7 @@ class Kurir:
 
     def publish(self, uid: str, i: int) -> tuple[str, float]:
         """Publish one event; returns its id and the time its transaction committed."""
-        from sender.publish import publish
+        from app.intake.publish import publish
 
         with self.runtime.db.begin() as session:
             result = publish(session, self.runtime.redis, self.settings, partner_uid=uid,

@@ -13,8 +13,6 @@ client's share of the work), and a bare `SELECT 1` round trip measured in the sa
 
 from __future__ import annotations
 
-import argparse
-import os
 import random
 import statistics
 import sys
@@ -27,18 +25,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import text  # noqa: E402
 
-from app.config import normalise_database_url  # noqa: E402
 from app.db import Database  # noqa: E402
 from app.services import deliveries  # noqa: E402
 from app.services.actor import Actor  # noqa: E402
-from bench.dlq_search import (  # noqa: E402
+from bench.support import (  # noqa: E402
     EVENT_COLUMNS,
     TYPES,
+    copy_partners_and_endpoints,
     copy_rows,
     p95,
+    seeded_bench,
     ulid_at,
 )
-from bench.fresh_db import fresh_database  # noqa: E402
 
 STATES = (["succeeded"] * 90 + ["dead"] * 4 + ["retrying"] * 4 + ["pending"] * 2)
 STATUSES = {"succeeded": 200, "dead": 500, "retrying": 503, "pending": None}
@@ -54,14 +52,7 @@ def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
     raw = db.engine.raw_connection()
     try:
         cur = raw.cursor()
-        with cur.copy("COPY partners (id, uid, name, created_at, updated_at) FROM STDIN") as cp:
-            for pid, uid in partners:
-                cp.write_row((pid, uid, uid.title(), now, now))
-        with cur.copy("COPY endpoints (id, partner_id, url, headers, timeout_s, state, "
-                      "consecutive_failures, created_at, updated_at) FROM STDIN") as cp:
-            for i, (eid, pid) in enumerate(endpoints):
-                cp.write_row((eid, pid, f"https://hooks{i}.example.com/kurir", "{}", 15,
-                              "enabled", 0, now, now))
+        copy_partners_and_endpoints(cur, partners, endpoints, now)
         partner_of = dict(endpoints)
         events: list[tuple[object, ...]] = []
         rows_out: list[tuple[object, ...]] = []
@@ -129,22 +120,9 @@ def scenarios(names: dict[str, list[str]], rng: random.Random
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=30)
-    args = parser.parse_args()
-    url = normalise_database_url(os.environ.get(
-        "BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/bench_portal_log"))
-    if not url.startswith("postgresql"):
-        print("BENCH_DATABASE_URL must be a PostgreSQL URL", file=sys.stderr)
-        return 2
-    rng = random.Random(14)
-    fresh_database(url)
-    db = Database(url, pool_size=2)
-    started = time.perf_counter()
-    names = seed(db, args.rows, rng)
-    print(f"seeded {args.rows:,} deliveries in {time.perf_counter() - started:.1f} s")
+    bench = seeded_bench(__doc__, rows=200_000, rng_seed=14, noun="deliveries", seed=seed,
+                         default_url="postgresql://postgres@127.0.0.1:5432/bench_portal_log")
+    args, db, rng, names = bench.args, bench.db, bench.rng, bench.names
 
     baseline_wall: list[float] = []
     baseline_cpu: list[float] = []

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -20,56 +19,32 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import text  # noqa: E402
 
-from app.config import normalise_database_url  # noqa: E402
 from app.db import Database  # noqa: E402
-from bench.fresh_db import fresh_database  # noqa: E402
+from bench.support import (  # noqa: E402
+    EVENT_COLUMNS,
+    TYPES,
+    copy_partners_and_endpoints,
+    copy_rows,
+    p95,
+    seeded_bench,
+    ulid_at,
+)
 from dlq.search import DeadLetterFilter, count, search  # noqa: E402
 
-ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 CITIES = ["Oslo", "Lima", "Zagreb", "Nairobi", "Osaka", "Quito", "Porto", "Dakar", "Hanoi",
           "Tallinn", "Accra", "Bergen", "Cusco", "Split", "Lagos", "Kyoto"]
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
          "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
          "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu"]
-TYPES = ["order.created", "order.paid", "order.shipped", "invoice.paid", "invoice.voided",
-         "payment.succeeded", "payment.failed", "refund.created", "customer.updated",
-         "subscription.renewed"]
 FAILURES = [(500, "http_500"), (502, "http_502"), (503, "http_503"), (404, "http_404"),
             (None, "timeout"), (None, "connection_refused"), (410, "http_410"),
             (None, "blocked_address")]
 REASONS = ["retries_exhausted"] * 7 + ["endpoint_disabled"] * 2 + ["blocked_address"]
-
-
-def _encode(value: int, length: int) -> str:
-    chars = []
-    for _ in range(length):
-        chars.append(ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
-
-
-def ulid_at(prefix: str, moment: datetime, rng: random.Random) -> str:
-    millis = int(moment.timestamp() * 1000)
-    return f"{prefix}_{_encode(millis, 10)}{_encode(rng.getrandbits(80), 16)}"
-
-
-EVENT_COLUMNS = ("id", "partner_id", "type", "version", "data", "payload", "occurred_at",
-                 "created_at")
-
-
-def copy_rows(cur: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
-              ) -> None:
-    """Load `rows` into `table` with one COPY (a psycopg cursor): seeding a bench's
-    hundreds of thousands of rows in seconds, not minutes."""
-    with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as cp:
-        for row in rows:
-            cp.write_row(row)
 
 
 def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
@@ -81,15 +56,8 @@ def seed(db: Database, rows: int, rng: random.Random) -> dict[str, list[str]]:
     raw = db.engine.raw_connection()
     try:
         cur = raw.cursor()
-        with cur.copy("COPY partners (id, uid, name, created_at, updated_at) FROM STDIN") as cp:
-            for pid, uid in partners:
-                cp.write_row((pid, uid, uid.title(), now, now))
-        with cur.copy("COPY endpoints (id, partner_id, url, headers, timeout_s, state, "
-                      "consecutive_failures, created_at, updated_at) FROM STDIN") as cp:
-            for i, (eid, pid) in enumerate(endpoints):
-                state = "disabled" if i % 10 == 0 else "enabled"
-                cp.write_row((eid, pid, f"https://hooks{i}.example.com/kurir", "{}", 15, state,
-                              0, now, now))
+        copy_partners_and_endpoints(cur, partners, endpoints, now,
+                                    disabled=lambda i: i % 10 == 0)
         letters: list[tuple[object, ...]] = []
         events: list[tuple[object, ...]] = []
         deliveries: list[tuple[object, ...]] = []
@@ -172,29 +140,14 @@ def scenarios(names: dict[str, list[str]], rng: random.Random
     }
 
 
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--pages", type=int, default=5, help="pages walked per paginated run")
-    args = parser.parse_args()
-    url = normalise_database_url(os.environ.get(
-        "BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/kurir_bench"))
-    if not url.startswith("postgresql"):
-        print("BENCH_DATABASE_URL must be a PostgreSQL URL", file=sys.stderr)
-        return 2
-    rng = random.Random(5)
-    fresh_database(url)
-    db = Database(url, pool_size=2)
-    started = time.perf_counter()
-    names = seed(db, args.rows, rng)
-    print(f"seeded {args.rows:,} dead letters in {time.perf_counter() - started:.1f} s")
+    def pages(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--pages", type=int, default=5, help="pages walked per paginated run")
+
+    bench = seeded_bench(__doc__, rows=100_000, rng_seed=5, noun="dead letters", seed=seed,
+                         default_url="postgresql://postgres@127.0.0.1:5432/kurir_bench",
+                         options=pages)
+    args, db, rng, names = bench.args, bench.db, bench.rng, bench.names
 
     all_ms: list[float] = []
     print(f"{'search':34} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")

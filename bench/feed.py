@@ -4,7 +4,7 @@ a polling consumer sees what was published — each beside a bare baseline in th
     .venv/bin/python bench/feed.py --database-url postgresql://…/somedb [-n 4000] [--threads 8]
     .venv/bin/python bench/feed.py --database-url sqlite:////tmp/feed-bench.db
 
-The database is WIPED and migrated. Publishes go through `sender.publish.publish_event` (the
+The database is WIPED and migrated. Publishes go through `app.intake.publish.publish_event` (the
 API's own path, without HTTP) to a partner with no endpoint, so the event row — the only part
 the feed touches — is as large a share of the work as it can be. CPU is this process's CPU time
 (client side: Python, driver); the database server's own CPU is not in it.
@@ -38,13 +38,13 @@ from sqlalchemy import text  # noqa: E402
 
 from app.config import Settings  # noqa: E402
 from app.db import Database  # noqa: E402
+from app.feed.sequencer import sequence  # noqa: E402
+from app.intake.publish import publish_event  # noqa: E402
+from app.registry.endpoints import create_partner  # noqa: E402
 from app.runtime import Runtime  # noqa: E402
 from app.services import feed  # noqa: E402
 from app.services.actor import Actor  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
-from sender.endpoints import create_partner  # noqa: E402
-from sender.feed.sequencer import sequence  # noqa: E402
-from sender.publish import publish_event  # noqa: E402
 
 SCHEMA = {"type": "object", "required": ["order_id"],
           "properties": {"order_id": {"type": "string"}, "amount": {"type": "integer"}}}
@@ -52,10 +52,10 @@ UNSEQUENCED_INDEX = "ix_events_unsequenced"
 
 
 def setup(rt: Runtime) -> None:
-    from app import contracts
+    from app import event_types
 
     with rt.db.begin() as session:
-        contracts.register(session, {"name": "order.created", "version": 1, "schema": SCHEMA})
+        event_types.register(session, {"name": "order.created", "version": 1, "schema": SCHEMA})
         create_partner(session, {"uid": "bench", "name": "Bench"})
 
 

@@ -4,8 +4,8 @@
                                       [--db postgresql://...] [--redis redis://...]
 
 The script owns --db (default: the `kurir_hostile_bench` PostgreSQL database, which it WIPES
-and migrates) and --redis (flushed). It runs the hostile server of tests/hostile.py in this
-process (one endpoint per misbehaviour: a one-byte-a-second answer, a 1 GiB body, a gzip
+and migrates) and --redis (flushed). It runs the hostile server of tests/support/hostile.py in
+this process (one endpoint per misbehaviour: a one-byte-a-second answer, a 1 GiB body, a gzip
 bomb, 10,000 headers, a 1 MiB header, silence, garbage, a redirect loop, a close mid-answer),
 a healthy receiver in its own process, one `kurir worker` process (default settings, a first
 retry an hour away so each delivery is one attempt) and the sweeper in this process.
@@ -43,7 +43,7 @@ import psutil  # noqa: E402
 
 from bench.deliver import Kurir, ReceiverProcess, percentile  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
-from tests.hostile import HOSTILE_PATHS, HostileServer  # noqa: E402
+from tests.support.hostile import HOSTILE_PATHS, HostileServer  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_hostile_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/5"
@@ -154,7 +154,7 @@ def _attempt_rows(kurir: Kurir, partner_uid: str) -> list[tuple[str, Any, Any, i
 
 
 def _make_partner(kurir: Kurir, uid: str, urls: list[str], timeout_s: int) -> None:
-    from sender import endpoints as service
+    from app.registry import endpoints as service
 
     with kurir.runtime.db.begin() as session:
         partner = service.create_partner(session, {"uid": uid, "name": uid})

@@ -47,7 +47,6 @@ import json
 import multiprocessing
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -67,6 +66,7 @@ import requests  # noqa: E402
 
 from app.ports import free_port  # noqa: E402
 from bench import rawhttp  # noqa: E402
+from tests.support.processes import stop_group, stop_groups  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_inbound_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/6"
@@ -257,16 +257,6 @@ def api_server(env: dict[str, str], port: int, workers: int, threads: int
         yield base, process.pid
     finally:
         stop_group(process)
-
-
-def stop_group(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 # ---------------------------------------------------------------------------- database
@@ -603,8 +593,7 @@ def main(argv: list[str] | None = None) -> int:
                                                        workers)
                 all_sent += more
         finally:
-            for worker in workers:
-                stop_group(worker)
+            stop_groups(workers)
     good, total = check_states(db, all_sent)
     figures["resources_at_highest_version"] = f"{good}/{total}"
     figures["load_average_after"] = os.getloadavg()

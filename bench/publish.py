@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ import requests  # noqa: E402
 from app.ports import free_port  # noqa: E402
 from bench import rawhttp  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
+from tests.support.processes import stop_group  # noqa: E402
 
 try:
     import psutil
@@ -146,12 +146,7 @@ def server(args: list[str], env: dict[str, str],
         wait_ready(ready_url)
         yield process
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process, timeout_s=15)
 
 
 # ---------------------------------------------------------------------------- load

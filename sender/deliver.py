@@ -16,9 +16,9 @@ from typing import Any
 from app import __version__
 from app import headers as header_rules
 from app.clock import utcnow
-from sender.guard import GuardPolicy
-from sender.http import HttpResult, Transport
-from sender.signing import build_headers
+from app.net.guard import GuardPolicy
+from app.net.http import HttpResult, Transport
+from app.signing import build_headers
 
 USER_AGENT = f"Kurir/{__version__}"
 

@@ -28,7 +28,7 @@ from app.models import (
     OperationalEvent,
     UTCDateTime,
 )
-from dlq.park import park
+from sender.park import park
 from sender.policy import should_auto_disable
 
 log = logging.getLogger(__name__)

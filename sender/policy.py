@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-DEFAULT_RETRY_SCHEDULE: tuple[int, ...] = (
-    5, 300, 1800, 7200, 18000, 36000, 36000, 36000, 36000, 36000, 36000, 36000,
-)  # fmt: skip
+from app.config import DEFAULT_RETRY_SCHEDULE, parse_schedule
+
+__all__ = ["DEFAULT_RETRY_SCHEDULE", "parse_schedule"]  # re-exported: the policy's inputs
+
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 # The longest Retry-After honoured: a partner may ask for a pause, not park a delivery for days.
 MAX_RETRY_AFTER_S = 3600.0
@@ -25,25 +26,6 @@ DecisionKind = Literal["succeeded", "retry", "dead", "disable"]
 def _as_utc(moment: datetime) -> datetime:
     """Treat naive datetimes as UTC, since databases such as SQLite hand them back naive."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def parse_schedule(text: str) -> tuple[int, ...]:
-    """Parse KURIR_RETRY_SCHEDULE strictly, so a typo fails at start-up instead of silently."""
-    if not text or not text.strip():
-        raise ValueError("retry schedule is empty: expected comma-separated seconds like '5,300'")
-    steps: list[int] = []
-    for position, raw in enumerate(text.split(","), start=1):
-        item = raw.strip()
-        if not item.isascii() or not item.isdigit():
-            raise ValueError(
-                f"retry schedule item {position} ({raw.strip()!r}) is not a positive "
-                "whole number of seconds"
-            )
-        value = int(item)
-        if value <= 0:
-            raise ValueError(f"retry schedule item {position} must be positive, got {value}")
-        steps.append(value)
-    return tuple(steps)
 
 
 def is_success(status: int | None) -> bool:

@@ -36,11 +36,11 @@ from app.ids import new_id
 from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint
 from app.queues import DELIVERIES
 from app.runtime import Runtime
-from dlq.park import park
 from sender import ordering
 from sender.dispatch import enqueue_now
 from sender.engine.errors import ERROR_WORKER_LOST, REASON_RETRIES_EXHAUSTED
 from sender.engine.recorder import record_attempts
+from sender.park import park
 from sender.policy import RetryPolicy
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ class KurirGroup(click.Group):
 def cli() -> None:
     """Kurir: webhook delivery with signatures, retries, dead letters and a verifying receiver.
 
-    Configuration comes from the environment (DATABASE_URL, REDIS_URL, KURIR_*); see README.
+    Configuration comes from the environment (DATABASE_URL, REDIS_URL, KURIR_*): see
+    docs/configuration.md.
     """
 
 

@@ -13,12 +13,11 @@ from types import FrameType
 from typing import Any
 
 import click
-from sqlalchemy import func, select
 
 from app import __version__, migrate
-from app.cli.common import fail, make_runtime
+from app.cli.common import cli_actor, fail, make_runtime
 from app.embedded_redis import EmbeddedRedis, EmbeddedRedisError, die_with_parent
-from app.models import ApiKey
+from app.services import keys
 
 CHILD_STOP_TIMEOUT_S = 15.0
 
@@ -39,7 +38,7 @@ def api_command(host: str, port: int, workers: int | None, threads: int | None) 
     runtime = make_runtime()
     settings = runtime.settings
 
-    class KurirServer(BaseApplication):  # type: ignore[misc]
+    class KurirServer(BaseApplication):
         def load_config(self) -> None:
             self.cfg.set("bind", f"{host}:{port}")
             self.cfg.set("workers", workers or settings.api_workers)
@@ -68,7 +67,7 @@ def api_command(host: str, port: int, workers: int | None, threads: int | None) 
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
 def worker_command(burst: bool) -> None:
     """Run an RQ worker for deliveries and inbound processing (as many as you like)."""
-    from sender.worker import run_worker
+    from app.processes.worker import run_worker
 
     runtime = make_runtime()
     gc.freeze()  # as in `kurir api`: full collections skip what lives as long as the process
@@ -78,7 +77,7 @@ def worker_command(burst: bool) -> None:
 @click.command("scheduler")
 def scheduler_command() -> None:
     """Run the periodic jobs: sweeper, reconciliation, retention (exactly one per deployment)."""
-    from app.scheduling import build_scheduler
+    from app.processes.scheduler import build_scheduler
 
     runtime = make_runtime()
     scheduler = build_scheduler(runtime)
@@ -135,7 +134,7 @@ def up_command(host: str, port: int, workers: int) -> None:
         except EmbeddedRedisError as exc:
             fail(str(exc))
     with runtime.db.begin() as session:
-        has_keys = bool(session.scalar(select(func.count()).select_from(ApiKey)))
+        has_keys = keys.any_exist(session, cli_actor())
 
     stopping = False
 

@@ -109,7 +109,7 @@ def resolve(path: str) -> Handler:
             raise ValueError(f"{module_name!r} has no attribute {attr!r}") from None
     if not callable(target):
         raise ValueError(f"{path!r} is not callable")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
 def validate_specs(specs: Iterable[Any], registry: Mapping[str, str], *,

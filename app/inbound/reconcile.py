@@ -44,10 +44,10 @@ from app.inbound import handlers as handler_registry
 from app.inbound import state as states
 from app.inbound.mapping import Extracted, FieldMapping, MappingError, extract
 from app.models import InboundEvent, InboundSource, ReconcileRequest, ResourceState
+from app.net import guard, http
+from app.net.http import Transport
 from app.queues import INBOUND, JobSpec, try_enqueue_many
 from app.runtime import Runtime
-from sender import guard, http
-from sender.http import Transport
 
 log = logging.getLogger(__name__)
 # Core table for the conditional statements (typed as a Table for mypy).

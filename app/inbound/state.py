@@ -208,7 +208,7 @@ def compare_and_set(connection: Connection, state_id: str, event: Ordering, *,
     statement, values = _conditional_update(state_id, event, last_event_id=last_event_id,
                                             data=data, allow_equal=allow_equal, now=now)
     result = connection.execute(statement, values)
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return bool(result.rowcount)
 
 
 @dataclass(frozen=True)
@@ -233,12 +233,12 @@ def compare_and_set_many(connection: Connection, writes: Sequence[Write], *,
                                                 last_event_id=write.last_event_id, data=None,
                                                 allow_equal=False, now=now)
         if statement is not shape and group:
-            applied += connection.execute(shape, group).rowcount  # type: ignore[arg-type,attr-defined]
+            applied += connection.execute(shape, group).rowcount  # type: ignore[arg-type]
             group = []
         shape = statement
         group.append(values)
     if group:
-        applied += connection.execute(shape, group).rowcount  # type: ignore[arg-type,attr-defined]
+        applied += connection.execute(shape, group).rowcount  # type: ignore[arg-type]
     return int(applied)
 
 

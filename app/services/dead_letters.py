@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 from sqlalchemy.sql.base import ExecutableOption
 
-from app.errors import BadRequest, NotFound, ValidationFailed
+from app.errors import BadRequest, KurirError, NotFound, ValidationFailed
 from app.ids import new_id
 from app.models import (
     DL_OPEN,
@@ -25,6 +25,7 @@ from app.models import (
     Attempt,
     BulkOperation,
     DeadLetter,
+    Endpoint,
     Event,
     Partner,
 )
@@ -111,6 +112,43 @@ def attempts(session: Session, letter: DeadLetter, *, newest_first: bool = False
     order = Attempt.n.desc() if newest_first else Attempt.n
     return list(session.scalars(select(Attempt).where(Attempt.delivery_id == letter.delivery_id)
                                 .order_by(order)))
+
+
+@dataclass(frozen=True)
+class Detail:
+    """One letter with what its page shows: the event, endpoint and partner it belongs to,
+    what its delivery sent, what became of a resend, and its attempts (newest first)."""
+
+    letter: DeadLetter
+    event: Event
+    endpoint: Endpoint
+    partner: Partner
+    sent: Sent
+    fate: Fate | None
+    attempts: list[Attempt]
+
+
+def detail(session: Session, actor: Actor, letter_id: str) -> Detail:
+    letter, _ = get(session, actor, letter_id)
+    return Detail(letter, session.get_one(Event, letter.event_id),
+                  session.get_one(Endpoint, letter.endpoint_id),
+                  session.get_one(Partner, letter.partner_id), sent(session, letter),
+                  fate(session, letter), attempts(session, letter, newest_first=True))
+
+
+def open_by_endpoint(session: Session, actor: Actor, endpoint_ids: Sequence[str]
+                     ) -> dict[str, int]:
+    """Endpoint id -> its open letters, for the endpoints given (those with none are left
+    out); one statement for all of them."""
+    actor.require("read")
+    if not endpoint_ids:
+        return {}
+    stmt = (select(DeadLetter.endpoint_id, func.count())
+            .where(DeadLetter.endpoint_id.in_(list(endpoint_ids)), DeadLetter.state == DL_OPEN)
+            .group_by(DeadLetter.endpoint_id))
+    if actor.partner_id is not None:
+        stmt = stmt.where(DeadLetter.partner_id == actor.partner_id)
+    return {endpoint_id: int(n) for endpoint_id, n in session.execute(stmt)}
 
 
 def _own_ids(session: Session, actor: Actor, ids: Sequence[str]) -> list[str]:
@@ -220,6 +258,25 @@ def discard(session: Session, actor: Actor, letter_id: str,
         enqueue_after_commit(session, rt.redis,
                              ordering.released_successors(session, [letter.delivery_id]))
     return letter
+
+
+def discard_ids(session: Session, actor: Actor, ids: Sequence[str], *,
+                note: str | None = None, rt: Runtime | None = None) -> list[str]:
+    """Discard each of these letters that is still open, and say which were.
+
+    Each in a savepoint of the caller's transaction: a letter resent or discarded meanwhile,
+    or one the actor may not see, is passed over and never undoes the others.
+    """
+    actor.require("dlq:write")
+    done = []
+    for letter_id in dict.fromkeys(ids):
+        try:
+            with session.begin_nested():
+                discard(session, actor, letter_id, note, rt=rt)
+        except KurirError:
+            continue
+        done.append(letter_id)
+    return done
 
 
 def _started(actor: Actor, op: BulkOperation) -> bool:

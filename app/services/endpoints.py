@@ -1,7 +1,7 @@
 """Endpoints: what every face may do to a partner's endpoint, validated and audited once.
 
 The rules of a valid endpoint (URL and SSRF verdict, headers, subscriptions, limits, secrets)
-live in `sender.endpoints`; this module decides who may apply them, records every change in
+live in `app.registry.endpoints`; this module decides who may apply them, records every change in
 the audit trail, and writes the operational events the operator pages build on
 (`endpoint.enabled` remembers when the endpoint had been disabled, so its parked letters can be
 found again).
@@ -19,12 +19,14 @@ from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
 from app.errors import BadRequest, Conflict, NotFound
+from app.intake.kurir_test import send_test_event
 from app.models import (
     DISABLED_BY_OPERATOR,
     DISABLED_BY_PARTNER,
     DL_OPEN,
     Attempt,
     BulkOperation,
+    DeadLetter,
     Delivery,
     Endpoint,
     EndpointSecret,
@@ -32,16 +34,19 @@ from app.models import (
     Partner,
 )
 from app.pagination import paginate
+from app.registry import endpoints as rules
 from app.runtime import Runtime
 from app.services import audit, dead_letters, partner_bounds, partners
 from app.services.actor import Actor, shown_to
 from dlq.search import DeadLetterFilter
-from sender import endpoints as rules
 from sender import ordering
 from sender.dispatch import enqueue_after_commit
-from sender.test_event import send_test_event
 
 ENABLED, DISABLED = rules.ENABLED, rules.DISABLED
+# The endpoint vocabulary a face may show or document, from where the rules keep it.
+STATES = (ENABLED, DISABLED)
+MODES = rules.MODES
+ORDERINGS, ON_DEADS = ordering.ORDERINGS, ordering.ON_DEADS
 EndpointWithSecret = rules.EndpointWithSecret
 
 
@@ -93,6 +98,28 @@ def page(session: Session, actor: Actor, uid: str | None, *, state: str | None =
     if state:
         stmt = stmt.where(Endpoint.state == state)
     return paginate(session, stmt, Endpoint.id, limit=limit, cursor=cursor)
+
+
+def any_exist(session: Session, actor: Actor) -> bool:
+    """Whether any endpoint was ever made (deleted ones count), to tell an empty install
+    from a filter that matches nothing."""
+    actor.require("read")
+    stmt = select(Endpoint.id)
+    if actor.partner_id is not None:
+        stmt = stmt.where(Endpoint.partner_id == actor.partner_id)
+    return session.scalar(stmt.limit(1)) is not None
+
+
+def operational_events(session: Session, actor: Actor, endpoint: Endpoint, *,
+                       limit: int) -> list[OperationalEvent]:
+    """What happened to the endpoint (disabled, enabled, secret rotated...), newest first;
+    a deleted endpoint's too."""
+    actor.require("read")
+    if not actor.may_see_partner(endpoint.partner_id):
+        raise _not_found(endpoint.id)
+    return list(session.scalars(
+        select(OperationalEvent).where(OperationalEvent.subject_id == endpoint.id)
+        .order_by(OperationalEvent.id.desc()).limit(limit)))
 
 
 def create(session: Session, rt: Runtime, actor: Actor, uid: str,
@@ -357,6 +384,20 @@ def resend_parked(session: Session, rt: Runtime, actor: Actor,
     _record(session, actor, "endpoint.parked_resent", endpoint, operation=op.id,
             letters=op.total, since=isoformat(since))
     return enabled, op
+
+
+def resend_letter_enabling(session: Session, rt: Runtime, actor: Actor, letter_id: str, *,
+                           force: bool = False) -> tuple[bool, DeadLetter]:
+    """Enable the letter's endpoint if it is disabled (and not deleted), then resend the
+    letter; whether the endpoint was enabled now, and the letter.
+
+    The one-letter counterpart of `resend_parked`. Audited as `endpoint.enabled` (when it
+    was disabled) and on the letter as a resend.
+    """
+    letter, _ = dead_letters.get(session, actor, letter_id)
+    endpoint = by_id(session, actor, letter.endpoint_id, "endpoints:write")
+    enabled = endpoint.deleted_at is None and enable(session, actor, endpoint)
+    return enabled, dead_letters.resend_one(session, rt, actor, letter_id, force=force)
 
 
 @dataclass(frozen=True)

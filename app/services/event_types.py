@@ -14,16 +14,16 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app import contracts
+from app import event_types
 from app.clock import isoformat, utcnow
 from app.errors import NotFound
+from app.event_types.examples import made_for, own_example
 from app.models import Delivery, Endpoint, Event, EventType, OperationalEvent
 from app.pagination import paginate
-from app.schema_example import made_for, own_example
 from app.services import audit
 from app.services.actor import Actor
 
-Registered = contracts.Registered
+Registered = event_types.Registered
 
 
 def _require_publisher(actor: Actor) -> None:
@@ -37,7 +37,7 @@ def register(session: Session, actor: Actor, body: dict[str, Any], *,
     """Register a version; `max_bytes` (`KURIR_MAX_PAYLOAD_BYTES`) bounds what its downgrade
     may make."""
     _require_publisher(actor)
-    result = contracts.register(session, body, max_bytes=max_bytes)
+    result = event_types.register(session, body, max_bytes=max_bytes)
     row = result.event_type
     if result.created:
         audit.record(session, actor, "event_type.registered", "event_type", row.id,
@@ -47,7 +47,7 @@ def register(session: Session, actor: Actor, body: dict[str, Any], *,
 
 def get(session: Session, actor: Actor, name: str, version: int) -> EventType:
     actor.require("read")
-    return contracts.get(session, name, version)
+    return event_types.get(session, name, version)
 
 
 def page(session: Session, actor: Actor, *, name: str | None, limit: int,
@@ -65,9 +65,9 @@ def deprecate(session: Session, actor: Actor, name: str, version: int,
     still pinned to it start being reported. They keep receiving it: a sunset never breaks a
     partner silently."""
     _require_publisher(actor)
-    row = contracts.get(session, name, version)
+    row = event_types.get(session, name, version)
     if not row.deprecated or (sunset_at is not None and sunset_at != row.sunset_at):
-        contracts.deprecate(session, name, version, sunset_at)
+        event_types.deprecate(session, name, version, sunset_at)
         audit.record(session, actor, "event_type.deprecated", "event_type", row.id,
                      name=name, version=version, sunset_at=isoformat(row.sunset_at))
     return row
@@ -127,7 +127,7 @@ def catalog(session: Session, actor: Actor) -> list[CatalogEntry]:
     with the pins of the endpoints the actor may see."""
     actor.require("read")
     rows = session.scalars(select(EventType).where(
-        ~EventType.name.startswith(contracts.RESERVED_PREFIX, autoescape=True))
+        ~EventType.name.startswith(event_types.RESERVED_PREFIX, autoescape=True))
         .order_by(EventType.name, EventType.version.desc()))
     by_name: dict[str, list[EventType]] = {}
     for row in rows:
@@ -177,7 +177,7 @@ examples = _ExampleCache()
 def example(row: EventType) -> dict[str, Any] | None:
     """The `data` of an example event of this version (callers do not change it): its first
     registered example, else its schema's own `examples`, both read with the row, else one
-    made from the schema within `app.schema_example`'s budget, once per version."""
+    made from the schema within `app.event_types.examples`'s budget, once per version."""
     if row.examples:
         return dict(row.examples[0])
     own = own_example(row.schema)

@@ -1,38 +1,40 @@
 """Publishing events and reading them back.
 
 Publishing is the hot path: it owns its transaction (on PostgreSQL a key-less publish is one
-autocommit statement, see `sender.publish`), so this service takes the Runtime rather than a
+autocommit statement, see `app.intake.publish`), so this service takes the Runtime rather than a
 session. A publish is not written to the audit trail: the event row, immutable, is its record.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session, selectinload
 
-from app import contracts
+from app import event_types
 from app.errors import NotFound, ValidationFailed
 from app.ids import id_floor
-from app.models import SUCCEEDED, Delivery, Event, Partner
+from app.intake.publish import PublishResult, publish_event
+from app.models import SUCCEEDED, Attempt, DeadLetter, Delivery, Endpoint, Event, Partner
 from app.pagination import paginate
 from app.runtime import Runtime
 from app.services import partners
 from app.services.actor import Actor
-from sender.publish import PublishResult, publish_event
+from sender.bodies import delivered_version
 
 
 def publish(rt: Runtime, actor: Actor, uid: str, body: dict[str, object],
             idempotency_key: str | None) -> PublishResult:
     """Validate and store one event with its fan-out; `202` only after the commit.
 
-    Raises what `sender.publish.publish` raises; NotFound for a partner-bound actor.
+    Raises what `app.intake.publish.publish` raises; NotFound for a partner-bound actor.
     """
     actor.require("events:write")
     if actor.bound_to_partner:
         raise NotFound("not found")
-    if contracts.is_reserved(body.get("type")):
+    if event_types.is_reserved(body.get("type")):
         raise ValidationFailed(f"{body.get('type')} is Kurir's own event type and cannot be "
                                "published; a test event is sent with POST /v1/partners/{uid}/"
                                "endpoints/{id}/test", code="reserved_event_type",
@@ -78,3 +80,30 @@ def get(session: Session, actor: Actor, event_id: str) -> tuple[Event, str]:
     if row is None or not actor.may_see_partner(row[0].partner_id):
         raise NotFound(f"event {event_id!r} does not exist", details={"id": event_id})
     return row[0], row[1]
+
+
+@dataclass(frozen=True)
+class Detail:
+    """One event with its partner, its deliveries (their endpoints, attempts and dead
+    letters, by delivery id) and the version each delivery carries."""
+
+    event: Event
+    partner: Partner
+    deliveries: list[Delivery]
+    endpoints: dict[str, Endpoint]  # by endpoint id
+    letters: dict[str, DeadLetter]  # by delivery id: the latest letter of each
+    attempts: dict[str, list[Attempt]]  # by delivery id
+    # Each endpoint got the version it was pinned to, which may not be the one published.
+    versions: dict[str, int]  # by delivery id
+
+
+def detail(session: Session, actor: Actor, event_id: str) -> Detail:
+    event, _ = get(session, actor, event_id)
+    deliveries = list(event.deliveries)
+    endpoints = {e.id: e for e in session.scalars(select(Endpoint).where(
+        Endpoint.id.in_([d.endpoint_id for d in deliveries])))} if deliveries else {}
+    letters = {dl.delivery_id: dl for dl in session.scalars(
+        select(DeadLetter).where(DeadLetter.event_id == event.id).order_by(DeadLetter.id))}
+    return Detail(event, session.get_one(Partner, event.partner_id), deliveries, endpoints,
+                  letters, {d.id: list(d.attempts) for d in deliveries},
+                  {d.id: delivered_version(d, event.version) for d in deliveries})

@@ -1,6 +1,6 @@
 """The feed and pull endpoints: who may read which feed, acknowledging, and lag.
 
-The mechanism (positions given after commit, cursors, pages) is `sender.feed`; this module
+The mechanism (positions given after commit, cursors, pages) is `app.feed`; this module
 decides what an actor may read and acknowledge. A feed is read with `read` (admin and read
 keys, operators, and that partner's own partner keys and portal); an acknowledgement needs
 `endpoints:write`. Acknowledgements are not written to the audit trail: a consumer makes one
@@ -23,16 +23,16 @@ from sqlalchemy.orm import Session
 from app.clock import isoformat, utcnow
 from app.config import Settings
 from app.errors import Conflict, Gone, ValidationFailed
+from app.feed import cursor as cursors
+from app.feed.backlog import ExpiredBacklog, expired
+from app.feed.lag import Lag, PullLag, lag, lags
+from app.feed.read import Subscriber, page
+from app.feed.sequencer import head, sequence
 from app.models import Endpoint
 from app.runtime import Runtime
 from app.services import audit, partners
 from app.services import endpoints as endpoint_service
 from app.services.actor import Actor
-from sender.feed import cursor as cursors
-from sender.feed.backlog import ExpiredBacklog, expired
-from sender.feed.lag import Lag, PullLag, lag, lags
-from sender.feed.read import Subscriber, page
-from sender.feed.sequencer import head, sequence
 
 PULL, PUSH = "pull", "push"
 

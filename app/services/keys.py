@@ -76,6 +76,13 @@ def create(session: Session, actor: Actor, name: str, scopes: Iterable[str] = ()
     return KeyView(key, partner_uid), token
 
 
+def any_exist(session: Session, actor: Actor) -> bool:
+    """Whether any key was ever made (revoked ones count): `kurir up` says how to make the
+    first one otherwise."""
+    _require_admin(actor)
+    return session.scalar(select(ApiKey.id).limit(1)) is not None
+
+
 def _view(session: Session, key: ApiKey) -> KeyView:
     uid = None
     if key.partner_id is not None:

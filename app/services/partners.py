@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from app.errors import NotFound
 from app.models import Partner
 from app.pagination import paginate
+from app.registry import endpoints as rules
 from app.services import audit
 from app.services.actor import Actor
-from sender import endpoints as rules
 
 
 def _not_found(uid: str) -> NotFound:
@@ -30,6 +30,15 @@ def visible(session: Session, actor: Actor, uid: str, scope: str = "read") -> Pa
     partner = session.scalar(select(Partner).where(Partner.uid == uid))
     if partner is None or not actor.may_see_partner(partner.id):
         raise _not_found(uid)
+    return partner
+
+
+def by_id(session: Session, actor: Actor, partner_id: str, scope: str = "read") -> Partner:
+    """The partner by its id (rows carry the id, pages link the uid), as `visible` decides."""
+    actor.require(scope)
+    partner = session.get(Partner, partner_id)
+    if partner is None or not actor.may_see_partner(partner.id):
+        raise NotFound(f"partner {partner_id!r} does not exist", details={"id": partner_id})
     return partner
 
 

@@ -40,7 +40,7 @@ def reencrypt_page(session: Session, rt: Runtime, actor: Actor,
     if after is not None:
         stmt = stmt.where(table.id > after)
     rows: list[EndpointSecret | InboundSourceSecret] = list(
-        session.scalars(stmt))  # type: ignore[arg-type]
+        session.scalars(stmt))
     box = rt.secret_box
     for row in rows:
         progress.seen += 1

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
@@ -168,6 +168,14 @@ def source_names(session: Session, source_ids: set[str]) -> dict[str, str]:
         return {}
     return dict(session.execute(select(InboundSource.id, InboundSource.name)
                                 .where(InboundSource.id.in_(source_ids))).all())
+
+
+def event_counts(session: Session, actor: Actor) -> dict[str, int]:
+    """Received callbacks by status, every source's: one statement."""
+    _require(actor, "read")
+    rows = session.execute(select(InboundEvent.status, func.count())
+                           .group_by(InboundEvent.status))
+    return {status: int(n) for status, n in rows}
 
 
 def event(session: Session, actor: Actor, event_id: str) -> tuple[InboundEvent, str]:

@@ -1,4 +1,5 @@
-"""The Flask face of Kurir: REST API, operator UI and inbound receiver."""
+"""The Flask faces of Kurir: the REST API, the operator UI, the partner portal, the inbound
+receiver, health probes and metrics, in one application."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def current_actor() -> Actor:
     """The authenticated caller; raises 401 when there is none or the key is wrong."""
     cached = g.get("actor")
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if not header:

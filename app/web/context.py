@@ -8,4 +8,4 @@ from app.runtime import Runtime
 
 
 def runtime() -> Runtime:
-    return current_app.extensions["kurir"]  # type: ignore[no-any-return]
+    return current_app.extensions["kurir"]

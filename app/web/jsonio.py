@@ -105,16 +105,18 @@ def optional_json(allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
     return body
 
 
+# The spellings of a true/false query parameter (any case); the API description lists them.
+FLAG_VALUES = {"true": True, "false": False, "1": True, "0": False}
+
+
 def bool_param(name: str) -> bool | None:
     """A true/false query parameter; absent or empty is None, anything else a 400."""
     raw = request.args.get(name)
     if raw is None or raw == "":
         return None
-    value = raw.strip().lower()
-    if value in {"true", "1"}:
-        return True
-    if value in {"false", "0"}:
-        return False
+    value = FLAG_VALUES.get(raw.strip().lower())
+    if value is not None:
+        return value
     raise BadRequest(f"{name} must be true or false", code="invalid_parameter",
                      details={"parameter": name})
 
@@ -125,7 +127,7 @@ def force_flag(body: dict[str, Any]) -> bool:
         value = body["force"]
     else:
         raw = request.args.get("force", "false").strip().lower()
-        value = {"1": True, "true": True, "0": False, "false": False, "": False}.get(raw, raw)
+        value = {**FLAG_VALUES, "": False}.get(raw, raw)
     if not isinstance(value, bool):
         raise ValidationFailed("force must be a boolean", code="invalid_parameter",
                                details={"parameter": "force"})

@@ -1,11 +1,9 @@
-"""`/metrics` in the Prometheus text format, read from the stores at scrape time.
+"""`/metrics` in the Prometheus text format: who may scrape, what is shown, how long it is kept.
 
-The database is the truth, so the figures come from it: deliveries by state, attempts by
-outcome and a latency histogram built from `attempts.duration_ms` in one pass, dead letters
-and inbound events by state, pull endpoints' lag and blocked ordering keys. Queue depth and
-the age of the oldest waiting job come from RQ. A store that does not answer is reported as
-`kurir_<store>_up 0`, never as a failed scrape. Counts shrink when retention purges old rows;
-they are exposed as gauges for that reason.
+The figures are `app.services.metrics`' (read from the stores at scrape time); this face
+renders them. A store that does not answer is reported as `kurir_<store>_up 0`, never as a
+failed scrape. Counts shrink when retention purges old rows; they are exposed as gauges for
+that reason.
 
 What a scrape may cost and show (docs/security.md):
 - a render is a fixed number of SQL statements, whatever the number of endpoints, and is
@@ -25,32 +23,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import redis
 from flask import Blueprint, Flask, Response, current_app, request
-from rq import Queue
-from rq.job import Job
-from sqlalchemy import case, func, select
-from sqlalchemy.orm import Session
 
-from app.clock import utcnow
 from app.errors import Unauthorized
-from app.models import (
-    DELIVERY_STATES,
-    DL_STATES,
-    INBOUND_STATUSES,
-    Attempt,
-    DeadLetter,
-    Delivery,
-    Endpoint,
-    InboundEvent,
-)
-from app.queues import ALL_QUEUES
-from app.services import endpoints as endpoint_service
-from app.services import feed
+from app.models import DELIVERY_STATES, DL_STATES, INBOUND_STATUSES
+from app.services import metrics as figures
 from app.web.context import runtime
 
 log = logging.getLogger(__name__)
@@ -60,32 +40,6 @@ blueprint = Blueprint("metrics", __name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # How long a render is served again before the stores are read anew (per API process).
 CACHE_TTL_S = 5.0
-LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0)
-
-
-@dataclass(frozen=True)
-class QueueStat:
-    name: str
-    depth: int
-    oldest_age_s: float | None  # None when the queue is empty
-
-
-def queue_stats(connection: redis.Redis) -> list[QueueStat]:
-    """Depth and oldest-job age of every Kurir queue (raises if Redis is unreachable)."""
-    now = utcnow()
-    stats = []
-    for name in ALL_QUEUES:
-        queue = Queue(name, connection=connection)
-        depth = queue.count
-        age = None
-        for job_id in queue.get_job_ids(0, 5):  # the head may have expired; look a bit on
-            job = Job.fetch(job_id, connection=connection) if connection.exists(
-                f"rq:job:{job_id}") else None
-            if job is not None and job.enqueued_at is not None:
-                age = max(0.0, (now - job.enqueued_at).total_seconds())
-                break
-        stats.append(QueueStat(name, depth, age))
-    return stats
 
 
 def _escape(value: str) -> str:
@@ -110,72 +64,50 @@ class _Writer:
         return "\n".join(self.lines) + "\n"
 
 
-def _by(session: Session, column: Any, model: Any) -> dict[str, int]:
-    rows = session.execute(select(column, func.count()).select_from(model).group_by(column))
-    return {str(key): int(n) for key, n in rows}
-
-
-def _database_metrics(out: _Writer, session: Session, *, detailed: bool) -> None:
-    deliveries = _by(session, Delivery.state, Delivery)
+def _database_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -> None:
     out.family("kurir_deliveries", "gauge", "Deliveries in the database, by state.")
-    for state in sorted(set(DELIVERY_STATES) | set(deliveries)):
-        out.sample("kurir_deliveries", deliveries.get(state, 0), state=state)
+    for state in sorted(set(DELIVERY_STATES) | set(found.deliveries)):
+        out.sample("kurir_deliveries", found.deliveries.get(state, 0), state=state)
 
-    ok = Attempt.response_status.between(200, 299)
-    columns = [
-        func.count(),
-        func.coalesce(func.sum(Attempt.duration_ms), 0),
-        func.coalesce(func.sum(case((ok, 1), else_=0)), 0),
-        func.coalesce(func.sum(case((Attempt.response_status.is_(None), 1), else_=0)), 0),
-    ] + [func.coalesce(func.sum(case((Attempt.duration_ms <= bound * 1000, 1), else_=0)), 0)
-         for bound in LATENCY_BUCKETS_S]
-    row = session.execute(select(*columns).select_from(Attempt)).one()
-    total, sum_ms, success, network = (int(v) for v in row[:4])
-    buckets = [int(v) for v in row[4:]]
+    attempts = found.attempts
     out.family("kurir_attempts", "gauge",
                "Delivery attempts recorded, by outcome (success = 2xx answer, http_error = "
                "any other answer, network_error = no answer: timeout, refused, blocked).")
-    out.sample("kurir_attempts", success, outcome="success")
-    out.sample("kurir_attempts", total - success - network, outcome="http_error")
-    out.sample("kurir_attempts", network, outcome="network_error")
+    out.sample("kurir_attempts", attempts.success, outcome="success")
+    out.sample("kurir_attempts", attempts.http_error, outcome="http_error")
+    out.sample("kurir_attempts", attempts.network_error, outcome="network_error")
     out.family("kurir_attempt_duration_seconds", "histogram",
                "Duration of delivery attempts, from sending to the end of the response.")
-    for bound, n in zip(LATENCY_BUCKETS_S, buckets, strict=True):
+    for bound, n in zip(figures.LATENCY_BUCKETS_S, attempts.within, strict=True):
         out.sample("kurir_attempt_duration_seconds_bucket", n, le=repr(bound))
-    out.sample("kurir_attempt_duration_seconds_bucket", total, le="+Inf")
-    out.sample("kurir_attempt_duration_seconds_sum", sum_ms / 1000.0)
-    out.sample("kurir_attempt_duration_seconds_count", total)
+    out.sample("kurir_attempt_duration_seconds_bucket", attempts.total, le="+Inf")
+    out.sample("kurir_attempt_duration_seconds_sum", attempts.duration_ms / 1000.0)
+    out.sample("kurir_attempt_duration_seconds_count", attempts.total)
 
-    letters = _by(session, DeadLetter.state, DeadLetter)
     out.family("kurir_dead_letters", "gauge", "Dead letters, by state (open = needs an operator).")
     for state in DL_STATES:
-        out.sample("kurir_dead_letters", letters.get(state, 0), state=state)
+        out.sample("kurir_dead_letters", found.dead_letters.get(state, 0), state=state)
 
-    endpoints = dict(session.execute(
-        select(Endpoint.state, func.count()).where(Endpoint.deleted_at.is_(None))
-        .group_by(Endpoint.state)).all())
     out.family("kurir_endpoints", "gauge", "Endpoints, by state.")
-    for state in sorted({"enabled", "disabled"} | set(endpoints)):
-        out.sample("kurir_endpoints", int(endpoints.get(state, 0)), state=state)
+    for state in sorted({"enabled", "disabled"} | set(found.endpoints)):
+        out.sample("kurir_endpoints", found.endpoints.get(state, 0), state=state)
 
-    _feed_metrics(out, session, detailed=detailed)
-    _ordering_metrics(out, session, detailed=detailed)
+    _feed_metrics(out, found, detailed=detailed)
+    _ordering_metrics(out, found, detailed=detailed)
 
-    inbound = _by(session, InboundEvent.status, InboundEvent)
     out.family("kurir_inbound_events", "gauge", "Received partner callbacks, by status.")
-    for status in sorted(set(INBOUND_STATUSES) | set(inbound)):
-        out.sample("kurir_inbound_events", inbound.get(status, 0), status=status)
+    for status in sorted(set(INBOUND_STATUSES) | set(found.inbound)):
+        out.sample("kurir_inbound_events", found.inbound.get(status, 0), status=status)
 
 
 def _age(now: datetime, oldest: datetime | None) -> float:
     return 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 
-def _feed_metrics(out: _Writer, session: Session, *, detailed: bool) -> None:
+def _feed_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -> None:
     """What pull endpoints' consumers have not acknowledged: in aggregate, and per endpoint
-    for an authenticated scraper. Three statements for all of them."""
-    now = utcnow()
-    lags = feed.pull_lags(session, runtime().settings, now)
+    for an authenticated scraper."""
+    now, lags = found.now, found.pull
     out.family("kurir_pull_endpoints", "gauge", "Live pull endpoints.")
     out.sample("kurir_pull_endpoints", len(lags))
     out.family("kurir_pull_lag_events", "gauge",
@@ -211,10 +143,10 @@ def _feed_metrics(out: _Writer, session: Session, *, detailed: bool) -> None:
                    endpoint=p.endpoint_id, partner=p.partner_uid)
 
 
-def _ordering_metrics(out: _Writer, session: Session, *, detailed: bool) -> None:
+def _ordering_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -> None:
     """Ordering keys held behind a dead delivery (`on_dead: "block"`): nothing more of such a
-    key is sent until its letter is resent or discarded. One statement."""
-    counts = endpoint_service.blocked_key_counts(session)
+    key is sent until its letter is resent or discarded."""
+    counts = found.blocked
     out.family("kurir_blocked_keys", "gauge",
                "Ordering keys held by a dead delivery (on_dead: block), all endpoints "
                "together.")
@@ -238,7 +170,8 @@ def render(*, detailed: bool = False) -> str:
     database_up = 1
     try:
         with rt.db.begin() as session:
-            _database_metrics(out, session, detailed=detailed)
+            found = figures.database(session, rt.settings)
+        _database_metrics(out, found, detailed=detailed)
     except Exception:
         log.warning("metrics: database query failed", exc_info=True)
         database_up = 0
@@ -246,7 +179,7 @@ def render(*, detailed: bool = False) -> str:
     out.sample("kurir_database_up", database_up)
     redis_up = 1
     try:
-        stats = queue_stats(rt.redis)
+        stats = figures.queue_stats(rt.redis)
     except (redis.RedisError, OSError):
         log.warning("metrics: redis unavailable", exc_info=True)
         stats, redis_up = [], 0
@@ -291,7 +224,7 @@ class RenderCache:
 
 def cache_of(app: Flask) -> RenderCache:
     """The app's render cache (made on first use)."""
-    return app.extensions.setdefault("kurir_metrics", RenderCache())  # type: ignore[no-any-return]
+    return app.extensions.setdefault("kurir_metrics", RenderCache())
 
 
 @blueprint.get("/metrics")

@@ -53,8 +53,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from app.clock import utcnow
+from app.net import guard
+from app.net.http import Transport
 from app.runtime import Runtime
-from sender import guard, health
+from sender import health
 from sender.bodies import read_bodies
 from sender.deliver import Target
 from sender.engine import claim
@@ -69,7 +71,6 @@ from sender.engine.sql import transient
 from sender.engine.targets import TargetReader
 from sender.engine.timers import Housekeeper, Timers
 from sender.engine.work import Release, Unsendable, Work
-from sender.http import Transport
 from sender.policy import RetryPolicy
 from sender.ratelimit import RateLimiter
 

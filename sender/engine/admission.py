@@ -20,9 +20,9 @@ from typing import Any
 
 import redis
 
+from app.net.http import ERROR_CONNECTION, ERROR_TIMEOUT
 from sender.deliver import AttemptResult, Target
 from sender.engine.ledger import Ledger, Room
-from sender.http import ERROR_CONNECTION, ERROR_TIMEOUT
 from sender.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)

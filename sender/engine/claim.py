@@ -26,11 +26,11 @@ from sqlalchemy.orm import Session
 
 from app.db import Database
 from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, Event
-from dlq.park import park
 from sender import health, ordering
 from sender.bodies import BodyKey, payload_column
 from sender.engine.errors import REASON_ENDPOINT_DISABLED
 from sender.engine.sql import chunks, table
+from sender.park import park
 
 log = logging.getLogger(__name__)
 

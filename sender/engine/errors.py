@@ -1,7 +1,7 @@
 """The names the engine itself writes: error classes on attempts, reasons on dead letters.
 
 The transport's own error classes (`timeout`, `connection_error`, `blocked_address`, ...) live
-in `sender.http`; these are the ones that come from the engine, not from the network.
+in `app.net.http`; these are the ones that come from the engine, not from the network.
 """
 
 from __future__ import annotations

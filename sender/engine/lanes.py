@@ -16,6 +16,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from queue import Empty, SimpleQueue
 
+from app.net.guard import GuardPolicy
+from app.net.http import Transport
 from sender import ordering
 from sender.deliver import AttemptResult, attempt
 from sender.engine.admission import MAX_LOCAL_WAIT_S, Admission
@@ -23,8 +25,6 @@ from sender.engine.errors import ERROR_INTERNAL
 from sender.engine.ledger import Ledger, Room
 from sender.engine.recorder import Recorder
 from sender.engine.work import Outcome, Release, Work
-from sender.guard import GuardPolicy
-from sender.http import Transport
 
 log = logging.getLogger(__name__)
 

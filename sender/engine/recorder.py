@@ -34,7 +34,6 @@ from sqlalchemy.orm import Session
 from app.db import Database
 from app.ids import new_id
 from app.models import DELIVERING, PENDING, RETRYING, SUCCEEDED, Attempt, Delivery
-from dlq.park import park
 from sender import health
 from sender.deliver import AttemptResult
 from sender.engine.claim import HOLD_GRACE_S
@@ -42,6 +41,7 @@ from sender.engine.errors import REASON_ENDPOINT_DISABLED, REASON_RETRIES_EXHAUS
 from sender.engine.ledger import Ledger
 from sender.engine.sql import insert_for_dialect, table, transient
 from sender.engine.work import Outcome, Release, Unsendable, Work
+from sender.park import park
 from sender.policy import RetryPolicy, decide, parse_retry_after
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ import pytest
 from app.accounts import create_operator
 from tests.browser.test_portal_browser import enter
 from tests.browser.test_ui_browser import EMAIL, PASSWORD, chromium  # noqa: F401
-from tests.factories import Receiver, WorkerThread
-from tests.integration import _delivered_support as kit
+from tests.support import delivered as kit
+from tests.support.factories import Receiver, WorkerThread
 
 pytestmark = pytest.mark.browser
 

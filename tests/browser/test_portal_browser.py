@@ -27,8 +27,8 @@ from app.ports import free_port
 from app.runtime import Runtime
 from tests.browser.test_ui_browser import chromium  # noqa: F401 - the shared browser
 from tests.conftest import LiveServer
-from tests.factories import Received, Receiver, WorkerThread, wait_for
-from tests.integration._publish_support import ORDER_SCHEMA
+from tests.support.factories import Received, Receiver, WorkerThread, wait_for
+from tests.support.publish import ORDER_SCHEMA
 
 pytestmark = pytest.mark.browser
 

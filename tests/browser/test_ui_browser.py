@@ -19,8 +19,8 @@ from sqlalchemy import select
 
 from app.accounts import create_operator
 from app.models import DeadLetter, Delivery, Event
-from tests.dlq_factories import letters_for, make_scene
-from tests.factories import Receiver, WorkerThread, wait_for
+from tests.support.dlq_factories import letters_for, make_scene
+from tests.support.factories import Receiver, WorkerThread, wait_for
 
 pytestmark = pytest.mark.browser
 

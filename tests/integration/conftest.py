@@ -9,8 +9,8 @@ import pytest
 
 from app import runtime as runtime_mod
 from app.runtime import Runtime
-from tests.integration._publish_support import acme  # noqa: F401 - re-exported fixture
-from tests.integration.fuzz_kit import seeded  # noqa: F401 - re-exported fixture
+from tests.support.fuzz import seeded  # noqa: F401 - re-exported fixture
+from tests.support.publish import acme  # noqa: F401 - re-exported fixture
 
 
 @pytest.fixture

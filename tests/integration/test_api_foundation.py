@@ -1,4 +1,4 @@
-"""Error format, authentication, scopes and readiness of the Flask app."""
+"""Error format, authentication, API keys, scopes and readiness of the Flask app."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from flask import Flask, jsonify
+from sqlalchemy import select
 
+from app.accounts import create_api_key
 from app.cli import cli
 from app.config import Settings
+from app.models import ApiKey, AuditRecord
 from app.runtime import Runtime
+from app.services import keys
 from app.web import create_app
 from app.web.auth import require_scope
 from app.web.jsonio import read_json_object
@@ -164,3 +168,97 @@ def test_operator_created_from_stdin_can_be_verified(settings, runtime):
     again = CliRunner().invoke(cli, ["operators", "create", "--email", "ops@example.com"],
                                input="another password\n", env=env)
     assert again.exit_code != 0 and "already exists" in again.output
+
+
+# ---------------------------------------------------------------------------- keys
+
+
+def _token(runtime: Runtime, name: str, *scopes: str) -> dict[str, str]:
+    with runtime.db.begin() as session:
+        _, token = create_api_key(session, name, scopes)
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _env(settings: Any) -> dict[str, str]:
+    return {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url,
+            "KURIR_DATA_DIR": str(settings.data_dir), "KURIR_SECRET_KEY": settings.secret_key}
+
+
+def test_keys_are_listed_and_revoked_over_the_api_and_refused_at_once(client, auth, runtime):
+    victim = _token(runtime, "billing", "events:write")
+    assert client.get("/v1/me", headers=victim).status_code == 200
+    listed = client.get("/v1/keys", headers=auth).get_json()["data"]
+    (row,) = [k for k in listed if k["name"] == "billing"]
+    assert set(row) == {"id", "name", "prefix", "scopes", "partner", "created_at",
+                        "last_used_at", "revoked_at"}
+    assert row["last_used_at"] is not None and row["revoked_at"] is None
+    assert victim["Authorization"].split()[1] not in client.get("/v1/keys", headers=auth).text
+    assert client.get("/v1/keys", headers=victim).status_code == 403
+    revoked = client.delete(f"/v1/keys/{row['id']}", headers=auth)
+    assert revoked.status_code == 200 and revoked.get_json()["revoked_at"]
+    assert client.get("/v1/me", headers=victim).status_code == 401
+    with runtime.db.begin() as session:
+        actions = session.scalars(select(AuditRecord.action).where(
+            AuditRecord.subject_id == row["id"])).all()
+    assert actions == ["key.revoked"]
+
+
+def test_a_key_revoked_by_another_process_is_refused_within_the_cache_ttl(runtime,
+                                                                          monkeypatch):
+    """The cache spares a query per request; it may not outlive a revocation by more than
+    CACHE_TTL_S (a second), even when the revocation happened in another process."""
+    assert keys.CACHE_TTL_S <= 1.0
+    now = [1000.0]
+    monkeypatch.setattr(keys, "_clock", lambda: now[0])
+    keys.forget()
+    with runtime.db.begin() as session:
+        key, token = create_api_key(session, "svc", ["read"])
+        key_id = key.id
+    assert keys.authenticate(runtime, token) is not None  # cached now
+    with runtime.db.begin() as session:  # what `kurir keys revoke` does, elsewhere
+        session.get_one(ApiKey, key_id).revoked_at = session.get_one(ApiKey, key_id).created_at
+    now[0] += keys.CACHE_TTL_S
+    assert keys.authenticate(runtime, token) is None
+
+
+def test_last_used_is_written_at_most_once_a_minute(runtime, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(keys, "_clock", lambda: now[0])
+    keys.forget()
+    with runtime.db.begin() as session:
+        key, token = create_api_key(session, "svc", ["read"])
+        key_id = key.id
+    keys.authenticate(runtime, token)
+    with runtime.db.begin() as session:
+        first = session.get_one(ApiKey, key_id).last_used_at
+    assert first is not None
+    now[0] += 10 * keys.CACHE_TTL_S  # the cache expired: the key is read again
+    keys.authenticate(runtime, token)
+    with runtime.db.begin() as session:
+        assert session.get_one(ApiKey, key_id).last_used_at == first
+
+
+def test_cli_lists_and_revokes_keys_and_warns_when_it_grants_admin(settings, runtime):
+    runner = CliRunner()
+    made = runner.invoke(cli, ["keys", "create", "--name", "ops"], env=_env(settings))
+    assert made.exit_code == 0
+    assert "no --scope given: the key gets admin" in made.stderr
+    scoped = runner.invoke(cli, ["keys", "create", "--name", "ro", "--scope", "read"],
+                           env=_env(settings))
+    assert scoped.exit_code == 0 and "admin" not in scoped.stderr
+    token = scoped.stdout.strip().splitlines()[-1]
+    listed = runner.invoke(cli, ["keys", "ls"], env=_env(settings))
+    assert listed.exit_code == 0 and "ops" in listed.stdout and "ro" in listed.stdout
+    assert token not in listed.stdout
+    with runtime.db.begin() as session:
+        key_id = session.scalar(select(ApiKey.id).where(ApiKey.name == "ro"))
+    revoked = runner.invoke(cli, ["keys", "revoke", key_id], env=_env(settings))
+    assert revoked.exit_code == 0, revoked.output
+    assert runner.invoke(cli, ["keys", "revoke", key_id], env=_env(settings)).exit_code == 1
+    keys.forget()
+    assert keys.authenticate(runtime, token) is None
+    with runtime.db.begin() as session:
+        trail = session.execute(select(AuditRecord.action, AuditRecord.actor)
+                                .order_by(AuditRecord.id)).all()
+    assert [a for a, _ in trail] == ["key.created", "key.created", "key.revoked"]
+    assert all(actor.startswith("cli") for _, actor in trail)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.api_process import Api, serve_api
+from tests.support.api_process import Api, serve_api
 
 BIG = 200 * 1024  # over gunicorn's own post-answer drain (64 KiB), under the payload limit
 OVER_LIMIT = 300 * 1024  # over KURIR_MAX_PAYLOAD_BYTES (256 KiB by default)

@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from app.accounts import create_operator
 from app.models import AuditRecord, OperationalEvent
-from tests.integration._publish_support import contract_and_partner, make_endpoint
+from tests.support.publish import contract_and_partner, make_endpoint
 
 EMAIL, PASSWORD = "ops@example.com", "correct horse battery"
 

@@ -17,9 +17,9 @@ from app import runtime as runtime_mod
 from app.models import SUCCEEDED, Delivery
 from app.ports import free_port
 from app.runtime import Runtime
+from app.signing import build_headers, generate_secret
 from sender.dispatch import enqueue_now
-from sender.signing import build_headers, generate_secret
-from tests.factories import (
+from tests.support.factories import (
     WorkerThread,
     make_endpoint,
     make_event_with_deliveries,

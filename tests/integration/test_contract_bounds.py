@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from app import schema_example
-from app.contracts import MAX_DOWNGRADE_HOPS
+from app.event_types import MAX_DOWNGRADE_HOPS
+from app.event_types import examples as schema_example
 from app.models import Delivery, Event, EventType, EventVersion
 from app.services import event_types
-from tests.integration._publish_support import make_endpoint, make_partner
 from tests.integration.test_portal import sign_in
+from tests.support.publish import make_endpoint, make_partner
 
 # A smaller KURIR_MAX_PAYLOAD_BYTES keeps the oversized bodies of these tests small.
 LIMIT = 32 * 1024

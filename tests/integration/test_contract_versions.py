@@ -16,8 +16,8 @@ from app.accounts import create_operator
 from app.clock import isoformat, utcnow
 from app.models import Delivery, Event, EventVersion, OperationalEvent
 from app.services import event_types
-from tests.factories import Receiver, WorkerThread, wait_for
-from tests.integration._publish_support import make_endpoint, make_partner
+from tests.support.factories import Receiver, WorkerThread, wait_for
+from tests.support.publish import make_endpoint, make_partner
 
 V1 = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}},
       "additionalProperties": False}

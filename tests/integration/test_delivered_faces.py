@@ -19,10 +19,10 @@ import pytest
 from app.models import Endpoint
 from app.services import pins
 from app.services.actor import Actor
-from tests.factories import Receiver, WorkerThread
-from tests.integration import _delivered_support as kit
 from tests.integration.test_portal import sign_in
 from tests.integration.test_ui_operator_pages import ui  # noqa: F401 - the signed-in operator
+from tests.support import delivered as kit
+from tests.support.factories import Receiver, WorkerThread
 
 _RAW = re.compile(r'<pre[^>]* data-testid="payload">(.*?)</pre>', re.S)
 _PRETTY = re.compile(r'<pre class="code" data-testid="payload-pretty">(.*?)</pre>', re.S)

@@ -12,8 +12,8 @@ from app.clock import utcnow
 from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery
 from app.runtime import Runtime
 from sender.dispatch import enqueue_now
-from tests.dlq_factories import Scene, letters_for, make_scene
-from tests.factories import (
+from tests.support.dlq_factories import Scene, letters_for, make_scene
+from tests.support.factories import (
     Receiver,
     WorkerThread,
     make_endpoint,

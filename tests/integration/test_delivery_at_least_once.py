@@ -15,7 +15,7 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
-from app import contracts
+from app import event_types
 from app import runtime as runtime_mod
 from app.accounts import create_api_key
 from app.embedded_redis import EmbeddedRedis
@@ -25,7 +25,7 @@ from app.runtime import Runtime
 from app.web import create_app
 from app.web.auth import clear_cache
 from sender.dispatch import enqueue_now, job_specs
-from tests.factories import (
+from tests.support.factories import (
     Receiver,
     SweeperThread,
     WorkerProcess,
@@ -69,7 +69,7 @@ def _at_least_once_at_most_twice(receiver: Receiver, event_ids: set[str]) -> Non
 def test_publish_while_redis_is_down_is_delivered_once_it_is_back(rt, own_redis):
     with Receiver() as receiver:
         with rt.db.begin() as session:
-            contracts.register(session, {"name": "order.paid", "version": 1,
+            event_types.register(session, {"name": "order.paid", "version": 1,
                                          "schema": {"type": "object"}})
             partner = make_partner(session, "acme")
             make_endpoint(session, partner, receiver.url + "/h", rt.secret_box)

@@ -18,11 +18,11 @@ from app.models import (
     Endpoint,
     OperationalEvent,
 )
+from app.registry.secrets import rotate
 from app.runtime import Runtime
+from app.signing import generate_secret
 from sender.dispatch import enqueue_now
-from sender.secrets import rotate
-from sender.signing import generate_secret
-from tests.factories import (
+from tests.support.factories import (
     Receiver,
     SweeperThread,
     WorkerThread,

@@ -27,7 +27,7 @@ from app.models import (
 )
 from app.runtime import Runtime
 from sender.dispatch import enqueue_now
-from tests.factories import (
+from tests.support.factories import (
     Receiver,
     WorkerThread,
     make_endpoint,

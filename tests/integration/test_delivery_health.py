@@ -17,7 +17,7 @@ from app.models import (
     OperationalEvent,
 )
 from sender import health
-from tests.factories import make_endpoint, make_event_with_deliveries, make_partner
+from tests.support.factories import make_endpoint, make_event_with_deliveries, make_partner
 
 T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)
 

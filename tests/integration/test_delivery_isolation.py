@@ -5,9 +5,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 
 from app.models import SUCCEEDED, Attempt, Delivery
-from bench.deliver import ReceiverProcess
 from sender.dispatch import enqueue_now
-from tests.factories import (
+from tests.support.factories import (
     SweeperThread,
     WorkerThread,
     make_endpoint,
@@ -15,6 +14,7 @@ from tests.factories import (
     make_partner,
     wait_for,
 )
+from tests.support.fast_receiver import ReceiverProcess
 
 EVENTS = 200
 HEALTHY = 5

@@ -7,16 +7,16 @@ import re
 import pytest
 
 from app.models import SUCCEEDED
-from bench.deliver import ReceiverProcess
 from sender.dispatch import enqueue_now
 from sender.ratelimit import RateLimiter
-from tests.factories import (
+from tests.support.factories import (
     WorkerProcess,
     make_endpoint,
     make_events,
     make_partner,
     wait_for,
 )
+from tests.support.fast_receiver import ReceiverProcess
 
 
 def test_slots_are_spaced_and_shared_between_limiters(redis_client):

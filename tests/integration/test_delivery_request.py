@@ -17,11 +17,11 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from app.clock import utcnow
 from app.models import RETRYING, SUCCEEDED, Attempt, Delivery, Endpoint
 from app.queues import DEFAULT, INBOUND, JobSpec, enqueue_many
+from app.registry.secrets import rotate
 from app.runtime import Runtime
+from app.signing import generate_secret
 from sender.dispatch import enqueue_now
-from sender.secrets import rotate
-from sender.signing import generate_secret
-from tests.factories import (
+from tests.support.factories import (
     Receiver,
     WorkerProcess,
     WorkerThread,
@@ -214,7 +214,7 @@ def test_connections_are_reused_and_duplicate_jobs_are_harmless(make_rt):
 
 def test_the_worker_never_imports_flask():
     """Neither the job module, the worker, nor any module of the engine loads Flask."""
-    code = ("import importlib, pkgutil, sys, sender.engine, sender.jobs, sender.worker\n"
+    code = ("import importlib, pkgutil, sys, sender.engine, sender.jobs, app.processes.worker\n"
             "names = [m.name for m in pkgutil.iter_modules(sender.engine.__path__,"
             " 'sender.engine.')]\n"
             "assert len(names) >= 8, names\n"

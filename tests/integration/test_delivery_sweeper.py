@@ -11,7 +11,7 @@ from app.models import DEAD, DELIVERING, PENDING, RETRYING, SUCCEEDED, Attempt, 
 from sender import sweeper
 from sender.dispatch import enqueue_now
 from sender.jobs import Engine
-from tests.factories import (
+from tests.support.factories import (
     Receiver,
     SweeperThread,
     WorkerThread,

@@ -9,7 +9,7 @@ from app.accounts import create_api_key
 from app.models import Delivery
 from app.queues import DEFAULT, DELIVERIES
 from dlq import resend as resend_mod
-from tests.dlq_factories import letters_for, make_scene
+from tests.support.dlq_factories import letters_for, make_scene
 
 
 def _token(runtime, name: str, *scopes: str) -> dict[str, str]:

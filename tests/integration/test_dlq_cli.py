@@ -13,7 +13,7 @@ from app.cli import cli
 from app.clock import utcnow
 from app.models import BulkOperation, DeadLetter, DeadLetterAudit, Endpoint
 from app.queues import DELIVERIES
-from tests.dlq_factories import letters_for, make_scene
+from tests.support.dlq_factories import letters_for, make_scene
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from app.clock import utcnow
 from app.models import Attempt, DeadLetter, Delivery, Endpoint, Event
-from sender.secrets import rotate
-from sender.signing import generate_secret
-from tests.dlq_factories import letters_for, make_scene
-from tests.factories import Receiver, WorkerThread, wait_for
+from app.registry.secrets import rotate
+from app.signing import generate_secret
+from tests.support.dlq_factories import letters_for, make_scene
+from tests.support.factories import Receiver, WorkerThread, wait_for
 
 
 def test_resend_is_delivered_with_the_same_id_and_the_rotated_secret(client, auth, runtime):

@@ -24,7 +24,7 @@ from app.queues import DEFAULT, DELIVERIES
 from dlq import discard as discard_mod
 from dlq import resend, retention
 from dlq.search import DeadLetterFilter, conditions, search
-from tests.dlq_factories import letters_for, make_scene
+from tests.support.dlq_factories import letters_for, make_scene
 
 
 def _ids(runtime, flt: DeadLetterFilter, limit: int = 250) -> set[str]:
@@ -388,7 +388,7 @@ def test_retention_purges_only_closed_letters_past_the_period(runtime):
 
 
 def test_scheduler_runs_retention_and_resumes_stalled_bulk_resends(runtime):
-    from app.scheduling import periodic_jobs
+    from app.processes.scheduler import periodic_jobs
 
     jobs = {job.name: job.run for job in periodic_jobs(runtime)}
     assert jobs["purge-dead-letters"] is retention.purge

@@ -9,17 +9,21 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
+from app.accounts import create_api_key
 from app.clock import parse_time, utcnow
-from app.models import Endpoint, EndpointSecret
+from app.models import Attempt, Endpoint, EndpointSecret
+from app.registry.secrets import active_secrets
 from app.runtime import Runtime
+from app.signing import generate_secret
 from app.web import create_app
-from sender.secrets import active_secrets
-from sender.signing import generate_secret
-from tests.integration._publish_support import (
+from tests.support.factories import Receiver, WorkerThread, wait_for
+from tests.support.publish import (
+    contract_and_partner,
     error_of,
     make_endpoint,
     make_event_type,
     make_partner,
+    order,
 )
 
 ENDPOINT_KEYS = {"id", "partner", "url", "event_types", "description", "headers",
@@ -378,3 +382,67 @@ def test_secrets_are_never_logged(client, auth, caplog):
                 json={"url": "http://127.0.0.1:9/", "secret": mine + "broken"})
     text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
     assert mine not in text and rotated not in text
+
+
+# ---------------------------------------------------------------------------- credentials
+
+
+def _token(runtime: Runtime, name: str, *scopes: str) -> dict[str, str]:
+    with runtime.db.begin() as session:
+        _, token = create_api_key(session, name, scopes)
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_header_values_are_write_only_and_never_stored_with_attempts(client, auth, runtime):
+    contract_and_partner(client, auth)
+    reader = _token(runtime, "reader", "read")
+    with Receiver() as receiver, WorkerThread(runtime):
+        created = make_endpoint(client, auth, url=f"{receiver.url}/hook", headers={
+            "Authorization": "Bearer s3cr3t-value", "X-Tenant": "acme-eu"},
+            public_headers=["X-Tenant"])
+        path = f"/v1/partners/acme/endpoints/{created['id']}"
+        for answer in (client.get(path, headers=reader),
+                       client.get("/v1/partners/acme/endpoints", headers=reader),
+                       client.patch(path, headers=auth, json={"description": "eu"})):
+            assert answer.status_code == 200
+            assert "s3cr3t-value" not in answer.text
+        shown = client.get(path, headers=reader).get_json()
+        assert shown["headers"] == {"Authorization": None, "X-Tenant": "acme-eu"}
+        # A reader's copy sent back (null) keeps the stored value; the partner still gets it.
+        changed = client.patch(path, headers=auth, json={
+            "headers": {**shown["headers"], "X-Region": "eu"},
+            "public_headers": ["X-Tenant", "X-Region"]})
+        assert changed.status_code == 200, changed.get_json()
+        event = client.post("/v1/partners/acme/events", headers=auth, json=order()).get_json()
+        wait_for(lambda: receiver.on("/hook"), message="the webhook")
+        sent = receiver.on("/hook")[0].headers
+        assert (sent["authorization"], sent["x-tenant"], sent["x-region"]) == (
+            "Bearer s3cr3t-value", "acme-eu", "eu")
+        wait_for(lambda: _attempts(runtime), message="the attempt record")
+    (attempt,) = _attempts(runtime)
+    assert attempt.request_headers["Authorization"] == "[redacted]"
+    assert attempt.request_headers["X-Tenant"] == "acme-eu"
+    detail = client.get(f"/v1/events/{event['id']}", headers=reader)
+    assert "s3cr3t-value" not in detail.text
+
+
+def _attempts(runtime: Runtime) -> list[Attempt]:
+    with runtime.db.begin() as session:
+        rows = list(session.scalars(select(Attempt)))
+        session.expunge_all()
+        return rows
+
+
+@pytest.mark.parametrize("url", ["https://user:pass@hooks.example.com/in",
+                                 "https://token@hooks.example.com/in"])
+def test_a_password_in_the_url_is_refused_at_create_and_change(client, auth, url):
+    contract_and_partner(client, auth)
+    response = client.post("/v1/partners/acme/endpoints", headers=auth, json={"url": url})
+    assert response.status_code == 422
+    error = response.get_json()["error"]
+    assert error["code"] == "invalid_url" and error["details"]["reason"] == "userinfo"
+    assert "header" in error["message"]
+    ep = make_endpoint(client, auth, url="https://hooks.example.com/in")
+    changed = client.patch(f"/v1/partners/acme/endpoints/{ep['id']}", headers=auth,
+                           json={"url": url})
+    assert changed.status_code == 422

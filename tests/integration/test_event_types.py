@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tests.integration._publish_support import ORDER_SCHEMA, error_of, make_event_type
+from tests.support.publish import ORDER_SCHEMA, error_of, make_event_type
 
 
 def test_register_returns_201_and_reads_back(client, auth):

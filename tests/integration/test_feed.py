@@ -14,14 +14,14 @@ import requests
 from sqlalchemy import func, select
 
 from app.clock import parse_time, utcnow
+from app.feed import cursor as cursors
+from app.feed.sequencer import sequence
 from app.ids import new_id
+from app.intake.publish import PublishRequest, payload_json
 from app.models import AuditRecord, Delivery, Event, Partner
 from app.web import metrics
-from sender.feed import cursor as cursors
-from sender.feed.sequencer import sequence
-from sender.publish import PublishRequest, payload_json
-from tests.factories import wait_for
-from tests.integration._publish_support import (
+from tests.support.factories import wait_for
+from tests.support.publish import (
     error_of,
     make_endpoint,
     make_event_type,
@@ -465,7 +465,7 @@ def test_a_partner_key_reads_its_own_feed_and_no_other(client, auth, acme):
 
 
 def test_the_scheduler_job_numbers_what_publishers_committed(client, auth, acme, runtime):
-    from app.scheduling import sequence_feed
+    from app.processes.scheduler import sequence_feed
 
     client.post("/v1/partners/acme/events", headers=auth, json=order())
     assert sequence_feed(runtime) == 1

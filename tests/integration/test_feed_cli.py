@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from app.cli import cli
 from app.models import AuditRecord, Endpoint
-from tests.integration._publish_support import (
+from tests.support.publish import (
     make_endpoint,
     make_event_type,
     make_partner,

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from tests.integration.fuzz_kit import Tally, known_path_parameters
+from tests.support.fuzz import Tally, known_path_parameters
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
 

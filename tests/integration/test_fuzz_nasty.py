@@ -30,8 +30,8 @@ from sqlalchemy import func, select
 from app.models import InboundEvent
 from app.runtime import Runtime
 from app.web.openapi import document
-from tests.integration.fuzz_kit import Tally
-from tests.integration.inbound_kit import (
+from tests.support.fuzz import Tally
+from tests.support.inbound import (
     OTHER_SECRETS,
     SCHEMES,
     callback,

@@ -1,7 +1,7 @@
 """Hostile endpoints cost one bounded, failed attempt and never stall the healthy ones.
 
-Every endpoint of tests/hostile.py is delivered to through the real engine (`run_worker` in a
-thread, real Redis, both databases) with a 2-second endpoint timeout. Each attempt must end
+Every endpoint of tests/support/hostile.py is delivered to through the real engine (`run_worker`
+in a thread, real Redis, both databases) with a 2-second endpoint timeout. Each attempt must end
 as a failed attempt with an error class that says what happened, keep at most 4 KiB of what
 was answered, and last no longer than the timeout plus a second: the deadline is our own
 watchdog's, so this bounds the code, not the machine. Healthy deliveries sent in the same
@@ -22,11 +22,11 @@ from sqlalchemy import select
 
 from app import runtime as runtime_mod
 from app.models import RETRYING, SUCCEEDED, Attempt, Delivery, Endpoint
+from app.net.guard import GuardPolicy
+from app.net.http import MAX_BODY_BYTES, Transport
 from app.runtime import Runtime
 from sender.dispatch import enqueue_now
-from sender.guard import GuardPolicy
-from sender.http import MAX_BODY_BYTES, Transport
-from tests.factories import (
+from tests.support.factories import (
     Receiver,
     WorkerThread,
     make_endpoint,
@@ -34,7 +34,7 @@ from tests.factories import (
     make_partner,
     wait_for,
 )
-from tests.hostile import HostileServer
+from tests.support.hostile import HostileServer
 
 TIMEOUT_S = 2
 # What each hostile endpoint's attempt must record: (response status, error class).

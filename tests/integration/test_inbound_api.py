@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -15,9 +16,13 @@ from app.cli import cli
 from app.inbound import process, receive
 from app.models import InboundEvent, InboundSourceSecret
 from app.runtime import Runtime
-from tests.integration import inbound_kit as kit
+from app.web import create_app
+from app.web.auth import clear_cache
+from tests.support import inbound as kit
 
 SW = "standard-webhooks"
+HERE = __name__
+_ran: list[str] = []
 
 
 def _token(runtime: Runtime, *scopes: str) -> dict[str, str]:
@@ -298,3 +303,65 @@ def test_inbound_events_filter_by_received_time(runtime, client, auth):
         answer = client.get(f"/v1/inbound-events?{bad}", headers=auth)
         assert answer.status_code == 400
         assert answer.get_json()["error"]["code"] == "invalid_parameter"
+
+
+# ---------------------------------------------------------------------------- handlers
+
+
+def record_handler(ctx: Any) -> None:
+    _ran.append(ctx.event.event_id)
+
+
+def test_an_api_key_cannot_name_code_for_the_worker_to_run(client, auth, tmp_path,
+                                                           monkeypatch):
+    """Handlers are code: over HTTP a source selects registered names only. A module path
+    is refused with 422 and never imported (this module would write a file if it were)."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    marker = tmp_path / "imported"
+    (planted / "kurir_planted_module.py").write_text(
+        f"open({str(marker)!r}, 'w').write('imported')\ndef run(ctx):\n    pass\n")
+    monkeypatch.syspath_prepend(str(planted))
+    for handlers in (["kurir_planted_module:run"], [{"path": "kurir_planted_module:run"}],
+                     ["os:system"], [{"event_type": "*", "handler": "os:system"}]):
+        response = client.post("/v1/sources", headers=auth, json={
+            "name": "psp", "scheme": "standard-webhooks",
+            "secret": kit.SECRETS["standard-webhooks"], "handlers": handlers})
+        assert response.status_code == 422, handlers
+        assert response.get_json()["error"]["code"] == "unknown_handler"
+    assert not marker.exists()
+    assert "kurir_planted_module" not in sys.modules
+    assert client.get("/v1/sources", headers=auth).get_json()["data"] == []
+
+
+def test_a_source_selects_a_handler_the_operator_registered_by_name(settings, migrated,
+                                                                    redis_client):
+    registered = settings.with_overrides(
+        inbound_handlers=(("record", f"{HERE}:record_handler"),))
+    rt = Runtime(registered, database=migrated.db)
+    from app import runtime as runtime_mod
+
+    runtime_mod.install(rt)
+    try:
+        clear_cache()
+        client = create_app(runtime=rt).test_client()
+        admin = _token(rt, "admin")
+        listed = client.get("/v1/inbound-handlers", headers=admin).get_json()["data"]
+        assert listed == [{"name": "record", "path": f"{HERE}:record_handler"}]
+        created = client.post("/v1/sources", headers=admin, json={
+            "name": "psp", "scheme": "standard-webhooks",
+            "secret": kit.SECRETS["standard-webhooks"],
+            "handlers": [{"event_type": "payment.*", "handler": "record"}]})
+        assert created.status_code == 201, created.get_json()
+        assert created.get_json()["handlers"] == [
+            {"event_type": "payment.*", "handler": "record", "side_effect_only": False}]
+        _ran.clear()
+        body, headers = kit.signed_callback("standard-webhooks", event_id="e-1",
+                                            resource_id="pay_1", version=1, status="paid")
+        receipt = receive.receive(rt, "psp", headers, body)
+
+        assert process.process_event(receipt.inbound_event_id) == "applied"
+        assert _ran == ["e-1"]
+    finally:
+        rt.close()
+        runtime_mod.install(None)  # type: ignore[arg-type]

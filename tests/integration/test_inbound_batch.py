@@ -23,7 +23,7 @@ from app.inbound.consumer import InboundConsumer
 from app.models import InboundEvent, InboundSource, OperationalEvent, ResourceState
 from app.queues import INBOUND, JobSpec, enqueue_many, pop_job_ids
 from app.runtime import Runtime
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 SW = "standard-webhooks"
 HERE = "tests.integration.test_inbound_batch"

@@ -31,7 +31,7 @@ from app.models import InboundEvent
 from app.runtime import Runtime
 from app.web import create_app
 from tests.conftest import LiveServer
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 SW = "standard-webhooks"
 CLIENTS = 4

@@ -27,10 +27,10 @@ from app.models import (
     ReconcileRequest,
     ResourceState,
 )
+from app.processes.worker import run_worker
 from app.queues import INBOUND
 from app.runtime import Runtime
-from sender.worker import run_worker
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 SW = "standard-webhooks"
 HERE = "tests.integration.test_inbound_process"

@@ -20,7 +20,7 @@ from app.queues import INBOUND
 from app.runtime import Runtime
 from app.web import create_app
 from tests.conftest import LiveServer
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 NUMERIC_IDS = {"github": "4242", "shopify": "820982911946154508"}
 
@@ -349,6 +349,25 @@ def test_credentials_and_the_signature_are_stored_by_name_only(runtime, live_ser
     for name in ("authorization", "cookie", "x-hub-signature-256"):
         assert event.headers[name] == "[redacted]", name
     assert event.headers["x-github-delivery"] == "evt_1"
+
+
+def test_inbound_callbacks_are_stored_without_credentials_or_signatures(client, auth, runtime):
+    kit.create_source(runtime, "psp", "standard-webhooks")
+    body, headers = kit.signed_callback("standard-webhooks", event_id="e-1",
+                                        resource_id="pay_1", version=1)
+    headers += [("Authorization", "Bearer partner-token"),
+                ("Proxy-Authorization", "Basic cHJveHk="), ("X-Request-Id", "r-1")]
+    response = client.post("/inbound/psp", data=body, headers=headers)
+    assert response.status_code == 202, response.get_json()
+    detail = client.get(f"/v1/inbound-events/{response.get_json()['id']}", headers=auth)
+    stored = detail.get_json()["headers"]
+    assert stored["authorization"] == stored["proxy-authorization"] == "[redacted]"
+    assert stored["webhook-signature"] == "[redacted]"
+    assert stored["x-request-id"] == "r-1" and stored["webhook-id"] == "e-1"
+    assert "partner-token" not in detail.text and "cHJveHk=" not in detail.text
+    with runtime.db.begin() as session:
+        raw = session.scalar(select(InboundEvent.headers))
+    assert "partner-token" not in str(raw)
 
 
 def test_redis_down_still_202_and_the_sweeper_enqueues_it(settings, runtime, redis_client):

@@ -21,13 +21,13 @@ from app.cli import cli
 from app.clock import parse_time, utcnow
 from app.inbound import process, receive, reconcile
 from app.models import InboundEvent, ReconcileRequest, ResourceState
+from app.net.http import Transport
 from app.ports import free_port
+from app.processes.scheduler import periodic_jobs
+from app.processes.worker import run_worker
 from app.queues import INBOUND
 from app.runtime import Runtime
-from app.scheduling import periodic_jobs
-from sender.http import Transport
-from sender.worker import run_worker
-from tests.integration import inbound_kit as kit
+from tests.support import inbound as kit
 
 SW = "standard-webhooks"
 

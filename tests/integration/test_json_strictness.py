@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 
 from app.db import Database
 from app.models import Event, InboundSource
-from tests.integration._publish_support import counts, error_of, make_event_type
+from tests.support.publish import counts, error_of, make_event_type
 
 LONE = r"\ud800"  # six characters of JSON text, as a client would send them
 PAIR = r"\ud83d\ude00"  # U+1F600, escaped as its surrogate pair

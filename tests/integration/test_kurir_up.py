@@ -15,7 +15,7 @@ import requests
 from rq import Worker
 
 from app.ports import free_port
-from tests.factories import wait_for
+from tests.support.factories import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from sqlalchemy import event
 from app.models import InboundEvent, InboundSource
 from app.queues import DELIVERIES
 from app.web import metrics
-from tests.dlq_factories import letters_for, make_scene
-from tests.integration._publish_support import (
+from tests.support.dlq_factories import letters_for, make_scene
+from tests.support.publish import (
     blocked_endpoint,
     make_endpoint,
     make_event_type,

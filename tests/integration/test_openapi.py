@@ -19,10 +19,10 @@ from app.accounts import create_api_key
 from app.clock import utcnow
 from app.config import Settings
 from app.models import Attempt, Delivery
+from app.signing import generate_secret
 from app.web import create_app
 from app.web.openapi import document
-from sender.signing import generate_secret
-from tests.integration._publish_support import ORDER_SCHEMA, order
+from tests.support.publish import ORDER_SCHEMA, order
 
 IGNORED_METHODS = {"HEAD", "OPTIONS"}
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")

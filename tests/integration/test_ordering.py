@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from app import contracts
+from app import event_types
 from app.accounts import create_api_key
+from app.intake.publish import publish_event
 from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery, Endpoint
+from app.registry import endpoints as endpoint_rules
 from app.runtime import Runtime
-from sender import endpoints as endpoint_rules
-from sender.publish import publish_event
 from sender.sweeper import sweep
-from tests.factories import Receiver, WorkerThread, wait_for
+from tests.support.factories import Receiver, WorkerThread, wait_for
 
 TYPE = "stock.changed"
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}}
@@ -96,7 +96,7 @@ class Publisher:
     def __init__(self, rt: Runtime, url: str, **endpoint: Any) -> None:
         self.rt = rt
         with rt.db.begin() as session:
-            contracts.register(session, {"name": TYPE, "version": 1, "schema": SCHEMA})
+            event_types.register(session, {"name": TYPE, "version": 1, "schema": SCHEMA})
             key, _ = create_api_key(session, "ordering-test", ["admin"])
             partner = endpoint_rules.create_partner(session, {"uid": "shop", "name": "Shop"})
             created = endpoint_rules.create_endpoint(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration._publish_support import (
+from tests.support.publish import (
     contract_and_partner,
     error_of,
     make_endpoint,

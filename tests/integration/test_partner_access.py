@@ -17,9 +17,9 @@ from sqlalchemy import select
 
 from app.models import AuditRecord, DeadLetter, Delivery, Endpoint, InboundEvent
 from app.web.openapi import document
-from tests.dlq_factories import make_dead_letter
-from tests.dlq_factories import make_event as make_dl_event
-from tests.integration._publish_support import (
+from tests.support.dlq_factories import make_dead_letter
+from tests.support.dlq_factories import make_event as make_dl_event
+from tests.support.publish import (
     make_endpoint,
     make_event_type,
     make_partner,

@@ -30,10 +30,10 @@ from app.services import partner_bounds
 from app.web import create_app
 from sender import health
 from tests.conftest import LiveServer
-from tests.dlq_factories import make_dead_letter
-from tests.dlq_factories import make_event as make_dl_event
-from tests.integration._publish_support import error_of, make_endpoint, make_partner
 from tests.integration.test_portal import csrf, link_for, path_of, sign_in
+from tests.support.dlq_factories import make_dead_letter
+from tests.support.dlq_factories import make_event as make_dl_event
+from tests.support.publish import error_of, make_endpoint, make_partner
 
 OPERATOR_EMAIL = "ops@publisher.example"
 

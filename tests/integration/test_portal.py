@@ -17,10 +17,10 @@ from app.queues import DEFAULT
 from app.services import portal as portal_service
 from app.web.portal import guide
 from sender import health
-from tests.dlq_factories import make_dead_letter
-from tests.dlq_factories import make_event as make_dl_event
-from tests.factories import Receiver, WorkerThread, wait_for
-from tests.integration._publish_support import (
+from tests.support.dlq_factories import make_dead_letter
+from tests.support.dlq_factories import make_event as make_dl_event
+from tests.support.factories import Receiver, WorkerThread, wait_for
+from tests.support.publish import (
     blocked_endpoint,
     make_endpoint,
     make_event_type,
@@ -628,8 +628,8 @@ def test_publishers_cannot_publish_or_register_kurirs_own_types(client, auth, ac
 
 
 def test_deliveries_list_filters_and_resends_a_dead_one(portal, client, auth, runtime, acme):
-    from tests.dlq_factories import make_dead_letter
-    from tests.dlq_factories import make_event as make_dl_event
+    from tests.support.dlq_factories import make_dead_letter
+    from tests.support.dlq_factories import make_event as make_dl_event
 
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, acme["id"])
@@ -694,7 +694,7 @@ def test_event_rows_exist_for_test_events_only_as_kurir_test(portal, client, aut
 
 
 def test_ended_links_and_sessions_are_purged_after_a_day(portal, client, auth, runtime):
-    from app.scheduling import periodic_jobs
+    from app.processes.scheduler import periodic_jobs
 
     link_for(client, auth)  # unused, still valid: kept
     with runtime.db.begin() as session:

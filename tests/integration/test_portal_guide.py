@@ -22,8 +22,8 @@ from werkzeug.serving import make_server
 from app.models import Delivery
 from app.ports import free_port
 from app.web.portal import guide
-from tests.factories import WorkerThread, wait_for
-from tests.integration._publish_support import make_partner
+from tests.support.factories import WorkerThread, wait_for
+from tests.support.publish import make_partner
 
 
 def _snippet(key: str, secret: str) -> str:

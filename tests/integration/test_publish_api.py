@@ -11,14 +11,14 @@ from rq import Queue
 from sqlalchemy import select
 
 from app.clock import parse_time, utcnow
+from app.intake.publish import publish
 from app.models import DeadLetter, DeadLetterAudit, Delivery, Event
 from app.ports import free_port
 from app.queues import DELIVERIES
 from app.runtime import Runtime
 from app.web import create_app
 from sender.dispatch import job_specs
-from sender.publish import publish
-from tests.integration._publish_support import (
+from tests.support.publish import (
     contract_and_partner,
     counts,
     error_of,
@@ -254,7 +254,7 @@ def test_event_and_deliveries_commit_together_or_not_at_all(client, auth, acme, 
     make_endpoint(client, auth)
     make_endpoint(client, auth)
     before = counts(runtime.db)
-    from sender import publish as publish_module
+    from app.intake import publish as publish_module
 
     real = publish_module.new_id
     # Two deliveries with one id: the second INSERT fails after the event row was written.

@@ -12,11 +12,11 @@ from sqlalchemy import select, text
 
 from app import db as db_module
 from app.db import Database
+from app.intake import publish as publish_module
 from app.models import DeadLetter, Delivery, Event
 from app.runtime import Runtime
 from app.web import create_app
-from sender import publish as publish_module
-from tests.integration._publish_support import (
+from tests.support.publish import (
     contract_and_partner,
     counts,
     make_endpoint,

@@ -15,11 +15,11 @@ from sqlalchemy import func, select, text
 from app.accounts import create_api_key
 from app.clock import utcnow
 from app.ids import new_id
+from app.intake import publish as publish_module
+from app.intake.publish import publish, request_hash
 from app.models import Event, IdempotencyKey
 from app.queues import DELIVERIES
-from sender import publish as publish_module
-from sender.publish import publish, request_hash
-from tests.integration._publish_support import (
+from tests.support.publish import (
     counts,
     error_of,
     make_partner,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.integration._publish_support import (
+from tests.support.publish import (
     counts,
     error_of,
     order,

@@ -1,4 +1,4 @@
-"""dlq.park: the one way a delivery becomes dead, shared by publishing and the delivery engine."""
+"""sender.park: the one way a delivery becomes dead, shared by publishing and the engine."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from sqlalchemy.exc import IntegrityError
 
 from app.clock import utcnow
 from app.models import DeadLetter, DeadLetterAudit, Delivery, Endpoint, Event
-from dlq.park import park
-from tests.integration._publish_support import (
+from sender.park import park
+from tests.support.publish import (
     make_endpoint,
     make_event_type,
     make_partner,

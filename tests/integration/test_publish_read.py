@@ -9,7 +9,7 @@ from sqlalchemy import update
 
 from app.clock import isoformat, utcnow
 from app.models import Attempt, Delivery, Event
-from tests.integration._publish_support import (
+from tests.support.publish import (
     error_of,
     make_endpoint,
     make_event_type,

@@ -9,7 +9,7 @@ from rq import Queue, SimpleWorker
 from rq.job import Job, JobStatus
 
 from app.queues import DEFAULT, RESULT_TTL_S, JobSpec, enqueue_many
-from tests.factories import wait_for
+from tests.support.factories import wait_for
 
 
 def test_an_enqueued_job_is_run_by_rq_own_worker(redis_client):
@@ -58,7 +58,7 @@ def test_a_worker_stops_its_command_listener_at_once(redis_client):
     loaded machine loses often), it goes back to waiting, for the whole 60 s, and the worker
     takes a minute to stop. The race is forced here: Kurir's listener waits briefly, so the
     stop returns promptly all the same."""
-    from sender.worker import KurirWorker
+    from app.processes.worker import KurirWorker
 
     worker = KurirWorker([Queue(DEFAULT, connection=redis_client)], connection=redis_client)
     worker.subscribe()

@@ -21,9 +21,15 @@ from sqlalchemy import func, select
 
 from app.models import SUCCEEDED, Delivery
 from sender.dispatch import enqueue_now
-from tests.factories import Receiver, WorkerProcess, make_endpoint, make_events, make_partner
-from tests.factories import wait_for as wait_until
-from tests.integration.api_process import Api, serve_api
+from tests.support.api_process import Api, serve_api
+from tests.support.factories import (
+    Receiver,
+    WorkerProcess,
+    make_endpoint,
+    make_events,
+    make_partner,
+)
+from tests.support.factories import wait_for as wait_until
 
 LIMIT = 300 * 1024 * 1024
 BODY_BYTES = 256 * 1024

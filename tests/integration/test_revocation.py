@@ -21,7 +21,7 @@ from app.cli import cli
 from app.models import ApiKey, AuditRecord, OperatorSession, PortalLink, PortalSession
 from app.runtime import Runtime
 from app.web import create_app
-from tests.integration._publish_support import make_partner
+from tests.support.publish import make_partner
 
 _TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
 EMAIL, PASSWORD = "ops@example.com", "correct horse battery"

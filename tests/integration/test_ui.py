@@ -27,12 +27,12 @@ from app.models import (
 )
 from app.ports import free_port
 from app.queues import DEFAULT
+from app.registry.secrets import current_secret
 from app.runtime import Runtime
 from app.web.ui import throttle
 from dlq import resend as resend_mod
-from sender.secrets import current_secret
-from tests.dlq_factories import letters_for, make_scene
-from tests.factories import wait_for
+from tests.support.dlq_factories import letters_for, make_scene
+from tests.support.factories import wait_for
 
 EMAIL, PASSWORD = "ops@example.com", "correct horse battery"
 _TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -304,6 +304,21 @@ def test_bulk_resend_and_discard_of_selected_letters(ui, runtime, letters):
     none = ui.post("/ui/dead-letters/bulk", data={"csrf_token": csrf, "action": "resend"},
                    follow_redirects=True)
     assert "Select at least one" in none.text
+
+
+def test_a_bulk_discard_passes_over_letters_no_longer_open_and_keeps_the_others(ui, runtime,
+                                                                                letters):
+    _, ids = letters
+    csrf = token(ui, "/ui/dead-letters")
+    ui.post(f"/ui/dead-letters/{ids[1]}/discard", data={"csrf_token": csrf, "note": "first"})
+    response = ui.post("/ui/dead-letters/bulk", data={
+        "csrf_token": csrf, "action": "discard", "ids": [ids[0], ids[1], ids[2], "dl_gone"],
+        "note": "bulk"}, follow_redirects=True)
+    assert "Discarded 2 dead letters; 2 were no longer open." in response.text
+    with runtime.db.begin() as session:
+        notes = {dl.id: (dl.state, dl.note) for dl in session.scalars(select(DeadLetter))}
+    assert [notes[i] for i in ids] == [("discarded", "bulk"), ("discarded", "first"),
+                                       ("discarded", "bulk")]
 
 
 def test_many_selected_letters_resend_in_the_background(ui, runtime, letters, monkeypatch):

@@ -13,19 +13,22 @@ from sqlalchemy import select
 
 from app.accounts import create_api_key, create_operator
 from app.clock import utcnow
+from app.errors import NotFound
 from app.models import ApiKey, Attempt, AuditRecord, DeadLetter, Delivery, Endpoint
 from app.queues import DEFAULT
+from app.services import dashboard, sources
+from app.services.actor import Actor
 from app.web.auth import clear_cache
-from dlq.park import park
-from tests.dlq_factories import letters_for, make_scene
-from tests.integration._publish_support import (
+from sender.park import park
+from tests.integration.test_ui import EMAIL, PASSWORD, token
+from tests.support.dlq_factories import letters_for, make_scene
+from tests.support.publish import (
     blocked_endpoint,
     make_endpoint,
     make_event_type,
     make_partner,
     old_event,
 )
-from tests.integration.test_ui import EMAIL, PASSWORD, token
 
 _LINK = re.compile(r'data-testid="portal-link">(http[^<]+)<')
 
@@ -199,7 +202,7 @@ def test_partner_page_lists_keys_revokes_one_and_opens_the_portal(ui, client, au
 
 def test_a_pull_endpoint_page_shows_its_mode_and_lag_and_edits_without_a_url(ui, client,
                                                                               runtime):
-    from tests.integration._publish_support import make_endpoint, make_event_type, order
+    from tests.support.publish import make_endpoint, make_event_type, order
 
     with runtime.db.begin() as session:
         _, admin = create_api_key(session, "ui-admin", ["admin"])
@@ -319,3 +322,15 @@ def test_a_pull_endpoint_behind_retention_shows_it_and_is_skipped_from_its_page(
             AuditRecord.action == "endpoint.backlog_skipped")).all() == [f"operator:{EMAIL}"]
     assert ui.get(f"/v1/partners/acme/feed?endpoint={pull['id']}",
                   headers=auth).status_code == 200
+
+
+def test_the_figures_over_every_partner_are_not_for_a_partner_bound_actor(runtime):
+    """The dashboard and the inbound counts read across partners: a partner key or the
+    portal meets 404, as for anything that does not exist for it."""
+    bound = Actor.portal("prt_other", "other")
+    with runtime.db.begin() as session:
+        with pytest.raises(NotFound):
+            dashboard.overview(session, bound)
+        with pytest.raises(NotFound):
+            sources.event_counts(session, bound)
+        assert dashboard.overview(session, Actor.operator("ops@example.com")).open_letters == 0

@@ -109,8 +109,8 @@ def test_invalid_value_names_the_variable(var: str, value: str) -> None:
         load_settings({var: value})
 
 
-def test_env_vars_are_all_documented_in_readme() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_env_vars_are_all_documented_in_the_configuration_page() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     missing = [var for var in ENV_VARS if f"`{var}`" not in readme]
     assert missing == []
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.contracts import (
+from app.event_types import (
     MAX_DOWNGRADE_HOPS,
     Version,
     VersionInvalid,

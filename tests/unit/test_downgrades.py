@@ -6,8 +6,15 @@ import json
 
 import pytest
 
-from app import downgrades
-from app.downgrades import Meter, Refused, TooLarge, compile_checked, compile_expression, run
+from app.event_types import downgrades
+from app.event_types.downgrades import (
+    Meter,
+    Refused,
+    TooLarge,
+    compile_checked,
+    compile_expression,
+    run,
+)
 
 LIMIT = 64 * 1024
 

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 import redis
 
+from app.net.http import ERROR_TIMEOUT
 from sender.deliver import AttemptResult
 from sender.engine import ledger as ledger_mod
 from sender.engine.admission import FIRST_CONTACT_CAP, Admission
 from sender.engine.ledger import FAILING_STREAK, Ledger
-from sender.http import ERROR_TIMEOUT
 from sender.ratelimit import RateLimiter
 
 

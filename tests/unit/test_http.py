@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pytest_httpserver import HTTPServer
 
-from sender.guard import GuardPolicy
-from sender.http import MAX_BODY_BYTES, Transport
+from app.net.guard import GuardPolicy
+from app.net.http import MAX_BODY_BYTES, Transport
 
 LOCAL = GuardPolicy(allow_private=True)
 BODY = b'{"id":"evt_1","type":"payment.succeeded"}'
@@ -881,7 +881,7 @@ def test_https_handshake_that_hangs_times_out(serve: Callable[..., RawServer], p
 
 def test_finished_deadlines_do_not_pile_up_in_the_watchdog() -> None:
     """10,000 exchanges that finished long before their 30 s deadline leave a small heap."""
-    from sender.http import WATCHDOG_COMPACT_AT, _Deadline, _Watchdog
+    from app.net.http import WATCHDOG_COMPACT_AT, _Deadline, _Watchdog
 
     watchdog = _Watchdog()
     try:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from app.signing import generate_secret
 from sender import ordering
 from sender.deliver import request_headers
-from sender.signing import generate_secret
 
 
 def test_the_default_key_is_the_resource_type_and_id() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sender.publish import _Targets, _TargetsCache
+from app.intake.publish import _Targets, _TargetsCache
 
 
 def _targets(endpoints: int) -> _Targets:

@@ -8,7 +8,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from app import headers
-from app.schema_example import MAX_BYTES, MAX_NODES, example_for
+from app.event_types.examples import MAX_BYTES, MAX_NODES, example_for
 
 ORDER = {
     "type": "object",

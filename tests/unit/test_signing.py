@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from sender import signing
+from app import signing
 
 VECTOR_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 VECTOR_ID = "msg_p5jXN8AQM9LWM0D4loKWxJek"

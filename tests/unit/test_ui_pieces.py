@@ -10,11 +10,10 @@ import pytest
 from flask import Flask
 
 from app.config import Settings
-from app.ids import new_id
+from app.ids import id_floor, new_id
 from app.runtime import Runtime
 from app.web import present
 from app.web.ui import security
-from app.web.ui.stats import id_floor
 
 
 @pytest.mark.parametrize("name", ["webhook-signature", "Authorization", "X-Api-Key",

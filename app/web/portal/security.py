@@ -110,4 +110,4 @@ def session_required(view: F) -> F:
 
 def actor() -> Actor:
     """The signed-in partner, as the services see it (audited as `portal:<uid>`)."""
-    return g.portal_actor  # type: ignore[no-any-return]
+    return g.portal_actor

@@ -1,11 +1,29 @@
-"""The operator UI: server-rendered pages under /ui behind an operator login."""
+"""The operator UI: server-rendered pages under /ui behind an operator login.
+
+`base` holds the blueprint and what every page shares; each other module is one resource's
+pages (`session` is signing in and out). Pages parse the form, call the services as
+`operator:<email>`, and render; every state change is a POST answered by a redirect to a page
+that is safe to reload.
+"""
 
 from __future__ import annotations
 
 from flask import Flask
 
-from app.web.ui import deliveries, partners, security  # noqa: F401 - their routes join the UI
-from app.web.ui.views import blueprint
+# Each module adds its routes to the blueprint when imported.
+from app.web.ui import (  # noqa: F401
+    contracts,
+    dashboard,
+    dead_letters,
+    deliveries,
+    endpoints,
+    events,
+    inbound,
+    partners,
+    security,
+    session,
+)
+from app.web.ui.base import blueprint
 
 
 def register(app: Flask) -> None:

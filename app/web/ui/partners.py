@@ -17,7 +17,7 @@ from app.services import audit, endpoints, keys, partners, portal
 from app.web.context import runtime
 from app.web.links import portal_url
 from app.web.ui import security
-from app.web.ui.views import Page, blueprint
+from app.web.ui.base import Page, blueprint
 
 
 @blueprint.get("/partners", endpoint="partners")
