@@ -33,8 +33,10 @@ def validate_scopes(scopes: Iterable[str]) -> list[str]:
     result = sorted(set(scopes)) or ["admin"]
     unknown = [s for s in result if s not in SCOPES]
     if unknown:
-        raise ValidationFailed(f"unknown scope(s): {', '.join(unknown)}; "
-                               f"known: {', '.join(SCOPES)}", code="invalid_scope")
+        raise ValidationFailed(
+            f"unknown scope(s): {', '.join(unknown)}; known: {', '.join(SCOPES)}",
+            code="invalid_scope",
+        )
     return result
 
 
@@ -43,8 +45,12 @@ def create_api_key(session: Session, name: str, scopes: Iterable[str] = ()) -> t
     if not name.strip():
         raise ValidationFailed("name must not be empty")
     token = KEY_PREFIX + secrets.token_urlsafe(32)
-    key = ApiKey(name=name.strip(), prefix=token[: len(KEY_PREFIX) + 6], key_hash=hash_key(token),
-                 scopes=validate_scopes(scopes))
+    key = ApiKey(
+        name=name.strip(),
+        prefix=token[: len(KEY_PREFIX) + 6],
+        key_hash=hash_key(token),
+        scopes=validate_scopes(scopes),
+    )
     session.add(key)
     session.flush()
     return key, token
@@ -52,8 +58,9 @@ def create_api_key(session: Session, name: str, scopes: Iterable[str] = ()) -> t
 
 def _check_password(password: str) -> None:
     if len(password) < MIN_PASSWORD_LENGTH:
-        raise ValidationFailed(f"password must have at least {MIN_PASSWORD_LENGTH} characters",
-                               code="weak_password")
+        raise ValidationFailed(
+            f"password must have at least {MIN_PASSWORD_LENGTH} characters", code="weak_password"
+        )
 
 
 def create_operator(session: Session, email: str, password: str) -> Operator:

@@ -24,7 +24,8 @@ def isoformat(value: datetime | None) -> str | None:
 
 _RFC3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
-    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})")
+    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
 
 
 def parse_rfc3339(text: str) -> datetime:

@@ -32,8 +32,7 @@ def _parse_bool(name: str, raw: str) -> bool:
     raise ConfigError(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
 
 
-def _parse_int(name: str, raw: str, minimum: int | None = None,
-               maximum: int | None = None) -> int:
+def _parse_int(name: str, raw: str, minimum: int | None = None, maximum: int | None = None) -> int:
     try:
         value = int(raw.strip())
     except ValueError:
@@ -117,8 +116,10 @@ def _parse_choice(choices: tuple[str, ...]) -> Any:
 
 
 # A handler's dotted path (`package.module:function`) and the name it is registered under.
-HANDLER_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-                          r"(:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)?$")
+HANDLER_PATH = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+    r"(:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)?$"
+)
 HANDLER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 
 
@@ -159,9 +160,11 @@ def _str(name: str, raw: str) -> str:
 
 # One CSP source expression: a keyword, a scheme (`https:`), or an origin with an optional
 # `*.` host wildcard, port and path. Nothing that could end the directive (`;`, `,`).
-_CSP_SOURCE = re.compile(r"^(?:'none'|'self'|[a-z][a-z0-9+.\-]*:|"
-                         r"(?:[a-z][a-z0-9+.\-]*://)?(?:\*\.)?[A-Za-z0-9.\-]+(?::(?:\d+|\*))?"
-                         r"(?:/[^\s;,']*)?)$")
+_CSP_SOURCE = re.compile(
+    r"^(?:'none'|'self'|[a-z][a-z0-9+.\-]*:|"
+    r"(?:[a-z][a-z0-9+.\-]*://)?(?:\*\.)?[A-Za-z0-9.\-]+(?::(?:\d+|\*))?"
+    r"(?:/[^\s;,']*)?)$"
+)
 
 
 def _parse_frame_ancestors(name: str, raw: str) -> str:
@@ -171,9 +174,11 @@ def _parse_frame_ancestors(name: str, raw: str) -> str:
         raise ConfigError(f"{name} must list at least one source, or 'none'")
     for source in sources:
         if not _CSP_SOURCE.fullmatch(source):
-            raise ConfigError(f"{name}: {source!r} is not a frame-ancestors source (an "
-                              "origin like https://app.example.com, a scheme like https:, "
-                              "'self' or 'none')")
+            raise ConfigError(
+                f"{name}: {source!r} is not a frame-ancestors source (an "
+                "origin like https://app.example.com, a scheme like https:, "
+                "'self' or 'none')"
+            )
     if "'none'" in sources and len(sources) > 1:
         raise ConfigError(f"{name}: 'none' cannot be combined with other sources")
     return " ".join(sources)
@@ -184,8 +189,9 @@ def _parse_public_url(name: str, raw: str) -> str | None:
     if not value:
         return None
     if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
-        raise ConfigError(f"{name} must be an http(s) URL such as https://hooks.example.com, "
-                          f"got {raw!r}")
+        raise ConfigError(
+            f"{name} must be an http(s) URL such as https://hooks.example.com, got {raw!r}"
+        )
     return value
 
 
@@ -295,9 +301,9 @@ class Settings:
 def normalise_database_url(url: str) -> str:
     """Accept the `postgres://` spelling many platforms hand out, and pick the psycopg 3 driver."""
     if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://"):]
+        url = "postgresql://" + url[len("postgres://") :]
     if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
     return url
 
 
@@ -307,8 +313,10 @@ _ENV: dict[str, tuple[str, Any]] = {
     "DATABASE_URL": ("database_url", _opt_str),
     "REDIS_URL": ("redis_url", _opt_str),
     "KURIR_SECRET_KEY": ("secret_key", _opt_str),
-    "KURIR_MAX_PAYLOAD_BYTES": ("max_payload_bytes",
-                                lambda n, r: _parse_int(n, r, 1024, 64 * 1024 * 1024)),
+    "KURIR_MAX_PAYLOAD_BYTES": (
+        "max_payload_bytes",
+        lambda n, r: _parse_int(n, r, 1024, 64 * 1024 * 1024),
+    ),
     "KURIR_RETRY_SCHEDULE": ("retry_schedule", parse_retry_schedule),
     "KURIR_RETRY_JITTER": ("retry_jitter", lambda n, r: _parse_float(n, r, 0.0)),
     "KURIR_DISABLE_AFTER_FAILURES": ("disable_after_failures", lambda n, r: _parse_int(n, r, 1)),
@@ -316,19 +324,27 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_ALLOW_PRIVATE_TARGETS": ("allow_private_targets", _parse_bool),
     "KURIR_ALLOWED_CIDRS": ("allowed_cidrs", _parse_cidrs),
     "KURIR_REQUIRE_HTTPS": ("require_https", _parse_bool),
-    "KURIR_SECRET_ROTATION_OVERLAP_SECONDS": ("secret_rotation_overlap_seconds",
-                                              lambda n, r: _parse_int(n, r, 0)),
+    "KURIR_SECRET_ROTATION_OVERLAP_SECONDS": (
+        "secret_rotation_overlap_seconds",
+        lambda n, r: _parse_int(n, r, 0),
+    ),
     "KURIR_DEFAULT_TIMEOUT_S": ("default_timeout_s", lambda n, r: _parse_int(n, r, 1, 30)),
     "KURIR_CONNECT_TIMEOUT_S": ("connect_timeout_s", lambda n, r: _parse_float(n, r, 0.1)),
-    "KURIR_IDEMPOTENCY_TTL_SECONDS": ("idempotency_ttl_seconds",
-                                      lambda n, r: _parse_int(n, r, 86400)),
+    "KURIR_IDEMPOTENCY_TTL_SECONDS": (
+        "idempotency_ttl_seconds",
+        lambda n, r: _parse_int(n, r, 86400),
+    ),
     "KURIR_DELIVERY_LEASE_SECONDS": ("delivery_lease_seconds", lambda n, r: _parse_int(n, r, 5)),
-    "KURIR_SWEEP_INTERVAL_SECONDS": ("sweep_interval_seconds",
-                                     lambda n, r: _parse_float(n, r, 0.1)),
+    "KURIR_SWEEP_INTERVAL_SECONDS": (
+        "sweep_interval_seconds",
+        lambda n, r: _parse_float(n, r, 0.1),
+    ),
     "KURIR_WORKER_THREADS": ("worker_threads", lambda n, r: _parse_int(n, r, 1, 512)),
     "KURIR_ENDPOINT_CONCURRENCY": ("endpoint_concurrency", lambda n, r: _parse_int(n, r, 1, 256)),
-    "KURIR_INBOUND_TOLERANCE_SECONDS": ("inbound_tolerance_seconds",
-                                        lambda n, r: _parse_int(n, r, 1)),
+    "KURIR_INBOUND_TOLERANCE_SECONDS": (
+        "inbound_tolerance_seconds",
+        lambda n, r: _parse_int(n, r, 1),
+    ),
     "KURIR_RECONCILE_CRON": ("reconcile_cron", _parse_cron),
     "KURIR_RETENTION_DAYS": ("retention_days", lambda n, r: _parse_int(n, r, 1)),
     "KURIR_LOG_LEVEL": ("log_level", _parse_choice(("debug", "info", "warning", "error"))),
@@ -341,15 +357,23 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_COOKIE_SECURE": ("cookie_secure", _parse_auto_bool),
     "KURIR_PORTAL_TITLE": ("portal_title", _parse_title),
     "KURIR_PORTAL_FRAME_ANCESTORS": ("portal_frame_ancestors", _parse_frame_ancestors),
-    "KURIR_PORTAL_LINK_TTL_SECONDS": ("portal_link_ttl_seconds",
-                                      lambda n, r: _parse_int(n, r, 60, 86400)),
+    "KURIR_PORTAL_LINK_TTL_SECONDS": (
+        "portal_link_ttl_seconds",
+        lambda n, r: _parse_int(n, r, 60, 86400),
+    ),
     "KURIR_PUBLIC_URL": ("public_url", _parse_public_url),
-    "KURIR_MAX_ENDPOINTS_PER_PARTNER": ("max_endpoints_per_partner",
-                                        lambda n, r: _parse_int(n, r, 1, 100_000)),
-    "KURIR_PARTNER_ENDPOINT_CREATES_PER_MINUTE": ("partner_endpoint_creates_per_minute",
-                                                  lambda n, r: _parse_int(n, r, 1, 60_000)),
-    "KURIR_PARTNER_TEST_SENDS_PER_MINUTE": ("partner_test_sends_per_minute",
-                                            lambda n, r: _parse_int(n, r, 1, 60_000)),
+    "KURIR_MAX_ENDPOINTS_PER_PARTNER": (
+        "max_endpoints_per_partner",
+        lambda n, r: _parse_int(n, r, 1, 100_000),
+    ),
+    "KURIR_PARTNER_ENDPOINT_CREATES_PER_MINUTE": (
+        "partner_endpoint_creates_per_minute",
+        lambda n, r: _parse_int(n, r, 1, 60_000),
+    ),
+    "KURIR_PARTNER_TEST_SENDS_PER_MINUTE": (
+        "partner_test_sends_per_minute",
+        lambda n, r: _parse_int(n, r, 1, 60_000),
+    ),
 }
 
 ENV_VARS: tuple[str, ...] = tuple(_ENV)
@@ -384,15 +408,16 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         # The per-data-dir development key is for the embedded default: separate processes or
         # containers on a shared database would each invent their own and fail to decrypt
         # each other's secrets.
-        raise ConfigError("KURIR_SECRET_KEY must be set when DATABASE_URL points at "
-                          "PostgreSQL (every process needs the same key to read signing "
-                          "secrets); generate one with: python -c \"from cryptography.fernet "
-                          "import Fernet; print(Fernet.generate_key().decode())\"")
+        raise ConfigError(
+            "KURIR_SECRET_KEY must be set when DATABASE_URL points at "
+            "PostgreSQL (every process needs the same key to read signing "
+            'secrets); generate one with: python -c "from cryptography.fernet '
+            'import Fernet; print(Fernet.generate_key().decode())"'
+        )
     if settings.redis_url and not settings.redis_url.startswith(
         ("redis://", "rediss://", "unix://")
     ):
-        raise ConfigError(f"REDIS_URL must be a redis://, rediss:// or unix:// URL, got "
-                          f"{settings.redis_url!r}")
+        raise ConfigError(
+            f"REDIS_URL must be a redis://, rediss:// or unix:// URL, got {settings.redis_url!r}"
+        )
     return settings
-
-

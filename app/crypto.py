@@ -34,8 +34,9 @@ def _is_fernet_key(material: str) -> bool:
 
 @functools.lru_cache(maxsize=16)
 def _stretched(passphrase: str) -> Fernet:
-    key = hashlib.scrypt(passphrase.encode(), salt=KDF_SALT, n=KDF_N, r=KDF_R, p=KDF_P,
-                         maxmem=KDF_MAXMEM, dklen=32)
+    key = hashlib.scrypt(
+        passphrase.encode(), salt=KDF_SALT, n=KDF_N, r=KDF_R, p=KDF_P, maxmem=KDF_MAXMEM, dklen=32
+    )
     return Fernet(base64.urlsafe_b64encode(key))
 
 

@@ -46,8 +46,13 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2,
-                           pool_recycle=1800, hide_parameters=True)
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size * 2,
+        pool_recycle=1800,
+        hide_parameters=True,
+    )
     _ping_when_idle(engine)
     return engine
 

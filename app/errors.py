@@ -28,9 +28,15 @@ class KurirError(Exception):
     status = 500
     code = "internal_error"
 
-    def __init__(self, message: str, *, code: str | None = None,
-                 details: Any = None, status: int | None = None,
-                 retry_after_s: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        details: Any = None,
+        status: int | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s

@@ -29,18 +29,43 @@ SEQUENCE_HEADER = "webhook-sequence"
 PREVIOUS_ID_HEADER = "webhook-previous-id"
 
 # Set by Kurir on every webhook, or framing that a custom header must not touch.
-RESERVED = frozenset({
-    "webhook-id", "webhook-timestamp", "webhook-signature", "user-agent", "content-type",
-    "content-length", "host", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
-    "upgrade", "expect",
-})
+RESERVED = frozenset(
+    {
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "user-agent",
+        "content-type",
+        "content-length",
+        "host",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+    }
+)
 RESERVED_PREFIXES = ("webhook-",)
 
 # Credentials by exact name, or by a telling part of the name.
-SENSITIVE_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie",
-                             "webhook-signature"})
-SENSITIVE_PARTS = ("auth", "token", "secret", "signature", "password", "passwd", "key",
-                   "session", "cookie", "credential", "bearer")
+SENSITIVE_NAMES = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "webhook-signature"}
+)
+SENSITIVE_PARTS = (
+    "auth",
+    "token",
+    "secret",
+    "signature",
+    "password",
+    "passwd",
+    "key",
+    "session",
+    "cookie",
+    "credential",
+    "bearer",
+)
 
 # Never kept with an inbound callback, whatever its source.
 INBOUND_CREDENTIALS = frozenset({"authorization", "proxy-authorization", "cookie"})
@@ -77,21 +102,24 @@ def redact_custom(headers: Mapping[str, Any], public: Iterable[Any] | None) -> d
     creator listed the header as public; otherwise the name is kept and the value is None.
     """
     shown = public_names(public)
-    return {name: (value if name.lower() in shown else None)
-            for name, value in (headers or {}).items()}
+    return {
+        name: (value if name.lower() in shown else None) for name, value in (headers or {}).items()
+    }
 
 
-def redact_sent(headers: Mapping[str, str], custom: Iterable[str],
-                public: Iterable[Any] | None) -> dict[str, str]:
+def redact_sent(
+    headers: Mapping[str, str], custom: Iterable[str], public: Iterable[Any] | None
+) -> dict[str, str]:
     """The request headers of an attempt as stored: the endpoint's custom header values are
     write-only unless public; Kurir's own headers are kept (they hold no credential: the
     signature is per attempt, and the secret never leaves the worker).
     """
     custom_names = public_names(custom)
     shown = public_names(public)
-    return {name: (REDACTED if name.lower() in custom_names and name.lower() not in shown
-                   else value)
-            for name, value in headers.items()}
+    return {
+        name: (REDACTED if name.lower() in custom_names and name.lower() not in shown else value)
+        for name, value in headers.items()
+    }
 
 
 def has_userinfo(url: str) -> bool:
@@ -116,5 +144,7 @@ def redact_response(headers: Mapping[str, Any] | None) -> dict[str, str] | None:
     (`Set-Cookie`, tokens...) is replaced by the redaction mark."""
     if headers is None:
         return None
-    return {str(name): (REDACTED if is_sensitive(str(name)) else str(value))
-            for name, value in headers.items()}
+    return {
+        str(name): (REDACTED if is_sensitive(str(name)) else str(value))
+        for name, value in headers.items()
+    }

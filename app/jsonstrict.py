@@ -64,8 +64,10 @@ def loads(data: bytes) -> Any:
     if _SURROGATE_ESCAPE.search(text) is not None:
         where = _lone_surrogate_at(document)
         if where is not None:
-            raise InvalidJSON(f"{where} contains a lone UTF-16 surrogate (a \\uD800-\\uDFFF "
-                              "escape without its pair); it has no UTF-8 encoding")
+            raise InvalidJSON(
+                f"{where} contains a lone UTF-16 surrogate (a \\uD800-\\uDFFF "
+                "escape without its pair); it has no UTF-8 encoding"
+            )
     return document
 
 

@@ -33,8 +33,9 @@ class JsonFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
-        extras = {k: v for k, v in vars(record).items()
-                  if k not in _STANDARD and not k.startswith("_")}
+        extras = {
+            k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")
+        }
         if extras:
             base += " " + " ".join(f"{k}={v}" for k, v in sorted(extras.items()))
         return base
@@ -50,6 +51,11 @@ def configure(level: str = "info", fmt: str = "text") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # RQ and werkzeug log every job/request at INFO: too loud for a delivery service.
-    for noisy in ("rq.worker", "werkzeug", "apscheduler.executors.default",
-                  "apscheduler.scheduler", "alembic.runtime.migration"):
+    for noisy in (
+        "rq.worker",
+        "werkzeug",
+        "apscheduler.executors.default",
+        "apscheduler.scheduler",
+        "alembic.runtime.migration",
+    ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

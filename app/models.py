@@ -41,7 +41,12 @@ NAMING_CONVENTION = {
 
 # Delivery states.
 PENDING, DELIVERING, SUCCEEDED, RETRYING, DEAD = (
-    "pending", "delivering", "succeeded", "retrying", "dead")
+    "pending",
+    "delivering",
+    "succeeded",
+    "retrying",
+    "dead",
+)
 DELIVERY_STATES = (PENDING, DELIVERING, SUCCEEDED, RETRYING, DEAD)
 FINAL_DELIVERY_STATES = (SUCCEEDED, DEAD)
 
@@ -144,8 +149,9 @@ class OperatorSession(Base):
     __tablename__ = "operator_sessions"
 
     id: Mapped[str] = _id("os")
-    operator_id: Mapped[str] = mapped_column(ForeignKey("operators.id", ondelete="CASCADE"),
-                                             index=True)
+    operator_id: Mapped[str] = mapped_column(
+        ForeignKey("operators.id", ondelete="CASCADE"), index=True
+    )
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = _created()
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -204,8 +210,9 @@ class PortalLink(Base):
     __tablename__ = "portal_links"
 
     id: Mapped[str] = _id("pl")
-    partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"),
-                                            index=True)
+    partner_id: Mapped[str] = mapped_column(
+        ForeignKey("partners.id", ondelete="CASCADE"), index=True
+    )
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_by: Mapped[str] = mapped_column(String(320))
     # The API key that minted the link (None: an operator, the CLI): revoking that key
@@ -223,8 +230,9 @@ class PortalSession(Base):
     __tablename__ = "portal_sessions"
 
     id: Mapped[str] = _id("ps")
-    partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"),
-                                            index=True)
+    partner_id: Mapped[str] = mapped_column(
+        ForeignKey("partners.id", ondelete="CASCADE"), index=True
+    )
     link_id: Mapped[str | None] = mapped_column(String(40))
     # Carried over from the link: the API key whose revocation ends this session.
     key_id: Mapped[str | None] = mapped_column(String(40), index=True)
@@ -329,7 +337,8 @@ class Endpoint(Base):
 
     partner: Mapped[Partner] = relationship(back_populates="endpoints")
     secrets: Mapped[list[EndpointSecret]] = relationship(
-        back_populates="endpoint", order_by="EndpointSecret.created_at.desc()")
+        back_populates="endpoint", order_by="EndpointSecret.created_at.desc()"
+    )
 
 
 class EndpointSecret(Base):
@@ -339,7 +348,8 @@ class EndpointSecret(Base):
 
     id: Mapped[str] = _id("whs")
     endpoint_id: Mapped[str] = mapped_column(
-        ForeignKey("endpoints.id", ondelete="CASCADE"), index=True)
+        ForeignKey("endpoints.id", ondelete="CASCADE"), index=True
+    )
     secret_encrypted: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = _created()
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -357,14 +367,26 @@ class Event(Base):
         # The feed (app.feed): positions are unique, read per partner in order, and the
         # events still waiting for one are found without a scan. All partial, so a publish
         # (which writes feed_seq NULL) only touches the last.
-        Index("uq_events_feed_seq", "feed_seq", unique=True,
-              sqlite_where=text("feed_seq IS NOT NULL"),
-              postgresql_where=text("feed_seq IS NOT NULL")),
-        Index("ix_events_partner_feed", "partner_id", "feed_seq",
-              sqlite_where=text("feed_seq IS NOT NULL"),
-              postgresql_where=text("feed_seq IS NOT NULL")),
-        Index("ix_events_unsequenced", "id", sqlite_where=text("feed_seq IS NULL"),
-              postgresql_where=text("feed_seq IS NULL")),
+        Index(
+            "uq_events_feed_seq",
+            "feed_seq",
+            unique=True,
+            sqlite_where=text("feed_seq IS NOT NULL"),
+            postgresql_where=text("feed_seq IS NOT NULL"),
+        ),
+        Index(
+            "ix_events_partner_feed",
+            "partner_id",
+            "feed_seq",
+            sqlite_where=text("feed_seq IS NOT NULL"),
+            postgresql_where=text("feed_seq IS NOT NULL"),
+        ),
+        Index(
+            "ix_events_unsequenced",
+            "id",
+            sqlite_where=text("feed_seq IS NULL"),
+            postgresql_where=text("feed_seq IS NULL"),
+        ),
     )
 
     id: Mapped[str] = _id("evt")
@@ -385,8 +407,9 @@ class Event(Base):
     # NULL until then.
     feed_seq: Mapped[int | None] = mapped_column(BigInteger)
 
-    deliveries: Mapped[list[Delivery]] = relationship(back_populates="event",
-                                                      order_by="Delivery.id")
+    deliveries: Mapped[list[Delivery]] = relationship(
+        back_populates="event", order_by="Delivery.id"
+    )
 
 
 class EventVersion(Base):
@@ -395,8 +418,9 @@ class EventVersion(Base):
 
     __tablename__ = "event_versions"
 
-    event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"),
-                                          primary_key=True)
+    event_id: Mapped[str] = mapped_column(
+        ForeignKey("events.id", ondelete="CASCADE"), primary_key=True
+    )
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     payload: Mapped[str] = mapped_column(Text)
@@ -417,9 +441,15 @@ class Delivery(Base):
         Index("ix_deliveries_due", "state", "next_attempt_at"),
         Index("ix_deliveries_endpoint_state", "endpoint_id", "state"),
         # Only ordered deliveries are in it, so unordered publishes pay nothing for it.
-        Index("ix_deliveries_ordering", "endpoint_id", "ordering_key", "ordering_seq",
-              unique=True, sqlite_where=text("ordering_seq IS NOT NULL"),
-              postgresql_where=text("ordering_seq IS NOT NULL")),
+        Index(
+            "ix_deliveries_ordering",
+            "endpoint_id",
+            "ordering_key",
+            "ordering_seq",
+            unique=True,
+            sqlite_where=text("ordering_seq IS NOT NULL"),
+            postgresql_where=text("ordering_seq IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = _id("dlv")
@@ -449,8 +479,7 @@ class Delivery(Base):
 
     event: Mapped[Event] = relationship(back_populates="deliveries")
     endpoint: Mapped[Endpoint] = relationship()
-    attempts: Mapped[list[Attempt]] = relationship(back_populates="delivery",
-                                                   order_by="Attempt.n")
+    attempts: Mapped[list[Attempt]] = relationship(back_populates="delivery", order_by="Attempt.n")
 
 
 class OrderingSequence(Base):
@@ -462,8 +491,9 @@ class OrderingSequence(Base):
 
     __tablename__ = "ordering_sequences"
 
-    endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"),
-                                             primary_key=True)
+    endpoint_id: Mapped[str] = mapped_column(
+        ForeignKey("endpoints.id", ondelete="CASCADE"), primary_key=True
+    )
     ordering_key: Mapped[str] = mapped_column(String(255), primary_key=True)
     last_seq: Mapped[int] = mapped_column(BigInteger)
     last_event_id: Mapped[str] = mapped_column(String(40))
@@ -515,17 +545,26 @@ class DeadLetter(Base):
     __tablename__ = "dead_letters"
     __table_args__ = (
         # A dead delivery has exactly one open dead letter.
-        Index("uq_dead_letters_open_delivery", "delivery_id", unique=True,
-              sqlite_where=text("state = 'open'"), postgresql_where=text("state = 'open'")),
+        Index(
+            "uq_dead_letters_open_delivery",
+            "delivery_id",
+            unique=True,
+            sqlite_where=text("state = 'open'"),
+            postgresql_where=text("state = 'open'"),
+        ),
         Index("ix_dead_letters_state_created", "state", "id"),
         Index("ix_dead_letters_partner", "partner_id", "id"),
         Index("ix_dead_letters_endpoint", "endpoint_id", "id"),
         Index("ix_dead_letters_type", "event_type", "id"),
         Index("ix_dead_letters_reason", "reason", "id"),
         Index("ix_dead_letters_status_code", "last_status_code", "id"),
-        Index("ix_dead_letters_search_trgm", "search_text", postgresql_using="gin",
-              postgresql_ops={"search_text": "gin_trgm_ops"},
-              info={"dialects": ("postgresql",)}).ddl_if(dialect="postgresql"),
+        Index(
+            "ix_dead_letters_search_trgm",
+            "search_text",
+            postgresql_using="gin",
+            postgresql_ops={"search_text": "gin_trgm_ops"},
+            info={"dialects": ("postgresql",)},
+        ).ddl_if(dialect="postgresql"),
     )
 
     id: Mapped[str] = _id("dl")
@@ -545,8 +584,9 @@ class DeadLetter(Base):
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     delivery: Mapped[Delivery] = relationship()
-    audit: Mapped[list[DeadLetterAudit]] = relationship(back_populates="dead_letter",
-                                                        order_by="DeadLetterAudit.id")
+    audit: Mapped[list[DeadLetterAudit]] = relationship(
+        back_populates="dead_letter", order_by="DeadLetterAudit.id"
+    )
 
 
 class DeadLetterAudit(Base):
@@ -556,7 +596,8 @@ class DeadLetterAudit(Base):
 
     id: Mapped[str] = _id("dla")
     dead_letter_id: Mapped[str] = mapped_column(
-        ForeignKey("dead_letters.id", ondelete="CASCADE"), index=True)
+        ForeignKey("dead_letters.id", ondelete="CASCADE"), index=True
+    )
     actor: Mapped[str] = mapped_column(String(320))
     # As on `AuditRecord`: the partner a partner-bound actor acted for, else None.
     actor_partner_id: Mapped[str | None] = mapped_column(String(40))
@@ -613,7 +654,8 @@ class InboundSource(Base):
     updated_at: Mapped[datetime] = _updated()
 
     secrets: Mapped[list[InboundSourceSecret]] = relationship(
-        back_populates="source", order_by="InboundSourceSecret.created_at.desc()")
+        back_populates="source", order_by="InboundSourceSecret.created_at.desc()"
+    )
 
 
 class InboundSourceSecret(Base):
@@ -623,7 +665,8 @@ class InboundSourceSecret(Base):
 
     id: Mapped[str] = _id("srs")
     source_id: Mapped[str] = mapped_column(
-        ForeignKey("inbound_sources.id", ondelete="CASCADE"), index=True)
+        ForeignKey("inbound_sources.id", ondelete="CASCADE"), index=True
+    )
     secret_encrypted: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = _created()
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -665,8 +708,9 @@ class ResourceState(Base):
 
     __tablename__ = "resource_states"
     __table_args__ = (
-        UniqueConstraint("source_id", "resource_type", "resource_id",
-                         name="uq_resource_states_resource"),
+        UniqueConstraint(
+            "source_id", "resource_type", "resource_id", name="uq_resource_states_resource"
+        ),
     )
 
     id: Mapped[str] = _id("rst")

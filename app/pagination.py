@@ -22,11 +22,15 @@ def parse_limit(raw: str | None) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise BadRequest("limit must be an integer", code="invalid_parameter",
-                         details={"parameter": "limit"}) from None
+        raise BadRequest(
+            "limit must be an integer", code="invalid_parameter", details={"parameter": "limit"}
+        ) from None
     if not 1 <= value <= MAX_LIMIT:
-        raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}", code="invalid_parameter",
-                         details={"parameter": "limit"})
+        raise BadRequest(
+            f"limit must be between 1 and {MAX_LIMIT}",
+            code="invalid_parameter",
+            details={"parameter": "limit"},
+        )
     return value
 
 
@@ -48,13 +52,21 @@ def decode_cursor(cursor: str | None) -> str | None:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         last_id = ""
     if not _ID.fullmatch(last_id):
-        raise BadRequest("cursor is not valid", code="invalid_parameter",
-                         details={"parameter": "cursor"})
+        raise BadRequest(
+            "cursor is not valid", code="invalid_parameter", details={"parameter": "cursor"}
+        )
     return last_id
 
 
-def paginate(session: Session, stmt: Select[Any], id_column: Any, *, limit: int,
-             cursor: str | None, newest_first: bool = True) -> tuple[list[Any], str | None]:
+def paginate(
+    session: Session,
+    stmt: Select[Any],
+    id_column: Any,
+    *,
+    limit: int,
+    cursor: str | None,
+    newest_first: bool = True,
+) -> tuple[list[Any], str | None]:
     """Run `stmt` one page at a time, keyed on `id_column`; returns rows and the next cursor."""
     after = decode_cursor(cursor)
     if after is not None:

@@ -52,9 +52,14 @@ def job_fields(spec: JobSpec, enqueued_at: str) -> dict[FieldT, EncodableT]:
     call: tuple[Any, ...] = (spec.func, None, spec.args, {})
     return {
         "data": zlib.compress(pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)),
-        "origin": spec.queue, "description": spec.func, "status": "queued",
-        "created_at": enqueued_at, "enqueued_at": enqueued_at, "timeout": spec.timeout_s,
-        "result_ttl": RESULT_TTL_S, "failure_ttl": FAILURE_TTL_S,
+        "origin": spec.queue,
+        "description": spec.func,
+        "status": "queued",
+        "created_at": enqueued_at,
+        "enqueued_at": enqueued_at,
+        "timeout": spec.timeout_s,
+        "result_ttl": RESULT_TTL_S,
+        "failure_ttl": FAILURE_TTL_S,
     }
 
 
@@ -98,8 +103,7 @@ def try_enqueue_many(connection: redis.Redis, specs: list[JobSpec]) -> bool:
     return True
 
 
-def pop_job_ids(connection: redis.Redis, queue_key: str, count: int,
-                block_s: float) -> list[str]:
+def pop_job_ids(connection: redis.Redis, queue_key: str, count: int, block_s: float) -> list[str]:
     """Up to ``count`` job ids off an RQ queue in one round trip (LPOP with a count), or,
     when it is empty, wait up to ``block_s`` for the next; distinct, in queue order.
 
@@ -111,10 +115,12 @@ def pop_job_ids(connection: redis.Redis, queue_key: str, count: int,
         popped = connection.blpop([queue_key], timeout=block_s)
         if not popped:
             return []
-        raw = [popped[1], *(connection.lpop(queue_key, count - 1) or [])] if count > 1 \
+        raw = (
+            [popped[1], *(connection.lpop(queue_key, count - 1) or [])]
+            if count > 1
             else [popped[1]]
-    return list(dict.fromkeys(r.decode() if isinstance(r, bytes) else str(r)
-                              for r in raw))
+        )
+    return list(dict.fromkeys(r.decode() if isinstance(r, bytes) else str(r) for r in raw))
 
 
 class BatchConsumer:

@@ -55,8 +55,11 @@ DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_bounds_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/6"
 LIMIT_MB = 300
 BODY_BYTES = 256 * 1024
-SCHEMA = {"type": "object", "required": ["note"],
-          "properties": {"note": {"type": "string"}, "pad": {"type": "string", "maxLength": 10}}}
+SCHEMA = {
+    "type": "object",
+    "required": ["note"],
+    "properties": {"note": {"type": "string"}, "pad": {"type": "string", "maxLength": 10}},
+}
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -109,8 +112,14 @@ def _mb(value: int) -> float:
 
 
 def _kurir_cli(*args: str, env: dict[str, str]) -> str:
-    done = subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout
 
 
@@ -126,37 +135,67 @@ def run_api(args: argparse.Namespace, results: dict[str, Any], failures: list[st
     from bench.publish import free_port, wait_ready
 
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, DATABASE_URL=args.db, REDIS_URL=args.redis,
-                   KURIR_DATA_DIR=tmp, KURIR_SECRET_KEY=SECRET_KEY,
-                   KURIR_ALLOW_PRIVATE_TARGETS="1", KURIR_LOG_LEVEL="warning")
+        env = dict(
+            os.environ,
+            DATABASE_URL=args.db,
+            REDIS_URL=args.redis,
+            KURIR_DATA_DIR=tmp,
+            KURIR_SECRET_KEY=SECRET_KEY,
+            KURIR_ALLOW_PRIVATE_TARGETS="1",
+            KURIR_LOG_LEVEL="warning",
+        )
         token = _kurir_cli("keys", "create", "--name", "bounds", env=env).strip().splitlines()[-1]
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        process = subprocess.Popen([sys.executable, "-m", "app.cli", "api", "--port", str(port)],
-                                   env=env, cwd=ROOT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "api", "--port", str(port)],
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+        )
         try:
             wait_ready(f"{url}/healthz")
             auth = {"Authorization": f"Bearer {token}"}
             setup = requests.Session()
-            for path, body in (("/v1/event-types", {"name": "bounds.big", "version": 1,
-                                                    "schema": SCHEMA}),
-                               ("/v1/partners", {"uid": "bounds", "name": "Bounds"}),
-                               ("/v1/sources", {"name": "bounds", "scheme": "github",
-                                                "secret": "bounds-secret"})):
+            for path, body in (
+                ("/v1/event-types", {"name": "bounds.big", "version": 1, "schema": SCHEMA}),
+                ("/v1/partners", {"uid": "bounds", "name": "Bounds"}),
+                ("/v1/sources", {"name": "bounds", "scheme": "github", "secret": "bounds-secret"}),
+            ):
                 answer = setup.post(url + path, json=body, headers=auth, timeout=30)
                 assert answer.status_code in (200, 201), answer.text
             kinds = {
-                "publish-422": ("/v1/partners/bounds/events", _publish_body(False),
-                                {**auth, "Content-Type": "application/json"}),
-                "publish-202": ("/v1/partners/bounds/events", _publish_body(True),
-                                {**auth, "Content-Type": "application/json"}),
-                "publish-413": ("/v1/partners/bounds/events", b"x" * (BODY_BYTES + 1),
-                                {**auth, "Content-Type": "application/json"}),
-                "inbound-401": ("/inbound/bounds", b"y" * BODY_BYTES,
-                                {"X-Hub-Signature-256": "sha256=" + "0" * 64}),
+                "publish-422": (
+                    "/v1/partners/bounds/events",
+                    _publish_body(False),
+                    {**auth, "Content-Type": "application/json"},
+                ),
+                "publish-202": (
+                    "/v1/partners/bounds/events",
+                    _publish_body(True),
+                    {**auth, "Content-Type": "application/json"},
+                ),
+                "publish-413": (
+                    "/v1/partners/bounds/events",
+                    b"x" * (BODY_BYTES + 1),
+                    {**auth, "Content-Type": "application/json"},
+                ),
+                "inbound-401": (
+                    "/inbound/bounds",
+                    b"y" * BODY_BYTES,
+                    {"X-Hub-Signature-256": "sha256=" + "0" * 64},
+                ),
             }
-            cycle = ["publish-422", "publish-413", "inbound-401", "publish-422", "publish-413",
-                     "inbound-401", "publish-422", "inbound-401"] * 2
+            cycle = [
+                "publish-422",
+                "publish-413",
+                "inbound-401",
+                "publish-422",
+                "publish-413",
+                "inbound-401",
+                "publish-422",
+                "inbound-401",
+            ] * 2
             cycle[-1] = "publish-202"  # one in 16 is stored
             for kind in kinds.values():  # warm-up: every path once
                 setup.post(url + kind[0], data=kind[1], headers=kind[2], timeout=30)
@@ -176,16 +215,18 @@ def run_api(args: argparse.Namespace, results: dict[str, Any], failures: list[st
                     path, body, headers = kinds[cycle[i % len(cycle)]]
                     i += 1
                     try:
-                        status = str(session.post(url + path, data=body, headers=headers,
-                                                  timeout=60).status_code)
+                        status = str(
+                            session.post(
+                                url + path, data=body, headers=headers, timeout=60
+                            ).status_code
+                        )
                     except requests.RequestException as exc:
                         status = type(exc).__name__
                     with lock:
                         statuses[status] = statuses.get(status, 0) + 1
 
             started = time.monotonic()
-            threads = [threading.Thread(target=client, args=(n * 3,))
-                       for n in range(args.clients)]
+            threads = [threading.Thread(target=client, args=(n * 3,)) for n in range(args.clients)]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -194,21 +235,32 @@ def run_api(args: argparse.Namespace, results: dict[str, Any], failures: list[st
             cpu = sampler.cpu() - cpu0
             sampler.stop()
             total = sum(statuses.values())
-            per_process = {str(pid): {"idle_mb": _mb(idle.get(pid, 0)), "peak_mb": _mb(peak)}
-                           for pid, peak in sorted(sampler.peak.items())}
+            per_process = {
+                str(pid): {"idle_mb": _mb(idle.get(pid, 0)), "peak_mb": _mb(peak)}
+                for pid, peak in sorted(sampler.peak.items())
+            }
             results["api"] = {
-                "clients": args.clients, "seconds": round(elapsed, 1), "requests": total,
-                "per_s": round(total / elapsed, 1), "statuses": statuses,
+                "clients": args.clients,
+                "seconds": round(elapsed, 1),
+                "requests": total,
+                "per_s": round(total / elapsed, 1),
+                "statuses": statuses,
                 "server_cpu_ms_per_request": round(cpu / max(total, 1) * 1000, 2),
-                "mb_received": round(total * BODY_BYTES / 2**20), "rss": per_process}
-            print(f"API: {args.clients} clients x {args.seconds:.0f}s of 256 KiB bodies: "
-                  f"{total} requests ({total / elapsed:.1f}/s, {total * BODY_BYTES / 2**20:.0f} "
-                  f"MiB received), statuses {statuses}; server CPU "
-                  f"{cpu / max(total, 1) * 1000:.1f} ms per request")
+                "mb_received": round(total * BODY_BYTES / 2**20),
+                "rss": per_process,
+            }
+            print(
+                f"API: {args.clients} clients x {args.seconds:.0f}s of 256 KiB bodies: "
+                f"{total} requests ({total / elapsed:.1f}/s, {total * BODY_BYTES / 2**20:.0f} "
+                f"MiB received), statuses {statuses}; server CPU "
+                f"{cpu / max(total, 1) * 1000:.1f} ms per request"
+            )
             for pid, fig in per_process.items():
                 role = "master" if int(pid) == process.pid else "worker"
-                print(f"  gunicorn {role} {pid}: RSS {fig['idle_mb']} MiB idle, "
-                      f"{fig['peak_mb']} MiB peak")
+                print(
+                    f"  gunicorn {role} {pid}: RSS {fig['idle_mb']} MiB idle, "
+                    f"{fig['peak_mb']} MiB peak"
+                )
                 if fig["peak_mb"] >= LIMIT_MB:
                     failures.append(f"api {role} {pid} peaked at {fig['peak_mb']} MiB")
             if any(not s.isdigit() for s in statuses):
@@ -222,9 +274,16 @@ def run_worker(args: argparse.Namespace, results: dict[str, Any], failures: list
 
     receiver = ReceiverProcess()
     try:
-        sample = json.dumps({"id": "evt_x", "type": "order.paid", "version": 1,
-                             "occurred_at": "2026-12-02T10:00:00Z", "partner": "bench",
-                             "data": {"order_id": "ord_00000001", "amount": 1001}}).encode()
+        sample = json.dumps(
+            {
+                "id": "evt_x",
+                "type": "order.paid",
+                "version": 1,
+                "occurred_at": "2026-12-02T10:00:00Z",
+                "partner": "bench",
+                "data": {"order_id": "ord_00000001", "amount": 1001},
+            }
+        ).encode()
         bare, _ = bare_ceiling(receiver.url, 1, min(args.n, 5000), sample)  # (POST/s, CPU ms)
         receiver.dump()
         with tempfile.TemporaryDirectory() as tmp:
@@ -234,8 +293,7 @@ def run_worker(args: argparse.Namespace, results: dict[str, Any], failures: list
             kurir.stop_sweeper.set()  # nothing but the worker while it drains
             made = time.monotonic()
             ids = kurir.publish_quietly("backlog", args.n // 10)  # committed, not enqueued
-            print(f"backlog of {len(ids):,} deliveries committed in "
-                  f"{time.monotonic() - made:.0f}s")
+            print(f"backlog of {len(ids):,} deliveries committed in {time.monotonic() - made:.0f}s")
             pid = kurir.workers[0].pid
             try:
                 sampler = TreeSampler(pid)
@@ -245,7 +303,7 @@ def run_worker(args: argparse.Namespace, results: dict[str, Any], failures: list
                 cpu0 = sampler.cpu()
                 first = time.time()
                 for start in range(0, len(ids), 100):
-                    enqueue_now(kurir.runtime.redis, ids[start:start + 100])
+                    enqueue_now(kurir.runtime.redis, ids[start : start + 100])
                 done = receiver.wait_for(len(ids), timeout_s=max(600, len(ids) / 50))
                 cpu = sampler.cpu() - cpu0
                 records = receiver.dump()
@@ -255,15 +313,21 @@ def run_worker(args: argparse.Namespace, results: dict[str, Any], failures: list
                 rate = unique / max(last - first, 1e-9)
                 peak = sampler.peak.get(pid, idle)
                 results["worker"] = {
-                    "backlog": len(ids), "received": unique, "duplicates": len(records) - unique,
-                    "per_s": round(rate), "cpu_ms_per_delivery": round(cpu / max(unique, 1)
-                                                                       * 1000, 3),
-                    "bare_per_s": round(bare), "rss_idle_mb": _mb(idle),
-                    "rss_peak_mb": _mb(peak)}
-                print(f"worker draining {len(ids):,}: {unique:,} received "
-                      f"({len(records) - unique} duplicates), {rate:,.0f}/s, CPU "
-                      f"{cpu / max(unique, 1) * 1000:.2f} ms per delivery (bare requests loop: "
-                      f"{bare:,.0f}/s); RSS {_mb(idle)} MiB idle, {_mb(peak)} MiB peak")
+                    "backlog": len(ids),
+                    "received": unique,
+                    "duplicates": len(records) - unique,
+                    "per_s": round(rate),
+                    "cpu_ms_per_delivery": round(cpu / max(unique, 1) * 1000, 3),
+                    "bare_per_s": round(bare),
+                    "rss_idle_mb": _mb(idle),
+                    "rss_peak_mb": _mb(peak),
+                }
+                print(
+                    f"worker draining {len(ids):,}: {unique:,} received "
+                    f"({len(records) - unique} duplicates), {rate:,.0f}/s, CPU "
+                    f"{cpu / max(unique, 1) * 1000:.2f} ms per delivery (bare requests loop: "
+                    f"{bare:,.0f}/s); RSS {_mb(idle)} MiB idle, {_mb(peak)} MiB peak"
+                )
                 if not done:
                     failures.append(f"only {unique} of {len(ids)} delivered")
                 if _mb(peak) >= LIMIT_MB:

@@ -103,8 +103,12 @@ def _receiver_main(endpoints: int, failure_rate: float, seed: int, ready: Any) -
 
     def answer(status: int, body: bytes) -> bytes:
         reason = b"OK" if status == 200 else b"Internal Server Error"
-        return (b"HTTP/1.1 %d %s\r\ncontent-length: %d\r\ncontent-type: text/plain\r\n\r\n%s"
-                % (status, reason, len(body), body))
+        return b"HTTP/1.1 %d %s\r\ncontent-length: %d\r\ncontent-type: text/plain\r\n\r\n%s" % (
+            status,
+            reason,
+            len(body),
+            body,
+        )
 
     class Protocol(asyncio.Protocol):
         def __init__(self, index: int | None) -> None:
@@ -134,8 +138,9 @@ def _receiver_main(endpoints: int, failure_rate: float, seed: int, ready: Any) -
         loop = asyncio.get_running_loop()
         bound: list[int] = []
         for index in range(endpoints):
-            server = await loop.create_server(lambda i=index: Protocol(i), "127.0.0.1", 0,
-                                              backlog=512)
+            server = await loop.create_server(
+                lambda i=index: Protocol(i), "127.0.0.1", 0, backlog=512
+            )
             bound.append(server.sockets[0].getsockname()[1])
         control = await loop.create_server(lambda: Protocol(None), "127.0.0.1", 0)
         bound.append(control.sockets[0].getsockname()[1])
@@ -153,8 +158,9 @@ class Receivers:
         # could be taken in between (an outgoing connection's local port, on a busy machine).
         ctx = mp.get_context("spawn")
         ready = ctx.Queue()
-        self.process = ctx.Process(target=_receiver_main, daemon=True,
-                                   args=(endpoints, failure_rate, seed, ready))
+        self.process = ctx.Process(
+            target=_receiver_main, daemon=True, args=(endpoints, failure_rate, seed, ready)
+        )
         self.process.start()
         try:
             bound = ready.get(timeout=60)
@@ -165,8 +171,9 @@ class Receivers:
         self.urls = [f"http://127.0.0.1:{port}/hook" for port in self.ports]
 
     def _get(self, path: str) -> Any:
-        request = rawhttp.request_bytes(f"http://127.0.0.1:{self.control.address[1]}{path}",
-                                        b"", {}, method="GET")
+        request = rawhttp.request_bytes(
+            f"http://127.0.0.1:{self.control.address[1]}{path}", b"", {}, method="GET"
+        )
         return json.loads(self.control.exchange(request)[1])
 
     def stats(self) -> dict[str, int]:
@@ -196,10 +203,27 @@ class OwnRedis:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.dir), "--dbfilename", "dump.rdb",
-             "--logfile", str(self.dir / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+                "--dbfilename",
+                "dump.rdb",
+                "--logfile",
+                str(self.dir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -239,16 +263,23 @@ class OwnRedis:
 class Kurir:
     """The processes under test, and the setup they need (key, contract, partners)."""
 
-    def __init__(self, database_url: str, redis_url: str, work_dir: Path, workers: int,
-                 on_log: Path) -> None:
-        self.env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url,
-                        KURIR_DATA_DIR=str(work_dir / "data"), KURIR_SECRET_KEY=SECRET_KEY,
-                        KURIR_ALLOW_PRIVATE_TARGETS="1", KURIR_RETRY_SCHEDULE=RETRY_SCHEDULE,
-                        KURIR_DELIVERY_LEASE_SECONDS=str(LEASE_SECONDS),
-                        KURIR_DEFAULT_TIMEOUT_S=str(ENDPOINT_TIMEOUT_S),
-                        KURIR_SWEEP_INTERVAL_SECONDS="1",
-                        KURIR_LOG_LEVEL=os.environ.get("CHAOS_LOG_LEVEL", "warning"),
-                        PYTHONPATH=str(ROOT))
+    def __init__(
+        self, database_url: str, redis_url: str, work_dir: Path, workers: int, on_log: Path
+    ) -> None:
+        self.env = dict(
+            os.environ,
+            DATABASE_URL=database_url,
+            REDIS_URL=redis_url,
+            KURIR_DATA_DIR=str(work_dir / "data"),
+            KURIR_SECRET_KEY=SECRET_KEY,
+            KURIR_ALLOW_PRIVATE_TARGETS="1",
+            KURIR_RETRY_SCHEDULE=RETRY_SCHEDULE,
+            KURIR_DELIVERY_LEASE_SECONDS=str(LEASE_SECONDS),
+            KURIR_DEFAULT_TIMEOUT_S=str(ENDPOINT_TIMEOUT_S),
+            KURIR_SWEEP_INTERVAL_SECONDS="1",
+            KURIR_LOG_LEVEL=os.environ.get("CHAOS_LOG_LEVEL", "warning"),
+            PYTHONPATH=str(ROOT),
+        )
         self.workers_n = workers
         self.log_file = open(on_log, "ab")  # noqa: SIM115 - closed in stop()
         self.api: subprocess.Popen[bytes] | None = None
@@ -271,23 +302,34 @@ class Kurir:
         runtime = Runtime(settings)
         try:
             with runtime.db.begin() as session:
-                event_types.register(session, {"name": TYPE_NAME, "version": 1,
-                                             "schema": {"type": "object"}})
+                event_types.register(
+                    session, {"name": TYPE_NAME, "version": 1, "schema": {"type": "object"}}
+                )
                 for n, url in enumerate(endpoint_urls):
-                    partner = service.create_partner(session, {"uid": f"p{n:02d}",
-                                                               "name": f"partner {n}"})
-                    service.create_endpoint(session, partner,
-                                            {"url": url, "timeout_s": ENDPOINT_TIMEOUT_S},
-                                            settings, runtime.secret_box)
+                    partner = service.create_partner(
+                        session, {"uid": f"p{n:02d}", "name": f"partner {n}"}
+                    )
+                    service.create_endpoint(
+                        session,
+                        partner,
+                        {"url": url, "timeout_s": ENDPOINT_TIMEOUT_S},
+                        settings,
+                        runtime.secret_box,
+                    )
                 _, token = create_api_key(session, "chaos", ["admin"])
         finally:
             runtime.close()
         return token
 
     def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-m", "app.cli", *args], env=self.env,
-                                cwd=ROOT, stdout=self.log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args],
+            env=self.env,
+            cwd=ROOT,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def start(self) -> None:
         port = free_port()
@@ -345,8 +387,15 @@ class Publisher:
     """Publishes through the API from a few threads, paced; retries an event (same
     Idempotency-Key) until the API answers 2xx with its id."""
 
-    def __init__(self, api_url: str, token: str, endpoints: int, events: int, seconds: float,
-                 threads: int = 4) -> None:
+    def __init__(
+        self,
+        api_url: str,
+        token: str,
+        endpoints: int,
+        events: int,
+        seconds: float,
+        threads: int = 4,
+    ) -> None:
         self.api_url = api_url
         self.token = token
         self.endpoints = endpoints
@@ -374,12 +423,18 @@ class Publisher:
 
     def _request(self, i: int) -> bytes:
         index = i % self.endpoints
-        body = json.dumps({"type": TYPE_NAME, "version": 1,
-                           "data": {"n": i, "order_id": f"ord_{i:07d}"}}).encode()
+        body = json.dumps(
+            {"type": TYPE_NAME, "version": 1, "data": {"n": i, "order_id": f"ord_{i:07d}"}}
+        ).encode()
         return rawhttp.request_bytes(
-            f"{self.api_url}/v1/partners/p{index:02d}/events", body,
-            {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json",
-             "Idempotency-Key": f"chaos-{i}"})
+            f"{self.api_url}/v1/partners/p{index:02d}/events",
+            body,
+            {
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": "application/json",
+                "Idempotency-Key": f"chaos-{i}",
+            },
+        )
 
     def _run(self, k: int, origin: float) -> None:
         connection = rawhttp.Connection(self.api_url, timeout_s=30)
@@ -463,9 +518,12 @@ class ChaosReport:
         return self.duplicates / self.delivered if self.delivered else 0.0
 
     def text(self) -> str:
-        drain = ("never" if self.drain_after_last_fault_s is None
-                 else f"{self.drain_after_last_fault_s:.1f} s after the last fault, "
-                 f"{self.drain_after_last_publish_s:.1f} s after the last publish")
+        drain = (
+            "never"
+            if self.drain_after_last_fault_s is None
+            else f"{self.drain_after_last_fault_s:.1f} s after the last fault, "
+            f"{self.drain_after_last_publish_s:.1f} s after the last publish"
+        )
         lines = [
             f"chaos on {self.backend}: {self.kills} workers SIGKILLed, {self.redis_restarts} "
             f"Redis restarts (one after FLUSHALL), {self.backends_terminated} PostgreSQL "
@@ -507,9 +565,14 @@ def terminate_backends(url: str) -> int:
     db = Database(normalise_database_url(url), pool_size=1)
     try:
         with db.engine.begin() as conn:
-            return len(conn.execute(text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()")).all())
+            return len(
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).all()
+            )
     finally:
         db.dispose()
 
@@ -525,10 +588,15 @@ def store_figures(url: str) -> tuple[dict[str, int], int, int]:
     db = Database(normalise_database_url(url), pool_size=1)
     try:
         with db.begin() as session:
-            states = dict(session.execute(select(Delivery.state, func.count())
-                                          .group_by(Delivery.state)).all())
-            dead = session.scalar(select(func.count()).select_from(DeadLetter)
-                                  .where(DeadLetter.state == DL_OPEN)) or 0
+            states = dict(
+                session.execute(select(Delivery.state, func.count()).group_by(Delivery.state)).all()
+            )
+            dead = (
+                session.scalar(
+                    select(func.count()).select_from(DeadLetter).where(DeadLetter.state == DL_OPEN)
+                )
+                or 0
+            )
             attempts = session.scalar(select(func.count()).select_from(Attempt)) or 0
         return states, int(dead), int(attempts)  # type: ignore[return-value]
     finally:
@@ -554,8 +622,9 @@ def open_dead_letter_pairs(url: str) -> set[str]:
     db = Database(normalise_database_url(url), pool_size=1)
     try:
         with db.begin() as session:
-            return set(session.scalars(select(DeadLetter.event_id)
-                                       .where(DeadLetter.state == DL_OPEN)))
+            return set(
+                session.scalars(select(DeadLetter.event_id).where(DeadLetter.state == DL_OPEN))
+            )
     finally:
         db.dispose()
 
@@ -563,9 +632,16 @@ def open_dead_letter_pairs(url: str) -> set[str]:
 class Faults:
     """The fault schedule, run in a thread while publishing; records when each happened."""
 
-    def __init__(self, config: ChaosConfig, kurir: Kurir, own_redis: OwnRedis,
-                 database_url: str, rng: random.Random, origin: float,
-                 progress: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        config: ChaosConfig,
+        kurir: Kurir,
+        own_redis: OwnRedis,
+        database_url: str,
+        rng: random.Random,
+        origin: float,
+        progress: Callable[[], float],
+    ) -> None:
         self.config = config
         self.progress = progress
         self.kurir = kurir
@@ -600,7 +676,8 @@ class Faults:
         # the faults fall inside it; the kills go on until it ends.
         planned: list[tuple[float, Callable[[], None]]] = [
             (0.25, self._restart_redis_keeping_data),
-            (0.75, self._restart_redis_after_flushall)]
+            (0.75, self._restart_redis_after_flushall),
+        ]
         if self.config.backend == "postgresql":
             planned.append((0.5, self._terminate_backends))
         planned.sort(key=lambda item: item[0])
@@ -644,8 +721,7 @@ def run(config: ChaosConfig) -> ChaosReport:
     """One chaos run; everything started here is stopped here."""
     rng = random.Random(config.seed or int(time.time()))
     own_dir = config.work_dir is None
-    work_dir = Path(tempfile.mkdtemp(prefix="kurir-chaos-")) if own_dir \
-        else Path(config.work_dir)  # type: ignore[arg-type]
+    work_dir = Path(tempfile.mkdtemp(prefix="kurir-chaos-")) if own_dir else Path(config.work_dir)  # type: ignore[arg-type]
     work_dir.mkdir(parents=True, exist_ok=True)
     if config.backend == "sqlite":
         database_url = f"sqlite:///{work_dir / 'chaos.db'}"
@@ -657,20 +733,29 @@ def run(config: ChaosConfig) -> ChaosReport:
     own_redis = OwnRedis(work_dir)
     own_redis.start()
     receivers = Receivers(config.endpoints, config.failure_rate, rng.randrange(2**31))
-    kurir = Kurir(database_url, own_redis.url, work_dir, config.workers,
-                  work_dir / "kurir.log")
+    kurir = Kurir(database_url, own_redis.url, work_dir, config.workers, work_dir / "kurir.log")
     try:
         token = kurir.setup(receivers.urls)
         kurir.start()
         start_up_s = kurir.start_up_cpu_s()
-        log(f"{config.backend}: publishing {config.events} events over {config.endpoints} "
-            f"endpoints in {config.publish_seconds:.0f} s; logs in {work_dir / 'kurir.log'}")
+        log(
+            f"{config.backend}: publishing {config.events} events over {config.endpoints} "
+            f"endpoints in {config.publish_seconds:.0f} s; logs in {work_dir / 'kurir.log'}"
+        )
         origin = time.monotonic()
         started = time.time()
-        publisher = Publisher(kurir.api_url, token, config.endpoints, config.events,
-                              config.publish_seconds)
-        faults = Faults(config, kurir, own_redis, database_url, rng, origin,
-                        lambda: len(publisher.published) / config.events)
+        publisher = Publisher(
+            kurir.api_url, token, config.endpoints, config.events, config.publish_seconds
+        )
+        faults = Faults(
+            config,
+            kurir,
+            own_redis,
+            database_url,
+            rng,
+            origin,
+            lambda: len(publisher.published) / config.events,
+        )
         publisher.start()
         faults.start()
         publisher.join(config.publish_seconds + 600)
@@ -695,8 +780,7 @@ def run(config: ChaosConfig) -> ChaosReport:
         dead_events = open_dead_letter_pairs(database_url)
 
         expected = {(event_id, index) for event_id, index in publisher.published.items()}
-        ok = Counter((msg_id, index) for msg_id, index, status, _ in records
-                     if 200 <= status < 300)
+        ok = Counter((msg_id, index) for msg_id, index, status, _ in records if 200 <= status < 300)
         first_ok: dict[tuple[str, int], float] = {}
         for msg_id, index, status, at in records:
             if 200 <= status < 300 and (msg_id, index) not in first_ok:
@@ -725,12 +809,16 @@ def run(config: ChaosConfig) -> ChaosReport:
             report.drain_after_last_publish_s = round(max(0.0, drained_at - last_publish), 1)
         report.publish_s = round(last_publish, 1)
         report.worker_cpu_ms_per_delivery = round(
-            kurir.worker_cpu_s * 1000 / max(1, report.delivered), 3)
+            kurir.worker_cpu_s * 1000 / max(1, report.delivered), 3
+        )
         report.worker_incarnations = kurir.incarnations
         report.worker_start_up_cpu_s = round(start_up_s, 2)
         report.worker_cpu_ms_per_delivery_after_start_up = round(
-            max(0.0, kurir.worker_cpu_s - kurir.incarnations * start_up_s) * 1000
-            / max(1, report.delivered), 3)
+            max(0.0, kurir.worker_cpu_s - kurir.incarnations * start_up_s)
+            * 1000
+            / max(1, report.delivered),
+            3,
+        )
         if faults.errors or publisher.failures:
             log(f"fault errors: {faults.errors}; publish failures: {publisher.failures[:5]}")
         return report
@@ -746,8 +834,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--events", type=int, default=10_000)
     parser.add_argument("--endpoints", type=int, default=20)
     parser.add_argument("--backend", choices=("postgresql", "sqlite"), default="postgresql")
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL",
-                                                                 DEFAULT_DB))
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--publish-seconds", type=float, default=40.0)
     parser.add_argument("--failure-rate", type=float, default=0.10)
@@ -755,12 +842,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
-    config = ChaosConfig(events=args.events, endpoints=args.endpoints, backend=args.backend,
-                         database_url=args.database_url, workers=args.workers,
-                         publish_seconds=args.publish_seconds, failure_rate=args.failure_rate,
-                         drain_timeout_s=args.drain_timeout, seed=args.seed)
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; run id "
-          f"{uuid.uuid4().hex[:8]}", flush=True)
+    config = ChaosConfig(
+        events=args.events,
+        endpoints=args.endpoints,
+        backend=args.backend,
+        database_url=args.database_url,
+        workers=args.workers,
+        publish_seconds=args.publish_seconds,
+        failure_rate=args.failure_rate,
+        drain_timeout_s=args.drain_timeout,
+        seed=args.seed,
+    )
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; run id "
+        f"{uuid.uuid4().hex[:8]}",
+        flush=True,
+    )
     report = run(config)
     print(report.text(), flush=True)
     if args.json:

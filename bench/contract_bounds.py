@@ -43,13 +43,19 @@ ZEROS = "`[" + ",".join(["0"] * 600) + "]`"
 # name -> (expression, what it tries)
 REGISTRATIONS: dict[str, tuple[str, str]] = {
     "pipe-of-doubling-30": ("|".join(["{a: @, b: @}"] * 30), "2^30 values from anything"),
-    "to_string-x10-5-stages": ("|".join(["to_string([@, @, @, @, @, @, @, @, @, @])"] * 5),
-                               "a 10^5-fold string"),
+    "to_string-x10-5-stages": (
+        "|".join(["to_string([@, @, @, @, @, @, @, @, @, @])"] * 5),
+        "a 10^5-fold string",
+    ),
     "parentheses-1000": ("(" * 1000 + "@" + ")" * 1000, "the parser's recursion"),
-    "literal-600^3": (f"map(&map(&{ZEROS}, {ZEROS}), {ZEROS})",
-                      "copies no input: 216 M zeros from literals alone"),
-    "join-amplifier": ("|".join(["join('', [@, @, @, @])"] * 3) + "| join('', [@, @, @, @])",
-                       "4^4-fold string (copies: refused statically)"),
+    "literal-600^3": (
+        f"map(&map(&{ZEROS}, {ZEROS}), {ZEROS})",
+        "copies no input: 216 M zeros from literals alone",
+    ),
+    "join-amplifier": (
+        "|".join(["join('', [@, @, @, @])"] * 3) + "| join('', [@, @, @, @])",
+        "4^4-fold string (copies: refused statically)",
+    ),
 }
 
 
@@ -68,8 +74,13 @@ class Bench:
         from app.runtime import Runtime
         from app.web import create_app
 
-        settings = Settings(data_dir=data_dir, database_url=db_url, redis_url=redis_url,
-                            secret_key=secrets.token_urlsafe(32), allow_private_targets=True)
+        settings = Settings(
+            data_dir=data_dir,
+            database_url=db_url,
+            redis_url=redis_url,
+            secret_key=secrets.token_urlsafe(32),
+            allow_private_targets=True,
+        )
         self.runtime = Runtime(settings)
         self.runtime.redis.flushdb()
         with self.runtime.db.begin() as session:
@@ -107,9 +118,14 @@ def measure(run: Callable[[], Any], repeat: int) -> dict[str, Any]:
     body = answer.get_json(silent=True) if answer is not None else None
     code = (body or {}).get("error", {}).get("code") if isinstance(body, dict) else None
     details = (body or {}).get("error", {}).get("details") if isinstance(body, dict) else None
-    return {"status": status, "code": code, "details": details,
-            "cpu_ms": round(best * 1000, 1), "peak_mib": round(peak / 2**20, 2),
-            "response_bytes": len(answer.data) if answer is not None else 0}
+    return {
+        "status": status,
+        "code": code,
+        "details": details,
+        "cpu_ms": round(best * 1000, 1),
+        "peak_mib": round(peak / 2**20, 2),
+        "response_bytes": len(answer.data) if answer is not None else 0,
+    }
 
 
 def main() -> int:
@@ -123,105 +139,192 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         url = fresh_database(args.db or f"sqlite:///{tmp}/bench.db")
         bench = Bench(url, args.redis, Path(tmp) / "data")
-        assert bench.post("/v1/event-types", {"name": "t", "version": 1,
-                                              "schema": LOOSE}).status_code == 201
+        assert (
+            bench.post("/v1/event-types", {"name": "t", "version": 1, "schema": LOOSE}).status_code
+            == 201
+        )
         bench.post("/v1/partners", {"uid": "acme", "name": "Acme"})
 
         # Registration: every hostile expression, refused.
         for name, (expression, tries) in REGISTRATIONS.items():
-            results[f"register {name}"] = dict(measure(lambda e=expression: bench.post(
-                "/v1/event-types", {"name": "t", "version": 2, "schema": LOOSE,
-                                    "downgrade": e, "examples": [{"x": 1}]}), args.repeat),
-                tries=tries)
-        results["register wide projection on 3 x 12,000 items"] = dict(measure(
-            lambda: bench.post("/v1/event-types", {
-                "name": "t", "version": 2, "schema": LOOSE, "downgrade": WIDE,
-                "examples": _examples_for_work_bomb()}), args.repeat),
-            tries="the work budget: 60 keys for each of 36,000 items")
+            results[f"register {name}"] = dict(
+                measure(
+                    lambda e=expression: bench.post(
+                        "/v1/event-types",
+                        {
+                            "name": "t",
+                            "version": 2,
+                            "schema": LOOSE,
+                            "downgrade": e,
+                            "examples": [{"x": 1}],
+                        },
+                    ),
+                    args.repeat,
+                ),
+                tries=tries,
+            )
+        results["register wide projection on 3 x 12,000 items"] = dict(
+            measure(
+                lambda: bench.post(
+                    "/v1/event-types",
+                    {
+                        "name": "t",
+                        "version": 2,
+                        "schema": LOOSE,
+                        "downgrade": WIDE,
+                        "examples": _examples_for_work_bomb(),
+                    },
+                ),
+                args.repeat,
+            ),
+            tries="the work budget: 60 keys for each of 36,000 items",
+        )
 
         # Publish: the worst expression registration lets through (four copies), on the
         # largest data a publish may carry, to an endpoint pinned below it.
-        assert bench.post("/v1/event-types", {
-            "name": "t", "version": 2, "schema": LOOSE,
-            "downgrade": "{a: @, b: @} | {a: @, b: @}",
-            "examples": [{"note": "small"}]}).status_code == 201
-        bench.post("/v1/partners/acme/endpoints", {"url": "http://127.0.0.1:9/",
-                                                    "versions": {"t": 1}})
+        assert (
+            bench.post(
+                "/v1/event-types",
+                {
+                    "name": "t",
+                    "version": 2,
+                    "schema": LOOSE,
+                    "downgrade": "{a: @, b: @} | {a: @, b: @}",
+                    "examples": [{"note": "small"}],
+                },
+            ).status_code
+            == 201
+        )
+        bench.post(
+            "/v1/partners/acme/endpoints", {"url": "http://127.0.0.1:9/", "versions": {"t": 1}}
+        )
         note = "n" * (BODY - 1024)
-        results["publish 4 copies of 255 KiB"] = dict(measure(
-            lambda: bench.post("/v1/partners/acme/events",
-                               {"type": "t", "version": 2, "data": {"note": note}}),
-            args.repeat), tries="a version 4x the limit")
+        results["publish 4 copies of 255 KiB"] = dict(
+            measure(
+                lambda: bench.post(
+                    "/v1/partners/acme/events", {"type": "t", "version": 2, "data": {"note": note}}
+                ),
+                args.repeat,
+            ),
+            tries="a version 4x the limit",
+        )
         # A stored expression from before the static bounds, only the metered run between it
         # and 2^30 values.
         from sqlalchemy import select
 
         from app.models import EventType
+
         with bench.runtime.db.begin() as session:
-            row = session.scalars(select(EventType).where(EventType.name == "t",
-                                                          EventType.version == 2)).one()
+            row = session.scalars(
+                select(EventType).where(EventType.name == "t", EventType.version == 2)
+            ).one()
             row.downgrade = REGISTRATIONS["pipe-of-doubling-30"][0]
         from app import event_types
+
         event_types.compiled_downgrades._items.clear()
-        results["publish a stored 30-stage doubling"] = dict(measure(
-            lambda: bench.post("/v1/partners/acme/events",
-                               {"type": "t", "version": 2, "data": {"x": 1}}),
-            args.repeat), tries="2^30 values, stopped by the size budget")
+        results["publish a stored 30-stage doubling"] = dict(
+            measure(
+                lambda: bench.post(
+                    "/v1/partners/acme/events", {"type": "t", "version": 2, "data": {"x": 1}}
+                ),
+                args.repeat,
+            ),
+            tries="2^30 values, stopped by the size budget",
+        )
         with bench.runtime.db.begin() as session:
-            row = session.scalars(select(EventType).where(EventType.name == "t",
-                                                          EventType.version == 2)).one()
+            row = session.scalars(
+                select(EventType).where(EventType.name == "t", EventType.version == 2)
+            ).one()
             row.downgrade = WIDE
         event_types.compiled_downgrades._items.clear()
-        results["publish a wide projection on 20,000 items"] = dict(measure(
-            lambda: bench.post("/v1/partners/acme/events",
-                               {"type": "t", "version": 2,
-                                "data": {"items": list(range(20_000))}}),
-            args.repeat), tries="stopped by the work budget")
+        results["publish a wide projection on 20,000 items"] = dict(
+            measure(
+                lambda: bench.post(
+                    "/v1/partners/acme/events",
+                    {"type": "t", "version": 2, "data": {"items": list(range(20_000))}},
+                ),
+                args.repeat,
+            ),
+            tries="stopped by the work budget",
+        )
         # The longest chain a pin may need, each link carrying the largest data.
         for version in range(1, event_types.MAX_DOWNGRADE_HOPS + 2):
-            bench.post("/v1/event-types", {"name": "chain", "version": version,
-                                           "schema": LOOSE,
-                                           **({"downgrade": "@"} if version > 1 else {})})
-        bench.post("/v1/partners/acme/endpoints", {"url": "http://127.0.0.1:9/c",
-                                                    "versions": {"chain": 1}})
+            bench.post(
+                "/v1/event-types",
+                {
+                    "name": "chain",
+                    "version": version,
+                    "schema": LOOSE,
+                    **({"downgrade": "@"} if version > 1 else {}),
+                },
+            )
+        bench.post(
+            "/v1/partners/acme/endpoints", {"url": "http://127.0.0.1:9/c", "versions": {"chain": 1}}
+        )
         results[f"publish through {event_types.MAX_DOWNGRADE_HOPS} downgrades, 255 KiB"] = dict(
-            measure(lambda: bench.post("/v1/partners/acme/events", {
-                "type": "chain", "version": event_types.MAX_DOWNGRADE_HOPS + 1,
-                "data": {"note": note}}), args.repeat),
-            tries="every link run, sized, validated and stored")
+            measure(
+                lambda: bench.post(
+                    "/v1/partners/acme/events",
+                    {
+                        "type": "chain",
+                        "version": event_types.MAX_DOWNGRADE_HOPS + 1,
+                        "data": {"note": note},
+                    },
+                ),
+                args.repeat,
+            ),
+            tries="every link run, sized, validated and stored",
+        )
 
         # The catalog: the self-referencing schemas of the review, and a 2,000-property one.
         for properties in (50, 120, 2000):
-            bench.post("/v1/event-types", {
-                "name": f"wide{properties}", "version": 1,
-                "schema": {"type": "object", "properties": {
-                    f"p{i}": {"$ref": "#"} for i in range(properties)}}})
+            bench.post(
+                "/v1/event-types",
+                {
+                    "name": f"wide{properties}",
+                    "version": 1,
+                    "schema": {
+                        "type": "object",
+                        "properties": {f"p{i}": {"$ref": "#"} for i in range(properties)},
+                    },
+                },
+            )
         # No recursion, but each definition refers 30 times to the next: 30^6 values.
-        layers = {f"d{n}": {"type": "object", "properties": {
-            f"p{i}": {"$ref": f"#/$defs/d{n + 1}"} for i in range(30)}} for n in range(6)}
+        layers = {
+            f"d{n}": {
+                "type": "object",
+                "properties": {f"p{i}": {"$ref": f"#/$defs/d{n + 1}"} for i in range(30)},
+            }
+            for n in range(6)
+        }
         layers["d6"] = {"type": "string", "minLength": 200}
-        bench.post("/v1/event-types", {"name": "layers", "version": 1, "schema": {
-            "$defs": layers, "$ref": "#/$defs/d0"}})
+        bench.post(
+            "/v1/event-types",
+            {"name": "layers", "version": 1, "schema": {"$defs": layers, "$ref": "#/$defs/d0"}},
+        )
         browser = bench.portal()
         from app.services import event_types
+
         made = event_types.examples.made
         results["portal catalog, first view"] = dict(
             measure(lambda: browser.get("/portal/catalog"), 1),
-            tries="self-referencing schemas of 50, 120 and 2,000 properties; 30^6 layers")
-        results["portal catalog, first view"]["examples_made"] = (
-            event_types.examples.made - made)
+            tries="self-referencing schemas of 50, 120 and 2,000 properties; 30^6 layers",
+        )
+        results["portal catalog, first view"]["examples_made"] = event_types.examples.made - made
         results["portal catalog, later views"] = dict(
             measure(lambda: browser.get("/portal/catalog"), args.repeat),
-            tries="the examples are made once per version")
+            tries="the examples are made once per version",
+        )
         bench.runtime.close()
 
     width = max(len(name) for name in results)
     for name, figures in results.items():
-        print(f"{name:<{width}}  {figures['status']} {figures['code'] or '':<20} "
-              f"CPU {figures['cpu_ms']:>7.1f} ms  peak {figures['peak_mib']:>6.2f} MiB  "
-              f"answer {figures['response_bytes']:,} B"
-              + (f"  examples made {figures['examples_made']}" if "examples_made" in figures
-                 else ""))
+        print(
+            f"{name:<{width}}  {figures['status']} {figures['code'] or '':<20} "
+            f"CPU {figures['cpu_ms']:>7.1f} ms  peak {figures['peak_mib']:>6.2f} MiB  "
+            f"answer {figures['response_bytes']:,} B"
+            + (f"  examples made {figures['examples_made']}" if "examples_made" in figures else "")
+        )
         if figures["status"] is None or figures["status"] >= 500:
             failures.append(f"{name}: status {figures['status']}")
         if figures["cpu_ms"] > CPU_LIMIT_S * 1000:

@@ -46,8 +46,11 @@ from app.services import feed  # noqa: E402
 from app.services.actor import Actor  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
 
-SCHEMA = {"type": "object", "required": ["order_id"],
-          "properties": {"order_id": {"type": "string"}, "amount": {"type": "integer"}}}
+SCHEMA = {
+    "type": "object",
+    "required": ["order_id"],
+    "properties": {"order_id": {"type": "string"}, "amount": {"type": "integer"}},
+}
 UNSEQUENCED_INDEX = "ix_events_unsequenced"
 
 
@@ -66,16 +69,25 @@ def timed(work: Callable[[], int]) -> tuple[int, float, float]:
     return units, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def publish_round(rt: Runtime, n: int, threads: int, tag: str,
-                  answered: dict[str, float] | None = None) -> int:
+def publish_round(
+    rt: Runtime, n: int, threads: int, tag: str, answered: dict[str, float] | None = None
+) -> int:
     per = n // threads
 
     def run(t: int) -> None:
         for i in range(per):
-            result = publish_event(rt.db, rt.redis, rt.settings, partner_uid="bench",
-                                   body={"type": "order.created", "version": 1,
-                                         "data": {"order_id": f"{tag}-{t}-{i}", "amount": i}},
-                                   api_key_id="bench")
+            result = publish_event(
+                rt.db,
+                rt.redis,
+                rt.settings,
+                partner_uid="bench",
+                body={
+                    "type": "order.created",
+                    "version": 1,
+                    "data": {"order_id": f"{tag}-{t}-{i}", "amount": i},
+                },
+                api_key_id="bench",
+            )
             if answered is not None:
                 answered[result.body["id"]] = time.perf_counter()
 
@@ -90,20 +102,27 @@ def publish_round(rt: Runtime, n: int, threads: int, tag: str,
 def set_index(db: Database, present: bool) -> None:
     with db.engine.begin() as connection:
         if present:
-            connection.execute(text(f"CREATE INDEX IF NOT EXISTS {UNSEQUENCED_INDEX} ON events "
-                                    "(id) WHERE feed_seq IS NULL"))
+            connection.execute(
+                text(
+                    f"CREATE INDEX IF NOT EXISTS {UNSEQUENCED_INDEX} ON events "
+                    "(id) WHERE feed_seq IS NULL"
+                )
+            )
         else:
             connection.execute(text(f"DROP INDEX IF EXISTS {UNSEQUENCED_INDEX}"))
 
 
 def line(label: str, units: int, wall: float, cpu: float) -> str:
-    return (f"  {label:<44} {units / wall:>9,.0f} /s   CPU {cpu / units * 1000:6.3f} ms/event"
-            f"   ({units} in {wall:.2f} s)")
+    return (
+        f"  {label:<44} {units / wall:>9,.0f} /s   CPU {cpu / units * 1000:6.3f} ms/event"
+        f"   ({units} in {wall:.2f} s)"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
     parser.add_argument("-n", type=int, default=4000)
@@ -112,8 +131,13 @@ def main() -> None:
     args = parser.parse_args()
 
     fresh_database(args.database_url)
-    rt = Runtime(Settings(database_url=args.database_url, redis_url=args.redis_url,
-                          secret_key="bench-only-not-a-secret"))  # noqa: S106
+    rt = Runtime(
+        Settings(
+            database_url=args.database_url,
+            redis_url=args.redis_url,
+            secret_key="bench-only-not-a-secret",
+        )
+    )  # noqa: S106
     setup(rt)
     backend = rt.db.engine.dialect.name
     print(f"feed bench on {backend}: n={args.n}, {args.threads} publisher threads")
@@ -124,16 +148,25 @@ def main() -> None:
         for present in (True, False):
             set_index(rt.db, present)
             sequence(rt.db)  # no backlog carried from one round into the next
-            results[present].append(timed(lambda p=present, r=r: publish_round(
-                rt, args.n, args.threads, f"r{r}{int(p)}")))
+            results[present].append(
+                timed(
+                    lambda p=present, r=r: publish_round(rt, args.n, args.threads, f"r{r}{int(p)}")
+                )
+            )
     set_index(rt.db, True)
     print("1. publish (median of rounds; every round's rate in brackets)")
-    for present, label in ((False, "bare: no feed index (publish as before)"),
-                           (True, "with the feed (waiting-events index)")):
+    for present, label in (
+        (False, "bare: no feed index (publish as before)"),
+        (True, "with the feed (waiting-events index)"),
+    ):
         rates = sorted(results[present], key=lambda t: t[0] / t[1])
         units, wall, cpu = rates[len(rates) // 2]
-        print(line(label, units, wall, cpu)
-              + "  [" + ", ".join(f"{u / w:.0f}" for u, w, _ in results[present]) + "]")
+        print(
+            line(label, units, wall, cpu)
+            + "  ["
+            + ", ".join(f"{u / w:.0f}" for u, w, _ in results[present])
+            + "]"
+        )
 
     # 2. sequencing a backlog
     with rt.db.engine.begin() as connection:
@@ -167,26 +200,33 @@ def main() -> None:
     extra = len(set(seen) - set(answered))
     print("4. publishers with a consumer polling every 50 ms")
     print(line("publish while the consumer reads", units, wall, cpu))
-    print(f"  202 -> in the consumer's hands: p50 {statistics.median(delays) * 1000:.0f} ms, "
-          f"p99 {delays[int(len(delays) * 0.99) - 1] * 1000:.0f} ms; "
-          f"seen {len(seen) - extra} of {len(answered)}, missing {missing}, "
-          f"others {extra}")
+    print(
+        f"  202 -> in the consumer's hands: p50 {statistics.median(delays) * 1000:.0f} ms, "
+        f"p99 {delays[int(len(delays) * 0.99) - 1] * 1000:.0f} ms; "
+        f"seen {len(seen) - extra} of {len(answered)}, missing {missing}, "
+        f"others {extra}"
+    )
     rt.close()
 
 
 def _bare_update(db: Database) -> int:
     with db.engine.begin() as connection:
-        return int(connection.execute(
-            text("UPDATE events SET resource_version = resource_version")).rowcount or 0)
+        return int(
+            connection.execute(
+                text("UPDATE events SET resource_version = resource_version")
+            ).rowcount
+            or 0
+        )
 
 
 def _bare_pages(db: Database) -> int:
     count, last = 0, ""
     with db.engine.connect() as connection:
         while True:
-            rows = connection.execute(text(
-                "SELECT id, payload FROM events WHERE id > :last ORDER BY id LIMIT 250"),
-                {"last": last}).all()
+            rows = connection.execute(
+                text("SELECT id, payload FROM events WHERE id > :last ORDER BY id LIMIT 250"),
+                {"last": last},
+            ).all()
             if not rows:
                 return count
             count += len(rows)

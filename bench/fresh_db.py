@@ -24,11 +24,13 @@ def fresh_database(url: str) -> str:
         migrate.upgrade(url)
         return url
     parsed = make_url(url)
-    admin = Database(parsed.set(database="postgres").render_as_string(hide_password=False),
-                     pool_size=1)
+    admin = Database(
+        parsed.set(database="postgres").render_as_string(hide_password=False), pool_size=1
+    )
     with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        if not conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
-                            {"n": parsed.database}).first():
+        if not conn.execute(
+            text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": parsed.database}
+        ).first():
             conn.execute(text(f'CREATE DATABASE "{parsed.database}"'))
     admin.dispose()
     db = Database(url, pool_size=1)

@@ -120,12 +120,14 @@ class PacedPublisher:
 
 
 def _healthy_latencies(published: dict[str, float], records: list[Any]) -> list[float]:
-    return [(at - published[msg_id]) * 1000 for msg_id, path, at in records
-            if msg_id in published and path.startswith("/ok")]
+    return [
+        (at - published[msg_id]) * 1000
+        for msg_id, path, at in records
+        if msg_id in published and path.startswith("/ok")
+    ]
 
 
-def _windows(published: dict[str, float], records: list[Any],
-             width_s: float = 10.0) -> list[float]:
+def _windows(published: dict[str, float], records: list[Any], width_s: float = 10.0) -> list[float]:
     """p99 of the healthy latencies per `width_s` window of publish time: where a stall was."""
     if not published:
         return []
@@ -144,13 +146,22 @@ def _attempt_rows(kurir: Kurir, partner_uid: str) -> list[tuple[str, Any, Any, i
     from app.models import Attempt, Delivery, Endpoint, Partner
 
     with kurir.runtime.db.begin() as session:
-        return [tuple(row) for row in session.execute(  # type: ignore[misc]
-            select(Endpoint.url, Attempt.response_status, Attempt.error, Attempt.duration_ms,
-                   func.coalesce(func.length(Attempt.response_body), 0))
-            .join(Delivery, Delivery.id == Attempt.delivery_id)
-            .join(Endpoint, Endpoint.id == Delivery.endpoint_id)
-            .join(Partner, Partner.id == Endpoint.partner_id)
-            .where(Partner.uid == partner_uid))]
+        return [
+            tuple(row)
+            for row in session.execute(  # type: ignore[misc]
+                select(
+                    Endpoint.url,
+                    Attempt.response_status,
+                    Attempt.error,
+                    Attempt.duration_ms,
+                    func.coalesce(func.length(Attempt.response_body), 0),
+                )
+                .join(Delivery, Delivery.id == Attempt.delivery_id)
+                .join(Endpoint, Endpoint.id == Delivery.endpoint_id)
+                .join(Partner, Partner.id == Endpoint.partner_id)
+                .where(Partner.uid == partner_uid)
+            )
+        ]
 
 
 def _make_partner(kurir: Kurir, uid: str, urls: list[str], timeout_s: int) -> None:
@@ -159,8 +170,13 @@ def _make_partner(kurir: Kurir, uid: str, urls: list[str], timeout_s: int) -> No
     with kurir.runtime.db.begin() as session:
         partner = service.create_partner(session, {"uid": uid, "name": uid})
         for url in urls:
-            service.create_endpoint(session, partner, {"url": url, "timeout_s": timeout_s},
-                                    kurir.settings, kurir.runtime.secret_box)
+            service.create_endpoint(
+                session,
+                partner,
+                {"url": url, "timeout_s": timeout_s},
+                kurir.settings,
+                kurir.runtime.secret_box,
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,14 +184,21 @@ def run(args: argparse.Namespace) -> int:
 
     fresh_database(args.db)
     receiver = ReceiverProcess()
-    results: dict[str, Any] = {"n_per_kind": args.n, "timeout_s": args.timeout,
-                               "healthy_rate_per_s": args.rate * HEALTHY_ENDPOINTS}
+    results: dict[str, Any] = {
+        "n_per_kind": args.n,
+        "timeout_s": args.timeout,
+        "healthy_rate_per_s": args.rate * HEALTHY_ENDPOINTS,
+    }
     failures: list[str] = []
     with tempfile.TemporaryDirectory() as tmp, HostileServer() as hostile:
         kurir = Kurir(args.db, args.redis, 1, Path(tmp))
         kurir.env["KURIR_RETRY_SCHEDULE"] = "3600"  # one attempt per delivery in this run
-        _make_partner(kurir, "healthy", [f"{receiver.url}/ok{i}"
-                                         for i in range(HEALTHY_ENDPOINTS)], args.timeout)
+        _make_partner(
+            kurir,
+            "healthy",
+            [f"{receiver.url}/ok{i}" for i in range(HEALTHY_ENDPOINTS)],
+            args.timeout,
+        )
         _make_partner(kurir, "hostile", [hostile.url + p for p in HOSTILE_PATHS], args.timeout)
         kurir.start()
         sampler = Sampler(kurir.workers[0].pid)
@@ -197,15 +220,19 @@ def run(args: argparse.Namespace) -> int:
             base_cpu_per_delivery = (sampler.cpu() - cpu0) / max(1, expected)
             base_lat = _healthy_latencies(baseline.published, receiver.dump())
             results["baseline"] = {
-                "deliveries": expected, "received": len(base_lat),
+                "deliveries": expected,
+                "received": len(base_lat),
                 "p50_ms": round(percentile(base_lat, 50), 1),
                 "p99_ms": round(percentile(base_lat, 99), 1),
                 "worker_cpu_ms_per_delivery": round(base_cpu_per_delivery * 1000, 3),
-                "publisher_late_sends": baseline.late}
-            print(f"baseline, healthy only: {expected} deliveries at {args.rate * 5}/s, "
-                  f"publish->receipt p50 {percentile(base_lat, 50):.1f} ms, "
-                  f"p99 {percentile(base_lat, 99):.1f} ms; worker CPU "
-                  f"{base_cpu_per_delivery * 1000:.2f} ms per delivery")
+                "publisher_late_sends": baseline.late,
+            }
+            print(
+                f"baseline, healthy only: {expected} deliveries at {args.rate * 5}/s, "
+                f"publish->receipt p50 {percentile(base_lat, 50):.1f} ms, "
+                f"p99 {percentile(base_lat, 99):.1f} ms; worker CPU "
+                f"{base_cpu_per_delivery * 1000:.2f} ms per delivery"
+            )
 
             # 2. Hostile: n deliveries to each hostile endpoint, healthy traffic continuing.
             rss_before = sampler.rss()
@@ -214,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
             cpu0, wall0 = sampler.cpu(), time.monotonic()
             healthy = PacedPublisher(kurir, "healthy", args.rate).start()
             for start in range(0, len(hostile_ids), 100):
-                enqueue_now(kurir.runtime.redis, hostile_ids[start:start + 100])
+                enqueue_now(kurir.runtime.redis, hostile_ids[start : start + 100])
             deadline = time.monotonic() + args.n * args.timeout * 2 + 120
             while len(_attempt_rows(kurir, "hostile")) < len(hostile_ids):
                 if time.monotonic() > deadline:
@@ -234,38 +261,51 @@ def run(args: argparse.Namespace) -> int:
             for path in HOSTILE_PATHS:
                 mine = [r for r in rows if r[0].endswith(path)]
                 outcomes = Counter(f"{status}/{error}" for _, status, error, _, _ in mine)
-                per_kind[path] = {"attempts": len(mine), "outcomes": dict(outcomes),
-                                  "max_duration_ms": max((r[3] for r in mine), default=0),
-                                  "max_kept_bytes": max((r[4] for r in mine), default=0)}
+                per_kind[path] = {
+                    "attempts": len(mine),
+                    "outcomes": dict(outcomes),
+                    "max_duration_ms": max((r[3] for r in mine), default=0),
+                    "max_kept_bytes": max((r[4] for r in mine), default=0),
+                }
             results["hostile"] = {
-                "attempts": len(rows), "wall_s": round(hostile_wall, 1), "per_kind": per_kind,
+                "attempts": len(rows),
+                "wall_s": round(hostile_wall, 1),
+                "per_kind": per_kind,
                 # Both kinds of work share the phase: its CPU per unit, beside the baseline's.
-                "worker_cpu_ms_per_unit": round(phase_cpu / max(1, len(rows) + expected) * 1000,
-                                                3)}
+                "worker_cpu_ms_per_unit": round(phase_cpu / max(1, len(rows) + expected) * 1000, 3),
+            }
             windows = _windows(healthy.published, lat_records)
             results["healthy_p99_ms_per_10s"] = windows
             results["healthy_during_hostile"] = {
-                "deliveries": expected, "received": len(lat),
-                "p50_ms": round(percentile(lat, 50), 1), "p99_ms": round(percentile(lat, 99), 1),
+                "deliveries": expected,
+                "received": len(lat),
+                "p50_ms": round(percentile(lat, 50), 1),
+                "p99_ms": round(percentile(lat, 99), 1),
                 "max_ms": round(max(lat, default=float("nan")), 1),
-                "publisher_late_sends": healthy.late}
-            results["worker_rss_mb"] = {"before": round(rss_before / 2**20, 1),
-                                        "peak": round(rss_peak / 2**20, 1),
-                                        "after": round(rss_after / 2**20, 1),
-                                        "growth_to_peak": round((rss_peak - rss_before) / 2**20,
-                                                                1)}
+                "publisher_late_sends": healthy.late,
+            }
+            results["worker_rss_mb"] = {
+                "before": round(rss_before / 2**20, 1),
+                "peak": round(rss_peak / 2**20, 1),
+                "after": round(rss_after / 2**20, 1),
+                "growth_to_peak": round((rss_peak - rss_before) / 2**20, 1),
+            }
         finally:
             sampler.stop()
             kurir.stop()
             receiver.close()
 
-    print(f"hostile: {len(rows)} attempts ({args.n} per kind) in {hostile_wall:.0f}s beside "
-          f"{results['healthy_during_hostile']['deliveries']} healthy deliveries; worker CPU "
-          f"{results['hostile']['worker_cpu_ms_per_unit']:.2f} ms per attempt or delivery "
-          f"(baseline {results['baseline']['worker_cpu_ms_per_delivery']:.2f} ms per delivery)")
+    print(
+        f"hostile: {len(rows)} attempts ({args.n} per kind) in {hostile_wall:.0f}s beside "
+        f"{results['healthy_during_hostile']['deliveries']} healthy deliveries; worker CPU "
+        f"{results['hostile']['worker_cpu_ms_per_unit']:.2f} ms per attempt or delivery "
+        f"(baseline {results['baseline']['worker_cpu_ms_per_delivery']:.2f} ms per delivery)"
+    )
     for path, kind in per_kind.items():
-        print(f"  {path:15} {kind['attempts']:4d} attempts  {kind['outcomes']}  longest "
-              f"{kind['max_duration_ms']} ms  kept <= {kind['max_kept_bytes']} B")
+        print(
+            f"  {path:15} {kind['attempts']:4d} attempts  {kind['outcomes']}  longest "
+            f"{kind['max_duration_ms']} ms  kept <= {kind['max_kept_bytes']} B"
+        )
         if kind["attempts"] < args.n:
             failures.append(f"{path}: {kind['attempts']} attempts")
         if kind["max_duration_ms"] > (args.timeout + 1) * 1000:
@@ -274,12 +314,16 @@ def run(args: argparse.Namespace) -> int:
             failures.append(f"{path}: kept {kind['max_kept_bytes']} bytes")
     healthy_fig = results["healthy_during_hostile"]
     rss = results["worker_rss_mb"]
-    print(f"healthy during hostile: {healthy_fig['received']}/{healthy_fig['deliveries']} "
-          f"received, p50 {healthy_fig['p50_ms']} ms, p99 {healthy_fig['p99_ms']} ms, max "
-          f"{healthy_fig['max_ms']} ms")
+    print(
+        f"healthy during hostile: {healthy_fig['received']}/{healthy_fig['deliveries']} "
+        f"received, p50 {healthy_fig['p50_ms']} ms, p99 {healthy_fig['p99_ms']} ms, max "
+        f"{healthy_fig['max_ms']} ms"
+    )
     print(f"healthy p99 per 10 s of the hostile phase: {results['healthy_p99_ms_per_10s']}")
-    print(f"worker RSS: {rss['before']} MiB before, {rss['peak']} MiB peak, {rss['after']} MiB "
-          f"after (+{rss['growth_to_peak']} MiB)")
+    print(
+        f"worker RSS: {rss['before']} MiB before, {rss['peak']} MiB peak, {rss['after']} MiB "
+        f"after (+{rss['growth_to_peak']} MiB)"
+    )
     if healthy_fig["received"] < healthy_fig["deliveries"]:
         failures.append("healthy deliveries missing")
     if healthy_fig["p99_ms"] >= 1000:
@@ -296,8 +340,9 @@ def run(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=100, help="attempts per hostile kind")
-    parser.add_argument("--rate", type=float, default=20,
-                        help="healthy events per second (each to 5 endpoints)")
+    parser.add_argument(
+        "--rate", type=float, default=20, help="healthy events per second (each to 5 endpoints)"
+    )
     parser.add_argument("--timeout", type=int, default=2, help="every endpoint's timeout_s")
     parser.add_argument("--baseline-s", type=float, default=10)
     parser.add_argument("--db", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))

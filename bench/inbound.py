@@ -88,8 +88,7 @@ class Callback:
     version: int
 
 
-def make_callbacks(n: int, resources: int, seed: int, *, in_order: bool = False
-                   ) -> list[Callback]:
+def make_callbacks(n: int, resources: int, seed: int, *, in_order: bool = False) -> list[Callback]:
     """n distinct events over `resources` resources, versions 1..k each; shuffled, or in
     version order (each resource's versions rise, resources interleaved)."""
     rng = random.Random(seed)
@@ -99,11 +98,15 @@ def make_callbacks(n: int, resources: int, seed: int, *, in_order: bool = False
         resource = f"pay_{seed}_{i % resources:05d}"
         version = i // resources + 1
         event_id = f"evt_{seed}_{i:07d}"
-        doc = {"id": event_id, "type": "payment.updated", "version": 1,
-               "occurred_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-               "partner": "bench",
-               "resource": {"type": "payment", "id": resource, "version": version},
-               "data": {"status": f"s{version}", "amount": 1000 + i % 977, "currency": "EUR"}}
+        doc = {
+            "id": event_id,
+            "type": "payment.updated",
+            "version": 1,
+            "occurred_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            "partner": "bench",
+            "resource": {"type": "payment", "id": resource, "version": version},
+            "data": {"status": f"s{version}", "amount": 1000 + i % 977, "currency": "EUR"},
+        }
         events.append(Callback(json.dumps(doc).encode(), event_id, resource, version))
     if not in_order:
         rng.shuffle(events)
@@ -112,15 +115,20 @@ def make_callbacks(n: int, resources: int, seed: int, *, in_order: bool = False
 
 def signed_headers(callback: Callback, key: bytes) -> dict[str, str]:
     timestamp = str(int(time.time()))
-    mac = hmac.new(key, f"{callback.event_id}.{timestamp}.".encode() + callback.body,
-                   hashlib.sha256).digest()
-    return {"content-type": "application/json", "webhook-id": callback.event_id,
-            "webhook-timestamp": timestamp,
-            "webhook-signature": "v1," + base64.b64encode(mac).decode()}
+    mac = hmac.new(
+        key, f"{callback.event_id}.{timestamp}.".encode() + callback.body, hashlib.sha256
+    ).digest()
+    return {
+        "content-type": "application/json",
+        "webhook-id": callback.event_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": "v1," + base64.b64encode(mac).decode(),
+    }
 
 
-def with_duplicates(batch: list[Callback], share: float, seed: int, *,
-                    keep_order: bool) -> list[Callback]:
+def with_duplicates(
+    batch: list[Callback], share: float, seed: int, *, keep_order: bool
+) -> list[Callback]:
     rng = random.Random(seed)
     resend = rng.sample(batch, int(len(batch) * share))
     if keep_order:
@@ -169,8 +177,7 @@ class CpuMeter:
         return totals
 
 
-def per_unit_ms(before: dict[str, float], after: dict[str, float],
-                units: int) -> dict[str, float]:
+def per_unit_ms(before: dict[str, float], after: dict[str, float], units: int) -> dict[str, float]:
     per = {k: round((after[k] - before[k]) * 1000 / max(1, units), 3) for k in before}
     per["total"] = round(sum(per.values()), 3)
     return per
@@ -207,26 +214,33 @@ class Result:
         return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
     def line(self) -> str:
-        text = (f"{self.label:<30} {self.rate:7.0f} acked/s  p50 {self.pct(50):6.1f} ms  "
-                f"p99 {self.pct(99):6.1f} ms  max {max(self.latencies_ms or [0]):7.1f} ms  "
-                f"statuses {dict(sorted(self.statuses.items()))}")
+        text = (
+            f"{self.label:<30} {self.rate:7.0f} acked/s  p50 {self.pct(50):6.1f} ms  "
+            f"p99 {self.pct(99):6.1f} ms  max {max(self.latencies_ms or [0]):7.1f} ms  "
+            f"statuses {dict(sorted(self.statuses.items()))}"
+        )
         if self.cpu_ms:
             text += f"\n{'':<32}cpu ms/callback: {cpu_text(self.cpu_ms)}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "acked_per_s": round(self.rate, 1),
-                "p50_ms": round(self.pct(50), 2), "p99_ms": round(self.pct(99), 2),
-                "max_ms": round(max(self.latencies_ms or [0]), 2), "statuses": self.statuses,
-                "cpu_ms_per_callback": self.cpu_ms}
+        return {
+            "label": self.label,
+            "acked_per_s": round(self.rate, 1),
+            "p50_ms": round(self.pct(50), 2),
+            "p99_ms": round(self.pct(99), 2),
+            "max_ms": round(max(self.latencies_ms or [0]), 2),
+            "statuses": self.statuses,
+            "cpu_ms_per_callback": self.cpu_ms,
+        }
 
 
-def send_all(url: str, callbacks: list[Callback], key: bytes, clients: int,
-             rate: float | None, label: str) -> Result:
+def send_all(
+    url: str, callbacks: list[Callback], key: bytes, clients: int, rate: float | None, label: str
+) -> Result:
     """Sign every callback now (a run lasts seconds, the tolerance is minutes), then send them
     as prebuilt requests on kept-alive sockets (bench/rawhttp.py)."""
-    prebuilt = [rawhttp.request_bytes(url, cb.body, signed_headers(cb, key))
-                for cb in callbacks]
+    prebuilt = [rawhttp.request_bytes(url, cb.body, signed_headers(cb, key)) for cb in callbacks]
     due = None if rate is None else (lambda i: i / rate)
     latencies, statuses, elapsed = rawhttp.run_clients(url, prebuilt, clients, due=due)
     merged: dict[int, int] = {}
@@ -235,12 +249,22 @@ def send_all(url: str, callbacks: list[Callback], key: bytes, clients: int,
     return Result(label, len(latencies), merged, elapsed, latencies)
 
 
-
 @contextmanager
-def api_server(env: dict[str, str], port: int, workers: int, threads: int
-               ) -> Iterator[tuple[str, int]]:
-    args = [sys.executable, "-m", "app.cli", "api", "--port", str(port), "--workers",
-            str(workers), "--threads", str(threads)]
+def api_server(
+    env: dict[str, str], port: int, workers: int, threads: int
+) -> Iterator[tuple[str, int]]:
+    args = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "api",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+    ]
     process = subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -274,12 +298,24 @@ def prepare(url: str, redis_url: str) -> Any:
 
     db = Database(fresh_database(url), pool_size=2)
     redis.Redis.from_url(redis_url).flushdb()
-    runtime = Runtime(Settings(database_url=url, redis_url=redis_url,
-                               secret_key=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
-                               data_dir=ROOT / "var" / "bench"), database=db)
+    runtime = Runtime(
+        Settings(
+            database_url=url,
+            redis_url=redis_url,
+            secret_key=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
+            data_dir=ROOT / "var" / "bench",
+        ),
+        database=db,
+    )
     with db.begin() as session:
-        sources.create_source(session, runtime.secret_box, runtime.settings, name=SOURCE,
-                              scheme="standard-webhooks", secrets=[SECRET])
+        sources.create_source(
+            session,
+            runtime.secret_box,
+            runtime.settings,
+            name=SOURCE,
+            scheme="standard-webhooks",
+            secrets=[SECRET],
+        )
     return db
 
 
@@ -289,8 +325,11 @@ def counts(db: Any) -> dict[str, int]:
     from app.models import InboundEvent
 
     with db.begin() as session:
-        return dict(session.execute(select(InboundEvent.status, func.count())
-                                    .group_by(InboundEvent.status)).all())  # type: ignore[arg-type]
+        return dict(
+            session.execute(
+                select(InboundEvent.status, func.count()).group_by(InboundEvent.status)
+            ).all()
+        )  # type: ignore[arg-type]
 
 
 def unfinished(db: Any) -> int:
@@ -298,9 +337,13 @@ def unfinished(db: Any) -> int:
     from sqlalchemy import text
 
     with db.engine.connect() as connection:
-        return int(connection.execute(text(
-            "SELECT count(*) FROM inbound_events WHERE status IN ('received', 'processing')"
-        )).scalar_one())
+        return int(
+            connection.execute(
+                text(
+                    "SELECT count(*) FROM inbound_events WHERE status IN ('received', 'processing')"
+                )
+            ).scalar_one()
+        )
 
 
 def vacuum(db: Any) -> None:
@@ -316,8 +359,12 @@ def reset_processing(db: Any) -> None:
     from sqlalchemy import text
 
     with db.engine.begin() as connection:
-        connection.execute(text("UPDATE inbound_events SET status = 'received', reason = NULL,"
-                                " processed_at = NULL, attempts = 0"))
+        connection.execute(
+            text(
+                "UPDATE inbound_events SET status = 'received', reason = NULL,"
+                " processed_at = NULL, attempts = 0"
+            )
+        )
         connection.execute(text("DELETE FROM resource_states"))
     vacuum(db)
 
@@ -345,8 +392,9 @@ def _psycopg_url(url: str) -> str:
     return parts._replace(scheme="postgresql").geturl()
 
 
-def _bare_main(url: str, batches: list[list[tuple[Any, ...]]], barrier: Any, out: Any,
-               measured: Any) -> None:
+def _bare_main(
+    url: str, batches: list[list[tuple[Any, ...]]], barrier: Any, out: Any, measured: Any
+) -> None:
     """Apply the batches with raw psycopg: the least SQL a correct processor needs."""
     import psycopg
 
@@ -359,21 +407,28 @@ def _bare_main(url: str, batches: list[list[tuple[Any, ...]]], barrier: Any, out
                 # statement; without the order two processes deadlock).
                 keys = sorted({(row[1], row[2], row[3]) for row in batch})
                 values = ", ".join(["(%s, %s, %s, %s, true, now(), now())"] * len(keys))
-                upsert = ("INSERT INTO resource_states (id, source_id, resource_type, "  # noqa: S608
-                          "resource_id, placeholder, created_at, updated_at) VALUES " + values
-                          + " ON CONFLICT (source_id, resource_type, resource_id) "
-                          "DO UPDATE SET resource_id = excluded.resource_id")
-                cursor.execute(upsert, [v for key in keys
-                                        for v in ("rst_" + uuid.uuid4().hex[:20], *key)])
+                upsert = (
+                    "INSERT INTO resource_states (id, source_id, resource_type, "  # noqa: S608
+                    "resource_id, placeholder, created_at, updated_at) VALUES "
+                    + values
+                    + " ON CONFLICT (source_id, resource_type, resource_id) "
+                    "DO UPDATE SET resource_id = excluded.resource_id"
+                )
+                cursor.execute(
+                    upsert, [v for key in keys for v in ("rst_" + uuid.uuid4().hex[:20], *key)]
+                )
                 # One conditional UPDATE per event, pipelined, each telling whether it applied.
                 cursor.executemany(
                     "UPDATE resource_states SET last_version = %s, status = %s, "
                     "last_event_id = %s, placeholder = false, updated_at = now() "
                     "WHERE source_id = %s AND resource_type = %s AND resource_id = %s "
                     "AND (last_version IS NULL OR last_version < %s) RETURNING 1",
-                    [(version, status, event_id, source_id, rtype, rid, version)
-                     for event_id, source_id, rtype, rid, version, status in batch],
-                    returning=True)
+                    [
+                        (version, status, event_id, source_id, rtype, rid, version)
+                        for event_id, source_id, rtype, rid, version, status in batch
+                    ],
+                    returning=True,
+                )
                 applied, ignored = [], []
                 for row in batch:
                     (applied if cursor.rowcount else ignored).append(row[0])
@@ -382,7 +437,9 @@ def _bare_main(url: str, batches: list[list[tuple[Any, ...]]], barrier: Any, out
                     if ids:
                         cursor.execute(
                             "UPDATE inbound_events SET status = %s, processed_at = now(), "
-                            "updated_at = now() WHERE id = ANY(%s)", (status, ids))
+                            "updated_at = now() WHERE id = ANY(%s)",
+                            (status, ids),
+                        )
         out.put(time.process_time() - cpu)
         measured.wait(60)  # keep the backend (and its CPU count) until it has been read
 
@@ -392,19 +449,24 @@ def bare_processing(db: Any, url: str, processes: int, meter: CpuMeter) -> dict[
     from sqlalchemy import text
 
     with db.engine.connect() as connection:
-        rows = connection.execute(text(
-            "SELECT id, source_id, coalesce(resource_type, ''), resource_id, resource_version,"
-            " resource_status FROM inbound_events WHERE status = 'received' "
-            "ORDER BY received_at, id")).all()
-    batches = [[tuple(r) for r in rows[i:i + BARE_BATCH]]
-               for i in range(0, len(rows), BARE_BATCH)]
+        rows = connection.execute(
+            text(
+                "SELECT id, source_id, coalesce(resource_type, ''), resource_id, resource_version,"
+                " resource_status FROM inbound_events WHERE status = 'received' "
+                "ORDER BY received_at, id"
+            )
+        ).all()
+    batches = [
+        [tuple(r) for r in rows[i : i + BARE_BATCH]] for i in range(0, len(rows), BARE_BATCH)
+    ]
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(processes + 1)
     out = ctx.Queue()
     measured = ctx.Event()
-    procs = [ctx.Process(target=_bare_main,
-                         args=(url, batches[n::processes], barrier, out, measured))
-             for n in range(processes)]
+    procs = [
+        ctx.Process(target=_bare_main, args=(url, batches[n::processes], barrier, out, measured))
+        for n in range(processes)
+    ]
     for proc in procs:
         proc.start()
     barrier.wait()
@@ -419,16 +481,24 @@ def bare_processing(db: Any, url: str, processes: int, meter: CpuMeter) -> dict[
     cpu = per_unit_ms(before, after, len(rows))
     cpu["bare"] = round(sum(own_cpu) * 1000 / max(1, len(rows)), 3)  # exact, from inside
     cpu["total"] = round(cpu["bare"] + cpu["postgres"] + cpu["redis"], 3)
-    return {"processed": len(rows), "seconds": round(elapsed, 2),
-            "per_s": round(len(rows) / elapsed, 1) if elapsed else 0.0, "cpu_ms_per_event": cpu}
+    return {
+        "processed": len(rows),
+        "seconds": round(elapsed, 2),
+        "per_s": round(len(rows) / elapsed, 1) if elapsed else 0.0,
+        "cpu_ms_per_event": cpu,
+    }
 
 
 # ---------------------------------------------------------------------------- Kurir workers
 
 
 def start_workers(env: dict[str, str], procs: int) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=env, cwd=ROOT,
-                             start_new_session=True) for _ in range(procs)]
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker"], env=env, cwd=ROOT, start_new_session=True
+        )
+        for _ in range(procs)
+    ]
 
 
 def wait_started(workers: list[subprocess.Popen[bytes]], quiet_s: float = 1.0) -> None:
@@ -454,8 +524,9 @@ def drain(db: Any, deadline_s: float = 600) -> float:
     return time.perf_counter() - started
 
 
-def kurir_processing(env: dict[str, str], db: Any, redis_url: str, procs: int,
-                     meter: CpuMeter) -> tuple[dict[str, Any], list[subprocess.Popen[bytes]]]:
+def kurir_processing(
+    env: dict[str, str], db: Any, redis_url: str, procs: int, meter: CpuMeter
+) -> tuple[dict[str, Any], list[subprocess.Popen[bytes]]]:
     """Drain the queued backlog with N `kurir worker` processes started on a held-back queue.
 
     Returns the figures and the workers, still running, for the sustained phase.
@@ -476,9 +547,17 @@ def kurir_processing(env: dict[str, str], db: Any, redis_url: str, procs: int,
     left = unfinished(db)
     done = expected - left
     connection.close()
-    return ({"processed": done, "queued_jobs": queued, "seconds": round(elapsed, 2),
-             "per_s": round(done / elapsed, 1) if elapsed else 0.0,
-             "cpu_ms_per_event": per_unit_ms(before, after, done), "left": left}, workers)
+    return (
+        {
+            "processed": done,
+            "queued_jobs": queued,
+            "seconds": round(elapsed, 2),
+            "per_s": round(done / elapsed, 1) if elapsed else 0.0,
+            "cpu_ms_per_event": per_unit_ms(before, after, done),
+            "left": left,
+        },
+        workers,
+    )
 
 
 # ---------------------------------------------------------------------------- main
@@ -488,10 +567,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--events", type=int, default=6000)
     parser.add_argument("--resources", type=int, default=500)
-    parser.add_argument("--in-order", action="store_true",
-                        help="send each resource's versions in order (all applied)")
-    parser.add_argument("--duplicates", type=float, default=0.05,
-                        help="fraction of callbacks sent a second time")
+    parser.add_argument(
+        "--in-order",
+        action="store_true",
+        help="send each resource's versions in order (all applied)",
+    )
+    parser.add_argument(
+        "--duplicates", type=float, default=0.05, help="fraction of callbacks sent a second time"
+    )
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--paced-rate", type=float, default=800.0)
     parser.add_argument("--paced-seconds", type=float, default=8.0)
@@ -499,10 +582,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker")
     parser.add_argument("--proc", type=int, default=2, help="`kurir worker` processes")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare ceiling")
-    parser.add_argument("--sustained", type=int, default=None,
-                        help="callbacks sent while the workers run (default -n; 0 skips)")
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL",
-                                                                 DEFAULT_DB))
+    parser.add_argument(
+        "--sustained",
+        type=int,
+        default=None,
+        help="callbacks sent while the workers run (default -n; 0 skips)",
+    )
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -511,21 +597,31 @@ def main(argv: list[str] | None = None) -> int:
     from app.inbound.verify import standard_webhooks_key
 
     key = standard_webhooks_key(SECRET)
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; gunicorn "
-          f"{args.workers} x {args.threads} threads, {args.proc} kurir workers; "
-          f"{'in order' if args.in_order else 'shuffled'}; PostgreSQL {args.database_url}",
-          flush=True)
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; gunicorn "
+        f"{args.workers} x {args.threads} threads, {args.proc} kurir workers; "
+        f"{'in order' if args.in_order else 'shuffled'}; PostgreSQL {args.database_url}",
+        flush=True,
+    )
     db = prepare(args.database_url, args.redis_url)
-    meter = CpuMeter(args.database_url.rsplit("/", 1)[1],
-                     urlsplit(args.redis_url).port or 6379)
-    env = dict(os.environ, DATABASE_URL=args.database_url, REDIS_URL=args.redis_url,
-               KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
-               KURIR_DATA_DIR=str(ROOT / "var" / "bench"), KURIR_LOG_LEVEL="warning",
-               PYTHONPATH=str(ROOT))
-    figures: dict[str, Any] = {"cpus": os.cpu_count(), "events": args.events,
-                               "gunicorn": f"{args.workers}x{args.threads}",
-                               "workers": args.proc, "in_order": args.in_order,
-                               "load_average_before": os.getloadavg()}
+    meter = CpuMeter(args.database_url.rsplit("/", 1)[1], urlsplit(args.redis_url).port or 6379)
+    env = dict(
+        os.environ,
+        DATABASE_URL=args.database_url,
+        REDIS_URL=args.redis_url,
+        KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
+        KURIR_DATA_DIR=str(ROOT / "var" / "bench"),
+        KURIR_LOG_LEVEL="warning",
+        PYTHONPATH=str(ROOT),
+    )
+    figures: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "events": args.events,
+        "gunicorn": f"{args.workers}x{args.threads}",
+        "workers": args.proc,
+        "in_order": args.in_order,
+        "load_average_before": os.getloadavg(),
+    }
     seed = int(time.time())
     all_sent: list[Callback] = []
     workers: list[subprocess.Popen[bytes]] = []
@@ -535,8 +631,13 @@ def main(argv: list[str] | None = None) -> int:
         send_all(url, warm, key, 8, None, "warm-up")
         all_sent += warm
 
-        def measured(label: str, batch: list[Callback], rate: float | None, clients: int,
-                     workers: list[subprocess.Popen[bytes]] | None = None) -> Result:
+        def measured(
+            label: str,
+            batch: list[Callback],
+            rate: float | None,
+            clients: int,
+            workers: list[subprocess.Popen[bytes]] | None = None,
+        ) -> Result:
             trees = {"api": [api_pid]}
             if workers:
                 trees["workers"] = [w.pid for w in workers]
@@ -547,11 +648,19 @@ def main(argv: list[str] | None = None) -> int:
             return result
 
         batch = make_callbacks(args.events, args.resources, seed, in_order=args.in_order)
-        ack = measured(f"ack, {args.clients} clients", with_duplicates(
-            batch, args.duplicates, seed, keep_order=args.in_order), None, args.clients)
+        ack = measured(
+            f"ack, {args.clients} clients",
+            with_duplicates(batch, args.duplicates, seed, keep_order=args.in_order),
+            None,
+            args.clients,
+        )
         all_sent += batch
-        paced_batch = make_callbacks(int(args.paced_rate * args.paced_seconds), args.resources,
-                                     seed + 100, in_order=args.in_order)
+        paced_batch = make_callbacks(
+            int(args.paced_rate * args.paced_seconds),
+            args.resources,
+            seed + 100,
+            in_order=args.in_order,
+        )
         paced = measured(f"paced {args.paced_rate:.0f}/s", paced_batch, args.paced_rate, 32)
         all_sent += paced_batch
         figures["receive"] = [ack.to_dict(), paced.to_dict()]
@@ -562,9 +671,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_bare:
             bare = bare_processing(db, args.database_url, args.proc, meter)
             figures["bare_processing"] = bare
-            print(f"  bare processing, {args.proc} raw psycopg processes: {bare['per_s']:,.0f} "
-                  f"events/s\n{'':<32}cpu ms/event: {cpu_text(bare['cpu_ms_per_event'])}",
-                  flush=True)
+            print(
+                f"  bare processing, {args.proc} raw psycopg processes: {bare['per_s']:,.0f} "
+                f"events/s\n{'':<32}cpu ms/event: {cpu_text(bare['cpu_ms_per_event'])}",
+                flush=True,
+            )
             reset_processing(db)
 
         try:
@@ -573,24 +684,30 @@ def main(argv: list[str] | None = None) -> int:
             processing["resources_at_highest_version"] = f"{good}/{total}"
             processing["statuses"] = counts(db)
             figures["processing"] = processing
-            ratio = (f" ({processing['per_s'] / figures['bare_processing']['per_s']:.0%} of "
-                     "bare)") if "bare_processing" in figures else ""
-            print(f"  processing, {args.proc} kurir workers: {processing['per_s']:,.0f} "
-                  f"events/s{ratio}, {processing['processed']} in {processing['seconds']} s; "
-                  f"statuses {processing['statuses']}; resources at their highest version: "
-                  f"{good}/{total}\n{'':<32}cpu ms/event: "
-                  f"{cpu_text(processing['cpu_ms_per_event'])}", flush=True)
+            ratio = (
+                (f" ({processing['per_s'] / figures['bare_processing']['per_s']:.0%} of bare)")
+                if "bare_processing" in figures
+                else ""
+            )
+            print(
+                f"  processing, {args.proc} kurir workers: {processing['per_s']:,.0f} "
+                f"events/s{ratio}, {processing['processed']} in {processing['seconds']} s; "
+                f"statuses {processing['statuses']}; resources at their highest version: "
+                f"{good}/{total}\n{'':<32}cpu ms/event: "
+                f"{cpu_text(processing['cpu_ms_per_event'])}",
+                flush=True,
+            )
             verdict = processing["per_s"] >= ack.rate and processing["per_s"] >= 800
             figures["processing_keeps_up"] = verdict
-            print(f"processing {processing['per_s']:,.0f}/s vs ack {ack.rate:,.0f}/s "
-                  f"(target: >= ack and >= 800/s): {'MET' if verdict else 'NOT MET'}",
-                  flush=True)
+            print(
+                f"processing {processing['per_s']:,.0f}/s vs ack {ack.rate:,.0f}/s "
+                f"(target: >= ack and >= 800/s): {'MET' if verdict else 'NOT MET'}",
+                flush=True,
+            )
 
             if sustained:
-                more = make_callbacks(sustained, args.resources, seed + 200,
-                                      in_order=args.in_order)
-                figures["sustained"] = sustained_phase(measured, db, more, args.clients,
-                                                       workers)
+                more = make_callbacks(sustained, args.resources, seed + 200, in_order=args.in_order)
+                figures["sustained"] = sustained_phase(measured, db, more, args.clients, workers)
                 all_sent += more
         finally:
             stop_groups(workers)
@@ -604,25 +721,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if good == total and stored == len(all_sent) else 1
 
 
-def sustained_phase(measured: Any, db: Any, batch: list[Callback], clients: int,
-                    workers: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+def sustained_phase(
+    measured: Any,
+    db: Any,
+    batch: list[Callback],
+    clients: int,
+    workers: list[subprocess.Popen[bytes]],
+) -> dict[str, Any]:
     """Receive while the workers run: both rates over the same seconds, and the backlog.
 
     The CPU line is per acknowledged callback and covers both sides (api, workers, and the
     PostgreSQL backends and Redis they share).
     """
-    result: Result = measured(f"ack while processing, {clients} cl.", batch, None, clients,
-                              workers)
+    result: Result = measured(f"ack while processing, {clients} cl.", batch, None, clients, workers)
     backlog = unfinished(db)
     processed = result.acked - backlog
     drain_s = drain(db)
-    figures = {"ack": result.to_dict(), "processed_while_sending": processed,
-               "processed_per_s": round(processed / result.seconds, 1),
-               "backlog_when_sending_stopped": backlog, "drain_s": round(drain_s, 2)}
-    print(f"  sustained: acked {result.rate:,.0f}/s, processed {figures['processed_per_s']:,.0f}"
-          f"/s over the same {result.seconds:.1f} s; backlog when sending stopped: {backlog} "
-          f"({backlog / max(1, result.acked):.0%} of acked), drained in {drain_s:.1f} s",
-          flush=True)
+    figures = {
+        "ack": result.to_dict(),
+        "processed_while_sending": processed,
+        "processed_per_s": round(processed / result.seconds, 1),
+        "backlog_when_sending_stopped": backlog,
+        "drain_s": round(drain_s, 2),
+    }
+    print(
+        f"  sustained: acked {result.rate:,.0f}/s, processed {figures['processed_per_s']:,.0f}"
+        f"/s over the same {result.seconds:.1f} s; backlog when sending stopped: {backlog} "
+        f"({backlog / max(1, result.acked):.0%} of acked), drained in {drain_s:.1f} s",
+        flush=True,
+    )
     return figures
 
 

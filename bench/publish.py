@@ -70,14 +70,21 @@ SCHEMA = {
 
 
 def body_for(i: int, type_name: str) -> bytes:
-    return json.dumps({
-        "type": type_name, "version": 1,
-        "data": {"order_id": f"ord_{i:08d}", "amount": 1000 + i % 977, "currency": "EUR",
-                 "customer": {"email": f"c{i % 1000}@example.com"},
-                 "lines": [{"sku": "A-1", "qty": 1}, {"sku": "B-2", "qty": 2}]},
-        "resource": {"type": "order", "id": f"ord_{i:08d}", "version": 1},
-        "correlation_id": f"bench-{i}",
-    }).encode()
+    return json.dumps(
+        {
+            "type": type_name,
+            "version": 1,
+            "data": {
+                "order_id": f"ord_{i:08d}",
+                "amount": 1000 + i % 977,
+                "currency": "EUR",
+                "customer": {"email": f"c{i % 1000}@example.com"},
+                "lines": [{"sku": "A-1", "qty": 1}, {"sku": "B-2", "qty": 2}],
+            },
+            "resource": {"type": "order", "id": f"ord_{i:08d}", "version": 1},
+            "correlation_id": f"bench-{i}",
+        }
+    ).encode()
 
 
 # ---------------------------------------------------------------------------- the bare ceiling
@@ -104,26 +111,43 @@ def bare_app() -> Any:
         body = json.loads(request.get_data())
         now = utcnow()
         event_id = new_id("evt")
-        payload = json.dumps({"id": event_id, "type": body["type"], "version": body["version"],
-                              "occurred_at": isoformat(now), "partner": "bare",
-                              "resource": body.get("resource"),
-                              "correlation_id": body.get("correlation_id"),
-                              "data": body["data"]}, separators=(",", ":"))
+        payload = json.dumps(
+            {
+                "id": event_id,
+                "type": body["type"],
+                "version": body["version"],
+                "occurred_at": isoformat(now),
+                "partner": "bare",
+                "resource": body.get("resource"),
+                "correlation_id": body.get("correlation_id"),
+                "data": body["data"],
+            },
+            separators=(",", ":"),
+        )
         resource = body.get("resource") or {}
         with engine.begin() as connection:
-            connection.execute(insert(table).values(
-                id=event_id, partner_id=partner_id, type=body["type"], version=body["version"],
-                data=body["data"], payload=payload, occurred_at=now,
-                resource_type=resource.get("type"), resource_id=resource.get("id"),
-                resource_version=resource.get("version"),
-                correlation_id=body.get("correlation_id"), created_at=now))
+            connection.execute(
+                insert(table).values(
+                    id=event_id,
+                    partner_id=partner_id,
+                    type=body["type"],
+                    version=body["version"],
+                    data=body["data"],
+                    payload=payload,
+                    occurred_at=now,
+                    resource_type=resource.get("type"),
+                    resource_id=resource.get("id"),
+                    resource_version=resource.get("version"),
+                    correlation_id=body.get("correlation_id"),
+                    created_at=now,
+                )
+            )
         return json.dumps({"id": event_id}), 202, {"Content-Type": "application/json"}
 
     return app
 
 
 # ---------------------------------------------------------------------------- servers
-
 
 
 def wait_ready(url: str, timeout_s: float = 30.0) -> None:
@@ -139,8 +163,9 @@ def wait_ready(url: str, timeout_s: float = 30.0) -> None:
 
 
 @contextmanager
-def server(args: list[str], env: dict[str, str],
-           ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
+def server(
+    args: list[str], env: dict[str, str], ready_url: str
+) -> Iterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True)
     try:
         wait_ready(ready_url)
@@ -166,8 +191,7 @@ class CpuMeter:
     def snapshot(self) -> dict[str, float]:
         if psutil is None:
             return {}
-        totals = {"server": 0.0, "postgres": 0.0, "redis": 0.0,
-                  "client": time.process_time()}
+        totals = {"server": 0.0, "postgres": 0.0, "redis": 0.0, "client": time.process_time()}
         if self.server_pid is not None:
             with contextlib.suppress(psutil.Error):
                 root = psutil.Process(self.server_pid)
@@ -210,9 +234,11 @@ class Result:
         return ordered[index]
 
     def line(self) -> str:
-        return (f"{self.label:<38} {self.rate:8.0f}/s  p50 {self.pct(50):6.1f} ms  "
-                f"p99 {self.pct(99):6.1f} ms  max {max(self.latencies_ms or [0]):6.1f} ms"
-                f"  n={self.count} errors={self.errors}")
+        return (
+            f"{self.label:<38} {self.rate:8.0f}/s  p50 {self.pct(50):6.1f} ms  "
+            f"p99 {self.pct(99):6.1f} ms  max {max(self.latencies_ms or [0]):6.1f} ms"
+            f"  n={self.count} errors={self.errors}"
+        )
 
 
 def measured(meter: CpuMeter | None, run: Callable[[], Result]) -> Result:
@@ -226,26 +252,36 @@ def measured(meter: CpuMeter | None, run: Callable[[], Result]) -> Result:
     return result
 
 
-def _result(label: str, outcome: tuple[list[float], list[int], float],
-            expect: int) -> Result:
+def _result(label: str, outcome: tuple[list[float], list[int], float], expect: int) -> Result:
     latencies, statuses, elapsed = outcome
     errors = sum(1 for status in statuses if status != expect)
     return Result(label, len(latencies), errors, elapsed, latencies)
 
 
-def closed_loop(label: str, url: str, headers: dict[str, str], bodies: list[bytes],
-                clients: int, expect: int = 202) -> Result:
+def closed_loop(
+    label: str,
+    url: str,
+    headers: dict[str, str],
+    bodies: list[bytes],
+    clients: int,
+    expect: int = 202,
+) -> Result:
     """`clients` connections, each sending its share back to back."""
     prebuilt = [rawhttp.request_bytes(url, body, headers) for body in bodies]
     return _result(label, rawhttp.run_clients(url, prebuilt, clients), expect)
 
 
-def paced(label: str, url: str, headers: dict[str, str], bodies: list[bytes], rate: float,
-          senders: int = 32) -> Result:
+def paced(
+    label: str,
+    url: str,
+    headers: dict[str, str],
+    bodies: list[bytes],
+    rate: float,
+    senders: int = 32,
+) -> Result:
     """Open loop at `rate`/s: request i is due at i/rate; latency counts from when it was due."""
     prebuilt = [rawhttp.request_bytes(url, body, headers) for body in bodies]
-    return _result(label, rawhttp.run_clients(url, prebuilt, senders,
-                                              due=lambda i: i / rate), 202)
+    return _result(label, rawhttp.run_clients(url, prebuilt, senders, due=lambda i: i / rate), 202)
 
 
 # ---------------------------------------------------------------------------- setup
@@ -257,8 +293,9 @@ class Api:
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
 
-    def post(self, path: str, body: dict[str, Any] | None = None, ok: tuple[int, ...] = (
-            200, 201, 202)) -> dict[str, Any]:
+    def post(
+        self, path: str, body: dict[str, Any] | None = None, ok: tuple[int, ...] = (200, 201, 202)
+    ) -> dict[str, Any]:
         response = self.http.post(self.base + path, json=body or {}, timeout=60)
         if response.status_code not in ok:
             raise SystemExit(f"bench: POST {path} -> {response.status_code} {response.text}")
@@ -296,14 +333,26 @@ def pinned_setup(api: Api, run: str, type_name: str, fanout: int) -> str:
     """Versions 2 and 3 of the type (each downgrading to the one below), and a partner whose
     endpoints are pinned a third each to v1, v2 and v3."""
     for version in (2, 3):
-        api.post("/v1/event-types", {"name": type_name, "version": version, "schema": SCHEMA,
-                                     "downgrade": "merge(@, `{}`)"})
+        api.post(
+            "/v1/event-types",
+            {
+                "name": type_name,
+                "version": version,
+                "schema": SCHEMA,
+                "downgrade": "merge(@, `{}`)",
+            },
+        )
     pinned = f"bench-pinned-{run}"
     api.post("/v1/partners", {"uid": pinned, "name": f"bench, {fanout} pinned endpoints"})
     for i in range(fanout):
-        api.post(f"/v1/partners/{pinned}/endpoints", {
-            "url": f"http://127.0.0.1:9/pinned/{i}", "event_types": [type_name],
-            "versions": {type_name: 1 + i % 3}})
+        api.post(
+            f"/v1/partners/{pinned}/endpoints",
+            {
+                "url": f"http://127.0.0.1:9/pinned/{i}",
+                "event_types": [type_name],
+                "versions": {type_name: 1 + i % 3},
+            },
+        )
     return pinned
 
 
@@ -312,13 +361,17 @@ def run_endpoint_setup(api: Api, run: str, fanout: int) -> tuple[str, str, str]:
     api.post("/v1/event-types", {"name": type_name, "version": 1, "schema": SCHEMA})
     one = f"bench-one-{run}"
     api.post("/v1/partners", {"uid": one, "name": "bench, one endpoint"})
-    api.post(f"/v1/partners/{one}/endpoints", {"url": "http://127.0.0.1:9/hook",
-                                               "event_types": [type_name]})
+    api.post(
+        f"/v1/partners/{one}/endpoints",
+        {"url": "http://127.0.0.1:9/hook", "event_types": [type_name]},
+    )
     many = f"bench-fan-{run}"
     api.post("/v1/partners", {"uid": many, "name": f"bench, {fanout} endpoints"})
     for i in range(fanout):
-        api.post(f"/v1/partners/{many}/endpoints", {"url": f"http://127.0.0.1:9/fan/{i}",
-                                                    "event_types": [type_name]})
+        api.post(
+            f"/v1/partners/{many}/endpoints",
+            {"url": f"http://127.0.0.1:9/fan/{i}", "event_types": [type_name]},
+        )
     return type_name, one, many
 
 
@@ -330,15 +383,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--events", type=int, default=5000)
     parser.add_argument("--url", help="an already running `kurir api` (then --token)")
     parser.add_argument("--token", help="an admin API key for --url")
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL",
-                                                                 DEFAULT_DB))
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--clients", default="1,8")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="Kurir and bare take turns this many times; medians are kept "
-                             "(so background load hits both alike)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="Kurir and bare take turns this many times; medians are kept "
+        "(so background load hits both alike)",
+    )
     parser.add_argument("--paced-rate", type=float, default=500.0)
     parser.add_argument("--paced-seconds", type=float, default=10.0)
     parser.add_argument("--fanout", type=int, default=1000)
@@ -351,18 +407,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.url and not args.token:
         raise SystemExit("bench: --url needs --token (an admin API key)")
 
-    env = dict(os.environ, DATABASE_URL=args.database_url, REDIS_URL=args.redis_url,
-               KURIR_ALLOW_PRIVATE_TARGETS="1",
-               KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
-               KURIR_DATA_DIR=str(ROOT / "var" / "bench"), PYTHONPATH=str(ROOT),
-               # One partner gets `--fanout` endpoints (an external Kurir needs the same).
-               KURIR_MAX_ENDPOINTS_PER_PARTNER=str(max(50, args.fanout)))
+    env = dict(
+        os.environ,
+        DATABASE_URL=args.database_url,
+        REDIS_URL=args.redis_url,
+        KURIR_ALLOW_PRIVATE_TARGETS="1",
+        KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
+        KURIR_DATA_DIR=str(ROOT / "var" / "bench"),
+        PYTHONPATH=str(ROOT),
+        # One partner gets `--fanout` endpoints (an external Kurir needs the same).
+        KURIR_MAX_ENDPOINTS_PER_PARTNER=str(max(50, args.fanout)),
+    )
     python = sys.executable
-    figures: dict[str, Any] = {"events": args.events, "workers": args.workers,
-                               "threads": args.threads, "cpus": os.cpu_count(),
-                               "load_average_before": os.getloadavg()}
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; gunicorn "
-          f"{args.workers} workers x {args.threads} threads for Kurir and for bare", flush=True)
+    figures: dict[str, Any] = {
+        "events": args.events,
+        "workers": args.workers,
+        "threads": args.threads,
+        "cpus": os.cpu_count(),
+        "load_average_before": os.getloadavg(),
+    }
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; gunicorn "
+        f"{args.workers} workers x {args.threads} threads for Kurir and for bare",
+        flush=True,
+    )
     results: list[Result] = []
 
     database = args.database_url.rsplit("/", 1)[-1]
@@ -380,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             if not args.no_bare:
                 bare_url, bare_pid = stack.enter_context(
-                    _bare_server(args, env, python, partner_id_of(args.database_url, one)))
+                    _bare_server(args, env, python, partner_id_of(args.database_url, one))
+                )
                 bare_meter = CpuMeter(bare_pid, database)
             warm = [body_for(i, type_name) for i in range(500)]
             closed_loop("warm-up", publish_url, headers, warm, 8)
@@ -390,12 +459,24 @@ def main(argv: list[str] | None = None) -> int:
             for c in clients:
                 kurir_rounds, bare_rounds = [], []
                 for _ in range(args.rounds):
-                    kurir_rounds.append(measured(kurir_meter, lambda c=c: closed_loop(
-                        f"kurir publish, {c} client(s)", publish_url, headers, bodies, c)))
+                    kurir_rounds.append(
+                        measured(
+                            kurir_meter,
+                            lambda c=c: closed_loop(
+                                f"kurir publish, {c} client(s)", publish_url, headers, bodies, c
+                            ),
+                        )
+                    )
                     _show(kurir_rounds[-1])
                     if bare_url:
-                        bare_rounds.append(measured(bare_meter, lambda c=c: closed_loop(
-                            f"bare insert, {c} client(s)", bare_url, bare_headers, bodies, c)))
+                        bare_rounds.append(
+                            measured(
+                                bare_meter,
+                                lambda c=c: closed_loop(
+                                    f"bare insert, {c} client(s)", bare_url, bare_headers, bodies, c
+                                ),
+                            )
+                        )
                         _show(bare_rounds[-1])
                         if c == max(clients):
                             ratios.append(kurir_rounds[-1].rate / bare_rounds[-1].rate)
@@ -403,17 +484,31 @@ def main(argv: list[str] | None = None) -> int:
                 if bare_rounds:
                     results.append(_median(bare_rounds))
         paced_n = int(args.paced_rate * args.paced_seconds)
-        paced_result = measured(kurir_meter, lambda: paced(
-            f"kurir publish, paced {args.paced_rate:.0f}/s", publish_url, headers,
-            [body_for(i, type_name) for i in range(paced_n)], args.paced_rate))
+        paced_result = measured(
+            kurir_meter,
+            lambda: paced(
+                f"kurir publish, paced {args.paced_rate:.0f}/s",
+                publish_url,
+                headers,
+                [body_for(i, type_name) for i in range(paced_n)],
+                args.paced_rate,
+            ),
+        )
         _show(paced_result)
         results.append(paced_result)
         fan_url = f"{base}/v1/partners/{many}/events"
         check = requests.post(fan_url, data=body_for(0, type_name), headers=headers, timeout=60)
         figures["fanout_deliveries"] = len(check.json()["deliveries"])
-        fan = measured(kurir_meter, lambda: closed_loop(
-            f"fan-out to {figures['fanout_deliveries']} endpoints", fan_url, headers,
-            [body_for(i, type_name) for i in range(args.fanout_repeat)], 1))
+        fan = measured(
+            kurir_meter,
+            lambda: closed_loop(
+                f"fan-out to {figures['fanout_deliveries']} endpoints",
+                fan_url,
+                headers,
+                [body_for(i, type_name) for i in range(args.fanout_repeat)],
+                1,
+            ),
+        )
         _show(fan)
         results.append(fan)
         pinned = pinned_setup(api, run, type_name, args.fanout)
@@ -425,9 +520,16 @@ def main(argv: list[str] | None = None) -> int:
         check = requests.post(pinned_url, data=v3(0), headers=headers, timeout=60)
         delivered = check.json()["deliveries"]
         figures["pinned_versions"] = sorted({d["version"] for d in delivered})
-        pinned_fan = measured(kurir_meter, lambda: closed_loop(
-            f"fan-out to {len(delivered)} endpoints over 3 pinned versions", pinned_url,
-            headers, [v3(i) for i in range(args.fanout_repeat)], 1))
+        pinned_fan = measured(
+            kurir_meter,
+            lambda: closed_loop(
+                f"fan-out to {len(delivered)} endpoints over 3 pinned versions",
+                pinned_url,
+                headers,
+                [v3(i) for i in range(args.fanout_repeat)],
+                1,
+            ),
+        )
         _show(pinned_fan)
         results.append(pinned_fan)
 
@@ -438,20 +540,34 @@ def main(argv: list[str] | None = None) -> int:
     top = max(clients)
     kurir_top = by_label[f"kurir publish, {top} client(s)"]
     figures["load_average_after"] = os.getloadavg()
-    figures["results"] = {r.label: {"rate": round(r.rate, 1), "p50_ms": round(r.pct(50), 2),
-                                    "p99_ms": round(r.pct(99), 2), "errors": r.errors,
-                                    "n": r.count, "cpu_ms_per_request": r.cpu_ms}
-                          for r in results}
+    figures["results"] = {
+        r.label: {
+            "rate": round(r.rate, 1),
+            "p50_ms": round(r.pct(50), 2),
+            "p99_ms": round(r.pct(99), 2),
+            "errors": r.errors,
+            "n": r.count,
+            "cpu_ms_per_request": r.cpu_ms,
+        }
+        for r in results
+    }
     print("targets")
     checks: list[tuple[str, bool]] = [
         (f"{top} clients >= 800 events/s: {kurir_top.rate:.0f}", kurir_top.rate >= 800),
-        (f"paced {args.paced_rate:.0f}/s p99 <= 50 ms: {paced_result.pct(99):.1f} ms",
-         paced_result.pct(99) <= 50),
-        (f"fan-out to {args.fanout} endpoints <= 200 ms (p50 {fan.pct(50):.0f} ms, max "
-         f"{max(fan.latencies_ms):.0f} ms)", fan.pct(50) <= 200),
-        (f"fan-out to {args.fanout} endpoints over 3 pinned versions <= 200 ms (p50 "
-         f"{pinned_fan.pct(50):.0f} ms, max {max(pinned_fan.latencies_ms):.0f} ms)",
-         pinned_fan.pct(50) <= 200),
+        (
+            f"paced {args.paced_rate:.0f}/s p99 <= 50 ms: {paced_result.pct(99):.1f} ms",
+            paced_result.pct(99) <= 50,
+        ),
+        (
+            f"fan-out to {args.fanout} endpoints <= 200 ms (p50 {fan.pct(50):.0f} ms, max "
+            f"{max(fan.latencies_ms):.0f} ms)",
+            fan.pct(50) <= 200,
+        ),
+        (
+            f"fan-out to {args.fanout} endpoints over 3 pinned versions <= 200 ms (p50 "
+            f"{pinned_fan.pct(50):.0f} ms, max {max(pinned_fan.latencies_ms):.0f} ms)",
+            pinned_fan.pct(50) <= 200,
+        ),
     ]
     bare_top = by_label.get(f"bare insert, {top} client(s)")
     if bare_top is not None and ratios:
@@ -459,19 +575,26 @@ def main(argv: list[str] | None = None) -> int:
         ratio = statistics.median(ratios)
         figures["ratio_to_bare"] = round(ratio, 3)
         figures["ratio_to_bare_rounds"] = [round(r, 3) for r in ratios]
-        checks.insert(1, (f">= 60 % of bare: {ratio:.0%} (median of rounds "
-                          f"{', '.join(f'{r:.0%}' for r in ratios)})", ratio >= 0.6))
+        checks.insert(
+            1,
+            (
+                f">= 60 % of bare: {ratio:.0%} (median of rounds "
+                f"{', '.join(f'{r:.0%}' for r in ratios)})",
+                ratio >= 0.6,
+            ),
+        )
         if kurir_top.cpu_ms and bare_top.cpu_ms:
             cpu_ratio = bare_top.cpu_ms["total"] / kurir_top.cpu_ms["total"]
             figures["cpu_ratio_to_bare"] = round(cpu_ratio, 3)
-            print(f"  (by CPU per request, whole machine: Kurir costs "
-                  f"{kurir_top.cpu_ms['total']:.2f} ms, bare {bare_top.cpu_ms['total']:.2f} ms:"
-                  f" {cpu_ratio:.0%})")
+            print(
+                f"  (by CPU per request, whole machine: Kurir costs "
+                f"{kurir_top.cpu_ms['total']:.2f} ms, bare {bare_top.cpu_ms['total']:.2f} ms:"
+                f" {cpu_ratio:.0%})"
+            )
     for text_, ok in checks:
         print(f"  [{'ok' if ok else 'MISSED'}] {text_}")
     if any(r.errors for r in results):
-        print("  [MISSED] some requests failed:",
-              {r.label: r.errors for r in results if r.errors})
+        print("  [MISSED] some requests failed:", {r.label: r.errors for r in results if r.errors})
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(figures, indent=2))
@@ -494,29 +617,60 @@ def _external(args: argparse.Namespace) -> Iterator[tuple[str, str, int | None]]
 
 
 @contextmanager
-def _own_kurir(args: argparse.Namespace, env: dict[str, str],
-               python: str) -> Iterator[tuple[str, str, int | None]]:
+def _own_kurir(
+    args: argparse.Namespace, env: dict[str, str], python: str
+) -> Iterator[tuple[str, str, int | None]]:
     print(f"preparing {args.database_url} (wiped and migrated) ...", flush=True)
     fresh_database(args.database_url)
     token = create_token(args.database_url)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    with server([python, "-m", "app.cli", "api", "--port", str(port), "--workers",
-                 str(args.workers), "--threads", str(args.threads)], env,
-                f"{base}/healthz") as process:
+    with server(
+        [
+            python,
+            "-m",
+            "app.cli",
+            "api",
+            "--port",
+            str(port),
+            "--workers",
+            str(args.workers),
+            "--threads",
+            str(args.threads),
+        ],
+        env,
+        f"{base}/healthz",
+    ) as process:
         yield base, token, process.pid
 
 
 @contextmanager
-def _bare_server(args: argparse.Namespace, env: dict[str, str], python: str,
-                 partner_id: str) -> Iterator[tuple[str, int]]:
+def _bare_server(
+    args: argparse.Namespace, env: dict[str, str], python: str, partner_id: str
+) -> Iterator[tuple[str, int]]:
     """The ceiling, under the same gunicorn settings as `kurir api` (app/cli/run.py)."""
     port = free_port()
     bare_env = dict(env, BARE_DATABASE_URL=args.database_url, BARE_PARTNER_ID=partner_id)
-    command = [python, "-m", "gunicorn", "--workers", str(args.workers), "--threads",
-               str(args.threads), "--worker-class", "gthread", "--bind", f"127.0.0.1:{port}",
-               "--log-level", "warning", "--keep-alive", "5", "--timeout", "60",
-               "bench.publish:bare_app()"]
+    command = [
+        python,
+        "-m",
+        "gunicorn",
+        "--workers",
+        str(args.workers),
+        "--threads",
+        str(args.threads),
+        "--worker-class",
+        "gthread",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--log-level",
+        "warning",
+        "--keep-alive",
+        "5",
+        "--timeout",
+        "60",
+        "bench.publish:bare_app()",
+    ]
     with server(command, bare_env, f"http://127.0.0.1:{port}/") as process:
         yield f"http://127.0.0.1:{port}/bare/events", process.pid
 

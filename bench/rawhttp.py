@@ -18,13 +18,11 @@ from urllib.parse import urlsplit
 _HEAD_END = b"\r\n\r\n"
 
 
-def request_bytes(url: str, body: bytes, headers: dict[str, str],
-                  method: str = "POST") -> bytes:
+def request_bytes(url: str, body: bytes, headers: dict[str, str], method: str = "POST") -> bytes:
     """One complete request for `url` (its path and query), ready to write to a socket."""
     parts = urlsplit(url)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}",
-             f"Content-Length: {len(body)}"]
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}", f"Content-Length: {len(body)}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
@@ -69,16 +67,16 @@ class Connection:
     def _read_response(self) -> tuple[int, bytes]:
         while (end := self.buffer.find(_HEAD_END)) < 0:
             self._recv()
-        head = bytes(self.buffer[:end + 2]).lower()
+        head = bytes(self.buffer[: end + 2]).lower()
         status = int(head[9:12])
         length = 0
         start = head.find(b"\r\ncontent-length:")
         if start >= 0:
-            length = int(head[start + 17:head.index(b"\r\n", start + 2)])
+            length = int(head[start + 17 : head.index(b"\r\n", start + 2)])
         total = end + 4 + length
         while len(self.buffer) < total:
             self._recv()
-        body = bytes(self.buffer[end + 4:total])
+        body = bytes(self.buffer[end + 4 : total])
         del self.buffer[:total]
         if b"\r\nconnection: close" in head:
             self.close()
@@ -90,9 +88,9 @@ class Connection:
             self.sock = None
 
 
-def run_clients(url: str, requests_: Sequence[bytes], clients: int, *,
-                due: Callable[[int], float] | None = None
-                ) -> tuple[list[float], list[int], float]:
+def run_clients(
+    url: str, requests_: Sequence[bytes], clients: int, *, due: Callable[[int], float] | None = None
+) -> tuple[list[float], list[int], float]:
     """Send every request from `clients` threads, each on its own connection.
 
     Closed loop by default: each client sends its share back to back. With `due`, request i
@@ -134,5 +132,8 @@ def run_clients(url: str, requests_: Sequence[bytes], clients: int, *,
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
-    return ([x for chunk in latencies for x in chunk],
-            [s for chunk in statuses for s in chunk], elapsed)
+    return (
+        [x for chunk in latencies for x in chunk],
+        [s for chunk in statuses for s in chunk],
+        elapsed,
+    )

@@ -36,10 +36,16 @@ class SeededBench(Generic[Names]):
     names: Names
 
 
-def seeded_bench(description: str | None, *, default_url: str, rows: int, rng_seed: int, noun: str,
-                 seed: Callable[[Database, int, random.Random], Names],
-                 options: Callable[[argparse.ArgumentParser], None] | None = None,
-                 ) -> SeededBench[Names]:
+def seeded_bench(
+    description: str | None,
+    *,
+    default_url: str,
+    rows: int,
+    rng_seed: int,
+    noun: str,
+    seed: Callable[[Database, int, random.Random], Names],
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> SeededBench[Names]:
     """Parse --rows and --repeat (and the bench's own `options`), wipe and migrate the
     PostgreSQL database of BENCH_DATABASE_URL (default `default_url`), then `seed` it with
     --rows rows, saying how long that took. Another database is refused (exit status 2):
@@ -51,8 +57,9 @@ def seeded_bench(description: str | None, *, default_url: str, rows: int, rng_se
     from app.db import Database
     from bench.fresh_db import fresh_database
 
-    parser = argparse.ArgumentParser(description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=rows)
     parser.add_argument("--repeat", type=int, default=30)
     if options is not None:
@@ -73,11 +80,28 @@ def seeded_bench(description: str | None, *, default_url: str, rows: int, rng_se
 
 # ---------------------------------------------------------------------------- seeding
 
-TYPES = ["order.created", "order.paid", "order.shipped", "invoice.paid", "invoice.voided",
-         "payment.succeeded", "payment.failed", "refund.created", "customer.updated",
-         "subscription.renewed"]
-EVENT_COLUMNS = ("id", "partner_id", "type", "version", "data", "payload", "occurred_at",
-                 "created_at")
+TYPES = [
+    "order.created",
+    "order.paid",
+    "order.shipped",
+    "invoice.paid",
+    "invoice.voided",
+    "payment.succeeded",
+    "payment.failed",
+    "refund.created",
+    "customer.updated",
+    "subscription.renewed",
+]
+EVENT_COLUMNS = (
+    "id",
+    "partner_id",
+    "type",
+    "version",
+    "data",
+    "payload",
+    "occurred_at",
+    "created_at",
+)
 
 
 def ulid_at(prefix: str, moment: datetime, rng: random.Random) -> str:
@@ -87,8 +111,7 @@ def ulid_at(prefix: str, moment: datetime, rng: random.Random) -> str:
     return f"{prefix}_{_encode(millis, 10)}{_encode(rng.getrandbits(80), 16)}"
 
 
-def copy_rows(cur: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
-              ) -> None:
+def copy_rows(cur: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     """Load `rows` into `table` with one COPY (a psycopg cursor): seeding a bench's
     hundreds of thousands of rows in seconds, not minutes."""
     with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as cp:
@@ -96,20 +119,27 @@ def copy_rows(cur: Any, table: str, columns: tuple[str, ...], rows: list[tuple[A
             cp.write_row(row)
 
 
-def copy_partners_and_endpoints(cur: Any, partners: list[tuple[str, str]],
-                                endpoints: list[tuple[str, str]], now: datetime,
-                                disabled: Callable[[int], bool] = lambda _: False) -> None:
+def copy_partners_and_endpoints(
+    cur: Any,
+    partners: list[tuple[str, str]],
+    endpoints: list[tuple[str, str]],
+    now: datetime,
+    disabled: Callable[[int], bool] = lambda _: False,
+) -> None:
     """COPY partners, as (id, uid), and endpoints, as (id, partner id): the i-th endpoint
     posts to https://hooks{i}.example.com/kurir, disabled where `disabled(i)`."""
     with cur.copy("COPY partners (id, uid, name, created_at, updated_at) FROM STDIN") as cp:
         for pid, uid in partners:
             cp.write_row((pid, uid, uid.title(), now, now))
-    with cur.copy("COPY endpoints (id, partner_id, url, headers, timeout_s, state, "
-                  "consecutive_failures, created_at, updated_at) FROM STDIN") as cp:
+    with cur.copy(
+        "COPY endpoints (id, partner_id, url, headers, timeout_s, state, "
+        "consecutive_failures, created_at, updated_at) FROM STDIN"
+    ) as cp:
         for i, (eid, pid) in enumerate(endpoints):
             state = "disabled" if disabled(i) else "enabled"
-            cp.write_row((eid, pid, f"https://hooks{i}.example.com/kurir", "{}", 15, state,
-                          0, now, now))
+            cp.write_row(
+                (eid, pid, f"https://hooks{i}.example.com/kurir", "{}", 15, state, 0, now, now)
+            )
 
 
 def p95(values: list[float]) -> float:

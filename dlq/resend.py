@@ -83,9 +83,16 @@ def _tag() -> str:
     return "r" + secrets.token_hex(4)
 
 
-def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: bool = False,
-          now: datetime | None = None, operation_id: str | None = None,
-          actor_partner_id: str | None = None) -> PageResult:
+def rearm(
+    session: Session,
+    letter_ids: Sequence[str],
+    *,
+    actor: str,
+    force: bool = False,
+    now: datetime | None = None,
+    operation_id: str | None = None,
+    actor_partner_id: str | None = None,
+) -> PageResult:
     """Flip open letters to `resent` and their deliveries back to `pending`, in this session.
 
     Letters that are not open, or whose endpoint is disabled (unless `force`) or deleted, are
@@ -141,9 +148,15 @@ def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: boo
     rearmed = session.execute(
         update(Delivery)
         .where(Delivery.id.in_(list(won.values())), Delivery.state == DEAD)
-        .values(state=PENDING, run=Delivery.run + 1, run_attempts=0, next_attempt_at=now,
-                lease_expires_at=None, updated_at=now,
-                forced=Delivery.id.in_(forced_deliveries) if forced_deliveries else False)
+        .values(
+            state=PENDING,
+            run=Delivery.run + 1,
+            run_attempts=0,
+            next_attempt_at=now,
+            lease_expires_at=None,
+            updated_at=now,
+            forced=Delivery.id.in_(forced_deliveries) if forced_deliveries else False,
+        )
         .returning(Delivery.id, Delivery.run, Delivery.state)
         .execution_options(synchronize_session=False)
     ).all()
@@ -159,8 +172,17 @@ def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: boo
         else:
             # Someone already brought the delivery back (e.g. a manual retry): just close.
             outcome = "closed: delivery was no longer dead"
-        audits.append(audit_row(letter_id, actor, "resend", outcome, now,
-                                operation_id=operation_id, actor_partner_id=actor_partner_id))
+        audits.append(
+            audit_row(
+                letter_id,
+                actor,
+                "resend",
+                outcome,
+                now,
+                operation_id=operation_id,
+                actor_partner_id=actor_partner_id,
+            )
+        )
     session.execute(insert(DeadLetterAudit), audits)
     # The ORM may hold these rows from before the Core UPDATEs; make it re-read them.
     for obj in list(session.identity_map.values()):
@@ -169,14 +191,30 @@ def rearm(session: Session, letter_ids: Sequence[str], *, actor: str, force: boo
     return result
 
 
-def audit_skips(session: Session, skipped: dict[str, str], *, actor: str,
-                now: datetime | None = None, operation_id: str | None = None,
-                actor_partner_id: str | None = None) -> None:
+def audit_skips(
+    session: Session,
+    skipped: dict[str, str],
+    *,
+    actor: str,
+    now: datetime | None = None,
+    operation_id: str | None = None,
+    actor_partner_id: str | None = None,
+) -> None:
     """Record, on each letter that exists, why a bulk resend left it alone."""
     now = now or utcnow()
-    rows = [audit_row(letter_id, actor, "resend", f"skipped: {reason}", now,
-                      operation_id=operation_id, actor_partner_id=actor_partner_id)
-            for letter_id, reason in skipped.items() if reason not in (NOT_FOUND,)]
+    rows = [
+        audit_row(
+            letter_id,
+            actor,
+            "resend",
+            f"skipped: {reason}",
+            now,
+            operation_id=operation_id,
+            actor_partner_id=actor_partner_id,
+        )
+        for letter_id, reason in skipped.items()
+        if reason not in (NOT_FOUND,)
+    ]
     if rows:
         session.execute(insert(DeadLetterAudit), rows)
 
@@ -186,9 +224,16 @@ def enqueue(session: Session, connection: redis.Redis, result: PageResult) -> No
     enqueue_after_commit(session, connection, result.delivery_ids, tag=_tag())
 
 
-def resend_one(session: Session, connection: redis.Redis, letter_id: str, *, actor: str,
-               force: bool = False, now: datetime | None = None,
-               actor_partner_id: str | None = None) -> DeadLetter:
+def resend_one(
+    session: Session,
+    connection: redis.Redis,
+    letter_id: str,
+    *,
+    actor: str,
+    force: bool = False,
+    now: datetime | None = None,
+    actor_partner_id: str | None = None,
+) -> DeadLetter:
     """Resend one letter or say precisely why not.
 
     Raises:
@@ -196,8 +241,9 @@ def resend_one(session: Session, connection: redis.Redis, letter_id: str, *, act
         Conflict: `dead_letter_not_open`, `endpoint_disabled` (unless `force`),
             `endpoint_deleted`.
     """
-    result = rearm(session, [letter_id], actor=actor, force=force, now=now,
-                   actor_partner_id=actor_partner_id)
+    result = rearm(
+        session, [letter_id], actor=actor, force=force, now=now, actor_partner_id=actor_partner_id
+    )
     reason = result.skipped.get(letter_id)
     if reason == NOT_FOUND:
         raise NotFound(f"dead letter {letter_id} not found")
@@ -207,36 +253,76 @@ def resend_one(session: Session, connection: redis.Redis, letter_id: str, *, act
     return session.get_one(DeadLetter, letter_id)
 
 
-def resend_ids_inline(session: Session, connection: redis.Redis, letter_ids: Sequence[str], *,
-                      actor: str, force: bool = False, now: datetime | None = None,
-                      operation_id: str | None = None,
-                      actor_partner_id: str | None = None) -> PageResult:
+def resend_ids_inline(
+    session: Session,
+    connection: redis.Redis,
+    letter_ids: Sequence[str],
+    *,
+    actor: str,
+    force: bool = False,
+    now: datetime | None = None,
+    operation_id: str | None = None,
+    actor_partner_id: str | None = None,
+) -> PageResult:
     """Resend a short list of letters in the caller's transaction; skips are audited.
 
     `operation_id` is the id `record_inline` will give the job that reports it.
     """
-    result = rearm(session, letter_ids, actor=actor, force=force, now=now,
-                   operation_id=operation_id, actor_partner_id=actor_partner_id)
-    audit_skips(session, result.skipped, actor=actor, now=now, operation_id=operation_id,
-                actor_partner_id=actor_partner_id)
+    result = rearm(
+        session,
+        letter_ids,
+        actor=actor,
+        force=force,
+        now=now,
+        operation_id=operation_id,
+        actor_partner_id=actor_partner_id,
+    )
+    audit_skips(
+        session,
+        result.skipped,
+        actor=actor,
+        now=now,
+        operation_id=operation_id,
+        actor_partner_id=actor_partner_id,
+    )
     enqueue(session, connection, result)
     return result
 
 
-def record_inline(session: Session, result: PageResult, letter_ids: Sequence[str], *,
-                  actor: str, force: bool = False, now: datetime | None = None,
-                  operation_id: str | None = None, key_id: str | None = None,
-                  actor_partner_id: str | None = None) -> BulkOperation:
+def record_inline(
+    session: Session,
+    result: PageResult,
+    letter_ids: Sequence[str],
+    *,
+    actor: str,
+    force: bool = False,
+    now: datetime | None = None,
+    operation_id: str | None = None,
+    key_id: str | None = None,
+    actor_partner_id: str | None = None,
+) -> BulkOperation:
     """A finished BulkOperation for a resend done inline, so every bulk call has a job id."""
     now = now or utcnow()
     ids = list(dict.fromkeys(letter_ids))
-    op = BulkOperation(id=operation_id or new_id("bop"), kind=BULK_KIND, actor=actor[:320],
-                       key_id=key_id, actor_partner_id=actor_partner_id,
-                       state="succeeded", total=len(ids), done=len(result.resent),
-                       failed=len(result.skipped),
-                       params={"ids": ids, "force": bool(force),
-                               "skipped": dict(Counter(result.skipped.values()))},
-                       created_at=now, updated_at=now, finished_at=now)
+    op = BulkOperation(
+        id=operation_id or new_id("bop"),
+        kind=BULK_KIND,
+        actor=actor[:320],
+        key_id=key_id,
+        actor_partner_id=actor_partner_id,
+        state="succeeded",
+        total=len(ids),
+        done=len(result.resent),
+        failed=len(result.skipped),
+        params={
+            "ids": ids,
+            "force": bool(force),
+            "skipped": dict(Counter(result.skipped.values())),
+        },
+        created_at=now,
+        updated_at=now,
+        finished_at=now,
+    )
     session.add(op)
     session.flush()
     return op
@@ -248,18 +334,31 @@ def record_inline(session: Session, result: PageResult, letter_ids: Sequence[str
 def _validate_ids(ids: Iterable[Any]) -> list[str]:
     clean = list(dict.fromkeys(str(i).strip() for i in ids if str(i).strip()))
     if not clean:
-        raise ValidationFailed("ids must be a non-empty list of dead letter ids",
-                               code="invalid_parameter", details={"parameter": "ids"})
+        raise ValidationFailed(
+            "ids must be a non-empty list of dead letter ids",
+            code="invalid_parameter",
+            details={"parameter": "ids"},
+        )
     if len(clean) > MAX_IDS:
-        raise ValidationFailed(f"at most {MAX_IDS} ids per request; use a filter for more",
-                               code="invalid_parameter", details={"parameter": "ids"})
+        raise ValidationFailed(
+            f"at most {MAX_IDS} ids per request; use a filter for more",
+            code="invalid_parameter",
+            details={"parameter": "ids"},
+        )
     return clean
 
 
-def start_bulk(session: Session, *, actor: str, ids: Sequence[str] | None = None,
-               flt: DeadLetterFilter | None = None, force: bool = False,
-               connection: redis.Redis | None = None, key_id: str | None = None,
-               actor_partner_id: str | None = None) -> BulkOperation:
+def start_bulk(
+    session: Session,
+    *,
+    actor: str,
+    ids: Sequence[str] | None = None,
+    flt: DeadLetterFilter | None = None,
+    force: bool = False,
+    connection: redis.Redis | None = None,
+    key_id: str | None = None,
+    actor_partner_id: str | None = None,
+) -> BulkOperation:
     """Record a background resend and, if `connection` is given, enqueue it after commit.
 
     A filter resends only open letters, and only those that exist now: letters parked after
@@ -272,9 +371,11 @@ def start_bulk(session: Session, *, actor: str, ids: Sequence[str] | None = None
     params: dict[str, Any] = {"force": bool(force), "skipped": {}}
     if flt is not None:
         if flt.state not in (None, DL_OPEN):
-            raise ValidationFailed("only open dead letters can be resent; drop the state "
-                                   "filter or set it to open", code="invalid_parameter",
-                                   details={"parameter": "state"})
+            raise ValidationFailed(
+                "only open dead letters can be resent; drop the state filter or set it to open",
+                code="invalid_parameter",
+                details={"parameter": "state"},
+            )
         flt = flt.with_state(DL_OPEN)
         max_id = newest_id(session)
         params.update(filter=flt.to_params(), max_id=max_id)
@@ -283,8 +384,14 @@ def start_bulk(session: Session, *, actor: str, ids: Sequence[str] | None = None
         clean = _validate_ids(ids or ())
         params["ids"] = sorted(clean, reverse=True)
         total = len(clean)
-    op = BulkOperation(kind=BULK_KIND, actor=actor[:320], key_id=key_id,
-                       actor_partner_id=actor_partner_id, params=params, total=total)
+    op = BulkOperation(
+        kind=BULK_KIND,
+        actor=actor[:320],
+        key_id=key_id,
+        actor_partner_id=actor_partner_id,
+        params=params,
+        total=total,
+    )
     session.add(op)
     session.flush()
     if connection is not None:
@@ -294,8 +401,9 @@ def start_bulk(session: Session, *, actor: str, ids: Sequence[str] | None = None
 
 
 def enqueue_bulk(connection: redis.Redis, op_id: str) -> bool:
-    return try_enqueue_many(connection, [JobSpec(DEFAULT, BULK_JOB, (op_id,),
-                                                 job_id=f"bulk-{op_id}", timeout_s=3600)])
+    return try_enqueue_many(
+        connection, [JobSpec(DEFAULT, BULK_JOB, (op_id,), job_id=f"bulk-{op_id}", timeout_s=3600)]
+    )
 
 
 def run_bulk_job(op_id: str) -> None:
@@ -305,8 +413,9 @@ def run_bulk_job(op_id: str) -> None:
     run_bulk(runtime_mod.current(), op_id)
 
 
-def _next_page(session: Session, op: BulkOperation, cursor: str | None,
-               page_size: int) -> list[str]:
+def _next_page(
+    session: Session, op: BulkOperation, cursor: str | None, page_size: int
+) -> list[str]:
     params = op.params
     if "ids" in params:
         ids = [i for i in params["ids"] if cursor is None or i < cursor]
@@ -323,8 +432,13 @@ def _next_page(session: Session, op: BulkOperation, cursor: str | None,
     return list(session.scalars(stmt.limit(page_size)))
 
 
-def run_bulk(runtime: Runtime, op_id: str, *, page_size: int = PAGE_SIZE,
-             progress: Callable[[int], None] | None = None) -> BulkOperation:
+def run_bulk(
+    runtime: Runtime,
+    op_id: str,
+    *,
+    page_size: int = PAGE_SIZE,
+    progress: Callable[[int], None] | None = None,
+) -> BulkOperation:
     """Process a bulk resend page by page; safe to run twice (it resumes from its cursor)."""
     db = runtime.db
     with db.begin() as session:
@@ -342,11 +456,21 @@ def run_bulk(runtime: Runtime, op_id: str, *, page_size: int = PAGE_SIZE,
                 page = _next_page(session, op, cursor, page_size)
                 if not page:
                     break
-                result = rearm(session, page, actor=op.actor,
-                               force=bool(op.params.get("force")), operation_id=op_id,
-                               actor_partner_id=op.actor_partner_id)
-                audit_skips(session, result.skipped, actor=op.actor, operation_id=op_id,
-                            actor_partner_id=op.actor_partner_id)
+                result = rearm(
+                    session,
+                    page,
+                    actor=op.actor,
+                    force=bool(op.params.get("force")),
+                    operation_id=op_id,
+                    actor_partner_id=op.actor_partner_id,
+                )
+                audit_skips(
+                    session,
+                    result.skipped,
+                    actor=op.actor,
+                    operation_id=op_id,
+                    actor_partner_id=op.actor_partner_id,
+                )
                 enqueue(session, runtime.redis, result)
                 cursor = page[-1]
                 skipped = Counter(op.params.get("skipped") or {})
@@ -369,8 +493,10 @@ def run_bulk(runtime: Runtime, op_id: str, *, page_size: int = PAGE_SIZE,
         op = session.get_one(BulkOperation, op_id)
         op.state = "succeeded"
         op.finished_at = utcnow()
-    log.info("bulk resend finished", extra={"bulk_operation_id": op_id, "resent": op.done,
-                                            "skipped": op.failed})
+    log.info(
+        "bulk resend finished",
+        extra={"bulk_operation_id": op_id, "resent": op.done, "skipped": op.failed},
+    )
     return op
 
 
@@ -397,9 +523,12 @@ def outcomes(session: Session, op_id: str) -> Outcomes:
         select(Delivery.state, func.count(func.distinct(Delivery.id)))
         .join(DeadLetter, DeadLetter.delivery_id == Delivery.id)
         .join(DeadLetterAudit, DeadLetterAudit.dead_letter_id == DeadLetter.id)
-        .where(DeadLetterAudit.operation_id == op_id,
-               DeadLetterAudit.outcome.startswith("resent as run"))
-        .group_by(Delivery.state)).all()
+        .where(
+            DeadLetterAudit.operation_id == op_id,
+            DeadLetterAudit.outcome.startswith("resent as run"),
+        )
+        .group_by(Delivery.state)
+    ).all()
     counts = {state: int(n) for state, n in rows}
     delivered = counts.pop("succeeded", 0)
     failed = counts.pop(DEAD, 0)
@@ -408,9 +537,11 @@ def outcomes(session: Session, op_id: str) -> Outcomes:
 
 def stalled_operations(session: Session, older_than: datetime) -> list[str]:
     """Bulk resends not finished and untouched since `older_than` (e.g. Redis lost the job)."""
-    stmt = select(BulkOperation.id).where(BulkOperation.kind == BULK_KIND,
-                                          BulkOperation.state.in_(("pending", "running")),
-                                          BulkOperation.updated_at < older_than)
+    stmt = select(BulkOperation.id).where(
+        BulkOperation.kind == BULK_KIND,
+        BulkOperation.state.in_(("pending", "running")),
+        BulkOperation.updated_at < older_than,
+    )
     return list(session.scalars(stmt))
 
 

@@ -22,11 +22,13 @@ PAGE_SIZE = 1000
 
 def purge_page(session: Session, cutoff: datetime, *, limit: int = PAGE_SIZE) -> int:
     """Delete up to `limit` letters closed before `cutoff`, with their audit trail."""
-    ids = list(session.scalars(
-        select(DeadLetter.id)
-        .where(DeadLetter.state.in_((DL_RESENT, DL_DISCARDED)),
-               DeadLetter.resolved_at < cutoff)
-        .limit(limit)))
+    ids = list(
+        session.scalars(
+            select(DeadLetter.id)
+            .where(DeadLetter.state.in_((DL_RESENT, DL_DISCARDED)), DeadLetter.resolved_at < cutoff)
+            .limit(limit)
+        )
+    )
     if not ids:
         return 0
     session.execute(delete(DeadLetterAudit).where(DeadLetterAudit.dead_letter_id.in_(ids)))
@@ -45,9 +47,11 @@ def purge(runtime: Runtime, *, now: datetime | None = None) -> int:
         if purged < PAGE_SIZE:
             break
     with runtime.db.begin() as session:
-        session.execute(delete(BulkOperation).where(
-            BulkOperation.state.in_(("succeeded", "failed")),
-            BulkOperation.finished_at < cutoff))
+        session.execute(
+            delete(BulkOperation).where(
+                BulkOperation.state.in_(("succeeded", "failed")), BulkOperation.finished_at < cutoff
+            )
+        )
     if total:
         log.info("purged closed dead letters", extra={"count": total})
     return total

@@ -28,8 +28,18 @@ from sender.bodies import delivered_versions
 NO_STATUS = 0
 MAX_Q_WORDS = 10
 MAX_WORD_LENGTH = 200
-FILTER_KEYS = ("partner", "endpoint", "type", "status_code", "error", "reason", "since",
-               "until", "state", "q")
+FILTER_KEYS = (
+    "partner",
+    "endpoint",
+    "type",
+    "status_code",
+    "error",
+    "reason",
+    "since",
+    "until",
+    "state",
+    "q",
+)
 
 
 def search_text_for(payload: str) -> str:
@@ -60,8 +70,9 @@ class DeadLetterFilter:
     q: str | None = None  # words that must all appear in the payload
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any], *,
-              strict: bool = False) -> tuple[DeadLetterFilter, dict[str, str]]:
+    def parse(
+        cls, params: Mapping[str, Any], *, strict: bool = False
+    ) -> tuple[DeadLetterFilter, dict[str, str]]:
         """Every criterion that parses, and a message for each one that does not.
 
         A form shows each message on its field and keeps the rest; nothing may act on the
@@ -131,8 +142,11 @@ class DeadLetterFilter:
         flt, errors = cls.parse(params, strict=strict)
         if errors:
             name = next(iter(errors))
-            raise BadRequest(f"{name}: {errors[name]}", code="invalid_parameter",
-                             details={"parameter": name, "errors": errors})
+            raise BadRequest(
+                f"{name}: {errors[name]}",
+                code="invalid_parameter",
+                details={"parameter": name, "errors": errors},
+            )
         return flt
 
     def to_params(self) -> dict[str, str]:
@@ -219,16 +233,26 @@ class SearchPage:
     versions: dict[str, int] = field(default_factory=dict)
 
 
-def search(session: Session, flt: DeadLetterFilter, *, limit: int, cursor: str | None = None,
-           options: Sequence[ExecutableOption] = ()) -> SearchPage:
+def search(
+    session: Session,
+    flt: DeadLetterFilter,
+    *,
+    limit: int,
+    cursor: str | None = None,
+    options: Sequence[ExecutableOption] = (),
+) -> SearchPage:
     """One page of matching letters, newest first, keyed on the (time-sortable) id.
 
     `options` are loader options (e.g. `selectinload`) for what the caller will render.
     """
     stmt = statement(flt).options(*options)
     letters, next_cursor = paginate(session, stmt, DeadLetter.id, limit=limit, cursor=cursor)
-    return SearchPage(letters, next_cursor, partner_uids(session, letters),
-                      delivered_versions(session, [letter.delivery_id for letter in letters]))
+    return SearchPage(
+        letters,
+        next_cursor,
+        partner_uids(session, letters),
+        delivered_versions(session, [letter.delivery_id for letter in letters]),
+    )
 
 
 def partner_uids(session: Session, letters: list[DeadLetter]) -> dict[str, str]:

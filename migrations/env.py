@@ -15,8 +15,9 @@ config = context.config
 target_metadata = Base.metadata
 
 
-def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
-                   compare_to: Any) -> bool:
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
     """Skip objects that exist only on some dialects (e.g. the pg_trgm index) elsewhere."""
     dialects = getattr(obj, "info", {}).get("dialects")
     return not dialects or context.get_context().dialect.name in dialects
@@ -37,8 +38,12 @@ def _configure(connection: Connection) -> None:
 
 
 def run_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata,
-                      literal_binds=True, include_object=include_object)
+    context.configure(
+        url=_url(),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        include_object=include_object,
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -30,7 +30,7 @@ _CHUNK = 500
 
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
     for i in range(0, len(items), _CHUNK):
-        yield items[i:i + _CHUNK]
+        yield items[i : i + _CHUNK]
 
 
 def payload_column(deliveries: Table, events: Table) -> ColumnElement[Any]:
@@ -39,10 +39,13 @@ def payload_column(deliveries: Table, events: Table) -> ColumnElement[Any]:
     The unpinned deliveries (nearly all) never look at `event_versions`.
     """
     versions = cast(Table, EventVersion.__table__)
-    versioned = (select(versions.c.payload)
-                 .where(versions.c.event_id == deliveries.c.event_id,
-                        versions.c.version == deliveries.c.version)
-                 .scalar_subquery())
+    versioned = (
+        select(versions.c.payload)
+        .where(
+            versions.c.event_id == deliveries.c.event_id, versions.c.version == deliveries.c.version
+        )
+        .scalar_subquery()
+    )
     return case((deliveries.c.version.is_(None), events.c.payload), else_=versioned)
 
 
@@ -52,13 +55,16 @@ def read_bodies(session: Session, keys: set[BodyKey]) -> dict[BodyKey, bytes]:
     published = sorted({event_id for event_id, version in keys if version is None})
     for chunk in _chunks(published):
         for event_id, payload in session.execute(
-                select(Event.id, Event.payload).where(Event.id.in_(chunk))):
+            select(Event.id, Event.payload).where(Event.id.in_(chunk))
+        ):
             bodies[(event_id, None)] = payload.encode("utf-8")
     pinned = sorted({event_id for event_id, version in keys if version is not None})
     for chunk in _chunks(pinned):
         for event_id, version, payload in session.execute(
-                select(EventVersion.event_id, EventVersion.version, EventVersion.payload)
-                .where(EventVersion.event_id.in_(chunk))):
+            select(EventVersion.event_id, EventVersion.version, EventVersion.payload).where(
+                EventVersion.event_id.in_(chunk)
+            )
+        ):
             bodies[(event_id, version)] = payload.encode("utf-8")
     return bodies
 
@@ -80,8 +86,11 @@ def delivered_version(delivery: Delivery, published_version: int) -> int:
 def sent_by(session: Session, delivery: Delivery, event: Event) -> Sent:
     """What `delivery` (of `event`) sends, read as the engine reads it."""
     key = (delivery.event_id, delivery.version)
-    return Sent(delivered_version(delivery, event.version), event.version,
-                read_bodies(session, {key}).get(key))
+    return Sent(
+        delivered_version(delivery, event.version),
+        event.version,
+        read_bodies(session, {key}).get(key),
+    )
 
 
 def delivered_versions(session: Session, delivery_ids: Iterable[str]) -> dict[str, int]:
@@ -89,7 +98,11 @@ def delivered_versions(session: Session, delivery_ids: Iterable[str]) -> dict[st
     out: dict[str, int] = {}
     version = func.coalesce(Delivery.version, Event.version)
     for chunk in _chunks(sorted(set(delivery_ids))):
-        out.update(session.execute(
-            select(Delivery.id, version).join(Event, Event.id == Delivery.event_id)
-            .where(Delivery.id.in_(chunk))).all())
+        out.update(
+            session.execute(
+                select(Delivery.id, version)
+                .join(Event, Event.id == Delivery.event_id)
+                .where(Delivery.id.in_(chunk))
+            ).all()
+        )
     return out

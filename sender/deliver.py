@@ -97,9 +97,14 @@ def custom_headers(headers: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def request_headers(event_id: str, body: bytes, secrets: Sequence[str],
-                    endpoint_headers: Mapping[str, Any], timestamp: int,
-                    extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def request_headers(
+    event_id: str,
+    body: bytes,
+    secrets: Sequence[str],
+    endpoint_headers: Mapping[str, Any],
+    timestamp: int,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """Custom headers first, then the signed protocol headers on top (they always win);
     `extra` are Kurir's own per-delivery headers (an ordered delivery's sequence)."""
     headers = custom_headers(endpoint_headers)
@@ -109,21 +114,41 @@ def request_headers(event_id: str, body: bytes, secrets: Sequence[str],
     return headers
 
 
-def attempt(transport: Transport, target: Target, event_id: str, body: bytes,
-            policy: GuardPolicy, *, connect_timeout_s: float = 5.0,
-            clock: Callable[[], datetime] = utcnow,
-            unix_time: Callable[[], float] = time.time,
-            extra_headers: Mapping[str, str] | None = None) -> AttemptResult:
+def attempt(
+    transport: Transport,
+    target: Target,
+    event_id: str,
+    body: bytes,
+    policy: GuardPolicy,
+    *,
+    connect_timeout_s: float = 5.0,
+    clock: Callable[[], datetime] = utcnow,
+    unix_time: Callable[[], float] = time.time,
+    extra_headers: Mapping[str, str] | None = None,
+) -> AttemptResult:
     """Sign and POST once; network failures come back as values, never as exceptions."""
     started_at = clock()
-    headers = request_headers(event_id, body, target.secrets, target.headers, int(unix_time()),
-                              extra_headers)
-    result: HttpResult = transport.post(target.url, body, headers, float(target.timeout_s),
-                                        policy, connect_timeout_s=connect_timeout_s)
+    headers = request_headers(
+        event_id, body, target.secrets, target.headers, int(unix_time()), extra_headers
+    )
+    result: HttpResult = transport.post(
+        target.url,
+        body,
+        headers,
+        float(target.timeout_s),
+        policy,
+        connect_timeout_s=connect_timeout_s,
+    )
     return AttemptResult(
-        started_at=started_at, duration_ms=result.duration_ms, status=result.status,
-        body=result.body, error=result.error, error_detail=result.error_detail,
-        request_headers=header_rules.redact_sent(result.request_headers or headers,
-                                                 target.headers, target.public_headers),
+        started_at=started_at,
+        duration_ms=result.duration_ms,
+        status=result.status,
+        body=result.body,
+        error=result.error,
+        error_detail=result.error_detail,
+        request_headers=header_rules.redact_sent(
+            result.request_headers or headers, target.headers, target.public_headers
+        ),
         retry_after=result.retry_after,
-        response_headers=kept_response_headers(result.response_headers))
+        response_headers=kept_response_headers(result.response_headers),
+    )

@@ -27,9 +27,10 @@ def _job_id(ids: Sequence[str], tag: str) -> str:
 def job_specs(delivery_ids: Sequence[str], tag: str = "p") -> list[JobSpec]:
     """Chunk ids into batch jobs with deterministic ids, so re-enqueueing a batch is a no-op."""
     ids = list(dict.fromkeys(delivery_ids))
-    chunks = [ids[i:i + BATCH_SIZE] for i in range(0, len(ids), BATCH_SIZE)]
-    return [JobSpec(DELIVERIES, DELIVER_JOB, (chunk,), job_id=_job_id(chunk, tag))
-            for chunk in chunks]
+    chunks = [ids[i : i + BATCH_SIZE] for i in range(0, len(ids), BATCH_SIZE)]
+    return [
+        JobSpec(DELIVERIES, DELIVER_JOB, (chunk,), job_id=_job_id(chunk, tag)) for chunk in chunks
+    ]
 
 
 def enqueue_now(connection: redis.Redis, delivery_ids: Sequence[str], tag: str = "p") -> bool:
@@ -37,8 +38,9 @@ def enqueue_now(connection: redis.Redis, delivery_ids: Sequence[str], tag: str =
     return try_enqueue_many(connection, job_specs(delivery_ids, tag))
 
 
-def enqueue_after_commit(session: Session, connection: redis.Redis,
-                         delivery_ids: Sequence[str], tag: str = "p") -> None:
+def enqueue_after_commit(
+    session: Session, connection: redis.Redis, delivery_ids: Sequence[str], tag: str = "p"
+) -> None:
     """Enqueue once the transaction that created or re-armed these deliveries has committed."""
     ids = list(delivery_ids)
     if ids:

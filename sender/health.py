@@ -38,6 +38,7 @@ def _table(model: Any) -> Table:
     """A model's Table, typed as one (the ORM types `__table__` as a FromClause)."""
     return cast(Table, model.__table__)
 
+
 ENABLED, DISABLED = "enabled", "disabled"
 REASON_ENDPOINT_DISABLED = "endpoint_disabled"
 DISABLED_EVENT = "endpoint.disabled"
@@ -86,9 +87,12 @@ def tally(outcomes: Iterable[tuple[datetime, bool]]) -> Tally:
             failures_after = []
         else:
             failures_after.append(finished_at)
-    return Tally(failures=len(failures_after), last_success_at=last_success,
-                 first_failure_at=failures_after[0] if failures_after else None,
-                 last_failure_at=failures_after[-1] if failures_after else None)
+    return Tally(
+        failures=len(failures_after),
+        last_success_at=last_success,
+        first_failure_at=failures_after[0] if failures_after else None,
+        last_failure_at=failures_after[-1] if failures_after else None,
+    )
 
 
 def _ts(value: datetime | None) -> Any:
@@ -106,9 +110,12 @@ def record(session: Session, endpoint_id: str, result: Tally) -> Health | None:
             "first_failure_at": result.first_failure_at,
             "last_success_at": case(
                 (table.c.last_success_at.is_(None), _ts(result.last_success_at)),
-                (table.c.last_success_at < _ts(result.last_success_at),
-                 _ts(result.last_success_at)),
-                else_=table.c.last_success_at),
+                (
+                    table.c.last_success_at < _ts(result.last_success_at),
+                    _ts(result.last_success_at),
+                ),
+                else_=table.c.last_success_at,
+            ),
         }
         if result.last_failure_at is not None:
             values["last_failure_at"] = result.last_failure_at
@@ -117,20 +124,32 @@ def record(session: Session, endpoint_id: str, result: Tally) -> Health | None:
             "consecutive_failures": table.c.consecutive_failures + result.failures,
             "first_failure_at": case(
                 (table.c.first_failure_at.is_(None), _ts(result.first_failure_at)),
-                else_=table.c.first_failure_at),
+                else_=table.c.first_failure_at,
+            ),
             "last_failure_at": result.last_failure_at,
         }
     else:
         return None
     row = session.execute(
-        update(table).where(table.c.id == endpoint_id).values(**values).returning(
-            table.c.state, table.c.consecutive_failures, table.c.last_success_at,
-            table.c.first_failure_at)
+        update(table)
+        .where(table.c.id == endpoint_id)
+        .values(**values)
+        .returning(
+            table.c.state,
+            table.c.consecutive_failures,
+            table.c.last_success_at,
+            table.c.first_failure_at,
+        )
     ).first()
     if row is None:
         return None
-    return Health(endpoint_id, row.state, row.consecutive_failures,
-                  _aware(row.last_success_at), _aware(row.first_failure_at))
+    return Health(
+        endpoint_id,
+        row.state,
+        row.consecutive_failures,
+        _aware(row.last_success_at),
+        _aware(row.first_failure_at),
+    )
 
 
 def record_successes(session: Session, successes: list[tuple[str, datetime]]) -> None:
@@ -143,12 +162,19 @@ def record_successes(session: Session, successes: list[tuple[str, datetime]]) ->
     table = _table(Endpoint)
     at = bindparam("b_at", type_=UTCDateTime())
     session.execute(
-        update(table).where(table.c.id == bindparam("b_id")).values(
-            consecutive_failures=0, first_failure_at=None,
-            last_success_at=case((table.c.last_success_at.is_(None), at),
-                                 (table.c.last_success_at < at, at),
-                                 else_=table.c.last_success_at)),
-        [{"b_id": endpoint_id, "b_at": at_} for endpoint_id, at_ in sorted(successes)])
+        update(table)
+        .where(table.c.id == bindparam("b_id"))
+        .values(
+            consecutive_failures=0,
+            first_failure_at=None,
+            last_success_at=case(
+                (table.c.last_success_at.is_(None), at),
+                (table.c.last_success_at < at, at),
+                else_=table.c.last_success_at,
+            ),
+        ),
+        [{"b_id": endpoint_id, "b_at": at_} for endpoint_id, at_ in sorted(successes)],
+    )
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -162,13 +188,23 @@ def should_disable(health: Health, thresholds: Thresholds, now: datetime) -> boo
     """Both thresholds passed: many failures in a row and long without a success."""
     if health.state != ENABLED:
         return False
-    return should_auto_disable(health.consecutive_failures, health.last_success_at,
-                               health.first_failure_at, now, thresholds.failures,
-                               thresholds.seconds)
+    return should_auto_disable(
+        health.consecutive_failures,
+        health.last_success_at,
+        health.first_failure_at,
+        now,
+        thresholds.failures,
+        thresholds.seconds,
+    )
 
 
-def disable(session: Session, endpoint_id: str, reason: str, now: datetime,
-            details: dict[str, Any] | None = None) -> bool:
+def disable(
+    session: Session,
+    endpoint_id: str,
+    reason: str,
+    now: datetime,
+    details: dict[str, Any] | None = None,
+) -> bool:
     """Disable an enabled endpoint and park its waiting deliveries; False if it was not enabled.
 
     The state change is one conditional UPDATE, so of two workers deciding at once only one
@@ -176,24 +212,34 @@ def disable(session: Session, endpoint_id: str, reason: str, now: datetime,
     """
     table = _table(Endpoint)
     won = session.execute(
-        update(table).where(table.c.id == endpoint_id, table.c.state == ENABLED)
-        .values(state=DISABLED, disabled_reason=reason[:200], disabled_at=now,
-                disabled_by=DISABLED_BY_HEALTH)
+        update(table)
+        .where(table.c.id == endpoint_id, table.c.state == ENABLED)
+        .values(
+            state=DISABLED,
+            disabled_reason=reason[:200],
+            disabled_at=now,
+            disabled_by=DISABLED_BY_HEALTH,
+        )
         .returning(table.c.id)
     ).first()
     if won is None:
         return False
     parked = park_waiting(session, endpoint_id)
-    session.add(OperationalEvent(kind=DISABLED_EVENT, subject_id=endpoint_id, created_at=now,
-                                 data={"reason": reason, "parked_deliveries": parked,
-                                       **(details or {})}))
-    log.warning("endpoint disabled", extra={"endpoint_id": endpoint_id, "reason": reason,
-                                            "parked": parked})
+    session.add(
+        OperationalEvent(
+            kind=DISABLED_EVENT,
+            subject_id=endpoint_id,
+            created_at=now,
+            data={"reason": reason, "parked_deliveries": parked, **(details or {})},
+        )
+    )
+    log.warning(
+        "endpoint disabled", extra={"endpoint_id": endpoint_id, "reason": reason, "parked": parked}
+    )
     return True
 
 
-def park_waiting(session: Session, endpoint_id: str,
-                 reason: str = REASON_ENDPOINT_DISABLED) -> int:
+def park_waiting(session: Session, endpoint_id: str, reason: str = REASON_ENDPOINT_DISABLED) -> int:
     """Park every pending and retrying delivery of an endpoint as a dead letter."""
     deliveries = session.scalars(
         select(Delivery)

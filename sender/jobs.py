@@ -57,6 +57,17 @@ def deliver_batch(delivery_ids: list[str]) -> int:
     return engine_for(runtime_mod.current()).submit(delivery_ids)
 
 
-__all__ = ["DEAD", "ERROR_INTERNAL", "ERROR_NO_SECRET", "ERROR_WORKER_LOST", "Engine",
-           "REASON_ENDPOINT_DISABLED", "REASON_RETRIES_EXHAUSTED", "current_engine",
-           "deliver_batch", "engine_for", "record_attempts", "shutdown_engine"]
+__all__ = [
+    "DEAD",
+    "ERROR_INTERNAL",
+    "ERROR_NO_SECRET",
+    "ERROR_WORKER_LOST",
+    "Engine",
+    "REASON_ENDPOINT_DISABLED",
+    "REASON_RETRIES_EXHAUSTED",
+    "current_engine",
+    "deliver_batch",
+    "engine_for",
+    "record_attempts",
+    "shutdown_engine",
+]

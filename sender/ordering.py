@@ -92,8 +92,9 @@ class Place:
     previous_event_id: str | None
 
 
-def assign(connection: Connection, endpoint_ids: Sequence[str], key: str,
-           event_id: str) -> dict[str, Place]:
+def assign(
+    connection: Connection, endpoint_ids: Sequence[str], key: str, event_id: str
+) -> dict[str, Place]:
     """Number `event_id` in `key`'s sequence of each endpoint, inside the publish transaction.
 
     The upsert locks each (endpoint, key) row until the caller commits; endpoints are taken in
@@ -101,31 +102,46 @@ def assign(connection: Connection, endpoint_ids: Sequence[str], key: str,
     """
     if not endpoint_ids:
         return {}
-    rows = [{"endpoint_id": endpoint_id, "ordering_key": key, "last_seq": 1,
-             "last_event_id": event_id, "previous_event_id": None}
-            for endpoint_id in sorted(set(endpoint_ids))]
+    rows = [
+        {
+            "endpoint_id": endpoint_id,
+            "ordering_key": key,
+            "last_seq": 1,
+            "last_event_id": event_id,
+            "previous_event_id": None,
+        }
+        for endpoint_id in sorted(set(endpoint_ids))
+    ]
     insert = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
     upsert = insert(_SEQUENCES).values(rows)
     stmt = upsert.on_conflict_do_update(
         index_elements=["endpoint_id", "ordering_key"],
-        set_={"last_seq": _SEQUENCES.c.last_seq + 1,
-              "previous_event_id": _SEQUENCES.c.last_event_id,
-              "last_event_id": upsert.excluded.last_event_id},
-    ).returning(_SEQUENCES.c.endpoint_id, _SEQUENCES.c.last_seq,
-                _SEQUENCES.c.previous_event_id)
-    return {row.endpoint_id: Place(int(row.last_seq), row.previous_event_id)
-            for row in connection.execute(stmt)}
+        set_={
+            "last_seq": _SEQUENCES.c.last_seq + 1,
+            "previous_event_id": _SEQUENCES.c.last_event_id,
+            "last_event_id": upsert.excluded.last_event_id,
+        },
+    ).returning(_SEQUENCES.c.endpoint_id, _SEQUENCES.c.last_seq, _SEQUENCES.c.previous_event_id)
+    return {
+        row.endpoint_id: Place(int(row.last_seq), row.previous_event_id)
+        for row in connection.execute(stmt)
+    }
 
 
 def _released(prev: Any, endpoint_id: Any) -> ColumnElement[bool]:
     """`prev` no longer holds its key: succeeded, or dead and let go (skip, or its letter
     is not open any more)."""
-    on_dead = (select(_ENDPOINTS.c.on_dead).where(_ENDPOINTS.c.id == endpoint_id)
-               .correlate_except(_ENDPOINTS).scalar_subquery())
-    open_letter = exists().where(_LETTERS.c.delivery_id == prev.c.id,
-                                 _LETTERS.c.state == DL_OPEN)
-    return or_(prev.c.state == SUCCEEDED,
-               and_(prev.c.state == DEAD, or_(on_dead == ON_DEAD_SKIP, ~open_letter)))
+    on_dead = (
+        select(_ENDPOINTS.c.on_dead)
+        .where(_ENDPOINTS.c.id == endpoint_id)
+        .correlate_except(_ENDPOINTS)
+        .scalar_subquery()
+    )
+    open_letter = exists().where(_LETTERS.c.delivery_id == prev.c.id, _LETTERS.c.state == DL_OPEN)
+    return or_(
+        prev.c.state == SUCCEEDED,
+        and_(prev.c.state == DEAD, or_(on_dead == ON_DEAD_SKIP, ~open_letter)),
+    )
 
 
 def ready(deliveries: Any = _DELIVERIES) -> ColumnElement[bool]:
@@ -146,32 +162,47 @@ _READY: dict[Any, ColumnElement[bool]] = {}
 
 def _ready(deliveries: Any) -> ColumnElement[bool]:
     prev = _DELIVERIES.alias("ordering_prev")
-    held = (exists().where(prev.c.endpoint_id == deliveries.c.endpoint_id,
-                           prev.c.ordering_key == deliveries.c.ordering_key,
-                           prev.c.ordering_seq == deliveries.c.ordering_seq - 1,
-                           ~_released(prev, deliveries.c.endpoint_id))
-            .correlate(deliveries))
+    held = (
+        exists()
+        .where(
+            prev.c.endpoint_id == deliveries.c.endpoint_id,
+            prev.c.ordering_key == deliveries.c.ordering_key,
+            prev.c.ordering_seq == deliveries.c.ordering_seq - 1,
+            ~_released(prev, deliveries.c.endpoint_id),
+        )
+        .correlate(deliveries)
+    )
     return or_(deliveries.c.ordering_seq.is_(None), ~held)
 
 
-def released_successors(session: Session | Connection,
-                        delivery_ids: Sequence[str]) -> list[str]:
+def released_successors(session: Session | Connection, delivery_ids: Sequence[str]) -> list[str]:
     """The waiting deliveries whose predecessor is among `delivery_ids` and released now."""
     global _SUCCESSORS
     if _SUCCESSORS is None:
         prev = _DELIVERIES.alias("ordering_prev")
         nxt = _DELIVERIES.alias("ordering_next")
         _SUCCESSORS = (
-            select(nxt.c.id).select_from(prev.join(nxt, and_(
-                nxt.c.endpoint_id == prev.c.endpoint_id,
-                nxt.c.ordering_key == prev.c.ordering_key,
-                nxt.c.ordering_seq == prev.c.ordering_seq + 1)))
-            .where(prev.c.id.in_(bindparam("ids", expanding=True)),
-                   prev.c.ordering_seq.is_not(None), nxt.c.state.in_((PENDING, RETRYING)),
-                   _released(prev, prev.c.endpoint_id)))
+            select(nxt.c.id)
+            .select_from(
+                prev.join(
+                    nxt,
+                    and_(
+                        nxt.c.endpoint_id == prev.c.endpoint_id,
+                        nxt.c.ordering_key == prev.c.ordering_key,
+                        nxt.c.ordering_seq == prev.c.ordering_seq + 1,
+                    ),
+                )
+            )
+            .where(
+                prev.c.id.in_(bindparam("ids", expanding=True)),
+                prev.c.ordering_seq.is_not(None),
+                nxt.c.state.in_((PENDING, RETRYING)),
+                _released(prev, prev.c.endpoint_id),
+            )
+        )
     found: list[str] = []
     ids = sorted(set(delivery_ids))
-    for chunk in (ids[i:i + _CHUNK] for i in range(0, len(ids), _CHUNK)):
+    for chunk in (ids[i : i + _CHUNK] for i in range(0, len(ids), _CHUNK)):
         found += session.execute(_SUCCESSORS, {"ids": chunk}).scalars().all()
     return found
 
@@ -185,14 +216,28 @@ def released_at_endpoint(session: Session, endpoint_id: str) -> list[str]:
     its `on_dead` became "skip")."""
     prev = _DELIVERIES.alias("ordering_prev")
     nxt = _DELIVERIES.alias("ordering_next")
-    return list(session.execute(
-        select(nxt.c.id).select_from(prev.join(nxt, and_(
-            nxt.c.endpoint_id == prev.c.endpoint_id,
-            nxt.c.ordering_key == prev.c.ordering_key,
-            nxt.c.ordering_seq == prev.c.ordering_seq + 1)))
-        .where(prev.c.endpoint_id == endpoint_id, prev.c.ordering_seq.is_not(None),
-               prev.c.state == DEAD, nxt.c.state.in_((PENDING, RETRYING)),
-               _released(prev, prev.c.endpoint_id))).scalars())
+    return list(
+        session.execute(
+            select(nxt.c.id)
+            .select_from(
+                prev.join(
+                    nxt,
+                    and_(
+                        nxt.c.endpoint_id == prev.c.endpoint_id,
+                        nxt.c.ordering_key == prev.c.ordering_key,
+                        nxt.c.ordering_seq == prev.c.ordering_seq + 1,
+                    ),
+                )
+            )
+            .where(
+                prev.c.endpoint_id == endpoint_id,
+                prev.c.ordering_seq.is_not(None),
+                prev.c.state == DEAD,
+                nxt.c.state.in_((PENDING, RETRYING)),
+                _released(prev, prev.c.endpoint_id),
+            )
+        ).scalars()
+    )
 
 
 @dataclass(frozen=True)
@@ -214,11 +259,12 @@ def _head_candidates() -> tuple[Any, ColumnElement[bool]]:
     d = _DELIVERIES
     later = _DELIVERIES.alias("ordering_later")
     gone_out_after = exists().where(
-        later.c.endpoint_id == d.c.endpoint_id, later.c.ordering_key == d.c.ordering_key,
+        later.c.endpoint_id == d.c.endpoint_id,
+        later.c.ordering_key == d.c.ordering_key,
         later.c.ordering_seq > d.c.ordering_seq,
-        later.c.state.in_((SUCCEEDED, DELIVERING)))
-    holding = d.join(_LETTERS, and_(_LETTERS.c.delivery_id == d.c.id,
-                                    _LETTERS.c.state == DL_OPEN))
+        later.c.state.in_((SUCCEEDED, DELIVERING)),
+    )
+    holding = d.join(_LETTERS, and_(_LETTERS.c.delivery_id == d.c.id, _LETTERS.c.state == DL_OPEN))
     return holding, and_(d.c.ordering_seq.is_not(None), d.c.state == DEAD, ~gone_out_after)
 
 
@@ -238,15 +284,21 @@ def blocked_key_counts(session: Session) -> list[BlockedCount]:
     holding, holds = _head_candidates()
     rows = session.execute(
         select(d.c.endpoint_id, Partner.uid, func.count(func.distinct(d.c.ordering_key)))
-        .select_from(holding.join(_ENDPOINTS, _ENDPOINTS.c.id == d.c.endpoint_id)
-                     .join(Partner, Partner.id == _ENDPOINTS.c.partner_id))
+        .select_from(
+            holding.join(_ENDPOINTS, _ENDPOINTS.c.id == d.c.endpoint_id).join(
+                Partner, Partner.id == _ENDPOINTS.c.partner_id
+            )
+        )
         .where(holds, _ENDPOINTS.c.on_dead == ON_DEAD_BLOCK, _ENDPOINTS.c.deleted_at.is_(None))
-        .group_by(d.c.endpoint_id, Partner.uid).order_by(d.c.endpoint_id))
+        .group_by(d.c.endpoint_id, Partner.uid)
+        .order_by(d.c.endpoint_id)
+    )
     return [BlockedCount(endpoint_id, uid, int(keys)) for endpoint_id, uid, keys in rows]
 
 
-def blocked_keys(session: Session, endpoint_id: str, *, after: str | None = None,
-                 limit: int = 50) -> list[BlockedKey]:
+def blocked_keys(
+    session: Session, endpoint_id: str, *, after: str | None = None, limit: int = 50
+) -> list[BlockedKey]:
     """The keys an `on_dead: "block"` endpoint holds, by key, from `after` (exclusive).
 
     A key's head is its lowest-numbered dead delivery with an open dead letter after which
@@ -258,10 +310,14 @@ def blocked_keys(session: Session, endpoint_id: str, *, after: str | None = None
         return []
     d = _DELIVERIES
     holding, holds = _head_candidates()
-    heads = (select(d.c.ordering_key, func.min(d.c.ordering_seq).label("seq"))
-             .select_from(holding)
-             .where(d.c.endpoint_id == endpoint_id, holds)
-             .group_by(d.c.ordering_key).order_by(d.c.ordering_key).limit(limit))
+    heads = (
+        select(d.c.ordering_key, func.min(d.c.ordering_seq).label("seq"))
+        .select_from(holding)
+        .where(d.c.endpoint_id == endpoint_id, holds)
+        .group_by(d.c.ordering_key)
+        .order_by(d.c.ordering_key)
+        .limit(limit)
+    )
     if after is not None:
         heads = heads.where(d.c.ordering_key > after)
     found: list[BlockedKey] = []
@@ -269,13 +325,21 @@ def blocked_keys(session: Session, endpoint_id: str, *, after: str | None = None
         row = session.execute(
             select(d.c.id, d.c.event_id, _LETTERS.c.id.label("letter_id"), _LETTERS.c.reason)
             .join(_LETTERS, and_(_LETTERS.c.delivery_id == d.c.id, _LETTERS.c.state == DL_OPEN))
-            .where(d.c.endpoint_id == endpoint_id, d.c.ordering_key == key,
-                   d.c.ordering_seq == seq)).one()
+            .where(d.c.endpoint_id == endpoint_id, d.c.ordering_key == key, d.c.ordering_seq == seq)
+        ).one()
         waiting = session.scalar(
-            select(func.count()).select_from(d)
-            .where(d.c.endpoint_id == endpoint_id, d.c.ordering_key == key,
-                   d.c.ordering_seq > seq, d.c.state.in_((PENDING, RETRYING, DEAD))))
-        found.append(BlockedKey(key, int(seq), row.id, row.event_id, row.letter_id, row.reason,
-                                int(waiting or 0)))
+            select(func.count())
+            .select_from(d)
+            .where(
+                d.c.endpoint_id == endpoint_id,
+                d.c.ordering_key == key,
+                d.c.ordering_seq > seq,
+                d.c.state.in_((PENDING, RETRYING, DEAD)),
+            )
+        )
+        found.append(
+            BlockedKey(
+                key, int(seq), row.id, row.event_id, row.letter_id, row.reason, int(waiting or 0)
+            )
+        )
     return found
-

@@ -15,8 +15,15 @@ from app.models import DEAD, DL_OPEN, DeadLetter, DeadLetterAudit, Delivery, End
 SYSTEM_ACTOR = "system"
 
 
-def park(session: Session, delivery: Delivery, event: Event, endpoint: Endpoint, reason: str,
-         last_status_code: int | None = None, last_error: str | None = None) -> DeadLetter:
+def park(
+    session: Session,
+    delivery: Delivery,
+    event: Event,
+    endpoint: Endpoint,
+    reason: str,
+    last_status_code: int | None = None,
+    last_error: str | None = None,
+) -> DeadLetter:
     """Make `delivery` dead and open its (one) dead letter, audited as a system action.
 
     `search_text` holds the exact payload, so `q` searches what the partner would have got.
@@ -33,11 +40,24 @@ def park(session: Session, delivery: Delivery, event: Event, endpoint: Endpoint,
     delivery.last_error = last_error
     delivery.updated_at = now
     letter = DeadLetter(
-        id=new_id("dl"), delivery=delivery, event_id=event.id, endpoint_id=endpoint.id,
-        partner_id=event.partner_id, event_type=event.type, reason=reason,
-        last_status_code=last_status_code, last_error=last_error, search_text=event.payload,
-        state=DL_OPEN, created_at=now, updated_at=now)
+        id=new_id("dl"),
+        delivery=delivery,
+        event_id=event.id,
+        endpoint_id=endpoint.id,
+        partner_id=event.partner_id,
+        event_type=event.type,
+        reason=reason,
+        last_status_code=last_status_code,
+        last_error=last_error,
+        search_text=event.payload,
+        state=DL_OPEN,
+        created_at=now,
+        updated_at=now,
+    )
     session.add(letter)
-    session.add(DeadLetterAudit(dead_letter=letter, actor=SYSTEM_ACTOR, action="park",
-                                outcome=reason, created_at=now))
+    session.add(
+        DeadLetterAudit(
+            dead_letter=letter, actor=SYSTEM_ACTOR, action="park", outcome=reason, created_at=now
+        )
+    )
     return letter

@@ -61,8 +61,9 @@ class RateLimiter:
         self._script = connection.register_script(_RESERVE)
         self.horizon_s = horizon_s
 
-    def reserve(self, subject: str, rate_per_s: float, wanted: int,
-                *, now_ms: float | None = None) -> Reservation:
+    def reserve(
+        self, subject: str, rate_per_s: float, wanted: int, *, now_ms: float | None = None
+    ) -> Reservation:
         """Reserve up to `wanted` slots starting within the horizon.
 
         Raises:
@@ -71,9 +72,15 @@ class RateLimiter:
         if wanted <= 0:
             return Reservation(0, (), 0.0)
         interval_ms = 1000.0 / rate_per_s
-        raw = self._script(keys=[KEY_PREFIX + subject],
-                           args=[repr(interval_ms), wanted, repr(self.horizon_s * 1000),
-                                 -1 if now_ms is None else repr(float(now_ms))])
+        raw = self._script(
+            keys=[KEY_PREFIX + subject],
+            args=[
+                repr(interval_ms),
+                wanted,
+                repr(self.horizon_s * 1000),
+                -1 if now_ms is None else repr(float(now_ms)),
+            ],
+        )
         granted = int(raw[0])
         first_ms = float(raw[1])
         next_free_ms = float(raw[2])

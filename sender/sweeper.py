@@ -60,36 +60,63 @@ class SweepResult:
     redis_down: bool = False
 
 
-def recover_expired(session: Session, now: datetime, policy: RetryPolicy,
-                    limit: int = MAX_PER_PASS) -> int:
+def recover_expired(
+    session: Session, now: datetime, policy: RetryPolicy, limit: int = MAX_PER_PASS
+) -> int:
     """Take deliveries back from workers whose lease expired; returns how many."""
     rows = session.execute(
         select(Delivery.id, Delivery.attempt_count, Delivery.run_attempts, Endpoint.url)
         .join(Endpoint, Endpoint.id == Delivery.endpoint_id)
         .where(Delivery.state == DELIVERING, Delivery.lease_expires_at <= now)
-        .order_by(Delivery.lease_expires_at).limit(limit)
+        .order_by(Delivery.lease_expires_at)
+        .limit(limit)
         .with_for_update(skip_locked=True, of=Delivery)
     ).all()
     if not rows:
         return 0
-    record_attempts(session, [{
-        "id": new_id("att"), "delivery_id": r.id, "n": r.attempt_count + 1,
-        # When it started is unknown; this records when it was found lost.
-        "started_at": now, "duration_ms": 0, "url": r.url, "request_headers": {},
-        "response_status": None, "response_body": None, "error": ERROR_WORKER_LOST,
-        "created_at": now} for r in rows], overwrite=False)
+    record_attempts(
+        session,
+        [
+            {
+                "id": new_id("att"),
+                "delivery_id": r.id,
+                "n": r.attempt_count + 1,
+                # When it started is unknown; this records when it was found lost.
+                "started_at": now,
+                "duration_ms": 0,
+                "url": r.url,
+                "request_headers": {},
+                "response_status": None,
+                "response_body": None,
+                "error": ERROR_WORKER_LOST,
+                "created_at": now,
+            }
+            for r in rows
+        ],
+        overwrite=False,
+    )
     exhausted = [r.id for r in rows if r.run_attempts + 1 >= policy.max_attempts]
     again = [r.id for r in rows if r.run_attempts + 1 < policy.max_attempts]
     if again:
         session.execute(
             update(Delivery)
-            .where(Delivery.id.in_(again), Delivery.state == DELIVERING,
-                   Delivery.lease_expires_at <= now)
-            .values(state=RETRYING, attempt_count=Delivery.attempt_count + 1,
-                    run_attempts=Delivery.run_attempts + 1, next_attempt_at=now,
-                    lease_expires_at=None, last_status_code=None, last_error=ERROR_WORKER_LOST,
-                    updated_at=now)
-            .execution_options(synchronize_session=False))
+            .where(
+                Delivery.id.in_(again),
+                Delivery.state == DELIVERING,
+                Delivery.lease_expires_at <= now,
+            )
+            .values(
+                state=RETRYING,
+                attempt_count=Delivery.attempt_count + 1,
+                run_attempts=Delivery.run_attempts + 1,
+                next_attempt_at=now,
+                lease_expires_at=None,
+                last_status_code=None,
+                last_error=ERROR_WORKER_LOST,
+                updated_at=now,
+            )
+            .execution_options(synchronize_session=False)
+        )
     for delivery_id in exhausted:
         delivery = session.get(Delivery, delivery_id)
         if delivery is None:
@@ -103,8 +130,14 @@ def recover_expired(session: Session, now: datetime, policy: RetryPolicy,
     return len(rows)
 
 
-def orphans(session: Session, now: datetime, *, redis_lost: bool,
-            lookahead_s: float = LOOKAHEAD_S, limit: int = MAX_PER_PASS) -> list[str]:
+def orphans(
+    session: Session,
+    now: datetime,
+    *,
+    redis_lost: bool,
+    lookahead_s: float = LOOKAHEAD_S,
+    limit: int = MAX_PER_PASS,
+) -> list[str]:
     """Due deliveries nobody is responsible for, ordered by endpoint so jobs batch well."""
     waiting = Delivery.state.in_((PENDING, RETRYING))
     due = Delivery.next_attempt_at <= now + timedelta(seconds=lookahead_s)
@@ -114,17 +147,26 @@ def orphans(session: Session, now: datetime, *, redis_lost: bool,
     else:
         unowned = or_(
             Delivery.lease_expires_at <= now,
-            and_(Delivery.lease_expires_at.is_(None),
-                 or_(Delivery.state == RETRYING,
-                     Delivery.updated_at <= now - timedelta(seconds=FRESH_GRACE_S))),
+            and_(
+                Delivery.lease_expires_at.is_(None),
+                or_(
+                    Delivery.state == RETRYING,
+                    Delivery.updated_at <= now - timedelta(seconds=FRESH_GRACE_S),
+                ),
+            ),
         )
         condition = and_(waiting, due, unowned)
     # An ordered delivery waiting for the one before it in its key is not due yet.
     condition = and_(condition, ordering.ready())
-    rows = sorted(session.execute(
-        select(Delivery.id, Delivery.endpoint_id).where(condition)
-        .order_by(Delivery.next_attempt_at).limit(limit)
-    ).all(), key=lambda r: str(r.endpoint_id))
+    rows = sorted(
+        session.execute(
+            select(Delivery.id, Delivery.endpoint_id)
+            .where(condition)
+            .order_by(Delivery.next_attempt_at)
+            .limit(limit)
+        ).all(),
+        key=lambda r: str(r.endpoint_id),
+    )
     return [r.id for r in rows]
 
 
@@ -132,9 +174,10 @@ def _reserve(session: Session, ids: list[str], until: datetime) -> None:
     for i in range(0, len(ids), 500):
         session.execute(
             update(Delivery)
-            .where(Delivery.id.in_(ids[i:i + 500]), Delivery.state.in_((PENDING, RETRYING)))
+            .where(Delivery.id.in_(ids[i : i + 500]), Delivery.state.in_((PENDING, RETRYING)))
             .values(lease_expires_at=until)
-            .execution_options(synchronize_session=False))
+            .execution_options(synchronize_session=False)
+        )
 
 
 def _redis_lost(connection: redis.Redis) -> bool:
@@ -142,8 +185,9 @@ def _redis_lost(connection: redis.Redis) -> bool:
     return not connection.exists(MARKER_KEY)
 
 
-def sweep(runtime: Runtime, *, clock: Callable[[], datetime] = utcnow,
-          lookahead_s: float | None = None) -> SweepResult:
+def sweep(
+    runtime: Runtime, *, clock: Callable[[], datetime] = utcnow, lookahead_s: float | None = None
+) -> SweepResult:
     """One pass: recover expired leases, then enqueue every due delivery nobody owns."""
     settings = runtime.settings
     now = clock()

@@ -35,6 +35,7 @@ from app.runtime import Runtime
 hypothesis_settings.register_profile("kurir", deadline=None)
 hypothesis_settings.load_profile("kurir")
 
+
 def _worker_index() -> int:
     """0 outside pytest-xdist, else N for worker gwN."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -54,13 +55,15 @@ def _isolate_parallel_workers() -> None:
         name = f"{base.database}_w{index}"
         admin = create_engine(base, isolation_level="AUTOCOMMIT")
         with admin.connect() as connection:
-            exists = connection.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
-                                        {"n": name}).first()
+            exists = connection.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+            ).first()
             if not exists:
                 connection.execute(text(f'CREATE DATABASE "{name}"'))
         admin.dispose()
         os.environ["TEST_DATABASE_URL"] = base.set(database=name).render_as_string(
-            hide_password=False)
+            hide_password=False
+        )
     raw_redis = os.environ.get("TEST_REDIS_URL")
     if raw_redis:
         prefix, _, db_number = raw_redis.rpartition("/")
@@ -79,8 +82,11 @@ def pytest_configure(config: pytest.Config) -> None:
     so the PostgreSQL half of the suite runs on a fresh machine instead of skipping.
     KURIR_TEST_POSTGRES=off keeps the old behaviour (PostgreSQL tests skip)."""
     global _EMBEDDED_POSTGRES
-    if (os.environ.get("TEST_DATABASE_URL") or "PYTEST_XDIST_WORKER" in os.environ
-            or os.environ.get("KURIR_TEST_POSTGRES", "").lower() == "off"):
+    if (
+        os.environ.get("TEST_DATABASE_URL")
+        or "PYTEST_XDIST_WORKER" in os.environ
+        or os.environ.get("KURIR_TEST_POSTGRES", "").lower() == "off"
+    ):
         return
     from tests.support.embedded_postgres import EmbeddedPostgres
 
@@ -93,6 +99,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if _EMBEDDED_POSTGRES is not None:
         os.environ.pop("TEST_DATABASE_URL", None)
         _EMBEDDED_POSTGRES.stop()
+
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -179,8 +186,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def migrated(backend: str, migrated_databases: dict[str, Any],
-             tmp_path_factory: pytest.TempPathFactory) -> MigratedDatabase:
+def migrated(
+    backend: str, migrated_databases: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> MigratedDatabase:
     database = _migrated(backend, migrated_databases, tmp_path_factory.getbasetemp())
     database.empty()
     return database
@@ -207,8 +215,9 @@ def settings(migrated: MigratedDatabase, redis_url: str, tmp_path: Path) -> Sett
 
 
 @pytest.fixture
-def runtime(settings: Settings, migrated: MigratedDatabase,
-            redis_client: redis.Redis) -> Iterator[Runtime]:
+def runtime(
+    settings: Settings, migrated: MigratedDatabase, redis_client: redis.Redis
+) -> Iterator[Runtime]:
     rt = Runtime(settings, database=migrated.db)
     runtime_mod.install(rt)
     yield rt
@@ -239,8 +248,9 @@ class LiveServer:
         self.server = make_server("127.0.0.1", 0, app, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         # A short poll interval: shutdown() otherwise waits up to 0.5 s per test.
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     def __enter__(self) -> LiveServer:
         self.thread.start()

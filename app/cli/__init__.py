@@ -36,8 +36,15 @@ def settings_from_env() -> Settings:
     return load_settings()
 
 
-for command in (*run.COMMANDS, *admin.COMMANDS, *dlq.COMMANDS, *inbound.COMMANDS,
-                *listen.COMMANDS, *feed.COMMANDS, *portal.COMMANDS):
+for command in (
+    *run.COMMANDS,
+    *admin.COMMANDS,
+    *dlq.COMMANDS,
+    *inbound.COMMANDS,
+    *listen.COMMANDS,
+    *feed.COMMANDS,
+    *portal.COMMANDS,
+):
     cli.add_command(command)
 
 

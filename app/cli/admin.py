@@ -38,21 +38,33 @@ def keys_group() -> None:
 
 @keys_group.command("create")
 @click.option("--name", required=True, help="Who the key is for, e.g. billing-service.")
-@click.option("--scope", "scopes", multiple=True, type=click.Choice(SCOPES),
-              help="Grant a scope (repeatable). Default: admin (a partner key: read, "
-                   "endpoints:write, dlq:write).")
-@click.option("--partner", "partner_uid", default=None, metavar="UID",
-              help="Bind the key to one partner: it reaches only that partner's resources.")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    type=click.Choice(SCOPES),
+    help="Grant a scope (repeatable). Default: admin (a partner key: read, "
+    "endpoints:write, dlq:write).",
+)
+@click.option(
+    "--partner",
+    "partner_uid",
+    default=None,
+    metavar="UID",
+    help="Bind the key to one partner: it reaches only that partner's resources.",
+)
 def keys_create(name: str, scopes: tuple[str, ...], partner_uid: str | None) -> None:
     """Create an API key; it is printed once, alone on the last line."""
     runtime = make_runtime()
     if not scopes and partner_uid is None:
-        click.echo("kurir: no --scope given: the key gets admin (every permission); pass "
-                   "--scope read, --scope events:write, ... for less", err=True)
+        click.echo(
+            "kurir: no --scope given: the key gets admin (every permission); pass "
+            "--scope read, --scope events:write, ... for less",
+            err=True,
+        )
     try:
         with runtime.db.begin() as session:
-            view, token = keys.create(session, cli_actor(), name, scopes,
-                                      partner_uid=partner_uid)
+            view, token = keys.create(session, cli_actor(), name, scopes, partner_uid=partner_uid)
             granted = ", ".join(view.key.scopes)
             key_id = view.key.id
     except KurirError as exc:
@@ -73,11 +85,19 @@ def keys_ls(as_json: bool) -> None:
         cursor = None
         while True:
             views, cursor = keys.page(session, cli_actor(), limit=250, cursor=cursor)
-            rows += [{"id": v.key.id, "name": v.key.name, "prefix": v.key.prefix,
-                      "scopes": list(v.key.scopes or []), "partner": v.partner_uid,
-                      "created_at": isoformat(v.key.created_at),
-                      "last_used_at": isoformat(v.key.last_used_at),
-                      "revoked_at": isoformat(v.key.revoked_at)} for v in views]
+            rows += [
+                {
+                    "id": v.key.id,
+                    "name": v.key.name,
+                    "prefix": v.key.prefix,
+                    "scopes": list(v.key.scopes or []),
+                    "partner": v.partner_uid,
+                    "created_at": isoformat(v.key.created_at),
+                    "last_used_at": isoformat(v.key.last_used_at),
+                    "revoked_at": isoformat(v.key.revoked_at),
+                }
+                for v in views
+            ]
             if cursor is None:
                 break
     if as_json:
@@ -89,8 +109,17 @@ def keys_ls(as_json: bool) -> None:
         return
     header = ("ID", "NAME", "PREFIX", "SCOPES", "PARTNER", "LAST USED", "REVOKED")
     table: list[tuple[str, ...]] = [header] + [
-        (r["id"], r["name"], r["prefix"] + "…", ",".join(r["scopes"]), r["partner"] or "-",
-         r["last_used_at"] or "never", r["revoked_at"] or "-") for r in rows]
+        (
+            r["id"],
+            r["name"],
+            r["prefix"] + "…",
+            ",".join(r["scopes"]),
+            r["partner"] or "-",
+            r["last_used_at"] or "never",
+            r["revoked_at"] or "-",
+        )
+        for r in rows
+    ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
         click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
@@ -123,8 +152,11 @@ def _read_password(from_stdin: bool) -> str:
 
 @operators_group.command("create")
 @click.option("--email", required=True, help="Login email of the operator.")
-@click.option("--password-stdin", is_flag=True,
-              help="Read the password from stdin (also automatic when stdin is not a TTY).")
+@click.option(
+    "--password-stdin",
+    is_flag=True,
+    help="Read the password from stdin (also automatic when stdin is not a TTY).",
+)
 def operators_create(email: str, password_stdin: bool) -> None:
     """Create an operator; the password is read from stdin or prompted for."""
     password = _read_password(password_stdin)
@@ -140,8 +172,11 @@ def operators_create(email: str, password_stdin: bool) -> None:
 
 @operators_group.command("set-password")
 @click.argument("email")
-@click.option("--password-stdin", is_flag=True,
-              help="Read the password from stdin (also automatic when stdin is not a TTY).")
+@click.option(
+    "--password-stdin",
+    is_flag=True,
+    help="Read the password from stdin (also automatic when stdin is not a TTY).",
+)
 def operators_set_password(email: str, password_stdin: bool) -> None:
     """Give operator EMAIL a new password; every UI session of theirs ends at once."""
     password = _read_password(password_stdin)
@@ -199,15 +234,16 @@ def secrets_reencrypt() -> None:
         after = None
         while True:
             with runtime.db.begin() as session:
-                after = secret_keys.reencrypt_page(session, runtime, actor, table, after,
-                                                   progress)
+                after = secret_keys.reencrypt_page(session, runtime, actor, table, after, progress)
             if after is None:
                 break
             click.echo(f"  {progress.seen} secrets read", err=True)
     with runtime.db.begin() as session:
         secret_keys.record(session, actor, progress)
-    click.echo(f"re-encrypted {progress.reencrypted} of {progress.seen} secrets "
-               f"({progress.seen - progress.reencrypted - progress.unreadable} were current)")
+    click.echo(
+        f"re-encrypted {progress.reencrypted} of {progress.seen} secrets "
+        f"({progress.seen - progress.reencrypted - progress.unreadable} were current)"
+    )
     if progress.unreadable:
         fail(f"{progress.unreadable} secrets could not be decrypted with any configured key")
 

@@ -34,8 +34,9 @@ FILTER_OPTIONS: list[tuple[str, str, str]] = [
 def filter_options(with_state: bool) -> Callable[[Any], Any]:
     def decorate(func: Any) -> Any:
         if with_state:
-            func = click.option("--state", type=click.Choice(DL_STATES),
-                                help="open, resent or discarded")(func)
+            func = click.option(
+                "--state", type=click.Choice(DL_STATES), help="open, resent or discarded"
+            )(func)
         for flag, dest, help_text in reversed(FILTER_OPTIONS):
             func = click.option(flag, dest, default=None, help=help_text)(func)
         return func
@@ -46,8 +47,9 @@ def filter_options(with_state: bool) -> Callable[[Any], Any]:
 def _filter(values: dict[str, Any]) -> dead_letters.DeadLetterFilter:
     """The filter the options give, all of it or nothing: a value that does not parse stops
     the command rather than widening it."""
-    form = dead_letters.parse_filter({k: v for k, v in values.items() if v is not None},
-                                     strict=True)
+    form = dead_letters.parse_filter(
+        {k: v for k, v in values.items() if v is not None}, strict=True
+    )
     if not form.valid:
         for name, message in form.errors.items():
             click.echo(f"kurir: --{name.replace('_', '-')}: {message}", err=True)
@@ -71,13 +73,24 @@ def dlq_ls(limit: int, cursor: str | None, as_json: bool, **values: Any) -> None
     runtime = make_runtime()
     try:
         with runtime.db.begin() as session:
-            page = dead_letters.page(session, cli_actor(), flt, limit=limit, cursor=cursor,
-                                     options=())
-            rows: list[dict[str, Any]] = [{"id": dl.id, "created_at": isoformat(dl.created_at),
-                     "partner": page.partner_uids.get(dl.partner_id, ""),
-                     "endpoint": dl.endpoint_id, "event": dl.event_id, "type": dl.event_type,
-                     "reason": dl.reason, "last_status_code": dl.last_status_code,
-                     "last_error": dl.last_error, "state": dl.state} for dl in page.letters]
+            page = dead_letters.page(
+                session, cli_actor(), flt, limit=limit, cursor=cursor, options=()
+            )
+            rows: list[dict[str, Any]] = [
+                {
+                    "id": dl.id,
+                    "created_at": isoformat(dl.created_at),
+                    "partner": page.partner_uids.get(dl.partner_id, ""),
+                    "endpoint": dl.endpoint_id,
+                    "event": dl.event_id,
+                    "type": dl.event_type,
+                    "reason": dl.reason,
+                    "last_status_code": dl.last_status_code,
+                    "last_error": dl.last_error,
+                    "state": dl.state,
+                }
+                for dl in page.letters
+            ]
     except KurirError as exc:
         fail(exc.message, 2)
     if as_json:
@@ -89,29 +102,41 @@ def dlq_ls(limit: int, cursor: str | None, as_json: bool, **values: Any) -> None
         return
     header = ("ID", "CREATED", "PARTNER", "TYPE", "REASON", "STATUS", "ERROR", "STATE")
     table: list[tuple[str, ...]] = [header] + [
-        (r["id"], r["created_at"] or "", r["partner"], r["type"], r["reason"],
-         str(r["last_status_code"] or "-"), (r["last_error"] or "-")[:40], r["state"])
-        for r in rows]
+        (
+            r["id"],
+            r["created_at"] or "",
+            r["partner"],
+            r["type"],
+            r["reason"],
+            str(r["last_status_code"] or "-"),
+            (r["last_error"] or "-")[:40],
+            r["state"],
+        )
+        for r in rows
+    ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(line, widths,
-                                                                      strict=True)).rstrip())
+        click.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
     if page.next_cursor:
         click.echo(f"more: --cursor {page.next_cursor}")
 
 
-def _resend_ids(runtime: Runtime, ids: list[str], *, actor: Actor,
-                force: bool) -> tuple[list[str], list[str], dict[str, str]]:
+def _resend_ids(
+    runtime: Runtime, ids: list[str], *, actor: Actor, force: bool
+) -> tuple[list[str], list[str], dict[str, str]]:
     """Resend the named letters in pages small enough to be done at once, keeping each id's
     outcome for the report (a background job only counts skips by reason); returns the job
     ids, the letters resent and why the others were not."""
     jobs: list[str] = []
     resent: list[str] = []
     skipped: dict[str, str] = {}
-    with click.progressbar(length=len(ids), label="resending", show_pos=True,
-                           file=sys.stderr) as bar:
+    with click.progressbar(
+        length=len(ids), label="resending", show_pos=True, file=sys.stderr
+    ) as bar:
         for start in range(0, len(ids), dead_letters.inline_limit()):
-            page = ids[start:start + dead_letters.inline_limit()]
+            page = ids[start : start + dead_letters.inline_limit()]
             with runtime.db.begin() as session:
                 outcome = dead_letters.resend_ids(session, runtime, actor, page, force=force)
                 jobs.append(outcome.job.id)
@@ -124,8 +149,9 @@ def _resend_ids(runtime: Runtime, ids: list[str], *, actor: Actor,
 def _summary(done: int, total: int, op_id: str, skipped: Mapping[str, int]) -> None:
     click.echo(f"resent {done} of {total} (job {op_id})")
     if skipped:
-        click.echo("skipped: " + ", ".join(f"{reason} {n}" for reason, n in
-                                           sorted(skipped.items())))
+        click.echo(
+            "skipped: " + ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items()))
+        )
         if skipped.get(dead_letters.ENDPOINT_DISABLED):
             click.echo("hint: enable the endpoint first, or pass --force")
 
@@ -135,10 +161,14 @@ def _summary(done: int, total: int, op_id: str, skipped: Mapping[str, int]) -> N
 @filter_options(with_state=False)
 @click.option("--all", "all_open", is_flag=True, help="Resend every open dead letter.")
 @click.option("--force", is_flag=True, help="Resend even to disabled endpoints.")
-@click.option("--actor", default=None,
-              help="Name recorded in the audit trail as cli:<name> (default: your user).")
-def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | None,
-               **values: Any) -> None:
+@click.option(
+    "--actor",
+    default=None,
+    help="Name recorded in the audit trail as cli:<name> (default: your user).",
+)
+def dlq_resend(
+    ids: tuple[str, ...], all_open: bool, force: bool, actor: str | None, **values: Any
+) -> None:
     """Resend dead letters by id, or every open one matching the filters, with progress.
 
     Exits 1 when a letter named with --id was not resent; a filter that skips some of the
@@ -169,14 +199,21 @@ def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | N
         return
     try:
         with runtime.db.begin() as session:
-            op = dead_letters.resend_matching(session, runtime, who,
-                                              dead_letters.FilterForm(flt),
-                                              everything=all_open, force=force, enqueue=False)
+            op = dead_letters.resend_matching(
+                session,
+                runtime,
+                who,
+                dead_letters.FilterForm(flt),
+                everything=all_open,
+                force=force,
+                enqueue=False,
+            )
             op_id, total = op.id, op.total
         if total == 0:
             click.echo("no open dead letters match")
-        with click.progressbar(length=total, label="resending", show_pos=True,
-                               file=sys.stderr) as bar:
+        with click.progressbar(
+            length=total, label="resending", show_pos=True, file=sys.stderr
+        ) as bar:
             op = dead_letters.run_job(runtime, op_id, progress=bar.update)
     except KurirError as exc:
         fail(exc.message, 2)
@@ -186,8 +223,11 @@ def dlq_resend(ids: tuple[str, ...], all_open: bool, force: bool, actor: str | N
 @dlq_group.command("discard")
 @click.option("--id", "ids", multiple=True, required=True, help="A dead letter id (repeatable).")
 @click.option("--note", default=None, help="Why it will never be resent.")
-@click.option("--actor", default=None,
-              help="Name recorded in the audit trail as cli:<name> (default: your user).")
+@click.option(
+    "--actor",
+    default=None,
+    help="Name recorded in the audit trail as cli:<name> (default: your user).",
+)
 def dlq_discard(ids: tuple[str, ...], note: str | None, actor: str | None) -> None:
     """Discard dead letters: they stay searchable but will not be resent."""
     who = cli_actor(actor)

@@ -19,12 +19,18 @@ from app import headers as header_names
 from app.inbound.verify import SignatureError, verify
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
-_HEADERS_SHOWN = ("webhook-id", "webhook-timestamp", header_names.SEQUENCE_HEADER,
-                  header_names.PREVIOUS_ID_HEADER, "user-agent")
+_HEADERS_SHOWN = (
+    "webhook-id",
+    "webhook-timestamp",
+    header_names.SEQUENCE_HEADER,
+    header_names.PREVIOUS_ID_HEADER,
+    "user-agent",
+)
 
 
-def make_server(host: str, port: int, *, secret: str | None, status: int,
-                echo: Any = click.echo) -> ThreadingHTTPServer:
+def make_server(
+    host: str, port: int, *, secret: str | None, status: int, echo: Any = click.echo
+) -> ThreadingHTTPServer:
     """The receiver, not yet serving; `echo` prints one block per webhook."""
     printing = threading.Lock()
 
@@ -40,14 +46,18 @@ def make_server(host: str, port: int, *, secret: str | None, status: int,
             verdict, code = "not checked (no --secret)", status
             if secret is not None:
                 try:
-                    verify("standard-webhooks", [secret], list(self.headers.items()), body,
-                           time.time())
+                    verify(
+                        "standard-webhooks", [secret], list(self.headers.items()), body, time.time()
+                    )
                     verdict = "ok"
                 except SignatureError as exc:
                     verdict, code = f"INVALID ({exc.reason}: {exc})", 401
             lines = [f"{time.strftime('%H:%M:%S')}  POST {self.path}  -> {code}"]
-            lines += [f"  {name}: {self.headers.get(name)}" for name in _HEADERS_SHOWN
-                      if self.headers.get(name) is not None]
+            lines += [
+                f"  {name}: {self.headers.get(name)}"
+                for name in _HEADERS_SHOWN
+                if self.headers.get(name) is not None
+            ]
             lines.append(f"  signature: {verdict}")
             lines.append(_pretty(body))
             with printing:
@@ -81,17 +91,29 @@ def _pretty(body: bytes) -> str:
 @click.command("listen")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=9000, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--secret", envvar="KURIR_LISTEN_SECRET", default=None,
-              help="The endpoint's whsec_ secret: signatures are checked and a bad one "
-                   "answered 401. Also read from KURIR_LISTEN_SECRET.")
-@click.option("--status", default=200, show_default=True, type=click.IntRange(100, 599),
-              help="Status to answer (try 500 or 410 to watch retries or auto-disable).")
+@click.option(
+    "--secret",
+    envvar="KURIR_LISTEN_SECRET",
+    default=None,
+    help="The endpoint's whsec_ secret: signatures are checked and a bad one "
+    "answered 401. Also read from KURIR_LISTEN_SECRET.",
+)
+@click.option(
+    "--status",
+    default=200,
+    show_default=True,
+    type=click.IntRange(100, 599),
+    help="Status to answer (try 500 or 410 to watch retries or auto-disable).",
+)
 def listen_command(host: str, port: int, secret: str | None, status: int) -> None:
     """Receive webhooks locally and print them, with their signature checked."""
     server = make_server(host, port, secret=secret, status=status)
     bound_port = server.server_address[1]
-    click.echo(f"kurir listen: POST webhooks to http://{host}:{bound_port}/ "
-               f"(answering {status}); Ctrl-C to stop", err=True)
+    click.echo(
+        f"kurir listen: POST webhooks to http://{host}:{bound_port}/ "
+        f"(answering {status}); Ctrl-C to stop",
+        err=True,
+    )
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:

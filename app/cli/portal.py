@@ -27,8 +27,10 @@ def portal_revoke(uid: str) -> None:
             stopped = portal.revoke_partner(session, cli_actor(), uid)
     except KurirError as exc:
         fail(exc.message)
-    click.echo(f"partner {uid}: {stopped.ended} portal session(s) ended, "
-               f"{stopped.revoked} unused link(s) revoked")
+    click.echo(
+        f"partner {uid}: {stopped.ended} portal session(s) ended, "
+        f"{stopped.revoked} unused link(s) revoked"
+    )
 
 
 COMMANDS = (portal_group,)

@@ -25,10 +25,15 @@ CHILD_STOP_TIMEOUT_S = 15.0
 @click.command("api")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
-@click.option("--workers", type=int, default=None,
-              help="gunicorn worker processes [KURIR_API_WORKERS, default 2]")
-@click.option("--threads", type=int, default=None,
-              help="threads per worker [KURIR_API_THREADS, default 8]")
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="gunicorn worker processes [KURIR_API_WORKERS, default 2]",
+)
+@click.option(
+    "--threads", type=int, default=None, help="threads per worker [KURIR_API_THREADS, default 8]"
+)
 def api_command(host: str, port: int, workers: int | None, threads: int | None) -> None:
     """Serve the REST API, UI and inbound receiver with gunicorn."""
     from gunicorn.app.base import BaseApplication
@@ -92,8 +97,11 @@ def scheduler_command() -> None:
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", "app.cli", *args], env=env, start_new_session=True,
-        preexec_fn=die_with_parent)  # noqa: PLW1509
+        [sys.executable, "-m", "app.cli", *args],
+        env=env,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )  # noqa: PLW1509
 
 
 def _stop_all(children: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -114,8 +122,13 @@ def _stop_all(children: dict[str, subprocess.Popen[bytes]]) -> None:
 @click.command("up")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
-@click.option("--workers", default=1, show_default=True, type=int,
-              help="How many `kurir worker` processes to run.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=int,
+    help="How many `kurir worker` processes to run.",
+)
 def up_command(host: str, port: int, workers: int) -> None:
     """Migrate, then run api + worker(s) + scheduler until Ctrl-C."""
     runtime = make_runtime()
@@ -168,8 +181,9 @@ def up_command(host: str, port: int, workers: int) -> None:
         while not stopping:
             for name, process in children.items():
                 if process.poll() is not None:
-                    click.echo(f"kurir: {name} exited with {process.returncode}; stopping",
-                               err=True)
+                    click.echo(
+                        f"kurir: {name} exited with {process.returncode}; stopping", err=True
+                    )
                     stopping = True
                     exit_code = 1
                     break

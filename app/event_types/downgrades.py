@@ -98,8 +98,9 @@ def compile_expression(expression: str) -> ParsedResult:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise Refused(f"not a valid JMESPath expression: {first[:MESSAGE_CHARS]}") from None
     except RecursionError:
-        raise Refused(f"nested too deeply (at most {MAX_DEPTH} levels)", "depth",
-                      MAX_DEPTH) from None
+        raise Refused(
+            f"nested too deeply (at most {MAX_DEPTH} levels)", "depth", MAX_DEPTH
+        ) from None
 
 
 def compile_checked(expression: str) -> ParsedResult:
@@ -116,13 +117,18 @@ def compile_checked(expression: str) -> ParsedResult:
         raise Refused(f"has {pipes} pipes; at most {MAX_PIPES}", "pipes", MAX_PIPES)
     unknown = sorted(called - FUNCTIONS)
     if unknown:
-        raise Refused(f"calls unknown function(s): {', '.join(f'{n}()' for n in unknown)}",
-                      "functions")
+        raise Refused(
+            f"calls unknown function(s): {', '.join(f'{n}()' for n in unknown)}", "functions"
+        )
     copies = _most_copies(_footprint(parsed.parsed)[0])
     if copies > MAX_COPIES:
-        raise Refused(f"can copy one part of its input {copies} times; at most {MAX_COPIES} "
-                      "(a multi-select of the same part, like {a: @, b: @}, copies it twice, "
-                      "and each stage multiplies)", "copies", MAX_COPIES)
+        raise Refused(
+            f"can copy one part of its input {copies} times; at most {MAX_COPIES} "
+            "(a multi-select of the same part, like {a: @, b: @}, copies it twice, "
+            "and each stage multiplies)",
+            "copies",
+            MAX_COPIES,
+        )
     return parsed
 
 
@@ -150,8 +156,21 @@ def _shape(root: dict[str, Any]) -> tuple[int, int, set[str]]:
 # A footprint: which parts of the input (paths from the current value) an expression's output
 # contains, and how many times each. `pure` is the path when the output IS that part.
 Footprint = list[tuple[tuple[str, ...], int]]
-_SCALAR_FUNCTIONS = frozenset({"abs", "avg", "ceil", "contains", "ends_with", "floor", "length",
-                               "starts_with", "sum", "to_number", "type"})
+_SCALAR_FUNCTIONS = frozenset(
+    {
+        "abs",
+        "avg",
+        "ceil",
+        "contains",
+        "ends_with",
+        "floor",
+        "length",
+        "starts_with",
+        "sum",
+        "to_number",
+        "type",
+    }
+)
 _KEY_FUNCTIONS = frozenset({"sort_by", "min_by", "max_by"})  # the expref only ranks
 
 
@@ -197,15 +216,19 @@ def _footprint(node: dict[str, Any]) -> tuple[Footprint, tuple[str, ...] | None]
     return [entry for child in children for entry in _footprint(child)[0]], None
 
 
-def _then(footprint: Footprint, pure: tuple[str, ...] | None,
-          after: tuple[Footprint, tuple[str, ...] | None]) -> tuple[Footprint,
-                                                                    tuple[str, ...] | None]:
+def _then(
+    footprint: Footprint,
+    pure: tuple[str, ...] | None,
+    after: tuple[Footprint, tuple[str, ...] | None],
+) -> tuple[Footprint, tuple[str, ...] | None]:
     """`after` applied to the output of an expression with `footprint`."""
     next_footprint, next_pure = after
     if pure is not None:
         # The output is that part of the input: the next stage reads below it.
-        return ([((*pure, *path), count) for path, count in next_footprint],
-                None if next_pure is None else (*pure, *next_pure))
+        return (
+            [((*pure, *path), count) for path, count in next_footprint],
+            None if next_pure is None else (*pure, *next_pure),
+        )
     factor = _most_copies(next_footprint)
     return [(path, count * factor) for path, count in footprint], None
 
@@ -214,7 +237,8 @@ def _overlap(shorter: tuple[str, ...], longer: tuple[str, ...]) -> bool:
     """Whether some node lies under both paths (wildcards match any segment)."""
     return len(shorter) <= len(longer) and all(
         a == b or _ANY_ITEM in (a, b) or _ANY_MEMBER in (a, b)
-        for a, b in zip(shorter, longer, strict=False))
+        for a, b in zip(shorter, longer, strict=False)
+    )
 
 
 def _most_copies(footprint: Footprint) -> int:
@@ -230,10 +254,20 @@ def _most_copies(footprint: Footprint) -> int:
     wild = {None, _ANY_ITEM, _ANY_MEMBER}
     best = 0
     for deepest in merged:
-        heads: set[str | None] = set(by_head) if deepest and deepest[0] in wild else (
-            wild | {deepest[0] if deepest else None})
-        best = max(best, sum(count for head in heads for path, count in by_head.get(head, ())
-                             if _overlap(path, deepest)))
+        heads: set[str | None] = (
+            set(by_head)
+            if deepest and deepest[0] in wild
+            else (wild | {deepest[0] if deepest else None})
+        )
+        best = max(
+            best,
+            sum(
+                count
+                for head in heads
+                for path, count in by_head.get(head, ())
+                if _overlap(path, deepest)
+            ),
+        )
     return best
 
 
@@ -290,7 +324,7 @@ class Meter:
                 continue
             total = 1 + max(len(node), 1)  # brackets and commas
             complete = True
-            for part in (node.values() if isinstance(node, dict) else node):
+            for part in node.values() if isinstance(node, dict) else node:
                 if isinstance(part, dict | list):
                     seen = sizes.get(id(part))
                     if seen is None:
@@ -333,25 +367,34 @@ class _MeteredFunctions(jp_functions.Functions):
         for arg in resolved_args:
             if isinstance(arg, list | dict | str):
                 meter.spend(len(arg) + 1)  # type checks and one pass over it
-        if function_name == "to_string" and resolved_args and not isinstance(
-                resolved_args[0], str):
+        if function_name == "to_string" and resolved_args and not isinstance(resolved_args[0], str):
             meter.spend(meter.size(resolved_args[0]))  # the string is at least that long
-        elif function_name == "join" and len(resolved_args) == 2 and isinstance(
-                resolved_args[1], list) and isinstance(resolved_args[0], str):
+        elif (
+            function_name == "join"
+            and len(resolved_args) == 2
+            and isinstance(resolved_args[1], list)
+            and isinstance(resolved_args[0], str)
+        ):
             separator, parts = resolved_args
-            meter.spend(meter.within(
-                sum(len(p) for p in parts if isinstance(p, str))
-                + len(separator) * max(len(parts) - 1, 0)))
-        elif function_name == "contains" and resolved_args and isinstance(
-                resolved_args[0], list):
+            meter.spend(
+                meter.within(
+                    sum(len(p) for p in parts if isinstance(p, str))
+                    + len(separator) * max(len(parts) - 1, 0)
+                )
+            )
+        elif function_name == "contains" and resolved_args and isinstance(resolved_args[0], list):
             meter.spend(meter.size(resolved_args[0]))  # deep equality with each element
-        elif function_name in ("sort", "sort_by", "max", "min", "max_by", "min_by") and \
-                resolved_args and isinstance(resolved_args[0], list):
+        elif (
+            function_name in ("sort", "sort_by", "max", "min", "max_by", "min_by")
+            and resolved_args
+            and isinstance(resolved_args[0], list)
+        ):
             count = len(resolved_args[0])
             meter.spend(count * max(1, math.ceil(math.log2(count + 1))))
         result = super().call_function(function_name, resolved_args)
         if isinstance(result, dict | list | str) and not any(
-                result is arg for arg in resolved_args):
+            result is arg for arg in resolved_args
+        ):
             meter.built(result)
         return result
 

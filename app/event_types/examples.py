@@ -47,8 +47,7 @@ def example_for(schema: Any) -> Any:
 
 def own_example(schema: Any) -> Any:
     """The schema's first `examples` entry, if it has one (None otherwise)."""
-    if isinstance(schema, dict) and isinstance(schema.get("examples"), list) \
-            and schema["examples"]:
+    if isinstance(schema, dict) and isinstance(schema.get("examples"), list) and schema["examples"]:
         return schema["examples"][0]
     return None
 
@@ -144,10 +143,10 @@ class _Maker:
         if kind == "string":
             text = _FORMATS.get(str(node.get("format", "")), "string")
             minimum = node.get("minLength", 0)
-            minimum = minimum if isinstance(minimum, int) and not isinstance(minimum,
-                                                                              bool) else 0
-            return self._take(text if len(text) >= minimum else text + "x" * (
-                min(minimum, MAX_BYTES) - len(text)))
+            minimum = minimum if isinstance(minimum, int) and not isinstance(minimum, bool) else 0
+            return self._take(
+                text if len(text) >= minimum else text + "x" * (min(minimum, MAX_BYTES) - len(text))
+            )
         if kind == "integer":
             return _number(node, 1)
         if kind == "number":
@@ -176,8 +175,7 @@ class _Maker:
         count = min(max(1, minimum if isinstance(minimum, int) else 1), 3)
         # The copies are one shared object, but each is written out: charge them all.
         nodes, size = before[0] - self.nodes, before[1] - self.bytes
-        while count > 1 and (nodes * (count - 1) > self.nodes
-                             or size * (count - 1) > self.bytes):
+        while count > 1 and (nodes * (count - 1) > self.nodes or size * (count - 1) > self.bytes):
             count -= 1
         self.nodes -= nodes * (count - 1)
         self.bytes -= size * (count - 1)

@@ -61,15 +61,18 @@ def check_schema(schema: Any) -> None:
         cls.check_schema(schema)
     except SchemaError as exc:
         path = "/".join(str(p) for p in exc.absolute_path)
-        raise ValidationFailed(f"schema is not valid JSON Schema: {exc.message}",
-                               code="invalid_schema",
-                               details=[{"path": "/" + path, "message": exc.message}]) from None
+        raise ValidationFailed(
+            f"schema is not valid JSON Schema: {exc.message}",
+            code="invalid_schema",
+            details=[{"path": "/" + path, "message": exc.message}],
+        ) from None
     remote = sorted({ref for ref in _refs(schema) if not ref.startswith("#")})
     if remote:
-        raise ValidationFailed("schema may only use local references ($ref: '#/...')",
-                               code="invalid_schema",
-                               details=[{"path": "", "message": f"remote reference {ref!r}"}
-                                        for ref in remote])
+        raise ValidationFailed(
+            "schema may only use local references ($ref: '#/...')",
+            code="invalid_schema",
+            details=[{"path": "", "message": f"remote reference {ref!r}"} for ref in remote],
+        )
 
 
 def compile_schema(schema: dict[str, Any]) -> Validator:
@@ -79,12 +82,15 @@ def compile_schema(schema: dict[str, Any]) -> Validator:
 
 def data_errors(validator: Validator, data: Any) -> list[dict[str, str]]:
     """Every way `data` breaks the schema, as `{path, message, keyword}` (JSON Pointer paths)."""
-    errors = sorted(validator.iter_errors(data),
-                    key=lambda e: ([str(p) for p in e.absolute_path], e.message))
+    errors = sorted(
+        validator.iter_errors(data), key=lambda e: ([str(p) for p in e.absolute_path], e.message)
+    )
     return [
-        {"path": "/" + "/".join(str(p) for p in error.absolute_path),
-         "message": error.message,
-         "keyword": str(error.validator)}
+        {
+            "path": "/" + "/".join(str(p) for p in error.absolute_path),
+            "message": error.message,
+            "keyword": str(error.validator),
+        }
         for error in errors[:MAX_ERRORS]
     ]
 

@@ -60,8 +60,14 @@ compiled_downgrades = _DowngradeCache()
 def versions_of(session: Session | Connection, name: str) -> dict[int, Version]:
     """Every registered version of the type `name`, by number (one query)."""
     rows = session.execute(
-        select(EventType.id, EventType.version, EventType.deprecated, EventType.sunset_at,
-               EventType.downgrade).where(EventType.name == name)).all()
+        select(
+            EventType.id,
+            EventType.version,
+            EventType.deprecated,
+            EventType.sunset_at,
+            EventType.downgrade,
+        ).where(EventType.name == name)
+    ).all()
     found: dict[int, Version] = {}
     for type_id, version, deprecated, sunset_at, downgrade in rows:
         validator = validators.get(type_id)
@@ -70,8 +76,7 @@ def versions_of(session: Session | Connection, name: str) -> dict[int, Version]:
             validator = compile_schema(schema or {})
             validators.put(type_id, validator)
         compiled = compiled_downgrades.get(type_id, downgrade) if downgrade else None
-        found[version] = Version(type_id, version, bool(deprecated), sunset_at, validator,
-                                 compiled)
+        found[version] = Version(type_id, version, bool(deprecated), sunset_at, validator, compiled)
     return found
 
 
@@ -103,8 +108,9 @@ class VersionTooLarge(Exception):
         self.limit = limit
 
 
-def reachable(downgradable: dict[int, bool], published: int,
-              renditions: set[int]) -> dict[int, int]:
+def reachable(
+    downgradable: dict[int, bool], published: int, renditions: set[int]
+) -> dict[int, int]:
     """Version -> downgrades needed to make it, for every version a publish of `published`
     with these renditions can make; `downgradable` says, per registered version, whether it
     declares a downgrade. Structural only: nothing runs.
@@ -123,10 +129,15 @@ def reachable(downgradable: dict[int, bool], published: int,
     return found
 
 
-def produce(versions: dict[int, Version], published: int, data: dict[str, Any],
-            renditions: dict[int, dict[str, Any]], wanted: set[int], *,
-            max_bytes: int = Settings.max_payload_bytes,
-            ) -> dict[int, tuple[dict[str, Any], str]]:
+def produce(
+    versions: dict[int, Version],
+    published: int,
+    data: dict[str, Any],
+    renditions: dict[int, dict[str, Any]],
+    wanted: set[int],
+    *,
+    max_bytes: int = Settings.max_payload_bytes,
+) -> dict[int, tuple[dict[str, Any], str]]:
     """`data` in every wanted version other than the published one, and in every rendition,
     with how it was made.
 
@@ -143,8 +154,11 @@ def produce(versions: dict[int, Version], published: int, data: dict[str, Any],
         VersionTooLarge: making a version went past the size or work budget.
     """
     made: dict[int, tuple[dict[str, Any], str]] = {}
-    reach = reachable({v: row.downgrade is not None for v, row in versions.items()}, published,
-                      set(renditions) & set(versions))
+    reach = reachable(
+        {v: row.downgrade is not None for v, row in versions.items()},
+        published,
+        set(renditions) & set(versions),
+    )
     meter = downgrades.Meter(max_bytes)
 
     def make(version: int) -> dict[str, Any]:
@@ -166,13 +180,29 @@ def produce(versions: dict[int, Version], published: int, data: dict[str, Any],
             except downgrades.TooLarge as exc:
                 raise VersionTooLarge(version, exc.reason, exc.limit) from None
             except downgrades.Failed as exc:
-                raise VersionInvalid(version, source, [{
-                    "path": "/", "message": f"the downgrade does not apply: {exc}",
-                    "keyword": "downgrade"}]) from None
+                raise VersionInvalid(
+                    version,
+                    source,
+                    [
+                        {
+                            "path": "/",
+                            "message": f"the downgrade does not apply: {exc}",
+                            "keyword": "downgrade",
+                        }
+                    ],
+                ) from None
             if not isinstance(result, dict):
-                raise VersionInvalid(version, source, [{
-                    "path": "/", "message": "the downgrade did not produce a JSON object",
-                    "keyword": "type"}])
+                raise VersionInvalid(
+                    version,
+                    source,
+                    [
+                        {
+                            "path": "/",
+                            "message": "the downgrade did not produce a JSON object",
+                            "keyword": "type",
+                        }
+                    ],
+                )
         errors = data_errors(versions[version].validator, result)
         if errors:
             raise VersionInvalid(version, source, errors)
@@ -194,8 +224,10 @@ def unreachable_pins(session: Session, pins: dict[str, int]) -> list[dict[str, A
         return []
     downgradable: dict[str, dict[int, bool]] = {}
     for name, version, has_downgrade in session.execute(
-            select(EventType.name, EventType.version, EventType.downgrade.is_not(None))
-            .where(EventType.name.in_(list(pins)))):
+        select(EventType.name, EventType.version, EventType.downgrade.is_not(None)).where(
+            EventType.name.in_(list(pins))
+        )
+    ):
         downgradable.setdefault(name, {})[int(version)] = bool(has_downgrade)
     problems = []
     for name, version in sorted(pins.items()):

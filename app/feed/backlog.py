@@ -39,22 +39,34 @@ class ExpiredBacklog:
     horizon: datetime
 
 
-def expired(connection: Connection, partner_id: str, event_types: list[str] | None,
-            acked_seq: int | None, *, horizon: datetime) -> ExpiredBacklog | None:
+def expired(
+    connection: Connection,
+    partner_id: str,
+    event_types: list[str] | None,
+    acked_seq: int | None,
+    *,
+    horizon: datetime,
+) -> ExpiredBacklog | None:
     """What of the endpoint's feed after `acked_seq` lies past `horizon` (None: nothing).
 
     Three statements on the partner's feed index, from the acknowledgement on.
     """
-    feed = [Event.partner_id == partner_id, Event.feed_seq > (acked_seq or 0),
-            ~Event.type.startswith(RESERVED_PREFIX, autoescape=True)]
+    feed = [
+        Event.partner_id == partner_id,
+        Event.feed_seq > (acked_seq or 0),
+        ~Event.type.startswith(RESERVED_PREFIX, autoescape=True),
+    ]
     if event_types is not None:
         feed.append(Event.type.in_(event_types))
     through = connection.execute(
-        select(func.max(Event.feed_seq)).where(*feed, Event.created_at < horizon)).scalar()
+        select(func.max(Event.feed_seq)).where(*feed, Event.created_at < horizon)
+    ).scalar()
     if through is None:
         return None
     skipped = connection.execute(
-        select(func.count()).where(*feed, Event.feed_seq <= through)).scalar_one()
-    oldest = connection.execute(select(Event.id, Event.created_at).where(*feed)
-                                .order_by(Event.feed_seq).limit(1)).one()
+        select(func.count()).where(*feed, Event.feed_seq <= through)
+    ).scalar_one()
+    oldest = connection.execute(
+        select(Event.id, Event.created_at).where(*feed).order_by(Event.feed_seq).limit(1)
+    ).one()
     return ExpiredBacklog(int(skipped), oldest.id, oldest.created_at, int(through), horizon)

@@ -48,14 +48,18 @@ def decode(cursor: str, *, now: datetime, retention: timedelta) -> Cursor:
         raw = ""
     match = _FORMAT.fullmatch(raw)
     if match is None:
-        raise invalid("cursor is not a feed cursor (use the next_cursor of a feed answer)",
-                      cursor)
+        raise invalid("cursor is not a feed cursor (use the next_cursor of a feed answer)", cursor)
     seq, issued = int(match.group(1)), int(match.group(2))
     issued_at = datetime.fromtimestamp(issued, UTC)
     if issued_at < now - retention:
-        raise Gone("this cursor is older than the retention period: events after it may be "
-                   "gone; start again without a cursor (or from the endpoint's last "
-                   "acknowledgement)", code="cursor_expired",
-                   details={"issued_at": issued_at.isoformat().replace("+00:00", "Z"),
-                            "retention_days": retention.days})
+        raise Gone(
+            "this cursor is older than the retention period: events after it may be "
+            "gone; start again without a cursor (or from the endpoint's last "
+            "acknowledgement)",
+            code="cursor_expired",
+            details={
+                "issued_at": issued_at.isoformat().replace("+00:00", "Z"),
+                "retention_days": retention.days,
+            },
+        )
     return Cursor(seq, issued_at)

@@ -59,35 +59,50 @@ class _Tally:
             self.oldest_at = oldest
 
 
-def lags(connection: Connection, *, horizon: datetime,
-         endpoint_id: str | None = None) -> list[PullLag]:
+def lags(
+    connection: Connection, *, horizon: datetime, endpoint_id: str | None = None
+) -> list[PullLag]:
     """The lag of every live pull endpoint (or of `endpoint_id` only), by endpoint id."""
-    pulls = (select(Endpoint.id).where(Endpoint.mode == PULL, Endpoint.deleted_at.is_(None)))
+    pulls = select(Endpoint.id).where(Endpoint.mode == PULL, Endpoint.deleted_at.is_(None))
     if endpoint_id is not None:
         pulls = pulls.where(Endpoint.id == endpoint_id)
     endpoints = connection.execute(
         select(Endpoint.id, Endpoint.partner_id, Endpoint.event_types, Partner.uid)
         .join(Partner, Partner.id == Endpoint.partner_id)
-        .where(Endpoint.id.in_(pulls)).order_by(Endpoint.id)).all()
+        .where(Endpoint.id.in_(pulls))
+        .order_by(Endpoint.id)
+    ).all()
     if not endpoints:
         return []
-    columns = (Event.type, func.count(), func.min(Event.created_at),
-               func.coalesce(func.sum(case((Event.created_at < horizon, 1), else_=0)), 0))
+    columns = (
+        Event.type,
+        func.count(),
+        func.min(Event.created_at),
+        func.coalesce(func.sum(case((Event.created_at < horizon, 1), else_=0)), 0),
+    )
     mine = ~Event.type.startswith(RESERVED_PREFIX, autoescape=True)
     numbered: dict[str, list[Any]] = defaultdict(list)
     for row in connection.execute(
-            select(Endpoint.id, *columns)
-            .join(Event, (Event.partner_id == Endpoint.partner_id)
-                  & (Event.feed_seq > func.coalesce(Endpoint.acked_seq, 0)))
-            .where(Endpoint.id.in_(pulls), mine)
-            .group_by(Endpoint.id, Event.type)):
+        select(Endpoint.id, *columns)
+        .join(
+            Event,
+            (Event.partner_id == Endpoint.partner_id)
+            & (Event.feed_seq > func.coalesce(Endpoint.acked_seq, 0)),
+        )
+        .where(Endpoint.id.in_(pulls), mine)
+        .group_by(Endpoint.id, Event.type)
+    ):
         numbered[row[0]].append(row[1:])
     waiting: dict[str, list[Any]] = defaultdict(list)
     for row in connection.execute(
-            select(Event.partner_id, *columns)
-            .where(Event.feed_seq.is_(None), mine,
-                   Event.partner_id.in_(select(Endpoint.partner_id).where(Endpoint.id.in_(pulls))))
-            .group_by(Event.partner_id, Event.type)):
+        select(Event.partner_id, *columns)
+        .where(
+            Event.feed_seq.is_(None),
+            mine,
+            Event.partner_id.in_(select(Endpoint.partner_id).where(Endpoint.id.in_(pulls))),
+        )
+        .group_by(Event.partner_id, Event.type)
+    ):
         waiting[row[0]].append(row[1:])
     found = []
     for endpoint_id_, partner_id, event_types, uid in endpoints:
@@ -96,8 +111,7 @@ def lags(connection: Connection, *, horizon: datetime,
         for type_, n, oldest, expired in (*numbered[endpoint_id_], *waiting[partner_id]):
             if wanted is None or type_ in wanted:
                 tally.add(int(n), oldest, int(expired))
-        found.append(PullLag(endpoint_id_, uid, Lag(tally.events, tally.oldest_at,
-                                                    tally.expired)))
+        found.append(PullLag(endpoint_id_, uid, Lag(tally.events, tally.oldest_at, tally.expired)))
     return found
 
 

@@ -39,8 +39,15 @@ class Page:
     position: int
 
 
-def page(connection: Connection, partner_id: str, *, after: int | None, limit: int,
-         not_before: datetime | None, subscriber: Subscriber | None = None) -> Page:
+def page(
+    connection: Connection,
+    partner_id: str,
+    *,
+    after: int | None,
+    limit: int,
+    not_before: datetime | None,
+    subscriber: Subscriber | None = None,
+) -> Page:
     """Up to `limit` events after position `after` (from the start without one), in feed
     order, leaving out those created before `not_before` (past retention) when given.
 
@@ -48,11 +55,16 @@ def page(connection: Connection, partner_id: str, *, after: int | None, limit: i
     the page is not full the consumer can move there without skipping anything.
     """
     seen_head = head(connection)
-    stmt = (select(Event.feed_seq, Event.id, Event.type, Event.version, Event.payload)
-            .where(Event.partner_id == partner_id,
-                   Event.feed_seq > (after or 0),
-                   ~Event.type.startswith(RESERVED_PREFIX, autoescape=True))
-            .order_by(Event.feed_seq).limit(limit))
+    stmt = (
+        select(Event.feed_seq, Event.id, Event.type, Event.version, Event.payload)
+        .where(
+            Event.partner_id == partner_id,
+            Event.feed_seq > (after or 0),
+            ~Event.type.startswith(RESERVED_PREFIX, autoescape=True),
+        )
+        .order_by(Event.feed_seq)
+        .limit(limit)
+    )
     if not_before is not None:
         stmt = stmt.where(Event.created_at >= not_before)
     if subscriber is not None and subscriber.event_types is not None:
@@ -68,15 +80,26 @@ def page(connection: Connection, partner_id: str, *, after: int | None, limit: i
     return Page(payloads, position)
 
 
-def _pinned(connection: Connection, rows: list[Any], pins: dict[str, Any],
-            payloads: list[str]) -> list[str]:
+def _pinned(
+    connection: Connection, rows: list[Any], pins: dict[str, Any], payloads: list[str]
+) -> list[str]:
     """Swap in the stored version a pin asks for, where there is one."""
-    wanted = {(row.id, int(pins[row.type])) for row in rows
-              if row.type in pins and int(pins[row.type]) != row.version}
+    wanted = {
+        (row.id, int(pins[row.type]))
+        for row in rows
+        if row.type in pins and int(pins[row.type]) != row.version
+    }
     if not wanted:
         return payloads
-    found = {(event_id, version): payload for event_id, version, payload in connection.execute(
-        select(EventVersion.event_id, EventVersion.version, EventVersion.payload)
-        .where(EventVersion.event_id.in_({event_id for event_id, _ in wanted})))}
-    return [found.get((row.id, int(pins.get(row.type, row.version))), payload)
-            for row, payload in zip(rows, payloads, strict=True)]
+    found = {
+        (event_id, version): payload
+        for event_id, version, payload in connection.execute(
+            select(EventVersion.event_id, EventVersion.version, EventVersion.payload).where(
+                EventVersion.event_id.in_({event_id for event_id, _ in wanted})
+            )
+        )
+    }
+    return [
+        found.get((row.id, int(pins.get(row.type, row.version))), payload)
+        for row, payload in zip(rows, payloads, strict=True)
+    ]

@@ -30,14 +30,14 @@ BATCH = 5000
 # The PostgreSQL advisory lock of the sequencer ("kurirfeed" in ASCII, as a bigint).
 LOCK_KEY = 0x6B75726972666565
 
-HEAD = text("SELECT feed_seq FROM events WHERE feed_seq IS NOT NULL "
-            "ORDER BY feed_seq DESC LIMIT 1")
+HEAD = text("SELECT feed_seq FROM events WHERE feed_seq IS NOT NULL ORDER BY feed_seq DESC LIMIT 1")
 _WAITING = text("SELECT 1 FROM events WHERE feed_seq IS NULL LIMIT 1")
 _NUMBER = text(
     "UPDATE events SET feed_seq = :base + todo.n "
     "FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM events "
     "      WHERE feed_seq IS NULL ORDER BY id LIMIT :batch) AS todo "
-    "WHERE events.id = todo.id")
+    "WHERE events.id = todo.id"
+)
 _LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 
 

@@ -65,21 +65,40 @@ log = logging.getLogger(__name__)
 
 _E = _EVENTS.c
 _IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
-_CLAIMABLE = or_(_E.status == RECEIVED,
-                 and_(_E.status == PROCESSING,
-                      _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime())))
+_CLAIMABLE = or_(
+    _E.status == RECEIVED,
+    and_(_E.status == PROCESSING, _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime())),
+)
 # SKIP LOCKED: an event another worker is claiming this instant is theirs; waiting for it
 # could deadlock two claims that list the same events in another order (PostgreSQL only;
 # SQLite has one writer and renders no lock clause).
 _CLAIM_MANY = (
     update(_EVENTS)
-    .where(_E.id.in_(select(_E.id).where(_E.id.in_(_IDS), _CLAIMABLE)
-                     .with_for_update(skip_locked=True).scalar_subquery()),
-           _CLAIMABLE)
-    .values(status=PROCESSING, attempts=_E.attempts + 1,
-            updated_at=bindparam("now", type_=UTCDateTime()))
-    .returning(_E.id, _E.attempts, _E.source_id, _E.event_type, _E.resource_type,
-               _E.resource_id, _E.resource_version, _E.occurred_at, _E.resource_status)
+    .where(
+        _E.id.in_(
+            select(_E.id)
+            .where(_E.id.in_(_IDS), _CLAIMABLE)
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        ),
+        _CLAIMABLE,
+    )
+    .values(
+        status=PROCESSING,
+        attempts=_E.attempts + 1,
+        updated_at=bindparam("now", type_=UTCDateTime()),
+    )
+    .returning(
+        _E.id,
+        _E.attempts,
+        _E.source_id,
+        _E.event_type,
+        _E.resource_type,
+        _E.resource_id,
+        _E.resource_version,
+        _E.occurred_at,
+        _E.resource_status,
+    )
 )
 
 
@@ -93,8 +112,9 @@ class _Outcome:
     reason: str | None
 
 
-def process_batch(runtime: Runtime, event_ids: Iterable[str], *,
-                  now: datetime | None = None) -> dict[str, str | None]:
+def process_batch(
+    runtime: Runtime, event_ids: Iterable[str], *, now: datetime | None = None
+) -> dict[str, str | None]:
     """Claim and process many inbound events; returns {id: final status} for those claimed.
 
     An id that is not claimable (already final, processing elsewhere, unknown) is left alone
@@ -113,14 +133,19 @@ def process_batch(runtime: Runtime, event_ids: Iterable[str], *,
             # the pool has been refreshed, so one more try usually goes through.
             claimed = claim_many(runtime, ids, now=now)
     except SQLAlchemyError:
-        log.warning("inbound batch: database unavailable while claiming %d events; the "
-                    "sweeper will send them again", len(ids), exc_info=True)
+        log.warning(
+            "inbound batch: database unavailable while claiming %d events; the "
+            "sweeper will send them again",
+            len(ids),
+            exc_info=True,
+        )
         return {}
     return process_claimed_batch(runtime, claimed, now=now)
 
 
-def process_claimed_batch(runtime: Runtime, claimed: list[Claimed], *,
-                          now: datetime | None = None) -> dict[str, str | None]:
+def process_claimed_batch(
+    runtime: Runtime, claimed: list[Claimed], *, now: datetime | None = None
+) -> dict[str, str | None]:
     """Process events this worker has claimed, in one transaction if all goes well."""
     if not claimed:
         return {}
@@ -137,11 +162,14 @@ def process_claimed_batch(runtime: Runtime, claimed: list[Claimed], *,
     except Exception as exc:
         # Nothing of the batch was kept: take the events one at a time, each in its own
         # transaction, where a lost claim, a failing event or an outage touches only itself.
-        log.warning("inbound batch of %d rolled back (%s: %s); processing its events one by "
-                    "one", len(claimed), type(exc).__name__, str(exc).split("\n", 1)[0][:300],
-                    exc_info=not isinstance(exc, SQLAlchemyError | _LostClaim | _Diverged))
-        return {event.id: process.process_claimed(runtime, event, now=now)
-                for event in claimed}
+        log.warning(
+            "inbound batch of %d rolled back (%s: %s); processing its events one by one",
+            len(claimed),
+            type(exc).__name__,
+            str(exc).split("\n", 1)[0][:300],
+            exc_info=not isinstance(exc, SQLAlchemyError | _LostClaim | _Diverged),
+        )
+        return {event.id: process.process_claimed(runtime, event, now=now) for event in claimed}
 
 
 def claim_many(runtime: Runtime, ids: list[str], *, now: datetime | None) -> list[Claimed]:
@@ -151,9 +179,10 @@ def claim_many(runtime: Runtime, ids: list[str], *, now: datetime | None) -> lis
             # As for one event: a claim lost in a crash only delays the event until the
             # sweeper resends it, so it need not wait for the WAL flush.
             connection.execute(text("SET LOCAL synchronous_commit = off"))
-        rows = connection.execute(_CLAIM_MANY, {
-            "b_ids": ids, "now": now,
-            "lease_cutoff": now - timedelta(seconds=PROCESSING_LEASE_S)}).all()
+        rows = connection.execute(
+            _CLAIM_MANY,
+            {"b_ids": ids, "now": now, "lease_cutoff": now - timedelta(seconds=PROCESSING_LEASE_S)},
+        ).all()
     # In the order the ids came (the queue's, so the order the callbacks were received in).
     position = {event_id: n for n, event_id in enumerate(ids)}
     return sorted((Claimed(*row) for row in rows), key=lambda event: position[event.id])
@@ -167,15 +196,24 @@ class _Unknown(Exception):
         self.keys = keys
 
 
-def _apply(session: Session, rt: Runtime, claimed: list[Claimed], *,
-           now: datetime | None, last_round: bool = False) -> dict[str, str | None]:
+def _apply(
+    session: Session,
+    rt: Runtime,
+    claimed: list[Claimed],
+    *,
+    now: datetime | None,
+    last_round: bool = False,
+) -> dict[str, str | None]:
     now = now or utcnow()
     sources: dict[str, SourceConfig | None] = {}
     for event in claimed:
         if event.source_id not in sources:
             sources[event.source_id] = process.source_config(session, event.source_id)
-    keys = [(event.source_id, event.resource_type or "", event.resource_id) for event in claimed
-            if event.resource_id is not None and sources[event.source_id] is not None]
+    keys = [
+        (event.source_id, event.resource_type or "", event.resource_id)
+        for event in claimed
+        if event.resource_id is not None and sources[event.source_id] is not None
+    ]
     # Every state of the batch locked up front, in key order (see states.lock_states).
     current = states.lock_states(session.connection(), keys) if keys else {}
     unknown = [key for key in keys if key not in current]
@@ -195,9 +233,15 @@ def _apply(session: Session, rt: Runtime, claimed: list[Claimed], *,
             continue
         outcome = run.one(source, event)
         results[event.id] = outcome.status
-        finishes.append({"b_id": event.id, "b_attempts": event.attempts,
-                         "new_status": outcome.status, "new_reason": outcome.reason,
-                         "now": now})
+        finishes.append(
+            {
+                "b_id": event.id,
+                "b_attempts": event.attempts,
+                "new_status": outcome.status,
+                "new_reason": outcome.reason,
+                "now": now,
+            }
+        )
     run.flush()
     if finishes:
         result = session.connection().execute(FINISH, finishes)
@@ -219,8 +263,13 @@ class _Run:
     apply, the batch is rolled back and redone one event at a time.
     """
 
-    def __init__(self, session: Session, rt: Runtime,
-                 current: dict[states.StateKey, states.StateRow], now: datetime) -> None:
+    def __init__(
+        self,
+        session: Session,
+        rt: Runtime,
+        current: dict[states.StateKey, states.StateRow],
+        now: datetime,
+    ) -> None:
         self.session = session
         self.rt = rt
         self.current = current
@@ -230,8 +279,7 @@ class _Run:
     def flush(self) -> None:
         if not self.pending:
             return
-        applied = states.compare_and_set_many(self.session.connection(), self.pending,
-                                              now=self.now)
+        applied = states.compare_and_set_many(self.session.connection(), self.pending, now=self.now)
         if applied != len(self.pending):
             raise _Diverged(f"{len(self.pending) - applied} of {len(self.pending)}")
         self.pending = []
@@ -248,11 +296,11 @@ class _Run:
             return failed or _Outcome(APPLIED, "no_resource")
 
         key = (event.source_id, event.resource_type or "", event.resource_id)
-        ordering = states.Ordering(event.resource_version, event.occurred_at,
-                                   event.resource_status or event.event_type)
+        ordering = states.Ordering(
+            event.resource_version, event.occurred_at, event.resource_status or event.event_type
+        )
         state = self.current[key]
-        decision = states.decide(ordering, state, allow_gaps=source.allow_gaps,
-                                 event_id=event.id)
+        decision = states.decide(ordering, state, allow_gaps=source.allow_gaps, event_id=event.id)
         if decision.kind == states.APPLY:
             write = states.Write(state.id, ordering, last_event_id=event.id)
             if bound:
@@ -277,12 +325,18 @@ class _Run:
             reconcile.enqueue_after_commit(session, self.rt, [request.id])
         return _Outcome(QUARANTINED, decision.reason)
 
-    def _apply_with_handlers(self, bound: list[handler_registry.BoundHandler], event: Claimed,
-                             write: states.Write) -> _Outcome | None:
+    def _apply_with_handlers(
+        self, bound: list[handler_registry.BoundHandler], event: Claimed, write: states.Write
+    ) -> _Outcome | None:
         """Compare-and-set, then the handlers, in a savepoint; the failure, or None."""
         savepoint = _savepoint(self.session)
-        if not states.compare_and_set(self.session.connection(), write.state_id, write.event,
-                                      last_event_id=write.last_event_id, now=self.now):
+        if not states.compare_and_set(
+            self.session.connection(),
+            write.state_id,
+            write.event,
+            last_event_id=write.last_event_id,
+            now=self.now,
+        ):
             raise _Diverged(event.id)
         try:
             process.run_event_handlers(self.session, bound, event.id, write.state_id)
@@ -294,9 +348,14 @@ class _Run:
         return None
 
 
-def _handlers_in_savepoint(session: Session, bound: list[handler_registry.BoundHandler],
-                           event_id: str, state_id: str | None, *,
-                           stale: bool = False) -> _Outcome | None:
+def _handlers_in_savepoint(
+    session: Session,
+    bound: list[handler_registry.BoundHandler],
+    event_id: str,
+    state_id: str | None,
+    *,
+    stale: bool = False,
+) -> _Outcome | None:
     """Run handlers so that a failing one undoes only its own event; the failure, or None."""
     if not bound:
         return None

@@ -37,9 +37,17 @@ class InboundConsumer(BatchConsumer):
 
     name = "inbound consumer"
 
-    def __init__(self, runtime: Runtime, connection: redis.Redis, stop: threading.Event, *,
-                 queue: str = INBOUND, batch_jobs: int = BATCH_JOBS,
-                 block_s: float = 1.0, linger_s: float = LINGER_S) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        connection: redis.Redis,
+        stop: threading.Event,
+        *,
+        queue: str = INBOUND,
+        batch_jobs: int = BATCH_JOBS,
+        block_s: float = 1.0,
+        linger_s: float = LINGER_S,
+    ) -> None:
         self.runtime = runtime
         self.connection = connection
         self.stop = stop
@@ -60,8 +68,11 @@ class InboundConsumer(BatchConsumer):
             # cost (two transactions, ~2 ms of CPU) alone. Under load batches fill at once.
             self.stop.wait(self.linger_s)
             more = self.connection.lpop(self.key, self.batch_jobs - len(job_ids)) or []
-            job_ids = list(dict.fromkeys([*job_ids, *(
-                r.decode() if isinstance(r, bytes) else str(r) for r in more)]))
+            job_ids = list(
+                dict.fromkeys(
+                    [*job_ids, *(r.decode() if isinstance(r, bytes) else str(r) for r in more)]
+                )
+            )
         event_ids: list[str] = []
         others = []
         for func, args, kwargs in take_calls(self.connection, job_ids):

@@ -112,8 +112,9 @@ def resolve(path: str) -> Handler:
     return target
 
 
-def validate_specs(specs: Iterable[Any], registry: Mapping[str, str], *,
-                   allow_paths: bool = False) -> list[dict[str, Any]]:
+def validate_specs(
+    specs: Iterable[Any], registry: Mapping[str, str], *, allow_paths: bool = False
+) -> list[dict[str, Any]]:
     """Normalise a source's handler list: registered names, or (``allow_paths``, the operator
     on the command line) dotted paths, which are imported here to be sure they resolve.
 
@@ -129,22 +130,28 @@ def validate_specs(specs: Iterable[Any], registry: Mapping[str, str], *,
     result: list[dict[str, Any]] = []
     for spec in specs:
         if isinstance(spec, str):
-            spec = {"event_type": "*", "path" if allow_paths and spec not in registry
-                    else "handler": spec}
+            spec = {
+                "event_type": "*",
+                "path" if allow_paths and spec not in registry else "handler": spec,
+            }
         if not isinstance(spec, dict) or (
-                not isinstance(spec.get("handler"), str) and not isinstance(spec.get("path"), str)):
+            not isinstance(spec.get("handler"), str) and not isinstance(spec.get("path"), str)
+        ):
             raise ValidationFailed(
-                'a handler is a registered name or {"event_type", "handler", '
-                '"side_effect_only"}', code="invalid_handler")
+                'a handler is a registered name or {"event_type", "handler", "side_effect_only"}',
+                code="invalid_handler",
+            )
         unknown = set(spec) - {"event_type", "handler", "path", "side_effect_only"}
         if unknown or ("handler" in spec and "path" in spec):
             raise ValidationFailed(
                 f"unknown handler field(s): {', '.join(sorted(unknown or {'path'}))}",
-                code="invalid_handler")
+                code="invalid_handler",
+            )
         pattern = spec.get("event_type", "*")
         if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
-            raise ValidationFailed("handler event_type must be a non-empty pattern",
-                                   code="invalid_handler")
+            raise ValidationFailed(
+                "handler event_type must be a non-empty pattern", code="invalid_handler"
+            )
         flag = spec.get("side_effect_only", False)
         if not isinstance(flag, bool):
             raise ValidationFailed("side_effect_only must be a boolean", code="invalid_handler")
@@ -153,19 +160,24 @@ def validate_specs(specs: Iterable[Any], registry: Mapping[str, str], *,
             if name not in registry:
                 raise ValidationFailed(
                     f"no handler is registered as {name!r}; registered: {known}",
-                    code="unknown_handler", details={"handler": name})
+                    code="unknown_handler",
+                    details={"handler": name},
+                )
             result.append({"event_type": pattern, "handler": name, "side_effect_only": flag})
             continue
         if not allow_paths:
             raise ValidationFailed(
                 "handlers are code: select one registered by name (KURIR_INBOUND_HANDLERS); "
                 "only the operator's command line names a module path",
-                code="unknown_handler", details={"handler": spec["path"]})
+                code="unknown_handler",
+                details={"handler": spec["path"]},
+            )
         try:
             resolve(spec["path"])
         except ValueError as exc:
-            raise ValidationFailed(f"handler {spec['path']!r}: {exc}",
-                                   code="invalid_handler") from None
+            raise ValidationFailed(
+                f"handler {spec['path']!r}: {exc}", code="invalid_handler"
+            ) from None
         result.append({"event_type": pattern, "path": spec["path"], "side_effect_only": flag})
     if len(result) > MAX_HANDLERS:
         raise ValidationFailed(f"at most {MAX_HANDLERS} handlers", code="invalid_handler")
@@ -187,8 +199,9 @@ def _entry_point_handlers() -> tuple[BoundHandler, ...]:
     found = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         func = ep.load()
-        found.append(BoundHandler(ep.name, ep.value, func,
-                                  bool(getattr(func, SIDE_EFFECT_ATTR, False))))
+        found.append(
+            BoundHandler(ep.name, ep.value, func, bool(getattr(func, SIDE_EFFECT_ATTR, False)))
+        )
     return tuple(found)
 
 
@@ -204,8 +217,9 @@ def _registry() -> Mapping[str, str]:
     return runtime_mod.current().settings.handler_registry
 
 
-def handlers_for(source: HasHandlers, event_type: str | None,
-                 registry: Mapping[str, str] | None = None) -> list[BoundHandler]:
+def handlers_for(
+    source: HasHandlers, event_type: str | None, registry: Mapping[str, str] | None = None
+) -> list[BoundHandler]:
     """Entry-point handlers first, then the source's own, in their configured order.
 
     Raises:
@@ -222,8 +236,9 @@ def handlers_for(source: HasHandlers, event_type: str | None,
             names = _registry() if registry is None else registry
             path = names.get(spec["handler"])
             if path is None:
-                raise ValueError(f"handler {spec['handler']!r} is not registered "
-                                 "(KURIR_INBOUND_HANDLERS)")
+                raise ValueError(
+                    f"handler {spec['handler']!r} is not registered (KURIR_INBOUND_HANDLERS)"
+                )
         else:
             path = spec["path"]
         func = _resolved(path)

@@ -52,7 +52,13 @@ log = logging.getLogger(__name__)
 _EVENTS = cast(Table, InboundEvent.__table__)
 
 RECEIVED, PROCESSING, APPLIED, IGNORED, QUARANTINED, FAILED = (
-    "received", "processing", "applied", "ignored", "quarantined", "failed")
+    "received",
+    "processing",
+    "applied",
+    "ignored",
+    "quarantined",
+    "failed",
+)
 FINAL = (APPLIED, IGNORED)
 PROCESS_JOB = "app.inbound.process.process_event"
 PROCESSING_LEASE_S = 300
@@ -77,12 +83,17 @@ def enqueue_after_commit(session: Session, runtime: Runtime, event_ids: list[str
         return
     redis = runtime.redis
     ids = list(event_ids)
-    after_commit(session, lambda: try_enqueue_many(
-        redis, [JobSpec(INBOUND, PROCESS_JOB, (event_id,)) for event_id in ids]))
+    after_commit(
+        session,
+        lambda: try_enqueue_many(
+            redis, [JobSpec(INBOUND, PROCESS_JOB, (event_id,)) for event_id in ids]
+        ),
+    )
 
 
-def process_event(inbound_event_id: str, runtime: Runtime | None = None, *,
-                  now: datetime | None = None) -> str | None:
+def process_event(
+    inbound_event_id: str, runtime: Runtime | None = None, *, now: datetime | None = None
+) -> str | None:
     """RQ job: process one stored callback; returns its final status (None if not ours).
 
     ``kurir worker`` takes these jobs many at a time (:mod:`app.inbound.batch`); this is the
@@ -93,8 +104,11 @@ def process_event(inbound_event_id: str, runtime: Runtime | None = None, *,
     try:
         claimed = _claim(rt, inbound_event_id, now=now)
     except SQLAlchemyError:
-        log.warning("inbound processing: database unavailable, the sweeper will retry",
-                    extra={"inbound_event_id": inbound_event_id}, exc_info=True)
+        log.warning(
+            "inbound processing: database unavailable, the sweeper will retry",
+            extra={"inbound_event_id": inbound_event_id},
+            exc_info=True,
+        )
         return None
     if claimed is None:
         return None
@@ -108,16 +122,20 @@ def process_claimed(rt: Runtime, claimed: Claimed, *, now: datetime | None = Non
         with rt.db.begin() as session:
             return _process(session, rt, claimed, now=now)
     except _Lost:
-        log.info("inbound event changed hands while processing; left to its new owner",
-                 extra={"inbound_event_id": inbound_event_id})
+        log.info(
+            "inbound event changed hands while processing; left to its new owner",
+            extra={"inbound_event_id": inbound_event_id},
+        )
         return None
     except SQLAlchemyError:
-        log.warning("inbound processing: database unavailable, the sweeper will retry",
-                    extra={"inbound_event_id": inbound_event_id}, exc_info=True)
+        log.warning(
+            "inbound processing: database unavailable, the sweeper will retry",
+            extra={"inbound_event_id": inbound_event_id},
+            exc_info=True,
+        )
         return None
     except HandlerFailed as exc:
-        log.warning("inbound handler failed: %s", exc,
-                    extra={"inbound_event_id": inbound_event_id})
+        log.warning("inbound handler failed: %s", exc, extra={"inbound_event_id": inbound_event_id})
         return _mark_failed(rt, inbound_event_id, f"handler_error: {exc}", now=now)
     except Exception as exc:
         log.exception("inbound processing failed", extra={"inbound_event_id": inbound_event_id})
@@ -128,23 +146,45 @@ _E = _EVENTS.c
 # Built once, values as parameters: the claim runs for every event.
 _CLAIM = (
     update(_EVENTS)
-    .where(_E.id == bindparam("b_id"),
-           or_(_E.status == RECEIVED,
-               and_(_E.status == PROCESSING,
-                    _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime()))))
-    .values(status=PROCESSING, attempts=_E.attempts + 1,
-            updated_at=bindparam("now", type_=UTCDateTime()))
-    .returning(_E.id, _E.attempts, _E.source_id, _E.event_type, _E.resource_type,
-               _E.resource_id, _E.resource_version, _E.occurred_at, _E.resource_status)
+    .where(
+        _E.id == bindparam("b_id"),
+        or_(
+            _E.status == RECEIVED,
+            and_(
+                _E.status == PROCESSING,
+                _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime()),
+            ),
+        ),
+    )
+    .values(
+        status=PROCESSING,
+        attempts=_E.attempts + 1,
+        updated_at=bindparam("now", type_=UTCDateTime()),
+    )
+    .returning(
+        _E.id,
+        _E.attempts,
+        _E.source_id,
+        _E.event_type,
+        _E.resource_type,
+        _E.resource_id,
+        _E.resource_version,
+        _E.occurred_at,
+        _E.resource_status,
+    )
 )
 FINISH = (
     update(_EVENTS)
     # Still ours: processing, and not claimed again since (its attempt count is ours).
-    .where(_E.id == bindparam("b_id"), _E.status == PROCESSING,
-           _E.attempts == bindparam("b_attempts"))
-    .values(status=bindparam("new_status"), reason=bindparam("new_reason"),
-            processed_at=bindparam("now", type_=UTCDateTime()),
-            updated_at=bindparam("now", type_=UTCDateTime()))
+    .where(
+        _E.id == bindparam("b_id"), _E.status == PROCESSING, _E.attempts == bindparam("b_attempts")
+    )
+    .values(
+        status=bindparam("new_status"),
+        reason=bindparam("new_reason"),
+        processed_at=bindparam("now", type_=UTCDateTime()),
+        updated_at=bindparam("now", type_=UTCDateTime()),
+    )
 )
 
 
@@ -174,9 +214,14 @@ def _claim(rt: Runtime, event_id: str, *, now: datetime | None) -> Claimed | Non
             # A claim lost in a crash only sends the event back to `received` (the sweeper
             # resends it), so it need not wait for the WAL flush; the result commit does.
             connection.execute(text("SET LOCAL synchronous_commit = off"))
-        row = connection.execute(_CLAIM, {
-            "b_id": event_id, "now": now,
-            "lease_cutoff": now - timedelta(seconds=PROCESSING_LEASE_S)}).one_or_none()
+        row = connection.execute(
+            _CLAIM,
+            {
+                "b_id": event_id,
+                "now": now,
+                "lease_cutoff": now - timedelta(seconds=PROCESSING_LEASE_S),
+            },
+        ).one_or_none()
     return None if row is None else Claimed(*row)
 
 
@@ -206,8 +251,13 @@ def source_config(session: Session, source_id: str) -> SourceConfig | None:
     source = session.get(InboundSource, source_id)
     if source is None:
         return None
-    config = SourceConfig(source.id, source.name, source.allow_gaps,
-                          tuple(source.handlers or ()), source.reconcile_url)
+    config = SourceConfig(
+        source.id,
+        source.name,
+        source.allow_gaps,
+        tuple(source.handlers or ()),
+        source.reconcile_url,
+    )
     with _configs_lock:
         if len(_configs) >= CONFIGS_MAX:
             _configs.clear()
@@ -215,18 +265,32 @@ def source_config(session: Session, source_id: str) -> SourceConfig | None:
     return config
 
 
-def _finish(connection: Connection, event: Claimed, status: str, reason: str | None,
-            now: datetime) -> str:
-    result = connection.execute(FINISH, {"b_id": event.id, "b_attempts": event.attempts,
-                                          "new_status": status, "new_reason": reason,
-                                          "now": now})
+def _finish(
+    connection: Connection, event: Claimed, status: str, reason: str | None, now: datetime
+) -> str:
+    result = connection.execute(
+        FINISH,
+        {
+            "b_id": event.id,
+            "b_attempts": event.attempts,
+            "new_status": status,
+            "new_reason": reason,
+            "now": now,
+        },
+    )
     if not result.rowcount:
         raise _Lost(event.id)
     return status
 
 
-def run_event_handlers(session: Session, bound: list[handler_registry.BoundHandler],
-                  event_id: str, state_id: str | None, *, stale: bool = False) -> None:
+def run_event_handlers(
+    session: Session,
+    bound: list[handler_registry.BoundHandler],
+    event_id: str,
+    state_id: str | None,
+    *,
+    stale: bool = False,
+) -> None:
     todo = [h for h in bound if h.side_effect_only or not stale]
     if not todo:
         return
@@ -246,8 +310,7 @@ def run_event_handlers(session: Session, bound: list[handler_registry.BoundHandl
             raise HandlerFailed(handler.path, exc) from exc
 
 
-def _process(session: Session, rt: Runtime, event: Claimed, *,
-             now: datetime | None) -> str | None:
+def _process(session: Session, rt: Runtime, event: Claimed, *, now: datetime | None) -> str | None:
     now = now or utcnow()
     connection = session.connection()
     source = source_config(session, event.source_id)
@@ -259,20 +322,20 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
         run_event_handlers(session, bound, event.id, None)
         return _finish(connection, event, APPLIED, "no_resource", now)
 
-    ordering = states.Ordering(event.resource_version, event.occurred_at,
-                               event.resource_status or event.event_type)
+    ordering = states.Ordering(
+        event.resource_version, event.occurred_at, event.resource_status or event.event_type
+    )
     # A source that forbids gaps checks "is this the next version?": exact only under the
     # row lock. Otherwise the conditional UPDATE alone is the arbiter.
     lock = not source.allow_gaps
-    state = states.ensure_state(connection, source.id, event.resource_type, event.resource_id,
-                                lock=lock)
+    state = states.ensure_state(
+        connection, source.id, event.resource_type, event.resource_id, lock=lock
+    )
     for _ in range(MAX_CAS_ROUNDS):
-        decision = states.decide(ordering, state, allow_gaps=source.allow_gaps,
-                                 event_id=event.id)
+        decision = states.decide(ordering, state, allow_gaps=source.allow_gaps, event_id=event.id)
         if decision.kind != states.APPLY:
             break
-        if states.compare_and_set(connection, state.id, ordering, last_event_id=event.id,
-                                  now=now):
+        if states.compare_and_set(connection, state.id, ordering, last_event_id=event.id, now=now):
             run_event_handlers(session, bound, event.id, state.id)
             if not source.allow_gaps and ordering.version is not None:
                 release_next(session, rt, source.id, event, ordering.version)
@@ -294,14 +357,22 @@ def _process(session: Session, rt: Runtime, event: Claimed, *,
     return _finish(connection, event, QUARANTINED, decision.reason, now)
 
 
-def release_next(session: Session, rt: Runtime, source_id: str, event: Claimed,
-                  applied_version: int) -> None:
+def release_next(
+    session: Session, rt: Runtime, source_id: str, event: Claimed, applied_version: int
+) -> None:
     """The gap before the next version just closed: send its quarantined events again."""
-    waiting = [item for item in session.scalars(select(InboundEvent).where(
-        InboundEvent.source_id == source_id, InboundEvent.resource_id == event.resource_id,
-        InboundEvent.status == QUARANTINED,
-        InboundEvent.resource_version == applied_version + 1))
-        if (item.resource_type or "") == (event.resource_type or "")]
+    waiting = [
+        item
+        for item in session.scalars(
+            select(InboundEvent).where(
+                InboundEvent.source_id == source_id,
+                InboundEvent.resource_id == event.resource_id,
+                InboundEvent.status == QUARANTINED,
+                InboundEvent.resource_version == applied_version + 1,
+            )
+        )
+        if (item.resource_type or "") == (event.resource_type or "")
+    ]
     for item in waiting:
         item.status = RECEIVED
         item.reason = "gap_closed"
@@ -315,12 +386,13 @@ def _mark_failed(rt: Runtime, event_id: str, reason: str, *, now: datetime | Non
         with rt.db.begin() as session:
             session.execute(
                 update(_EVENTS)
-                .where(_EVENTS.c.id == event_id,
-                       _EVENTS.c.status == PROCESSING)
-                .values(status=FAILED, reason=reason[:2000], processed_at=now, updated_at=now))
+                .where(_EVENTS.c.id == event_id, _EVENTS.c.status == PROCESSING)
+                .values(status=FAILED, reason=reason[:2000], processed_at=now, updated_at=now)
+            )
     except SQLAlchemyError:
-        log.warning("inbound processing: could not record the failure",
-                    extra={"inbound_event_id": event_id})
+        log.warning(
+            "inbound processing: could not record the failure", extra={"inbound_event_id": event_id}
+        )
         return None
     return FAILED
 
@@ -332,18 +404,35 @@ def sweep(runtime: Runtime, *, now: datetime | None = None, limit: int = 1000) -
     with runtime.db.begin() as session:
         session.execute(
             update(_EVENTS)
-            .where(col.status == PROCESSING, col.attempts >= MAX_ATTEMPTS,
-                   col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S))
-            .values(status=FAILED, reason=f"gave up after {MAX_ATTEMPTS} attempts",
-                    processed_at=now, updated_at=now))
-        stuck = list(session.scalars(
-            select(InboundEvent.id).where(or_(
-                (col.status == RECEIVED)
-                & (col.updated_at < now - timedelta(seconds=RECEIVED_GRACE_S)),
-                (col.status == PROCESSING)
-                & (col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S)),
-            )).order_by(InboundEvent.id).limit(limit)))
+            .where(
+                col.status == PROCESSING,
+                col.attempts >= MAX_ATTEMPTS,
+                col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S),
+            )
+            .values(
+                status=FAILED,
+                reason=f"gave up after {MAX_ATTEMPTS} attempts",
+                processed_at=now,
+                updated_at=now,
+            )
+        )
+        stuck = list(
+            session.scalars(
+                select(InboundEvent.id)
+                .where(
+                    or_(
+                        (col.status == RECEIVED)
+                        & (col.updated_at < now - timedelta(seconds=RECEIVED_GRACE_S)),
+                        (col.status == PROCESSING)
+                        & (col.updated_at < now - timedelta(seconds=PROCESSING_LEASE_S)),
+                    )
+                )
+                .order_by(InboundEvent.id)
+                .limit(limit)
+            )
+        )
     if stuck:
-        try_enqueue_many(runtime.redis,
-                         [JobSpec(INBOUND, PROCESS_JOB, (event_id,)) for event_id in stuck])
+        try_enqueue_many(
+            runtime.redis, [JobSpec(INBOUND, PROCESS_JOB, (event_id,)) for event_id in stuck]
+        )
     return len(stuck)

@@ -50,8 +50,13 @@ PROCESS_JOB = "app.inbound.process.process_event"
 RECEIVED, FAILED = "received", "failed"
 REQUIRED_FIELDS = ("event_id", "event_type")
 # Column widths of inbound_events: longer values are refused, not truncated or 5xx'd.
-_TEXT_LIMITS = {"event_id": 255, "event_type": 200, "resource_id": 255, "resource_type": 200,
-                "status": 200}
+_TEXT_LIMITS = {
+    "event_id": 255,
+    "event_type": 200,
+    "resource_id": 255,
+    "resource_type": 200,
+    "status": 200,
+}
 RETRY_AFTER_S = 5
 
 
@@ -65,20 +70,25 @@ class Receipt:
     duplicate: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.inbound_event_id, "status": self.event_status,
-                "duplicate": self.duplicate}
+        return {
+            "id": self.inbound_event_id,
+            "status": self.event_status,
+            "duplicate": self.duplicate,
+        }
 
 
 class StoreUnavailable(Unavailable):
     """The event could not be stored; the partner should retry (503 + Retry-After)."""
 
     def __init__(self, message: str = "the inbound store is unavailable; retry later") -> None:
-        super().__init__(message, code="store_unavailable",
-                         details={"retry_after_s": RETRY_AFTER_S})
+        super().__init__(
+            message, code="store_unavailable", details={"retry_after_s": RETRY_AFTER_S}
+        )
 
 
-def headers_for_storage(headers: Sequence[tuple[str, str]],
-                        scheme: str | None = None) -> dict[str, Any]:
+def headers_for_storage(
+    headers: Sequence[tuple[str, str]], scheme: str | None = None
+) -> dict[str, Any]:
     """Headers as {lower-case name: value}, a repeated header as a list of its values.
 
     The caller's credentials and the scheme's signature are kept by name only (see
@@ -111,9 +121,9 @@ def synthetic_event_id(body: bytes) -> str:
     return "invalid:" + hashlib.sha256(body).hexdigest()
 
 
-def parse_and_extract(config_mapping: field_mapping.FieldMapping,
-                      headers: Sequence[tuple[str, str]],
-                      body: bytes) -> field_mapping.Extracted:
+def parse_and_extract(
+    config_mapping: field_mapping.FieldMapping, headers: Sequence[tuple[str, str]], body: bytes
+) -> field_mapping.Extracted:
     """JSON-decode and map a verified body; every refusal is a MappingError with a reason.
 
     Raises:
@@ -128,11 +138,15 @@ def parse_and_extract(config_mapping: field_mapping.FieldMapping,
     extracted = field_mapping.extract(config_mapping, headers, document)
     check_fits(extracted)
     field_mapping.require(extracted, REQUIRED_FIELDS)
-    if extracted.resource_id is not None and extracted.resource_version is None \
-            and extracted.occurred_at is None:
+    if (
+        extracted.resource_id is not None
+        and extracted.resource_version is None
+        and extracted.occurred_at is None
+    ):
         raise field_mapping.MappingError(
             "missing field(s): resource_version or occurred_at (needed to order events of "
-            f"resource {extracted.resource_id[:60]!r})")
+            f"resource {extracted.resource_id[:60]!r})"
+        )
     return extracted
 
 
@@ -148,8 +162,14 @@ def check_fits(extracted: field_mapping.Extracted) -> None:
             raise field_mapping.MappingError(f"{name} is longer than {limit} characters")
 
 
-def receive(runtime: Runtime, source_name: str, headers: Sequence[tuple[str, str]],
-            body: bytes, *, now: float | None = None) -> Receipt:
+def receive(
+    runtime: Runtime,
+    source_name: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes,
+    *,
+    now: float | None = None,
+) -> Receipt:
     """Verify, store and enqueue one callback.
 
     Args:
@@ -171,42 +191,54 @@ def receive(runtime: Runtime, source_name: str, headers: Sequence[tuple[str, str
     try:
         config = verification_config(runtime.db.Session, runtime.secret_box, source_name)
     except SQLAlchemyError as exc:
-        log.warning("inbound store unreachable reading source %s: %s", source_name,
-                    type(exc).__name__)
+        log.warning(
+            "inbound store unreachable reading source %s: %s", source_name, type(exc).__name__
+        )
         raise StoreUnavailable() from None
     try:
-        verify(config.scheme, config.secrets, headers, body,
-               time.time() if now is None else now, config.tolerance_s)
+        verify(
+            config.scheme,
+            config.secrets,
+            headers,
+            body,
+            time.time() if now is None else now,
+            config.tolerance_s,
+        )
     except SignatureError as exc:
-        log.info("inbound signature refused", extra={"source": source_name,
-                                                     "reason": exc.reason})
-        raise Unauthorized(f"signature verification failed: {exc}", code="invalid_signature",
-                           details={"reason": exc.reason}) from None
+        log.info("inbound signature refused", extra={"source": source_name, "reason": exc.reason})
+        raise Unauthorized(
+            f"signature verification failed: {exc}",
+            code="invalid_signature",
+            details={"reason": exc.reason},
+        ) from None
     stored_headers = headers_for_storage(headers, config.scheme)
     try:
         extracted = parse_and_extract(config.mapping, headers, body)
     except field_mapping.MappingError as exc:
-        raise _audit_unusable(runtime, config, body, stored_headers, headers,
-                              str(exc)) from None
+        raise _audit_unusable(runtime, config, body, stored_headers, headers, str(exc)) from None
     try:
         # A Core connection, not an ORM session: this is the hot path, one INSERT and a commit.
         with runtime.db.engine.begin() as connection:
             receipt = _store(connection, config, extracted, body, stored_headers)
     except SQLAlchemyError as exc:
-        log.warning("inbound store unreachable, answering 503",
-                    extra={"source": source_name, "error": type(exc).__name__})
+        log.warning(
+            "inbound store unreachable, answering 503",
+            extra={"source": source_name, "error": type(exc).__name__},
+        )
         raise StoreUnavailable() from None
     if not receipt.duplicate:
         # Committed: now a worker may see it. Redis down is survivable (the sweeper resends).
-        try_enqueue_many(runtime.redis,
-                         [JobSpec(INBOUND, PROCESS_JOB, (receipt.inbound_event_id,))])
+        try_enqueue_many(
+            runtime.redis, [JobSpec(INBOUND, PROCESS_JOB, (receipt.inbound_event_id,))]
+        )
     return receipt
 
 
 # Built once: the values travel as parameters, so SQLAlchemy does not coerce them into a new
 # statement (and a new cache key) on every callback.
 _INSERTS = {
-    name: maker(_EVENTS).on_conflict_do_nothing(index_elements=["source_id", "event_id"])
+    name: maker(_EVENTS)
+    .on_conflict_do_nothing(index_elements=["source_id", "event_id"])
     .returning(_EVENTS.c.id)
     for name, maker in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
 }
@@ -219,37 +251,46 @@ def _insert(connection: Connection, values: dict[str, Any]) -> str | None:
 
 def _existing(connection: Connection, source_id: str, event_id: str) -> tuple[str, str]:
     row = connection.execute(
-        select(_EVENTS.c.id, _EVENTS.c.status)
-        .where(_EVENTS.c.source_id == source_id, _EVENTS.c.event_id == event_id)
+        select(_EVENTS.c.id, _EVENTS.c.status).where(
+            _EVENTS.c.source_id == source_id, _EVENTS.c.event_id == event_id
+        )
     ).one()
     return row[0], row[1]
 
 
-def _store(connection: Connection, config: VerificationConfig,
-           extracted: field_mapping.Extracted, body: bytes,
-           stored_headers: dict[str, Any]) -> Receipt:
+def _store(
+    connection: Connection,
+    config: VerificationConfig,
+    extracted: field_mapping.Extracted,
+    body: bytes,
+    stored_headers: dict[str, Any],
+) -> Receipt:
     assert extracted.event_id is not None  # noqa: S101 - checked by parse_and_extract
-    new_id = _insert(connection, {
-        "source_id": config.source_id,
-        "event_id": extracted.event_id,
-        "event_type": extracted.event_type,
-        "resource_type": extracted.resource_type,
-        "resource_id": extracted.resource_id,
-        "resource_version": extracted.resource_version,
-        "occurred_at": extracted.occurred_at,
-        "resource_status": extracted.status,
-        "status": RECEIVED,
-        "raw_body": body,
-        "headers": stored_headers,
-    })
+    new_id = _insert(
+        connection,
+        {
+            "source_id": config.source_id,
+            "event_id": extracted.event_id,
+            "event_type": extracted.event_type,
+            "resource_type": extracted.resource_type,
+            "resource_id": extracted.resource_id,
+            "resource_version": extracted.resource_version,
+            "occurred_at": extracted.occurred_at,
+            "resource_status": extracted.status,
+            "status": RECEIVED,
+            "raw_body": body,
+            "headers": stored_headers,
+        },
+    )
     if new_id is None:
         existing_id, status = _existing(connection, config.source_id, extracted.event_id)
         return Receipt(200, existing_id, status, duplicate=True)
     return Receipt(202, new_id, RECEIVED, duplicate=False)
 
 
-def _safe_fields(headers: Sequence[tuple[str, str]], body: bytes,
-                 config: VerificationConfig) -> dict[str, Any]:
+def _safe_fields(
+    headers: Sequence[tuple[str, str]], body: bytes, config: VerificationConfig
+) -> dict[str, Any]:
     """Whatever can still be read from an unusable body, for the audit row.
 
     Parsed leniently on purpose (the body was just refused as strict JSON, and its own event
@@ -267,12 +308,20 @@ def _safe_fields(headers: Sequence[tuple[str, str]], body: bytes,
         except ValueError:
             return {}
     fields: dict[str, Any] = {}
-    for name, column in (("event_id", "event_id"), ("event_type", "event_type"),
-                         ("resource_id", "resource_id"), ("resource_type", "resource_type"),
-                         ("status", "resource_status")):
+    for name, column in (
+        ("event_id", "event_id"),
+        ("event_type", "event_type"),
+        ("resource_id", "resource_id"),
+        ("resource_type", "resource_type"),
+        ("status", "resource_status"),
+    ):
         value = getattr(extracted, name)
-        if value is not None and "\x00" not in value and len(value) <= _TEXT_LIMITS[name] \
-                and not jsonstrict.has_lone_surrogate(value):
+        if (
+            value is not None
+            and "\x00" not in value
+            and len(value) <= _TEXT_LIMITS[name]
+            and not jsonstrict.has_lone_surrogate(value)
+        ):
             fields[column] = value
     if isinstance(extracted.resource_version, int):
         fields["resource_version"] = extracted.resource_version
@@ -281,28 +330,45 @@ def _safe_fields(headers: Sequence[tuple[str, str]], body: bytes,
     return fields
 
 
-def _audit_unusable(runtime: Runtime, config: VerificationConfig, body: bytes,
-                    stored_headers: dict[str, Any], headers: Sequence[tuple[str, str]],
-                    reason: str) -> BadRequest:
+def _audit_unusable(
+    runtime: Runtime,
+    config: VerificationConfig,
+    body: bytes,
+    stored_headers: dict[str, Any],
+    headers: Sequence[tuple[str, str]],
+    reason: str,
+) -> BadRequest:
     """Keep a genuine but unusable callback as a ``failed`` row; returns the 400 to raise."""
     fields = _safe_fields(headers, body, config)
     event_id = fields.pop("event_id", None) or synthetic_event_id(body)
     try:
         with runtime.db.engine.begin() as connection:
-            row_id = _insert(connection, {
-                **fields,
-                "source_id": config.source_id, "event_id": event_id, "status": FAILED,
-                "reason": f"invalid_payload: {reason}"[:2000], "raw_body": body,
-                "headers": stored_headers,
-            })
+            row_id = _insert(
+                connection,
+                {
+                    **fields,
+                    "source_id": config.source_id,
+                    "event_id": event_id,
+                    "status": FAILED,
+                    "reason": f"invalid_payload: {reason}"[:2000],
+                    "raw_body": body,
+                    "headers": stored_headers,
+                },
+            )
             if row_id is None:
                 row_id, _ = _existing(connection, config.source_id, event_id)
     except SQLAlchemyError as exc:
         # Answering 400 now would make the partner give up on a callback we never recorded.
-        log.warning("inbound store unreachable while auditing a bad payload: %s",
-                    type(exc).__name__)
+        log.warning(
+            "inbound store unreachable while auditing a bad payload: %s", type(exc).__name__
+        )
         raise StoreUnavailable() from None
-    log.warning("inbound payload refused", extra={"source": config.name, "reason": reason,
-                                                  "inbound_event_id": row_id})
-    return BadRequest(f"the payload cannot be used: {reason}", code="invalid_payload",
-                      details={"reason": reason, "id": row_id})
+    log.warning(
+        "inbound payload refused",
+        extra={"source": config.name, "reason": reason, "inbound_event_id": row_id},
+    )
+    return BadRequest(
+        f"the payload cannot be used: {reason}",
+        code="invalid_payload",
+        details={"reason": reason, "id": row_id},
+    )

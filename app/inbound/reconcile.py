@@ -65,8 +65,14 @@ RECONCILED = "reconciled"
 
 # The snapshot contract: {id, version, status, updated_at?, type?}.
 SNAPSHOT_MAPPING = FieldMapping(
-    event_id=None, event_type=None, resource_id="/id", resource_version="/version",
-    occurred_at="/updated_at | /occurred_at", status="/status", resource_type="/type")
+    event_id=None,
+    event_type=None,
+    resource_id="/id",
+    resource_version="/version",
+    occurred_at="/updated_at | /occurred_at",
+    status="/status",
+    resource_type="/type",
+)
 
 
 class FetchError(Exception):
@@ -102,8 +108,13 @@ def check_reconcile_url(url: str, settings: Settings) -> None:
         log.info("reconcile_url host does not resolve yet: %s", exc)
 
 
-def fetch_json(transport: Transport, url: str, params: dict[str, str], settings: Settings,
-               timeout_s: float = FETCH_TIMEOUT_S) -> Any:
+def fetch_json(
+    transport: Transport,
+    url: str,
+    params: dict[str, str],
+    settings: Settings,
+    timeout_s: float = FETCH_TIMEOUT_S,
+) -> Any:
     """GET a JSON document within a total deadline, without following redirects, from the
     address the SSRF guard checked (a name that resolves elsewhere on a second lookup cannot
     steer the request inside).
@@ -112,10 +123,15 @@ def fetch_json(transport: Transport, url: str, params: dict[str, str], settings:
         FetchError: transient for network errors, 408, 429 and 5xx; permanent otherwise.
     """
     answer = transport.send(
-        "GET", _with_query(url, params), None,
+        "GET",
+        _with_query(url, params),
+        None,
         {"Accept": "application/json", "User-Agent": f"Kurir/{__version__}"},
-        timeout_s, guard.policy_from(settings), connect_timeout_s=settings.connect_timeout_s,
-        max_body_bytes=MAX_RESPONSE_BYTES)
+        timeout_s,
+        guard.policy_from(settings),
+        connect_timeout_s=settings.connect_timeout_s,
+        max_body_bytes=MAX_RESPONSE_BYTES,
+    )
     if answer.error in (http.ERROR_BLOCKED, http.ERROR_INVALID_URL):
         raise FetchError(f"reconcile_url refused: {answer.error_detail}", transient=False)
     if answer.error is not None:
@@ -126,8 +142,9 @@ def fetch_json(transport: Transport, url: str, params: dict[str, str], settings:
         raise FetchError(f"response larger than {MAX_RESPONSE_BYTES} bytes", transient=False)
     if not 200 <= status <= 299:
         transient = status in (408, 425, 429) or status >= 500
-        raise FetchError(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}",
-                         transient=transient)
+        raise FetchError(
+            f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}", transient=transient
+        )
     try:
         # Strict, as for callbacks: NaN or a lone surrogate cannot be stored with the state.
         return jsonstrict.loads(body)
@@ -149,8 +166,11 @@ def parse_snapshot(document: Any) -> tuple[Extracted, dict[str, Any]]:
     Raises:
         FetchError: permanent, when it is not a snapshot with an id.
     """
-    if isinstance(document, dict) and isinstance(document.get("data"), dict) \
-            and "id" not in document:
+    if (
+        isinstance(document, dict)
+        and isinstance(document.get("data"), dict)
+        and "id" not in document
+    ):
         document = document["data"]
     if not isinstance(document, dict):
         raise FetchError("snapshot is not a JSON object", transient=False)
@@ -174,23 +194,34 @@ class HasPullApi(Protocol):
     def reconcile_url(self) -> str | None: ...
 
 
-def request_reconcile(session: Session, source: HasPullApi, resource_id: str | None,
-                      *, now: datetime | None = None) -> ReconcileRequest | None:
+def request_reconcile(
+    session: Session, source: HasPullApi, resource_id: str | None, *, now: datetime | None = None
+) -> ReconcileRequest | None:
     """File a pull for one resource (or a sweep); None when the source has no pull API.
 
     A request already waiting for the same resource is reused rather than duplicated.
     """
     if not source.reconcile_url:
         return None
-    match = ReconcileRequest.resource_id.is_(None) if resource_id is None \
+    match = (
+        ReconcileRequest.resource_id.is_(None)
+        if resource_id is None
         else ReconcileRequest.resource_id == resource_id
-    existing = session.scalar(select(ReconcileRequest).where(
-        ReconcileRequest.source_id == source.id, match,
-        ReconcileRequest.state.in_((PENDING, RUNNING))).limit(1))
+    )
+    existing = session.scalar(
+        select(ReconcileRequest)
+        .where(
+            ReconcileRequest.source_id == source.id,
+            match,
+            ReconcileRequest.state.in_((PENDING, RUNNING)),
+        )
+        .limit(1)
+    )
     if existing is not None:
         return existing
-    request = ReconcileRequest(source_id=source.id, resource_id=resource_id, state=PENDING,
-                               next_attempt_at=now or utcnow())
+    request = ReconcileRequest(
+        source_id=source.id, resource_id=resource_id, state=PENDING, next_attempt_at=now or utcnow()
+    )
     session.add(request)
     session.flush()
     return request
@@ -201,15 +232,24 @@ def enqueue_after_commit(session: Session, runtime: Runtime, request_ids: Iterab
     if not ids:
         return
     redis = runtime.redis
-    after_commit(session, lambda: try_enqueue_many(
-        redis, [JobSpec(INBOUND, RUN_JOB, (request_id,)) for request_id in ids]))
+    after_commit(
+        session,
+        lambda: try_enqueue_many(
+            redis, [JobSpec(INBOUND, RUN_JOB, (request_id,)) for request_id in ids]
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------ running them
 
 
-def run_request(request_id: str, runtime: Runtime | None = None, *, force: bool = False,
-                now: datetime | None = None) -> Outcome | None:
+def run_request(
+    request_id: str,
+    runtime: Runtime | None = None,
+    *,
+    force: bool = False,
+    now: datetime | None = None,
+) -> Outcome | None:
     """RQ job: claim, fetch, apply; None when another run has it or it is not due yet."""
     rt = runtime or runtime_mod.current()
     claimed = _claim(rt, request_id, force=force, now=now)
@@ -222,65 +262,88 @@ def run_request(request_id: str, runtime: Runtime | None = None, *, force: bool 
         return _record_failure(rt, request_id, str(exc), exc.transient, attempts, now=now)
     try:
         with rt.db.begin() as session:
-            applied, resolved = _apply_all(session, rt, request_id, resource_id, documents,
-                                           now=now)
+            applied, resolved = _apply_all(session, rt, request_id, resource_id, documents, now=now)
             _set(session, request_id, state=DONE, last_error=None, now=now)
     except FetchError as exc:
         return _record_failure(rt, request_id, str(exc), False, attempts, now=now)
     except SQLAlchemyError:
-        log.warning("reconcile: database unavailable, left for the next pass",
-                    extra={"reconcile_request_id": request_id}, exc_info=True)
+        log.warning(
+            "reconcile: database unavailable, left for the next pass",
+            extra={"reconcile_request_id": request_id},
+            exc_info=True,
+        )
         return None
     except Exception as exc:
-        log.exception("reconcile: applying the snapshot failed",
-                      extra={"reconcile_request_id": request_id})
-        return _record_failure(rt, request_id, f"{type(exc).__name__}: {exc}"[:2000], False,
-                               attempts, now=now)
-    log.info("reconciled", extra={"reconcile_request_id": request_id, "applied": applied,
-                                  "resolved": resolved})
+        log.exception(
+            "reconcile: applying the snapshot failed", extra={"reconcile_request_id": request_id}
+        )
+        return _record_failure(
+            rt, request_id, f"{type(exc).__name__}: {exc}"[:2000], False, attempts, now=now
+        )
+    log.info(
+        "reconciled",
+        extra={"reconcile_request_id": request_id, "applied": applied, "resolved": resolved},
+    )
     return Outcome(request_id, DONE, applied=applied, resolved=resolved)
 
 
-def _claim(rt: Runtime, request_id: str, *, force: bool,
-           now: datetime | None) -> tuple[str, str | None, int, datetime | None] | None:
+def _claim(
+    rt: Runtime, request_id: str, *, force: bool, now: datetime | None
+) -> tuple[str, str | None, int, datetime | None] | None:
     now = now or utcnow()
     col = _REQUESTS.c
-    due = or_(col.state == PENDING, col.state == FAILED) if force else \
-        (col.state == PENDING) & (col.next_attempt_at <= now)
+    due = (
+        or_(col.state == PENDING, col.state == FAILED)
+        if force
+        else (col.state == PENDING) & (col.next_attempt_at <= now)
+    )
     expired = (col.state == RUNNING) & (col.updated_at < now - timedelta(seconds=RUNNING_LEASE_S))
     with rt.db.begin() as session:
         result = session.execute(
-            update(_REQUESTS).where(col.id == request_id, or_(due, expired))
-            .values(state=RUNNING, attempts=col.attempts + 1, updated_at=now))
+            update(_REQUESTS)
+            .where(col.id == request_id, or_(due, expired))
+            .values(state=RUNNING, attempts=col.attempts + 1, updated_at=now)
+        )
         if not result.rowcount:  # type: ignore[attr-defined]
             return None
         request = session.get(ReconcileRequest, request_id)
         assert request is not None  # noqa: S101 - just updated
         source = session.get(InboundSource, request.source_id)
         if source is None or not source.reconcile_url:
-            _set(session, request_id, state=FAILED, last_error="source has no reconcile_url",
-                 now=now)
+            _set(
+                session, request_id, state=FAILED, last_error="source has no reconcile_url", now=now
+            )
             return None
         since: datetime | None = None
         if request.resource_id is None:
-            since = session.scalar(
-                select(ReconcileRequest.created_at).where(
-                    ReconcileRequest.source_id == source.id,
-                    ReconcileRequest.resource_id.is_(None), ReconcileRequest.state == DONE)
-                .order_by(ReconcileRequest.created_at.desc()).limit(1)) or source.created_at
+            since = (
+                session.scalar(
+                    select(ReconcileRequest.created_at)
+                    .where(
+                        ReconcileRequest.source_id == source.id,
+                        ReconcileRequest.resource_id.is_(None),
+                        ReconcileRequest.state == DONE,
+                    )
+                    .order_by(ReconcileRequest.created_at.desc())
+                    .limit(1)
+                )
+                or source.created_at
+            )
         return source.reconcile_url, request.resource_id, request.attempts, since
 
 
-def _fetch(url: str, resource_id: str | None, since: datetime | None,
-           settings: Settings) -> list[Any]:
+def _fetch(
+    url: str, resource_id: str | None, since: datetime | None, settings: Settings
+) -> list[Any]:
     with Transport(pool_maxsize=1, max_sessions=1, resolver_threads=1) as transport:
         if resource_id is not None:
             return [fetch_json(transport, url, {"resource_id": resource_id}, settings)]
         return _fetch_sweep(transport, url, since, settings)
 
 
-def _fetch_sweep(transport: Transport, url: str, since: datetime | None,
-                 settings: Settings) -> list[Any]:
+def _fetch_sweep(
+    transport: Transport, url: str, since: datetime | None, settings: Settings
+) -> list[Any]:
     documents: list[Any] = []
     params = {"since": isoformat(since) or ""}
     for _ in range(MAX_PAGES):
@@ -292,16 +355,22 @@ def _fetch_sweep(transport: Transport, url: str, since: datetime | None,
         elif isinstance(page, list):
             documents.extend(page)
         else:
-            raise FetchError("a since= sweep must answer a list or {data: [...]}",
-                             transient=False)
+            raise FetchError("a since= sweep must answer a list or {data: [...]}", transient=False)
         if not cursor or not isinstance(cursor, str):
             break
         params = {"since": params["since"], "cursor": cursor}
     return documents
 
 
-def _apply_all(session: Session, rt: Runtime, request_id: str, resource_id: str | None,
-               documents: list[Any], *, now: datetime | None) -> tuple[int, int]:
+def _apply_all(
+    session: Session,
+    rt: Runtime,
+    request_id: str,
+    resource_id: str | None,
+    documents: list[Any],
+    *,
+    now: datetime | None,
+) -> tuple[int, int]:
     request = session.get(ReconcileRequest, request_id)
     assert request is not None  # noqa: S101 - claimed above
     source = session.get(InboundSource, request.source_id)
@@ -314,20 +383,30 @@ def _apply_all(session: Session, rt: Runtime, request_id: str, resource_id: str 
             if resource_id is not None:
                 raise
             # One bad record in a sweep must not block every other resource, every night.
-            log.warning("reconcile sweep: skipped an invalid snapshot",
-                        extra={"reconcile_request_id": request_id})
+            log.warning(
+                "reconcile sweep: skipped an invalid snapshot",
+                extra={"reconcile_request_id": request_id},
+            )
             continue
         if resource_id is not None and snapshot.resource_id != resource_id:
-            raise FetchError(f"snapshot is for {snapshot.resource_id!r}, asked for "
-                             f"{resource_id!r}", transient=False)
+            raise FetchError(
+                f"snapshot is for {snapshot.resource_id!r}, asked for {resource_id!r}",
+                transient=False,
+            )
         a, r = apply_snapshot(session, source, snapshot, raw, now=now)
         applied += a
         resolved += r
     return applied, resolved
 
 
-def apply_snapshot(session: Session, source: InboundSource, snapshot: Extracted,
-                   document: dict[str, Any], *, now: datetime | None = None) -> tuple[int, int]:
+def apply_snapshot(
+    session: Session,
+    source: InboundSource,
+    snapshot: Extracted,
+    document: dict[str, Any],
+    *,
+    now: datetime | None = None,
+) -> tuple[int, int]:
     """Apply one provider snapshot, then resolve the resource's quarantined events.
 
     Returns (state rows moved, events resolved).
@@ -336,69 +415,120 @@ def apply_snapshot(session: Session, source: InboundSource, snapshot: Extracted,
     now = now or utcnow()
     resource_id = snapshot.resource_id
     ordering = states.Ordering(snapshot.resource_version, snapshot.occurred_at, snapshot.status)
-    quarantined = list(session.scalars(
-        select(InboundEvent).where(InboundEvent.source_id == source.id,
-                                   InboundEvent.resource_id == resource_id,
-                                   InboundEvent.status == "quarantined")
-        .with_for_update()))
-    types = _resource_types(session, source.id, resource_id, snapshot.resource_type,
-                            quarantined)
+    quarantined = list(
+        session.scalars(
+            select(InboundEvent)
+            .where(
+                InboundEvent.source_id == source.id,
+                InboundEvent.resource_id == resource_id,
+                InboundEvent.status == "quarantined",
+            )
+            .with_for_update()
+        )
+    )
+    types = _resource_types(session, source.id, resource_id, snapshot.resource_type, quarantined)
     connection = session.connection()
     moved = 0
     for resource_type in types:
-        state = states.ensure_state(connection, source.id, resource_type, resource_id,
-                                    lock=True)
-        if states.compare_and_set(connection, state.id, ordering, last_event_id=None,
-                                  data=document, allow_equal=True, now=now):
+        state = states.ensure_state(connection, source.id, resource_type, resource_id, lock=True)
+        if states.compare_and_set(
+            connection,
+            state.id,
+            ordering,
+            last_event_id=None,
+            data=document,
+            allow_equal=True,
+            now=now,
+        ):
             moved += 1
     resolved = 0
-    quarantined.sort(key=lambda e: (e.resource_version is None, e.resource_version or 0,
-                                    e.occurred_at or now, e.id))
+    quarantined.sort(
+        key=lambda e: (
+            e.resource_version is None,
+            e.resource_version or 0,
+            e.occurred_at or now,
+            e.id,
+        )
+    )
     for event in quarantined:
         if (event.resource_type or "") not in types:
             continue
-        state = states.ensure_state(connection, source.id, event.resource_type, resource_id,
-                                    lock=True)
-        ordering_of_event = states.Ordering(event.resource_version, event.occurred_at,
-                                            event.resource_status or event.event_type)
+        state = states.ensure_state(
+            connection, source.id, event.resource_type, resource_id, lock=True
+        )
+        ordering_of_event = states.Ordering(
+            event.resource_version, event.occurred_at, event.resource_status or event.event_type
+        )
         decision = states.decide(ordering_of_event, state, allow_gaps=True)
         event.reason = RECONCILED
         event.processed_at = now
         if decision.kind == states.APPLY and states.compare_and_set(
-                connection, state.id, ordering_of_event, last_event_id=event.id, now=now):
+            connection, state.id, ordering_of_event, last_event_id=event.id, now=now
+        ):
             event.status = "applied"
-            handler_registry.run_handlers(handler_registry.HandlerContext(
-                session=session, source=source, event=event,
-                state=session.get(ResourceState, state.id, populate_existing=True)))
+            handler_registry.run_handlers(
+                handler_registry.HandlerContext(
+                    session=session,
+                    source=source,
+                    event=event,
+                    state=session.get(ResourceState, state.id, populate_existing=True),
+                )
+            )
         else:
             event.status = "ignored"
         resolved += 1
     return moved, resolved
 
 
-def _resource_types(session: Session, source_id: str, resource_id: str,
-                    snapshot_type: str | None, quarantined: list[InboundEvent]) -> list[str]:
+def _resource_types(
+    session: Session,
+    source_id: str,
+    resource_id: str,
+    snapshot_type: str | None,
+    quarantined: list[InboundEvent],
+) -> list[str]:
     """Which state rows a snapshot speaks for: its own type, else those we know of."""
     if snapshot_type:
         return [snapshot_type]
-    known = set(session.scalars(select(ResourceState.resource_type).where(
-        ResourceState.source_id == source_id, ResourceState.resource_id == resource_id)))
+    known = set(
+        session.scalars(
+            select(ResourceState.resource_type).where(
+                ResourceState.source_id == source_id, ResourceState.resource_id == resource_id
+            )
+        )
+    )
     known.update(e.resource_type or "" for e in quarantined)
     return sorted(known) or [""]
 
 
-def _set(session: Session, request_id: str, *, state: str, last_error: str | None,
-         now: datetime | None, next_attempt_at: datetime | None = None) -> None:
-    values: dict[str, Any] = {"state": state, "last_error": last_error,
-                              "updated_at": now or utcnow()}
+def _set(
+    session: Session,
+    request_id: str,
+    *,
+    state: str,
+    last_error: str | None,
+    now: datetime | None,
+    next_attempt_at: datetime | None = None,
+) -> None:
+    values: dict[str, Any] = {
+        "state": state,
+        "last_error": last_error,
+        "updated_at": now or utcnow(),
+    }
     if next_attempt_at is not None:
         values["next_attempt_at"] = next_attempt_at
-    session.execute(update(_REQUESTS)
-                    .where(_REQUESTS.c.id == request_id).values(**values))
+    session.execute(update(_REQUESTS).where(_REQUESTS.c.id == request_id).values(**values))
 
 
-def _record_failure(rt: Runtime, request_id: str, error: str, transient: bool, attempts: int,
-                    *, now: datetime | None) -> Outcome:
+def _record_failure(
+    rt: Runtime,
+    request_id: str,
+    error: str,
+    transient: bool,
+    attempts: int,
+    *,
+    now: datetime | None,
+) -> Outcome:
     now = now or utcnow()
     if transient and attempts < MAX_ATTEMPTS:
         delay = BACKOFF_S[min(attempts, len(BACKOFF_S)) - 1]
@@ -407,13 +537,25 @@ def _record_failure(rt: Runtime, request_id: str, error: str, transient: bool, a
         state, when = FAILED, None
     try:
         with rt.db.begin() as session:
-            _set(session, request_id, state=state, last_error=error[:2000], now=now,
-                 next_attempt_at=when)
+            _set(
+                session,
+                request_id,
+                state=state,
+                last_error=error[:2000],
+                now=now,
+                next_attempt_at=when,
+            )
     except SQLAlchemyError:
-        log.warning("reconcile: could not record a failure; the lease will expire",
-                    extra={"reconcile_request_id": request_id})
-    log.warning("reconcile failed (%s): %s", "will retry" if state == PENDING else "giving up",
-                error, extra={"reconcile_request_id": request_id})
+        log.warning(
+            "reconcile: could not record a failure; the lease will expire",
+            extra={"reconcile_request_id": request_id},
+        )
+    log.warning(
+        "reconcile failed (%s): %s",
+        "will retry" if state == PENDING else "giving up",
+        error,
+        extra={"reconcile_request_id": request_id},
+    )
     return Outcome(request_id, state, error=error)
 
 
@@ -424,19 +566,29 @@ def process_due(runtime: Runtime, *, now: datetime | None = None, limit: int = 5
     """Periodic: enqueue every request that is due (or whose run was abandoned)."""
     now = now or utcnow()
     with runtime.db.begin() as session:
-        ids = list(session.scalars(
-            select(ReconcileRequest.id).where(or_(
-                (ReconcileRequest.state == PENDING) & (ReconcileRequest.next_attempt_at <= now),
-                (ReconcileRequest.state == RUNNING)
-                & (ReconcileRequest.updated_at < now - timedelta(seconds=RUNNING_LEASE_S)),
-            )).order_by(ReconcileRequest.next_attempt_at).limit(limit)))
+        ids = list(
+            session.scalars(
+                select(ReconcileRequest.id)
+                .where(
+                    or_(
+                        (ReconcileRequest.state == PENDING)
+                        & (ReconcileRequest.next_attempt_at <= now),
+                        (ReconcileRequest.state == RUNNING)
+                        & (ReconcileRequest.updated_at < now - timedelta(seconds=RUNNING_LEASE_S)),
+                    )
+                )
+                .order_by(ReconcileRequest.next_attempt_at)
+                .limit(limit)
+            )
+        )
     if ids:
         try_enqueue_many(runtime.redis, [JobSpec(INBOUND, RUN_JOB, (i,)) for i in ids])
     return len(ids)
 
 
-def file_scheduled(runtime: Runtime, *, source_name: str | None = None,
-                   now: datetime | None = None) -> list[str]:
+def file_scheduled(
+    runtime: Runtime, *, source_name: str | None = None, now: datetime | None = None
+) -> list[str]:
     """File a sweep for each source with a pull API, plus one per still-quarantined resource."""
     now = now or utcnow()
     filed: list[str] = []
@@ -449,9 +601,14 @@ def file_scheduled(runtime: Runtime, *, source_name: str | None = None,
             if sweep is not None:
                 filed.append(sweep.id)
             resources = session.scalars(
-                select(InboundEvent.resource_id).where(
-                    InboundEvent.source_id == source.id, InboundEvent.status == "quarantined",
-                    InboundEvent.resource_id.is_not(None)).distinct())
+                select(InboundEvent.resource_id)
+                .where(
+                    InboundEvent.source_id == source.id,
+                    InboundEvent.status == "quarantined",
+                    InboundEvent.resource_id.is_not(None),
+                )
+                .distinct()
+            )
             for resource_id in list(resources):
                 request = request_reconcile(session, source, resource_id, now=now)
                 if request is not None:
@@ -467,14 +624,17 @@ def scheduled_reconcile(runtime: Runtime) -> int:
     return len(ids)
 
 
-def reconcile_now(runtime: Runtime, *, source_name: str | None = None,
-                  now: datetime | None = None) -> list[Outcome]:
+def reconcile_now(
+    runtime: Runtime, *, source_name: str | None = None, now: datetime | None = None
+) -> list[Outcome]:
     """`kurir inbound reconcile`: file and run everything in this process, due or not."""
     ids = file_scheduled(runtime, source_name=source_name, now=now)
     with runtime.db.begin() as session:
-        stmt = select(ReconcileRequest.id).join(
-            InboundSource, InboundSource.id == ReconcileRequest.source_id).where(
-            ReconcileRequest.state == PENDING)
+        stmt = (
+            select(ReconcileRequest.id)
+            .join(InboundSource, InboundSource.id == ReconcileRequest.source_id)
+            .where(ReconcileRequest.state == PENDING)
+        )
         if source_name is not None:
             stmt = stmt.where(InboundSource.name == source_name)
         for request_id in session.scalars(stmt):

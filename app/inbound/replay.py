@@ -22,8 +22,9 @@ from app.models import InboundEvent, InboundSource
 from app.runtime import Runtime
 
 
-def replay(session: Session, runtime: Runtime, inbound_event_id: str, *,
-           now: datetime | None = None) -> InboundEvent:
+def replay(
+    session: Session, runtime: Runtime, inbound_event_id: str, *, now: datetime | None = None
+) -> InboundEvent:
     """Reset the event to ``received`` and enqueue it after the caller commits.
 
     Raises:
@@ -36,17 +37,24 @@ def replay(session: Session, runtime: Runtime, inbound_event_id: str, *,
     if event is None:
         raise NotFound(f"no inbound event {inbound_event_id!r}", details={"id": inbound_event_id})
     if event.status == PROCESSING and event.updated_at > now - timedelta(
-            seconds=PROCESSING_LEASE_S):
-        raise Conflict("the event is being processed; replay it once it has finished",
-                       code="inbound_event_in_flight")
+        seconds=PROCESSING_LEASE_S
+    ):
+        raise Conflict(
+            "the event is being processed; replay it once it has finished",
+            code="inbound_event_in_flight",
+        )
     source = session.get(InboundSource, event.source_id)
     assert source is not None  # noqa: S101 - foreign key
     try:
-        extracted = parse_and_extract(effective_mapping(source),
-                                      headers_from_storage(event.headers), event.raw_body)
+        extracted = parse_and_extract(
+            effective_mapping(source), headers_from_storage(event.headers), event.raw_body
+        )
     except field_mapping.MappingError as exc:
-        raise ValidationFailed(f"the stored body still cannot be used: {exc}",
-                               code="unusable_payload", details={"reason": str(exc)}) from None
+        raise ValidationFailed(
+            f"the stored body still cannot be used: {exc}",
+            code="unusable_payload",
+            details={"reason": str(exc)},
+        ) from None
     event.event_type = extracted.event_type
     event.resource_type = extracted.resource_type
     event.resource_id = extracted.resource_id

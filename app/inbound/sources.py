@@ -55,14 +55,20 @@ def validate_name(name: str) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ValidationFailed(
             "source name must be 1-100 characters of a-z, 0-9, '.', '_' or '-', "
-            "starting with a letter or digit", code="invalid_source", details={"field": "name"})
+            "starting with a letter or digit",
+            code="invalid_source",
+            details={"field": "name"},
+        )
     return name
 
 
 def validate_scheme(scheme: str) -> str:
     if scheme not in SCHEMES:
-        raise ValidationFailed(f"scheme must be one of {', '.join(SCHEMES)}",
-                               code="invalid_source", details={"field": "scheme"})
+        raise ValidationFailed(
+            f"scheme must be one of {', '.join(SCHEMES)}",
+            code="invalid_source",
+            details={"field": "scheme"},
+        )
     return scheme
 
 
@@ -73,13 +79,16 @@ def validate_secret(scheme: str, secret: object) -> str:
     if len(secret) > MAX_SECRET_LENGTH or secret != secret.strip():
         raise ValidationFailed(
             f"a secret must be at most {MAX_SECRET_LENGTH} characters without surrounding "
-            "whitespace", code="invalid_secret")
+            "whitespace",
+            code="invalid_secret",
+        )
     if scheme == "standard-webhooks":
         try:
             standard_webhooks_key(secret)
         except ValueError as exc:
-            raise ValidationFailed(f"not a Standard Webhooks secret: {exc}",
-                                   code="invalid_secret") from None
+            raise ValidationFailed(
+                f"not a Standard Webhooks secret: {exc}", code="invalid_secret"
+            ) from None
     return secret
 
 
@@ -88,29 +97,37 @@ def validate_mapping(overrides: object) -> dict[str, str | None]:
     if overrides is None:
         return {}
     if not isinstance(overrides, Mapping):
-        raise ValidationFailed("mapping must be an object of field: path",
-                               code="invalid_mapping")
+        raise ValidationFailed("mapping must be an object of field: path", code="invalid_mapping")
     result: dict[str, str | None] = {}
     for key, path in overrides.items():
         if key not in field_mapping.FIELDS:
             raise ValidationFailed(
                 f"unknown mapping field {key!r}; known: {', '.join(field_mapping.FIELDS)}",
-                code="invalid_mapping", details={"field": key})
+                code="invalid_mapping",
+                details={"field": key},
+            )
         if path is not None:
             try:
                 field_mapping.validate_path(path)
             except ValueError as exc:
-                raise ValidationFailed(f"mapping {key}: {exc}", code="invalid_mapping",
-                                       details={"field": key}) from None
+                raise ValidationFailed(
+                    f"mapping {key}: {exc}", code="invalid_mapping", details={"field": key}
+                ) from None
         result[str(key)] = path
     return result
 
 
 def validate_tolerance(tolerance_s: object) -> int:
-    if isinstance(tolerance_s, bool) or not isinstance(tolerance_s, int) \
-            or not 1 <= tolerance_s <= 86400:
-        raise ValidationFailed("tolerance_s must be an integer between 1 and 86400",
-                               code="invalid_source", details={"field": "tolerance_s"})
+    if (
+        isinstance(tolerance_s, bool)
+        or not isinstance(tolerance_s, int)
+        or not 1 <= tolerance_s <= 86400
+    ):
+        raise ValidationFailed(
+            "tolerance_s must be an integer between 1 and 86400",
+            code="invalid_source",
+            details={"field": "tolerance_s"},
+        )
     return tolerance_s
 
 
@@ -125,8 +142,9 @@ def validate_reconcile_url(url: object, settings: Settings) -> str | None:
     try:
         check_reconcile_url(url, settings)
     except ValueError as exc:
-        raise ValidationFailed(f"reconcile_url refused: {exc}",
-                               code="invalid_reconcile_url") from None
+        raise ValidationFailed(
+            f"reconcile_url refused: {exc}", code="invalid_reconcile_url"
+        ) from None
     return url
 
 
@@ -162,47 +180,68 @@ def create_source(
         raise ValidationFailed(f"at most {MAX_SECRETS} secrets", code="invalid_secret")
     checked = [validate_secret(scheme, s) for s in secrets]
     tolerance = validate_tolerance(
-        settings.inbound_tolerance_seconds if tolerance_s is None else tolerance_s)
+        settings.inbound_tolerance_seconds if tolerance_s is None else tolerance_s
+    )
     overrides = validate_mapping(mapping)
     if not isinstance(allow_gaps, bool):
-        raise ValidationFailed("allow_gaps must be a boolean", code="invalid_source",
-                               details={"field": "allow_gaps"})
-    handler_specs = handler_registry.validate_specs(handlers, settings.handler_registry,
-                                                    allow_paths=allow_handler_paths)
+        raise ValidationFailed(
+            "allow_gaps must be a boolean", code="invalid_source", details={"field": "allow_gaps"}
+        )
+    handler_specs = handler_registry.validate_specs(
+        handlers, settings.handler_registry, allow_paths=allow_handler_paths
+    )
     url = validate_reconcile_url(reconcile_url, settings)
     if session.scalar(select(InboundSource.id).where(InboundSource.name == name)):
         raise Conflict(f"a source named {name!r} already exists", code="source_exists")
-    source = InboundSource(name=name, scheme=scheme, tolerance_s=tolerance, mapping=overrides,
-                           allow_gaps=allow_gaps, handlers=handler_specs, reconcile_url=url)
+    source = InboundSource(
+        name=name,
+        scheme=scheme,
+        tolerance_s=tolerance,
+        mapping=overrides,
+        allow_gaps=allow_gaps,
+        handlers=handler_specs,
+        reconcile_url=url,
+    )
     session.add(source)
     now = utcnow()
     # The first secret given is the newest: it verifies first.
     for offset, secret in enumerate(reversed(checked)):
-        session.add(InboundSourceSecret(
-            source=source, secret_encrypted=box.encrypt(secret),
-            created_at=now + timedelta(microseconds=offset)))
+        session.add(
+            InboundSourceSecret(
+                source=source,
+                secret_encrypted=box.encrypt(secret),
+                created_at=now + timedelta(microseconds=offset),
+            )
+        )
     session.flush()
     invalidate_cache(name)
     return source
 
 
-def add_secret(session: Session, box: SecretBox, source: InboundSource, secret: str, *,
-               rotate: bool = False, overlap_s: int = 0,
-               now: datetime | None = None) -> InboundSourceSecret:
+def add_secret(
+    session: Session,
+    box: SecretBox,
+    source: InboundSource,
+    secret: str,
+    *,
+    rotate: bool = False,
+    overlap_s: int = 0,
+    now: datetime | None = None,
+) -> InboundSourceSecret:
     """Add a secret; with ``rotate`` the older ones stay valid only for ``overlap_s`` more."""
     validate_secret(source.scheme, secret)
     now = now or utcnow()
     live = [s for s in source.secrets if s.expires_at is None or s.expires_at > now]
     if len(live) >= MAX_SECRETS:
-        raise ValidationFailed(f"a source has at most {MAX_SECRETS} valid secrets",
-                               code="invalid_secret")
+        raise ValidationFailed(
+            f"a source has at most {MAX_SECRETS} valid secrets", code="invalid_secret"
+        )
     if rotate:
         expires = now + timedelta(seconds=overlap_s)
         for existing in live:
             if existing.expires_at is None or existing.expires_at > expires:
                 existing.expires_at = expires
-    row = InboundSourceSecret(source=source, secret_encrypted=box.encrypt(secret),
-                              created_at=now)
+    row = InboundSourceSecret(source=source, secret_encrypted=box.encrypt(secret), created_at=now)
     session.add(row)
     session.flush()
     invalidate_cache(source.name)
@@ -224,9 +263,15 @@ def effective_mapping(source: InboundSource) -> field_mapping.FieldMapping:
 def get_source(session: Session, name: str) -> InboundSource:
     # A name no source could have (NUL, 1 MB, ...) is not looked up: PostgreSQL would refuse
     # a NUL in the query, and the caller would take that for the store being down.
-    source = session.scalar(select(InboundSource).where(InboundSource.name == name)
-                            .options(selectinload(InboundSource.secrets))
-                            ) if NAME_PATTERN.fullmatch(name) else None
+    source = (
+        session.scalar(
+            select(InboundSource)
+            .where(InboundSource.name == name)
+            .options(selectinload(InboundSource.secrets))
+        )
+        if NAME_PATTERN.fullmatch(name)
+        else None
+    )
     if source is None:
         shown = name if len(name) <= 100 else name[:100] + "..."
         raise NotFound(f"no inbound source named {shown!r}", details={"source": shown})
@@ -234,8 +279,13 @@ def get_source(session: Session, name: str) -> InboundSource:
 
 
 def list_sources(session: Session) -> list[InboundSource]:
-    return list(session.scalars(select(InboundSource).order_by(InboundSource.name)
-                                .options(selectinload(InboundSource.secrets))))
+    return list(
+        session.scalars(
+            select(InboundSource)
+            .order_by(InboundSource.name)
+            .options(selectinload(InboundSource.secrets))
+        )
+    )
 
 
 # ------------------------------------------------------------------------- receiver's cache
@@ -255,8 +305,9 @@ def invalidate_cache(name: str | None = None) -> None:
             _cache.pop(name, None)
 
 
-def verification_config(session_factory: Any, box: SecretBox, name: str,
-                        now: datetime | None = None) -> VerificationConfig:
+def verification_config(
+    session_factory: Any, box: SecretBox, name: str, now: datetime | None = None
+) -> VerificationConfig:
     """The source's scheme, live secrets, tolerance and mapping, cached for a few seconds.
 
     Raises:
@@ -271,9 +322,13 @@ def verification_config(session_factory: Any, box: SecretBox, name: str,
     with session_factory() as session:
         source = get_source(session, name)
         config = VerificationConfig(
-            source_id=source.id, name=source.name, scheme=source.scheme,
+            source_id=source.id,
+            name=source.name,
+            scheme=source.scheme,
             secrets=tuple(active_secrets(source, box, now or utcnow())),
-            tolerance_s=source.tolerance_s, mapping=effective_mapping(source))
+            tolerance_s=source.tolerance_s,
+            mapping=effective_mapping(source),
+        )
         session.rollback()
     with _cache_lock:
         if len(_cache) >= CONFIG_CACHE_MAX:
@@ -300,9 +355,12 @@ def source_to_dict(source: InboundSource, now: datetime | None = None) -> dict[s
         "reconcile_url": header_rules.redact_url(source.reconcile_url),
         "receive_path": f"/inbound/{source.name}",
         "secrets": [
-            {"id": s.id, "created_at": isoformat(s.created_at),
-             "expires_at": isoformat(s.expires_at),
-             "active": s.expires_at is None or s.expires_at > now}
+            {
+                "id": s.id,
+                "created_at": isoformat(s.created_at),
+                "expires_at": isoformat(s.expires_at),
+                "active": s.expires_at is None or s.expires_at > now,
+            }
             for s in sorted(source.secrets, key=lambda s: (s.created_at, s.id), reverse=True)
         ],
         "created_at": isoformat(source.created_at),

@@ -31,7 +31,12 @@ from app.models import ResourceState
 _STATES = cast(Table, ResourceState.__table__)
 
 APPLY, STALE, GAP, CONTRADICTION, ALREADY_APPLIED = (
-    "apply", "stale", "gap", "contradiction", "already_applied")
+    "apply",
+    "stale",
+    "gap",
+    "contradiction",
+    "already_applied",
+)
 
 
 @dataclass(frozen=True)
@@ -49,8 +54,13 @@ class Decision:
     reason: str | None = None
 
 
-def decide(event: Ordering, state: ResourceState | StateRow, *, allow_gaps: bool,
-           event_id: str | None = None) -> Decision:
+def decide(
+    event: Ordering,
+    state: ResourceState | StateRow,
+    *,
+    allow_gaps: bool,
+    event_id: str | None = None,
+) -> Decision:
     """Pure: what to do with an event given the resource's current state."""
     if event.version is not None:
         last = state.last_version
@@ -60,27 +70,38 @@ def decide(event: Ordering, state: ResourceState | StateRow, *, allow_gaps: bool
             if event.version == last:
                 if event_id is not None and state.last_event_id == event_id:
                     return Decision(ALREADY_APPLIED, "already_applied")
-                if event.status is not None and state.status is not None \
-                        and event.status != state.status:
-                    return Decision(CONTRADICTION,
-                                    f"contradiction: version {last} is already applied with "
-                                    f"status {state.status!r}, this event says "
-                                    f"{event.status!r}")
+                if (
+                    event.status is not None
+                    and state.status is not None
+                    and event.status != state.status
+                ):
+                    return Decision(
+                        CONTRADICTION,
+                        f"contradiction: version {last} is already applied with "
+                        f"status {state.status!r}, this event says "
+                        f"{event.status!r}",
+                    )
                 return Decision(STALE, "stale_event")
             if not allow_gaps and event.version > last + 1:
-                return Decision(GAP, f"version_gap: expected version {last + 1}, "
-                                     f"got {event.version}")
+                return Decision(
+                    GAP, f"version_gap: expected version {last + 1}, got {event.version}"
+                )
         elif not allow_gaps and event.version > 1:
-            return Decision(GAP, f"version_gap: first version seen is {event.version}, "
-                                 "expected 1 (or 0)")
+            return Decision(
+                GAP, f"version_gap: first version seen is {event.version}, expected 1 (or 0)"
+            )
         return Decision(APPLY)
     if state.last_version is not None:
-        return Decision(CONTRADICTION, "contradiction: the event has no resource_version but "
-                                       "the resource is ordered by version")
+        return Decision(
+            CONTRADICTION,
+            "contradiction: the event has no resource_version but "
+            "the resource is ordered by version",
+        )
     if event.occurred_at is None:
         # Receive refuses a resource event with neither; a replayed old row may still lack it.
-        return Decision(CONTRADICTION, "contradiction: the event has neither resource_version "
-                                       "nor occurred_at")
+        return Decision(
+            CONTRADICTION, "contradiction: the event has neither resource_version nor occurred_at"
+        )
     last_time = state.last_occurred_at
     if last_time is not None:
         if event.occurred_at < last_time:
@@ -88,12 +109,17 @@ def decide(event: Ordering, state: ResourceState | StateRow, *, allow_gaps: bool
         if event.occurred_at == last_time:
             if event_id is not None and state.last_event_id == event_id:
                 return Decision(ALREADY_APPLIED, "already_applied")
-            if event.status is not None and state.status is not None \
-                    and event.status != state.status:
-                return Decision(CONTRADICTION,
-                                f"contradiction: {isoformat(last_time)} is already applied "
-                                f"with status {state.status!r}, this event says "
-                                f"{event.status!r}")
+            if (
+                event.status is not None
+                and state.status is not None
+                and event.status != state.status
+            ):
+                return Decision(
+                    CONTRADICTION,
+                    f"contradiction: {isoformat(last_time)} is already applied "
+                    f"with status {state.status!r}, this event says "
+                    f"{event.status!r}",
+                )
             return Decision(STALE, "stale_event")
     return Decision(APPLY)
 
@@ -113,37 +139,52 @@ class StateRow:
 
 
 _C = _STATES.c
-_COLUMNS = (_C.id, _C.resource_type, _C.resource_id, _C.last_version, _C.last_occurred_at,
-            _C.status, _C.last_event_id, _C.placeholder)
+_COLUMNS = (
+    _C.id,
+    _C.resource_type,
+    _C.resource_id,
+    _C.last_version,
+    _C.last_occurred_at,
+    _C.status,
+    _C.last_event_id,
+    _C.placeholder,
+)
 # Built once, values as parameters: these run for every processed event.
-_BY_KEY = select(*_COLUMNS).where(_C.source_id == bindparam("source_id"),
-                                  _C.resource_type == bindparam("resource_type"),
-                                  _C.resource_id == bindparam("resource_id"))
+_BY_KEY = select(*_COLUMNS).where(
+    _C.source_id == bindparam("source_id"),
+    _C.resource_type == bindparam("resource_type"),
+    _C.resource_id == bindparam("resource_id"),
+)
 _BY_KEY_LOCKED = _BY_KEY.with_for_update()
 _BY_ID = select(*_COLUMNS).where(_C.id == bindparam("state_id"))
 _BY_ID_LOCKED = _BY_ID.with_for_update()
 _LOCK_CHUNK = 1000
 _PLACEHOLDERS = {
     name: maker(_STATES).on_conflict_do_nothing(
-        index_elements=["source_id", "resource_type", "resource_id"])
+        index_elements=["source_id", "resource_type", "resource_id"]
+    )
     for name, maker in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
 }
 
 
-def ensure_state(connection: Connection, source_id: str, resource_type: str | None,
-                 resource_id: str, *, lock: bool = False) -> StateRow:
+def ensure_state(
+    connection: Connection,
+    source_id: str,
+    resource_type: str | None,
+    resource_id: str,
+    *,
+    lock: bool = False,
+) -> StateRow:
     """The resource's state row, created as a placeholder if the resource is unknown.
 
     ``lock`` takes the row lock (PostgreSQL ``FOR UPDATE``) so a source that forbids gaps
     checks and applies each resource's events one at a time. SQLite serialises writers anyway.
     """
-    key = {"source_id": source_id, "resource_type": resource_type or "",
-           "resource_id": resource_id}
+    key = {"source_id": source_id, "resource_type": resource_type or "", "resource_id": resource_id}
     stmt = _BY_KEY_LOCKED if lock else _BY_KEY
     row = connection.execute(stmt, key).one_or_none()
     if row is None:
-        connection.execute(_PLACEHOLDERS[connection.dialect.name],
-                           {**key, "placeholder": True})
+        connection.execute(_PLACEHOLDERS[connection.dialect.name], {**key, "placeholder": True})
         row = connection.execute(stmt, key).one()
     return StateRow(*row)
 
@@ -166,15 +207,22 @@ def lock_states(connection: Connection, keys: Iterable[StateKey]) -> dict[StateK
     groups: dict[tuple[str, str], list[str]] = {}
     for source_id, resource_type, resource_id in wanted:
         groups.setdefault((source_id, resource_type), []).append(resource_id)
-    order = _C.resource_id.collate("C") if connection.dialect.name == "postgresql" \
-        else _C.resource_id
+    order = (
+        _C.resource_id.collate("C") if connection.dialect.name == "postgresql" else _C.resource_id
+    )
     found: dict[StateKey, StateRow] = {}
     for (source_id, resource_type), resource_ids in groups.items():
         for start in range(0, len(resource_ids), _LOCK_CHUNK):
-            rows = connection.execute(select(*_COLUMNS).where(
-                _C.source_id == source_id, _C.resource_type == resource_type,
-                _C.resource_id.in_(resource_ids[start:start + _LOCK_CHUNK]),
-            ).order_by(order).with_for_update())
+            rows = connection.execute(
+                select(*_COLUMNS)
+                .where(
+                    _C.source_id == source_id,
+                    _C.resource_type == resource_type,
+                    _C.resource_id.in_(resource_ids[start : start + _LOCK_CHUNK]),
+                )
+                .order_by(order)
+                .with_for_update()
+            )
             for row in rows:
                 state = StateRow(*row)
                 found[(source_id, resource_type, state.resource_id)] = state
@@ -187,9 +235,18 @@ def create_placeholders(connection: Connection, keys: Iterable[StateKey]) -> Non
     Run in a transaction of its own, committed before :func:`lock_states`: locking rows
     that exist and then creating others would take locks out of order.
     """
-    connection.execute(_PLACEHOLDERS[connection.dialect.name], [
-        {"source_id": source_id, "resource_type": resource_type, "resource_id": resource_id,
-         "placeholder": True} for source_id, resource_type, resource_id in sorted(set(keys))])
+    connection.execute(
+        _PLACEHOLDERS[connection.dialect.name],
+        [
+            {
+                "source_id": source_id,
+                "resource_type": resource_type,
+                "resource_id": resource_id,
+                "placeholder": True,
+            }
+            for source_id, resource_type, resource_id in sorted(set(keys))
+        ],
+    )
 
 
 def reload(connection: Connection, state_id: str, *, lock: bool = False) -> StateRow:
@@ -197,16 +254,24 @@ def reload(connection: Connection, state_id: str, *, lock: bool = False) -> Stat
     return StateRow(*row)
 
 
-def compare_and_set(connection: Connection, state_id: str, event: Ordering, *,
-                    last_event_id: str | None, data: dict[str, Any] | None = None,
-                    allow_equal: bool = False, now: datetime | None = None) -> bool:
+def compare_and_set(
+    connection: Connection,
+    state_id: str,
+    event: Ordering,
+    *,
+    last_event_id: str | None,
+    data: dict[str, Any] | None = None,
+    allow_equal: bool = False,
+    now: datetime | None = None,
+) -> bool:
     """Apply ``event`` to the state in ONE conditional UPDATE; False if it is not newer.
 
     ``allow_equal`` lets a provider snapshot correct the status at the version already
     applied (reconciliation): the version still never goes backwards.
     """
-    statement, values = _conditional_update(state_id, event, last_event_id=last_event_id,
-                                            data=data, allow_equal=allow_equal, now=now)
+    statement, values = _conditional_update(
+        state_id, event, last_event_id=last_event_id, data=data, allow_equal=allow_equal, now=now
+    )
     result = connection.execute(statement, values)
     return bool(result.rowcount)
 
@@ -220,8 +285,9 @@ class Write:
     last_event_id: str | None
 
 
-def compare_and_set_many(connection: Connection, writes: Sequence[Write], *,
-                         now: datetime | None = None) -> int:
+def compare_and_set_many(
+    connection: Connection, writes: Sequence[Write], *, now: datetime | None = None
+) -> int:
     """Many :func:`compare_and_set`, in order, one executemany per run of the same statement
     shape; returns how many applied. Each is still the single conditional UPDATE."""
     applied = 0
@@ -229,9 +295,14 @@ def compare_and_set_many(connection: Connection, writes: Sequence[Write], *,
     group: list[dict[str, Any]] = []
     now = now or utcnow()
     for write in writes:
-        statement, values = _conditional_update(write.state_id, write.event,
-                                                last_event_id=write.last_event_id, data=None,
-                                                allow_equal=False, now=now)
+        statement, values = _conditional_update(
+            write.state_id,
+            write.event,
+            last_event_id=write.last_event_id,
+            data=None,
+            allow_equal=False,
+            now=now,
+        )
         if statement is not shape and group:
             applied += connection.execute(shape, group).rowcount  # type: ignore[arg-type]
             group = []
@@ -250,28 +321,49 @@ def written(state: StateRow, write: Write) -> StateRow:
     return replace(
         state,
         last_version=event.version if event.version is not None else state.last_version,
-        last_occurred_at=event.occurred_at if event.occurred_at is not None
+        last_occurred_at=event.occurred_at
+        if event.occurred_at is not None
         else state.last_occurred_at,
         status=event.status if event.status is not None else state.status,
-        last_event_id=write.last_event_id, placeholder=False)
+        last_event_id=write.last_event_id,
+        placeholder=False,
+    )
 
 
-def _conditional_update(state_id: str, event: Ordering, *, last_event_id: str | None,
-                        data: dict[str, Any] | None, allow_equal: bool,
-                        now: datetime | None) -> tuple[Update, dict[str, Any]]:
+def _conditional_update(
+    state_id: str,
+    event: Ordering,
+    *,
+    last_event_id: str | None,
+    data: dict[str, Any] | None,
+    allow_equal: bool,
+    now: datetime | None,
+) -> tuple[Update, dict[str, Any]]:
     """The compare-and-set statement for this event's shape, and its parameters."""
-    values: dict[str, Any] = {"b_state_id": state_id, "b_placeholder": False,
-                              "b_updated_at": now or utcnow(), "b_last_event_id": last_event_id,
-                              "b_status": event.status, "b_data": data,
-                              "b_version": event.version, "b_occurred_at": event.occurred_at}
-    statement = _cas_statement(event.version is not None, event.occurred_at is not None,
-                               event.status is not None, data is not None, allow_equal)
+    values: dict[str, Any] = {
+        "b_state_id": state_id,
+        "b_placeholder": False,
+        "b_updated_at": now or utcnow(),
+        "b_last_event_id": last_event_id,
+        "b_status": event.status,
+        "b_data": data,
+        "b_version": event.version,
+        "b_occurred_at": event.occurred_at,
+    }
+    statement = _cas_statement(
+        event.version is not None,
+        event.occurred_at is not None,
+        event.status is not None,
+        data is not None,
+        allow_equal,
+    )
     return statement, values
 
 
 @functools.cache
-def _cas_statement(has_version: bool, has_time: bool, has_status: bool, has_data: bool,
-                   allow_equal: bool) -> Update:
+def _cas_statement(
+    has_version: bool, has_time: bool, has_status: bool, has_data: bool, allow_equal: bool
+) -> Update:
     """Built once per shape, values as parameters: it runs for every applied event."""
     col = _STATES.c
     values: dict[str, Any] = {
@@ -293,10 +385,12 @@ def _cas_statement(has_version: bool, has_time: bool, has_status: bool, has_data
         condition = or_(col.last_version.is_(None), newer)
     elif has_time:
         values["last_occurred_at"] = occurred_at
-        later = col.last_occurred_at <= occurred_at if allow_equal \
+        later = (
+            col.last_occurred_at <= occurred_at
+            if allow_equal
             else col.last_occurred_at < occurred_at
-        condition = and_(col.last_version.is_(None),
-                         or_(col.last_occurred_at.is_(None), later))
+        )
+        condition = and_(col.last_version.is_(None), or_(col.last_occurred_at.is_(None), later))
     else:
         # An unordered snapshot: the provider's word, but it cannot undo a known version.
         condition = col.last_version.is_(None)

@@ -113,8 +113,9 @@ def _verify_standard_webhooks(
     keys = [key for key in map(_standard_key_or_none, secrets) if key]
     # Svix sends the same trio prefixed svix-; the unprefixed one wins when both are present.
     standard = ("webhook-id", "webhook-timestamp", "webhook-signature")
-    svix_only = (not any(_present(headers, name) for name in standard)
-                 and any(_present(headers, "svix-" + name[8:]) for name in standard))
+    svix_only = not any(_present(headers, name) for name in standard) and any(
+        _present(headers, "svix-" + name[8:]) for name in standard
+    )
     prefix = "svix-" if svix_only else "webhook-"
     msg_id = _required(headers, prefix + "id")
     timestamp = _timestamp(_required(headers, prefix + "timestamp"), prefix + "timestamp")
@@ -136,8 +137,9 @@ def _verify_standard_webhooks(
                 malformed = exc
         # Other versions (v1a is Ed25519) are skipped: the spec lets receivers ignore them.
     if not candidates:
-        raise malformed or SignatureError("signature_mismatch",
-                                          f"{prefix}signature has no v1 signature")
+        raise malformed or SignatureError(
+            "signature_mismatch", f"{prefix}signature has no v1 signature"
+        )
     _require_keys(keys)
     _check_tolerance(timestamp, now, tolerance_s)
     message = f"{msg_id}.{timestamp}.".encode() + body

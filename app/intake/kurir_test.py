@@ -25,9 +25,15 @@ from sender.dispatch import enqueue_after_commit
 MESSAGE = "This is a test event from Kurir. If you can read it, your endpoint works."
 
 
-def send_test_event(session: Session, redis_client: redis.Redis, partner: Partner,
-                    endpoint: Endpoint, *, sent_by: str,
-                    now: datetime | None = None) -> Delivery:
+def send_test_event(
+    session: Session,
+    redis_client: redis.Redis,
+    partner: Partner,
+    endpoint: Endpoint,
+    *,
+    sent_by: str,
+    now: datetime | None = None,
+) -> Delivery:
     """Write the event and its one delivery; enqueue it once the caller commits.
 
     `sent_by` is written into the event's data, which the partner receives: the caller
@@ -38,19 +44,38 @@ def send_test_event(session: Session, redis_client: redis.Redis, partner: Partne
     data = {"message": MESSAGE, "endpoint": endpoint.id, "sent_by": sent_by[:200]}
     errors = event_types.data_errors(event_types.compile_schema(contract.schema), data)
     if errors:  # Kurir's own schema and data disagree: a bug, said plainly rather than sent
-        raise ValidationFailed("the test event does not match its own schema",
-                               code="schema_validation_failed", details=errors)
+        raise ValidationFailed(
+            "the test event does not match its own schema",
+            code="schema_validation_failed",
+            details=errors,
+        )
     event_id = new_id("evt")
-    request = PublishRequest(event_types.TEST_EVENT, event_types.TEST_EVENT_VERSION, data, now,
-                             None, None)
-    event = Event(id=event_id, partner_id=partner.id, type=request.type,
-                  version=request.version, data=data,
-                  payload=payload_json(event_id, request, partner.uid, now), occurred_at=now,
-                  created_at=now)
-    delivery = Delivery(id=new_id("dlv"), event_id=event_id, endpoint_id=endpoint.id,
-                        state=PENDING, attempt_count=0, run_attempts=0, run=1,
-                        forced=False, next_attempt_at=now,
-                        created_at=now, updated_at=now)
+    request = PublishRequest(
+        event_types.TEST_EVENT, event_types.TEST_EVENT_VERSION, data, now, None, None
+    )
+    event = Event(
+        id=event_id,
+        partner_id=partner.id,
+        type=request.type,
+        version=request.version,
+        data=data,
+        payload=payload_json(event_id, request, partner.uid, now),
+        occurred_at=now,
+        created_at=now,
+    )
+    delivery = Delivery(
+        id=new_id("dlv"),
+        event_id=event_id,
+        endpoint_id=endpoint.id,
+        state=PENDING,
+        attempt_count=0,
+        run_attempts=0,
+        run=1,
+        forced=False,
+        next_attempt_at=now,
+        created_at=now,
+        updated_at=now,
+    )
     session.add(event)
     session.flush()
     session.add(delivery)

@@ -42,8 +42,18 @@ from sender.park import park
 
 log = logging.getLogger(__name__)
 
-PUBLISH_FIELDS = frozenset({"type", "version", "data", "occurred_at", "resource",
-                            "correlation_id", "renditions", "ordering_key"})
+PUBLISH_FIELDS = frozenset(
+    {
+        "type",
+        "version",
+        "data",
+        "occurred_at",
+        "resource",
+        "correlation_id",
+        "renditions",
+        "ordering_key",
+    }
+)
 RESOURCE_FIELDS = frozenset({"type", "id", "version"})
 MAX_IDEMPOTENCY_KEY = 255
 MAX_TEXT = 200
@@ -87,14 +97,14 @@ def _text(value: Any, field_: str, *, required: bool) -> str | None:
     if value is None and not required:
         return None
     if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
-        raise _invalid(field_, f"{field_} must be a non-empty string of at most {MAX_TEXT} "
-                               "characters")
+        raise _invalid(
+            field_, f"{field_} must be a non-empty string of at most {MAX_TEXT} characters"
+        )
     return value
 
 
 def _int(value: Any, field_: str, minimum: int, maximum: int = MAX_BIGINT) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not (
-            minimum <= value <= maximum):
+    if isinstance(value, bool) or not isinstance(value, int) or not (minimum <= value <= maximum):
         raise _invalid(field_, f"{field_} must be an integer from {minimum} to {maximum}")
     return value
 
@@ -107,8 +117,11 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
     """
     unknown = sorted(set(body) - PUBLISH_FIELDS)
     if unknown:
-        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
-                               details={"fields": unknown})
+        raise ValidationFailed(
+            f"unknown field(s): {', '.join(unknown)}",
+            code="unknown_field",
+            details={"fields": unknown},
+        )
     type_ = str(_text(body.get("type"), "type", required=True))
     if "version" not in body:
         raise _invalid("version", "version is required")
@@ -131,8 +144,11 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
             raise _invalid("resource", "resource must be an object {type, id, version?}")
         extra = sorted(set(resource) - RESOURCE_FIELDS)
         if extra:
-            raise ValidationFailed(f"unknown resource field(s): {', '.join(extra)}",
-                                   code="unknown_field", details={"fields": extra})
+            raise ValidationFailed(
+                f"unknown resource field(s): {', '.join(extra)}",
+                code="unknown_field",
+                details={"fields": extra},
+            )
         version_ = resource.get("version")
         resource = {
             "type": _text(resource.get("type"), "resource.type", required=True),
@@ -141,8 +157,16 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
         }
     correlation_id = _text(body.get("correlation_id"), "correlation_id", required=False)
     renditions = _renditions(body.get("renditions"), version)
-    return PublishRequest(type_, version, body["data"], occurred_at, resource, correlation_id,
-                          renditions, _ordering_key(body, resource))
+    return PublishRequest(
+        type_,
+        version,
+        body["data"],
+        occurred_at,
+        resource,
+        correlation_id,
+        renditions,
+        _ordering_key(body, resource),
+    )
 
 
 def _ordering_key(body: dict[str, Any], resource: dict[str, Any] | None) -> str | None:
@@ -153,8 +177,11 @@ def _ordering_key(body: dict[str, Any], resource: dict[str, Any] | None) -> str 
     if key is None:
         return None
     if not isinstance(key, str) or not key or len(key) > ordering.MAX_ORDERING_KEY:
-        raise _invalid("ordering_key", "ordering_key must be null or a non-empty string of at "
-                                       f"most {ordering.MAX_ORDERING_KEY} characters")
+        raise _invalid(
+            "ordering_key",
+            "ordering_key must be null or a non-empty string of at "
+            f"most {ordering.MAX_ORDERING_KEY} characters",
+        )
     return key
 
 
@@ -186,14 +213,21 @@ def check_idempotency_key(key: str | None) -> str | None:
     if key is None:
         return None
     if not key or len(key) > MAX_IDEMPOTENCY_KEY:
-        raise BadRequest(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters",
-                         code="invalid_idempotency_key")
+        raise BadRequest(
+            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters",
+            code="invalid_idempotency_key",
+        )
     return key
 
 
-def payload_json(event_id: str, req: PublishRequest, partner_uid: str,
-                 occurred_at: datetime, version: int | None = None,
-                 data: dict[str, Any] | None = None) -> str:
+def payload_json(
+    event_id: str,
+    req: PublishRequest,
+    partner_uid: str,
+    occurred_at: datetime,
+    version: int | None = None,
+    data: dict[str, Any] | None = None,
+) -> str:
     """The exact body every attempt (and every resend) of this event sends, in the published
     version or in `version` with its `data`."""
     body = {
@@ -211,12 +245,18 @@ def payload_json(event_id: str, req: PublishRequest, partner_uid: str,
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
-def _stored_response(session: Session, api_key_id: str, key: str, digest: str,
-                     now: datetime) -> PublishResult | None:
+def _stored_response(
+    session: Session, api_key_id: str, key: str, digest: str, now: datetime
+) -> PublishResult | None:
     row = session.execute(
-        select(IdempotencyKey.request_hash, IdempotencyKey.response_status,
-               IdempotencyKey.response_body, IdempotencyKey.expires_at, IdempotencyKey.id)
-        .where(IdempotencyKey.api_key_id == api_key_id, IdempotencyKey.key == key)).first()
+        select(
+            IdempotencyKey.request_hash,
+            IdempotencyKey.response_status,
+            IdempotencyKey.response_body,
+            IdempotencyKey.expires_at,
+            IdempotencyKey.id,
+        ).where(IdempotencyKey.api_key_id == api_key_id, IdempotencyKey.key == key)
+    ).first()
     if row is None:
         return None
     stored_hash, status, body, expires_at, row_id = row
@@ -227,7 +267,9 @@ def _stored_response(session: Session, api_key_id: str, key: str, digest: str,
         raise ValidationFailed(
             "this Idempotency-Key was already used for a different request (another body or "
             "another partner)",
-            code="idempotency_key_reused", details={"idempotency_key": key})
+            code="idempotency_key_reused",
+            details={"idempotency_key": key},
+        )
     return PublishResult(status=status, body=body, replayed=True)
 
 
@@ -248,8 +290,9 @@ class _Targets:
     ordered: frozenset[str] = frozenset()
 
 
-def _targets(connection: Connection, partner_uid: str, type_: str, version: int, *,
-             with_digest: bool = False) -> _Targets:
+def _targets(
+    connection: Connection, partner_uid: str, type_: str, version: int, *, with_digest: bool = False
+) -> _Targets:
     """The partner, its live endpoints and the contract, in one round trip; `with_digest`
     (PostgreSQL only) adds the endpoints' digest a guarded write checks.
 
@@ -258,19 +301,25 @@ def _targets(connection: Connection, partner_uid: str, type_: str, version: int,
     """
     statement = sql.TARGETS_WITH_DIGEST if with_digest else sql.TARGETS
     rows = connection.execute(
-        statement, {"uid": partner_uid, "type_name": type_, "type_version": version}).all()
+        statement, {"uid": partner_uid, "type_name": type_, "type_version": version}
+    ).all()
     if not rows:
         raise NotFound(f"partner {partner_uid!r} does not exist", details={"uid": partner_uid})
     first = rows[0]
     return _Targets(
         partner_id=first.partner_id,
-        endpoints=[(row.endpoint_id, row.state, row.event_types, row.versions, row.mode)
-                   for row in rows if row.endpoint_id is not None],
-        contract=event_types.contract_from(connection, first.contract_id, first.deprecated,
-                                         type_, version),
-        digest=first.digest if with_digest else None, sunset_at=first.sunset_at,
-        ordered=frozenset(row.endpoint_id for row in rows
-                          if row.ordering == ordering.ORDERING_KEY))
+        endpoints=[
+            (row.endpoint_id, row.state, row.event_types, row.versions, row.mode)
+            for row in rows
+            if row.endpoint_id is not None
+        ],
+        contract=event_types.contract_from(
+            connection, first.contract_id, first.deprecated, type_, version
+        ),
+        digest=first.digest if with_digest else None,
+        sunset_at=first.sunset_at,
+        ordered=frozenset(row.endpoint_id for row in rows if row.ordering == ordering.ORDERING_KEY),
+    )
 
 
 # Bound of the targets cache, in endpoints held: at the bound it is emptied and each
@@ -345,27 +394,36 @@ class _Plan:
 
 def _contract_of(targets: _Targets, req: PublishRequest) -> event_types.Contract:
     if targets.contract is None:
-        raise ValidationFailed(f"unknown event type {req.type} v{req.version}",
-                               code="unknown_event_type",
-                               details={"type": req.type, "version": req.version})
+        raise ValidationFailed(
+            f"unknown event type {req.type} v{req.version}",
+            code="unknown_event_type",
+            details={"type": req.type, "version": req.version},
+        )
     return targets.contract
 
 
-def deprecation_warning(type_: str, version: int, sunset_at: datetime | None,
-                        endpoints: list[str]) -> dict[str, Any]:
+def deprecation_warning(
+    type_: str, version: int, sunset_at: datetime | None, endpoints: list[str]
+) -> dict[str, Any]:
     """What a publish answers when it sends a deprecated version (published, or pinned)."""
     message = f"{type_} v{version} is deprecated"
     if sunset_at is not None:
         message += f"; its sunset is {isoformat(sunset_at)}"
     if endpoints:
         message += f"; endpoints still on it: {', '.join(endpoints)}"
-    return {"code": "deprecated_event_type", "message": message + "; publish a newer version",
-            "type": type_, "version": version, "sunset_at": isoformat(sunset_at),
-            "endpoints": endpoints}
+    return {
+        "code": "deprecated_event_type",
+        "message": message + "; publish a newer version",
+        "type": type_,
+        "version": version,
+        "sunset_at": isoformat(sunset_at),
+        "endpoints": endpoints,
+    }
 
 
-def _warnings(req: PublishRequest, deprecated: bool,
-              sunset_at: datetime | None = None) -> list[dict[str, Any]]:
+def _warnings(
+    req: PublishRequest, deprecated: bool, sunset_at: datetime | None = None
+) -> list[dict[str, Any]]:
     if not deprecated:
         return []
     return [deprecation_warning(req.type, req.version, sunset_at, [])]
@@ -387,58 +445,90 @@ def _wanted_versions(targets: _Targets, req: PublishRequest) -> dict[str, int]:
     return wanted
 
 
-def _produce(req: PublishRequest, wanted: dict[str, int],
-             versions: dict[int, event_types.Version],
-             max_bytes: int) -> dict[int, tuple[dict[str, Any], str]]:
+def _produce(
+    req: PublishRequest,
+    wanted: dict[str, int],
+    versions: dict[int, event_types.Version],
+    max_bytes: int,
+) -> dict[int, tuple[dict[str, Any], str]]:
     """Every version pinned endpoints need, or the 422 that says which cannot be had."""
     try:
-        return event_types.produce(versions, req.version, req.data, req.renditions,
-                                 set(wanted.values()), max_bytes=max_bytes)
+        return event_types.produce(
+            versions,
+            req.version,
+            req.data,
+            req.renditions,
+            set(wanted.values()),
+            max_bytes=max_bytes,
+        )
     except event_types.VersionTooLarge as exc:
-        what = (f"JSON larger than {exc.limit} bytes" if exc.reason == "bytes"
-                else f"more than {exc.limit} units of work")
+        what = (
+            f"JSON larger than {exc.limit} bytes"
+            if exc.reason == "bytes"
+            else f"more than {exc.limit} units of work"
+        )
         raise ValidationFailed(
             f"{req.type} v{exc.version} would take {what} to make from v{req.version} "
             "(KURIR_MAX_PAYLOAD_BYTES bounds every version made); send it as a rendition",
             code="version_too_large",
-            details={"version": exc.version, "reason": exc.reason,
-                     "limit": exc.limit}) from None
+            details={"version": exc.version, "reason": exc.reason, "limit": exc.limit},
+        ) from None
     except event_types.VersionInvalid as exc:
         raise ValidationFailed(
             f"{req.type} v{exc.version} made by {exc.source} does not match its schema",
             code="version_invalid",
-            details={"version": exc.version, "source": exc.source,
-                     "errors": exc.errors}) from None
+            details={"version": exc.version, "source": exc.source, "errors": exc.errors},
+        ) from None
     except event_types.VersionUnavailable:
         # Which pins cannot be served is structure alone: nothing is run again per endpoint.
-        reach = event_types.reachable({v: row.downgrade is not None for v, row in versions.items()},
-                                    req.version, set(req.renditions) & set(versions))
-        missing = [{"endpoint": endpoint_id, "version": version}
-                   for endpoint_id, version in sorted(wanted.items()) if version not in reach]
+        reach = event_types.reachable(
+            {v: row.downgrade is not None for v, row in versions.items()},
+            req.version,
+            set(req.renditions) & set(versions),
+        )
+        missing = [
+            {"endpoint": endpoint_id, "version": version}
+            for endpoint_id, version in sorted(wanted.items())
+            if version not in reach
+        ]
         unknown = sorted(set(req.renditions) - set(versions))
         if unknown and not missing:
             raise ValidationFailed(
                 f"renditions name version(s) of {req.type} that are not registered: "
-                f"{', '.join(map(str, unknown))}", code="unknown_event_type",
-                details={"type": req.type, "versions": unknown}) from None
+                f"{', '.join(map(str, unknown))}",
+                code="unknown_event_type",
+                details={"type": req.type, "versions": unknown},
+            ) from None
         raise ValidationFailed(
             f"{req.type} v{req.version} cannot be turned into the version(s) some endpoints "
             "are pinned to (no rendition, no chain of at most "
             f"{event_types.MAX_DOWNGRADE_HOPS} downgrades, and never upwards): "
             + ", ".join(f"{m['endpoint']} needs v{m['version']}" for m in missing),
-            code="version_unavailable", details={"endpoints": missing}) from None
+            code="version_unavailable",
+            details={"endpoints": missing},
+        ) from None
 
 
-def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetime,
-          load_versions: VersionsLoader, *, max_bytes: int) -> _Plan:
+def _plan(
+    targets: _Targets,
+    req: PublishRequest,
+    partner_uid: str,
+    now: datetime,
+    load_versions: VersionsLoader,
+    *,
+    max_bytes: int,
+) -> _Plan:
     """Judge `data` by its contract, make the versions pinned endpoints need (each at most
     `max_bytes` of JSON), and lay out the rows to write. Without pins or renditions no other
     version is looked at."""
     contract = _contract_of(targets, req)
     errors = event_types.data_errors(contract.validator, req.data)
     if errors:
-        raise ValidationFailed(f"data does not match the schema of {req.type} v{req.version}",
-                               code="schema_validation_failed", details=errors)
+        raise ValidationFailed(
+            f"data does not match the schema of {req.type} v{req.version}",
+            code="schema_validation_failed",
+            details=errors,
+        )
     wanted = _wanted_versions(targets, req)
     made: dict[int, tuple[dict[str, Any], str]] = {}
     family: dict[int, event_types.Version] = {}
@@ -450,12 +540,18 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
     occurred_at = req.occurred_at or now
     resource = req.resource or {}
     event_values = {
-        "id": event_id, "partner_id": targets.partner_id, "type": req.type,
-        "version": req.version, "data": req.data,
+        "id": event_id,
+        "partner_id": targets.partner_id,
+        "type": req.type,
+        "version": req.version,
+        "data": req.data,
         "payload": payload_json(event_id, req, partner_uid, occurred_at),
-        "occurred_at": occurred_at, "resource_type": resource.get("type"),
-        "resource_id": resource.get("id"), "resource_version": resource.get("version"),
-        "correlation_id": req.correlation_id, "ordering_key": req.ordering_key,
+        "occurred_at": occurred_at,
+        "resource_type": resource.get("type"),
+        "resource_id": resource.get("id"),
+        "resource_version": resource.get("version"),
+        "correlation_id": req.correlation_id,
+        "ordering_key": req.ordering_key,
         "created_at": now,
     }
     pending: list[Planned] = []
@@ -472,28 +568,66 @@ def _plan(targets: _Targets, req: PublishRequest, partner_uid: str, now: datetim
         enabled = state == "enabled"
         version = wanted.get(endpoint_id)
         (pending if enabled else parked).append((delivery_id, endpoint_id, version))
-        answer.append({"id": delivery_id, "endpoint": endpoint_id,
-                       "state": PENDING if enabled else DEAD,
-                       "version": req.version if version is None else version})
-    versions = [{"event_id": event_id, "version": version, "data": data, "source": source,
-                 "payload": payload_json(event_id, req, partner_uid, occurred_at, version, data)}
-                for version, (data, source) in sorted(made.items())]
-    warnings = _warnings(req, contract.deprecated, targets.sunset_at) if not family else [
-        deprecation_warning(req.type, number, family[number].sunset_at,
-                            sorted(e for e, v in wanted.items() if v == number))
-        for number in sorted({req.version, *wanted.values()}, reverse=True)
-        if family[number].deprecated]
-    response = {"id": event_id, "type": req.type, "version": req.version,
-                "deliveries": answer, "warnings": warnings}
-    ordered = [] if req.ordering_key is None else [
-        endpoint_id for _, endpoint_id, _ in pending + parked if endpoint_id in targets.ordered]
+        answer.append(
+            {
+                "id": delivery_id,
+                "endpoint": endpoint_id,
+                "state": PENDING if enabled else DEAD,
+                "version": req.version if version is None else version,
+            }
+        )
+    versions = [
+        {
+            "event_id": event_id,
+            "version": version,
+            "data": data,
+            "source": source,
+            "payload": payload_json(event_id, req, partner_uid, occurred_at, version, data),
+        }
+        for version, (data, source) in sorted(made.items())
+    ]
+    warnings = (
+        _warnings(req, contract.deprecated, targets.sunset_at)
+        if not family
+        else [
+            deprecation_warning(
+                req.type,
+                number,
+                family[number].sunset_at,
+                sorted(e for e, v in wanted.items() if v == number),
+            )
+            for number in sorted({req.version, *wanted.values()}, reverse=True)
+            if family[number].deprecated
+        ]
+    )
+    response = {
+        "id": event_id,
+        "type": req.type,
+        "version": req.version,
+        "deliveries": answer,
+        "warnings": warnings,
+    }
+    ordered = (
+        []
+        if req.ordering_key is None
+        else [
+            endpoint_id for _, endpoint_id, _ in pending + parked if endpoint_id in targets.ordered
+        ]
+    )
     return _Plan(event_values, pending, parked, response, versions, ordered)
 
 
-def publish_event(db: Database, redis_client: redis.Redis, settings: Settings, *,
-                  partner_uid: str, body: dict[str, Any], api_key_id: str,
-                  idempotency_key: str | None = None,
-                  now: datetime | None = None) -> PublishResult:
+def publish_event(
+    db: Database,
+    redis_client: redis.Redis,
+    settings: Settings,
+    *,
+    partner_uid: str,
+    body: dict[str, Any],
+    api_key_id: str,
+    idempotency_key: str | None = None,
+    now: datetime | None = None,
+) -> PublishResult:
     """Publish with as few round trips as the guarantees allow, then enqueue.
 
     On PostgreSQL, a publish without an Idempotency-Key whose subscribed endpoints are all
@@ -507,12 +641,21 @@ def publish_event(db: Database, redis_client: redis.Redis, settings: Settings, *
             enqueue_now(redis_client, result.enqueued)
             return result
     with db.begin() as session:
-        return publish(session, redis_client, settings, partner_uid=partner_uid, body=body,
-                       api_key_id=api_key_id, idempotency_key=idempotency_key, now=now)
+        return publish(
+            session,
+            redis_client,
+            settings,
+            partner_uid=partner_uid,
+            body=body,
+            api_key_id=api_key_id,
+            idempotency_key=idempotency_key,
+            now=now,
+        )
 
 
-def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, Any],
-                              now: datetime) -> PublishResult | None:
+def _publish_in_one_statement(
+    db: Database, partner_uid: str, body: dict[str, Any], now: datetime
+) -> PublishResult | None:
     """The PostgreSQL hot path; None when the publish needs a transaction after all
     (endpoints to park, or endpoints that keep changing under it).
     """
@@ -523,8 +666,7 @@ def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, An
         from_cache = targets is not None
         while True:
             if targets is None:
-                targets = _targets(connection, partner_uid, req.type, req.version,
-                                   with_digest=True)
+                targets = _targets(connection, partner_uid, req.type, req.version, with_digest=True)
                 if targets.contract is not None:
                     _targets_cache.put(key, targets)
             if req.renditions or _wanted_versions(targets, req):
@@ -538,12 +680,12 @@ def _publish_in_one_statement(db: Database, partner_uid: str, body: dict[str, An
             params["digest"] = targets.digest
             params["type_id"] = _contract_of(targets, req).id
             written, deprecated, sunset_at = connection.execute(
-                sql.GUARDED_EVENT_WITH_DELIVERIES, params).one()
+                sql.GUARDED_EVENT_WITH_DELIVERIES, params
+            ).one()
             if written:
                 plan.response["warnings"] = _warnings(req, bool(deprecated), sunset_at)
                 _log_published(plan, partner_uid)
-                return PublishResult(status=ACCEPTED, body=plan.response,
-                                     enqueued=plan.enqueued)
+                return PublishResult(status=ACCEPTED, body=plan.response, enqueued=plan.enqueued)
             # The endpoints changed since the plan was made: nothing was written.
             _targets_cache.drop(key)
             if not from_cache:
@@ -556,9 +698,17 @@ def _no_versions(name: str) -> dict[int, event_types.Version]:
     raise AssertionError(f"the one-statement publish was asked for the versions of {name}")
 
 
-def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
-            partner_uid: str, body: dict[str, Any], api_key_id: str,
-            idempotency_key: str | None = None, now: datetime | None = None) -> PublishResult:
+def publish(
+    session: Session,
+    redis_client: redis.Redis,
+    settings: Settings,
+    *,
+    partner_uid: str,
+    body: dict[str, Any],
+    api_key_id: str,
+    idempotency_key: str | None = None,
+    now: datetime | None = None,
+) -> PublishResult:
     """Validate and write one event with its deliveries; enqueue them once the caller commits.
 
     Raises:
@@ -577,9 +727,14 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
 
     req = parse_request(body)
     connection = session.connection()
-    plan = _plan(_targets(connection, partner_uid, req.type, req.version), req, partner_uid,
-                 now, lambda name: event_types.versions_of(connection, name),
-                 max_bytes=settings.max_payload_bytes)
+    plan = _plan(
+        _targets(connection, partner_uid, req.type, req.version),
+        req,
+        partner_uid,
+        now,
+        lambda name: event_types.versions_of(connection, name),
+        max_bytes=settings.max_payload_bytes,
+    )
     if key is not None:
         # First write of the transaction: a concurrent twin blocks here on the unique index
         # (PostgreSQL) or never gets this far (SQLite's single writer), before doing any work.
@@ -587,28 +742,45 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
             session.execute(text(f"SET LOCAL lock_timeout = {int(IN_FLIGHT_WAIT_MS)}"))
         try:
             with session.begin_nested():
-                session.execute(insert(_IDEMPOTENCY), [{
-                    "id": new_id("idk"), "api_key_id": api_key_id, "key": key,
-                    "request_hash": digest, "response_status": ACCEPTED,
-                    "response_body": plan.response, "event_id": plan.event_values["id"],
-                    "created_at": now,
-                    "expires_at": now + timedelta(seconds=settings.idempotency_ttl_seconds)}])
+                session.execute(
+                    insert(_IDEMPOTENCY),
+                    [
+                        {
+                            "id": new_id("idk"),
+                            "api_key_id": api_key_id,
+                            "key": key,
+                            "request_hash": digest,
+                            "response_status": ACCEPTED,
+                            "response_body": plan.response,
+                            "event_id": plan.event_values["id"],
+                            "created_at": now,
+                            "expires_at": now + timedelta(seconds=settings.idempotency_ttl_seconds),
+                        }
+                    ],
+                )
         except (IntegrityError, OperationalError) as exc:
             if not (_lock_timed_out(exc) or _unique_violation(exc)):
                 raise
             stored = _stored_response(session, api_key_id, key, digest, now)
             if stored is not None:
                 return stored
-            raise Conflict("a request with this Idempotency-Key is still in flight; retry",
-                           code="idempotency_key_in_flight",
-                           details={"idempotency_key": key}) from None
+            raise Conflict(
+                "a request with this Idempotency-Key is still in flight; retry",
+                code="idempotency_key_in_flight",
+                details={"idempotency_key": key},
+            ) from None
 
     places: dict[str, ordering.Place] = {}
     if plan.ordered:
-        places = ordering.assign(session.connection(), plan.ordered,
-                                 str(plan.event_values["ordering_key"]), plan.event_values["id"])
-    _insert_event_and_deliveries(session.connection(), plan.event_values, plan.pending,
-                                 plan.versions, places)
+        places = ordering.assign(
+            session.connection(),
+            plan.ordered,
+            str(plan.event_values["ordering_key"]),
+            plan.event_values["id"],
+        )
+    _insert_event_and_deliveries(
+        session.connection(), plan.event_values, plan.pending, plan.versions, places
+    )
     if plan.parked:
         _park_for_disabled(session, Event(**plan.event_values), plan.parked, now, places)
     enqueue_after_commit(session, redis_client, plan.enqueued)
@@ -619,66 +791,112 @@ def publish(session: Session, redis_client: redis.Redis, settings: Settings, *,
 def _log_published(plan: _Plan, partner_uid: str) -> None:
     if log.isEnabledFor(logging.DEBUG):
         event = plan.event_values
-        log.debug("event published", extra={
-            "event_id": event["id"], "partner": partner_uid, "event_type": event["type"],
-            "deliveries": len(plan.response["deliveries"]),
-            "correlation_id": event["correlation_id"]})
+        log.debug(
+            "event published",
+            extra={
+                "event_id": event["id"],
+                "partner": partner_uid,
+                "event_type": event["type"],
+                "deliveries": len(plan.response["deliveries"]),
+                "correlation_id": event["correlation_id"],
+            },
+        )
 
 
-def _insert_event_and_deliveries(connection: Connection, event_values: dict[str, Any],
-                                 deliveries: list[Planned], versions: list[dict[str, Any]],
-                                 places: dict[str, ordering.Place]) -> None:
+def _insert_event_and_deliveries(
+    connection: Connection,
+    event_values: dict[str, Any],
+    deliveries: list[Planned],
+    versions: list[dict[str, Any]],
+    places: dict[str, ordering.Place],
+) -> None:
     """Write the event, its other versions and its pending deliveries: on PostgreSQL as one
     statement, whatever the fan-out, when there is only the published version and nothing
     is numbered; otherwise (and on SQLite: local, no round trips) statement by statement.
     """
     if connection.dialect.name == "postgresql" and not versions and not places:
-        connection.execute(sql.EVENT_WITH_DELIVERIES,
-                           sql.event_params(event_values, deliveries))
+        connection.execute(sql.EVENT_WITH_DELIVERIES, sql.event_params(event_values, deliveries))
         return
     connection.execute(sql.EVENT, [event_values])
     if versions:
         connection.execute(sql.EVENT_VERSION, versions)
     if deliveries:
         now = event_values["created_at"]
-        connection.execute(sql.DELIVERY, [
-            {"id": delivery_id, "event_id": event_values["id"], "endpoint_id": endpoint_id,
-             "state": PENDING, "version": version, "attempt_count": 0, "run_attempts": 0,
-             "run": 1, "next_attempt_at": now, "created_at": now, "updated_at": now,
-             **_place_values(places.get(endpoint_id), event_values["ordering_key"])}
-            for delivery_id, endpoint_id, version in deliveries])
+        connection.execute(
+            sql.DELIVERY,
+            [
+                {
+                    "id": delivery_id,
+                    "event_id": event_values["id"],
+                    "endpoint_id": endpoint_id,
+                    "state": PENDING,
+                    "version": version,
+                    "attempt_count": 0,
+                    "run_attempts": 0,
+                    "run": 1,
+                    "next_attempt_at": now,
+                    "created_at": now,
+                    "updated_at": now,
+                    **_place_values(places.get(endpoint_id), event_values["ordering_key"]),
+                }
+                for delivery_id, endpoint_id, version in deliveries
+            ],
+        )
 
 
 def _place_values(place: ordering.Place | None, key: str | None) -> dict[str, Any]:
     """A delivery's ordering columns: all None when it is not numbered."""
     if place is None:
         return {"ordering_key": None, "ordering_seq": None, "previous_event_id": None}
-    return {"ordering_key": key, "ordering_seq": place.sequence,
-            "previous_event_id": place.previous_event_id}
+    return {
+        "ordering_key": key,
+        "ordering_seq": place.sequence,
+        "previous_event_id": place.previous_event_id,
+    }
 
 
 def _lock_timed_out(exc: Exception) -> bool:
     return isinstance(exc, OperationalError) and (
-        getattr(exc.orig, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE)
+        getattr(exc.orig, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE
+    )
 
 
 def _unique_violation(exc: Exception) -> bool:
     if not isinstance(exc, IntegrityError):
         return False
-    return (getattr(exc.orig, "sqlstate", None) == _PG_UNIQUE_VIOLATION
-            or "UNIQUE constraint failed" in str(exc.orig))
+    return getattr(
+        exc.orig, "sqlstate", None
+    ) == _PG_UNIQUE_VIOLATION or "UNIQUE constraint failed" in str(exc.orig)
 
 
-def _park_for_disabled(session: Session, event: Event, parked: list[Planned],
-                       now: datetime, places: dict[str, ordering.Place]) -> None:
+def _park_for_disabled(
+    session: Session,
+    event: Event,
+    parked: list[Planned],
+    now: datetime,
+    places: dict[str, ordering.Place],
+) -> None:
     """A disabled endpoint's new events become dead letters at once, resendable (with the
     version the endpoint is pinned to)."""
-    endpoints = {e.id: e for e in session.scalars(
-        select(Endpoint).where(Endpoint.id.in_([endpoint_id for _, endpoint_id, _ in parked])))}
+    endpoints = {
+        e.id: e
+        for e in session.scalars(
+            select(Endpoint).where(Endpoint.id.in_([endpoint_id for _, endpoint_id, _ in parked]))
+        )
+    }
     for delivery_id, endpoint_id, version in parked:
-        delivery = Delivery(id=delivery_id, event_id=event.id, endpoint_id=endpoint_id,
-                            state=DEAD, version=version, attempt_count=0, run_attempts=0,
-                            run=1, created_at=now, updated_at=now,
-                            **_place_values(places.get(endpoint_id), event.ordering_key))
+        delivery = Delivery(
+            id=delivery_id,
+            event_id=event.id,
+            endpoint_id=endpoint_id,
+            state=DEAD,
+            version=version,
+            attempt_count=0,
+            run_attempts=0,
+            run=1,
+            created_at=now,
+            updated_at=now,
+            **_place_values(places.get(endpoint_id), event.ordering_key),
+        )
         session.add(delivery)
         park(session, delivery, event, endpoints[endpoint_id], REASON_ENDPOINT_DISABLED)

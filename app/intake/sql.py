@@ -35,8 +35,18 @@ EVENT_TYPES = cast(Table, EventType.__table__)
 EVENT_VERSIONS = cast(Table, EventVersion.__table__)
 # What a publish writes: the feed position is given after commit (app.feed), never here.
 EVENT_COLUMNS = tuple(c.name for c in EVENTS.columns if c.name != "feed_seq")
-_DELIVERY_COLUMNS = ("id", "endpoint_id", "event_id", "state", "attempt_count", "run_attempts",
-                     "run", "next_attempt_at", "created_at", "updated_at")
+_DELIVERY_COLUMNS = (
+    "id",
+    "endpoint_id",
+    "event_id",
+    "state",
+    "attempt_count",
+    "run_attempts",
+    "run",
+    "next_attempt_at",
+    "created_at",
+    "updated_at",
+)
 
 
 def endpoints_digest(partner_id: Any) -> Any:
@@ -46,14 +56,24 @@ def endpoints_digest(partner_id: Any) -> Any:
     """
     e = ENDPOINTS
     colon: Any = literal_column("':'")
-    entry = (e.c.id + colon + e.c.state + colon
-             + func.coalesce(sql_cast(e.c.event_types, Text), literal_column("'*'")) + colon
-             + func.coalesce(sql_cast(e.c.versions, Text), literal_column("''")) + colon
-             + e.c.ordering)
+    entry = (
+        e.c.id
+        + colon
+        + e.c.state
+        + colon
+        + func.coalesce(sql_cast(e.c.event_types, Text), literal_column("'*'"))
+        + colon
+        + func.coalesce(sql_cast(e.c.versions, Text), literal_column("''"))
+        + colon
+        + e.c.ordering
+    )
     listing = func.string_agg(entry, aggregate_order_by(literal_column("','"), e.c.id))
-    return (select(func.md5(func.coalesce(listing, literal_column("''"))))
-            .where(e.c.partner_id == partner_id, e.c.deleted_at.is_(None))
-            .correlate(None).scalar_subquery())
+    return (
+        select(func.md5(func.coalesce(listing, literal_column("''"))))
+        .where(e.c.partner_id == partner_id, e.c.deleted_at.is_(None))
+        .correlate(None)
+        .scalar_subquery()
+    )
 
 
 def _targets(*, with_digest: bool) -> Any:
@@ -62,20 +82,31 @@ def _targets(*, with_digest: bool) -> Any:
     The outer join keeps a partner without endpoints; the contract and the digest ride along
     as scalar subqueries.
     """
-    columns = [PARTNERS.c.id.label("partner_id"), ENDPOINTS.c.id.label("endpoint_id"),
-               ENDPOINTS.c.state, ENDPOINTS.c.event_types, ENDPOINTS.c.versions,
-               ENDPOINTS.c.mode,
-               ENDPOINTS.c.ordering,
-               *event_types.lookup_columns(bindparam("type_name"), bindparam("type_version"))]
+    columns = [
+        PARTNERS.c.id.label("partner_id"),
+        ENDPOINTS.c.id.label("endpoint_id"),
+        ENDPOINTS.c.state,
+        ENDPOINTS.c.event_types,
+        ENDPOINTS.c.versions,
+        ENDPOINTS.c.mode,
+        ENDPOINTS.c.ordering,
+        *event_types.lookup_columns(bindparam("type_name"), bindparam("type_version")),
+    ]
     if with_digest:
         # Uncorrelated (by uid, not by the joined row), so it is computed once, not per row.
         partner_id = select(PARTNERS.c.id).where(PARTNERS.c.uid == bindparam("uid"))
         columns.append(endpoints_digest(partner_id.scalar_subquery()).label("digest"))
-    return (select(*columns)
-            .select_from(PARTNERS.outerjoin(ENDPOINTS, and_(
-                ENDPOINTS.c.partner_id == PARTNERS.c.id, ENDPOINTS.c.deleted_at.is_(None))))
-            .where(PARTNERS.c.uid == bindparam("uid"))
-            .order_by(ENDPOINTS.c.id))
+    return (
+        select(*columns)
+        .select_from(
+            PARTNERS.outerjoin(
+                ENDPOINTS,
+                and_(ENDPOINTS.c.partner_id == PARTNERS.c.id, ENDPOINTS.c.deleted_at.is_(None)),
+            )
+        )
+        .where(PARTNERS.c.uid == bindparam("uid"))
+        .order_by(ENDPOINTS.c.id)
+    )
 
 
 def _typed(table: Table, prefix: str) -> dict[str, Any]:
@@ -95,27 +126,47 @@ def _event_with_deliveries(*, guarded: bool) -> Any:
     answers (events written: 0 or 1, the contract's current `deprecated` flag; bind
     `type_id`).
     """
-    event = {name: bind for name, bind in _typed(EVENTS, "e_").items()
-             if name in EVENT_COLUMNS}
+    event = {name: bind for name, bind in _typed(EVENTS, "e_").items() if name in EVENT_COLUMNS}
     if guarded:
-        guard = (select(PARTNERS.c.id)
-                 .where(PARTNERS.c.id == event["partner_id"],
-                        endpoints_digest(event["partner_id"]) == bindparam("digest"))
-                 .cte("guard"))
-        values = select(*[guard.c.id if name == "partner_id" else event[name]
-                          for name in EVENT_COLUMNS])
-        new_event = (insert(EVENTS).from_select(EVENT_COLUMNS, values)
-                     .returning(EVENTS.c.id).cte("new_event"))
+        guard = (
+            select(PARTNERS.c.id)
+            .where(
+                PARTNERS.c.id == event["partner_id"],
+                endpoints_digest(event["partner_id"]) == bindparam("digest"),
+            )
+            .cte("guard")
+        )
+        values = select(
+            *[guard.c.id if name == "partner_id" else event[name] for name in EVENT_COLUMNS]
+        )
+        new_event = (
+            insert(EVENTS)
+            .from_select(EVENT_COLUMNS, values)
+            .returning(EVENTS.c.id)
+            .cte("new_event")
+        )
     else:
         new_event = insert(EVENTS).values(**event).returning(EVENTS.c.id).cte("new_event")
-    pairs = (func.unnest(bindparam("d_ids", type_=ARRAY(Text)),
-                         bindparam("d_endpoint_ids", type_=ARRAY(Text)))
-             .table_valued("id", "endpoint_id").render_derived())
+    pairs = (
+        func.unnest(
+            bindparam("d_ids", type_=ARRAY(Text)), bindparam("d_endpoint_ids", type_=ARRAY(Text))
+        )
+        .table_valued("id", "endpoint_id")
+        .render_derived()
+    )
     created = event["created_at"]
-    rows = (select(pairs.c.id, pairs.c.endpoint_id, new_event.c.id,
-                   literal_column(f"'{PENDING}'"), literal_column("0"), literal_column("0"),
-                   literal_column("1"), created, created, created)
-            .select_from(pairs.join(new_event, true())))
+    rows = select(
+        pairs.c.id,
+        pairs.c.endpoint_id,
+        new_event.c.id,
+        literal_column(f"'{PENDING}'"),
+        literal_column("0"),
+        literal_column("0"),
+        literal_column("1"),
+        created,
+        created,
+        created,
+    ).select_from(pairs.join(new_event, true()))
     # Columns left out take their server defaults (include_defaults would bind Python ones).
     deliveries = insert(DELIVERIES).from_select(_DELIVERY_COLUMNS, rows, include_defaults=False)
     if not guarded:
@@ -127,8 +178,9 @@ def _event_with_deliveries(*, guarded: bool) -> Any:
     return select(written, deprecated, sunset_at).add_cte(deliveries.cte("new_deliveries"))
 
 
-def event_params(event_values: dict[str, Any],
-                 deliveries: list[tuple[str, str, int | None]]) -> dict[str, Any]:
+def event_params(
+    event_values: dict[str, Any], deliveries: list[tuple[str, str, int | None]]
+) -> dict[str, Any]:
     """Binds of the event-with-deliveries statements."""
     params = {f"e_{name}": event_values.get(name) for name in EVENT_COLUMNS}
     params["d_ids"] = [delivery[0] for delivery in deliveries]

@@ -327,8 +327,7 @@ def _causes(exc: BaseException) -> list[BaseException]:
             continue
         found.append(current)
         stack.extend(arg for arg in current.args if isinstance(arg, BaseException))
-        for linked in (getattr(current, "reason", None), current.__cause__,
-                       current.__context__):
+        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
             if isinstance(linked, BaseException):
                 stack.append(linked)
     return found
@@ -379,8 +378,7 @@ def _as_requests_error(exc: BaseException) -> BaseException:
         return requests.exceptions.ConnectionError(exc)
     if isinstance(exc, MaxRetryError):
         reason = exc.reason
-        if isinstance(reason, ConnectTimeoutError) and not isinstance(reason,
-                                                                     NewConnectionError):
+        if isinstance(reason, ConnectTimeoutError) and not isinstance(reason, NewConnectionError):
             return requests.exceptions.ConnectTimeout(exc)
         if isinstance(reason, urllib3.exceptions.ResponseError):
             return requests.exceptions.RetryError(exc)
@@ -418,12 +416,12 @@ class _Route:
         """An evicted pool is closed by its pool manager; the route must then be built anew."""
         return self.pool.pool is not None
 
-    def headers(self, method: str, body: bytes | None,
-                headers: dict[str, str]) -> dict[str, str]:
+    def headers(self, method: str, body: bytes | None, headers: dict[str, str]) -> dict[str, str]:
         """The headers requests would send: its defaults overridden by the caller's (same
         position, the caller's spelling), then Content-Length, then the URL's Basic auth."""
-        merged: dict[str, tuple[str, str]] = {name.lower(): (name, value)
-                                              for name, value in self.defaults}
+        merged: dict[str, tuple[str, str]] = {
+            name.lower(): (name, value) for name, value in self.defaults
+        }
         for name, value in headers.items():
             check_header_validity((name, value))
             merged[name.lower()] = (name, value)
@@ -541,16 +539,22 @@ class Transport:
         prepared = session.prepare_request(requests.Request(method, pinned))
         adapter = cast(requests.adapters.HTTPAdapter, session.get_adapter(pinned))
         try:
-            pool = cast(HTTPConnectionPool, adapter.get_connection_with_tls_context(
-                prepared, self._verify, proxies={}))
+            pool = cast(
+                HTTPConnectionPool,
+                adapter.get_connection_with_tls_context(prepared, self._verify, proxies={}),
+            )
         except urllib3.exceptions.LocationValueError as exc:
             raise requests.exceptions.InvalidURL(exc) from exc
         adapter.cert_verify(pool, pinned, self._verify, None)
         template = dict(prepared.headers)
         authorization = template.pop("Authorization", None)
         template.pop("Content-Length", None)
-        route = _Route(pool=pool, target=prepared.path_url, defaults=tuple(template.items()),
-                       authorization=authorization)
+        route = _Route(
+            pool=pool,
+            target=prepared.path_url,
+            defaults=tuple(template.items()),
+            authorization=authorization,
+        )
         with self._lock:
             if len(origin.routes) >= MAX_ROUTES_PER_ORIGIN:
                 origin.routes.clear()
@@ -639,8 +643,17 @@ class Transport:
             if deadline.remaining() <= 0:
                 break
             outcome, connect_failed = self._exchange(
-                origin, method, url, ip, port, body, sent_headers, deadline,
-                connect_timeout_s, max_body_bytes, result
+                origin,
+                method,
+                url,
+                ip,
+                port,
+                body,
+                sent_headers,
+                deadline,
+                connect_timeout_s,
+                max_body_bytes,
+                result,
             )
             if not connect_failed:
                 return outcome
@@ -685,11 +698,20 @@ class Transport:
                 return late, True
             try:
                 response = route.pool.urlopen(
-                    method, route.target, body=body or None, headers=request_headers,
-                    redirect=False, assert_same_host=False, preload_content=False,
-                    decode_content=False, retries=_NO_RETRIES, chunked=False,
-                    timeout=urllib3.Timeout(connect=min(connect_timeout_s, remaining),
-                                            read=remaining))
+                    method,
+                    route.target,
+                    body=body or None,
+                    headers=request_headers,
+                    redirect=False,
+                    assert_same_host=False,
+                    preload_content=False,
+                    decode_content=False,
+                    retries=_NO_RETRIES,
+                    chunked=False,
+                    timeout=urllib3.Timeout(
+                        connect=min(connect_timeout_s, remaining), read=remaining
+                    ),
+                )
             except _SEND_ERRORS as raw_exc:
                 failure = _as_requests_error(raw_exc)
                 fired = deadline.finish()
@@ -717,8 +739,15 @@ class Transport:
                 response.release_conn()
             response = None
             return (
-                result(error, detail, status, data, request_headers, response_headers,
-                       truncated=not complete and read_error is None),
+                result(
+                    error,
+                    detail,
+                    status,
+                    data,
+                    request_headers,
+                    response_headers,
+                    truncated=not complete and read_error is None,
+                ),
                 False,
             )
         finally:

@@ -78,24 +78,27 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     from sender import sweeper as delivery_sweeper
 
     return [
-        PeriodicJob("sweep-deliveries", delivery_sweeper.sweep,
-                    IntervalTrigger(seconds=runtime.settings.sweep_interval_seconds)),
+        PeriodicJob(
+            "sweep-deliveries",
+            delivery_sweeper.sweep,
+            IntervalTrigger(seconds=runtime.settings.sweep_interval_seconds),
+        ),
         PeriodicJob("sequence-feed", sequence_feed, IntervalTrigger(seconds=2)),
-        PeriodicJob("purge-idempotency-keys", purge_idempotency_keys,
-                    IntervalTrigger(hours=1)),
+        PeriodicJob("purge-idempotency-keys", purge_idempotency_keys, IntervalTrigger(hours=1)),
         PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),
         PeriodicJob("purge-portal-links", purge_portal, IntervalTrigger(hours=1)),
-        PeriodicJob("purge-operator-sessions", purge_operator_sessions,
-                    IntervalTrigger(hours=1)),
-        PeriodicJob("resume-bulk-resends", dlq_resend.resume_stalled,
-                    IntervalTrigger(minutes=1)),
-        PeriodicJob("sweep-inbound-events", inbound_process.sweep,
-                    IntervalTrigger(seconds=15)),
-        PeriodicJob("run-due-reconcile-requests", inbound_reconcile.process_due,
-                    IntervalTrigger(seconds=15)),
-        PeriodicJob("scheduled-reconcile", inbound_reconcile.scheduled_reconcile,
-                    CronTrigger.from_crontab(runtime.settings.reconcile_cron, timezone="UTC")),
+        PeriodicJob("purge-operator-sessions", purge_operator_sessions, IntervalTrigger(hours=1)),
+        PeriodicJob("resume-bulk-resends", dlq_resend.resume_stalled, IntervalTrigger(minutes=1)),
+        PeriodicJob("sweep-inbound-events", inbound_process.sweep, IntervalTrigger(seconds=15)),
+        PeriodicJob(
+            "run-due-reconcile-requests", inbound_reconcile.process_due, IntervalTrigger(seconds=15)
+        ),
+        PeriodicJob(
+            "scheduled-reconcile",
+            inbound_reconcile.scheduled_reconcile,
+            CronTrigger.from_crontab(runtime.settings.reconcile_cron, timezone="UTC"),
+        ),
     ]
 
 
@@ -113,6 +116,13 @@ def _guarded(job: PeriodicJob, runtime: Runtime) -> Callable[[], None]:
 def build_scheduler(runtime: Runtime) -> BlockingScheduler:
     scheduler = BlockingScheduler(timezone="UTC")
     for job in periodic_jobs(runtime):
-        scheduler.add_job(_guarded(job, runtime), job.trigger, id=job.name, name=job.name,
-                          max_instances=1, coalesce=True, misfire_grace_time=30)
+        scheduler.add_job(
+            _guarded(job, runtime),
+            job.trigger,
+            id=job.name,
+            name=job.name,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=30,
+        )
     return scheduler

@@ -66,8 +66,10 @@ class KurirWorker(SimpleWorker):
         self.pubsub = self.connection.pubsub()
         self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
         self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]
-            sleep_time=LISTENER_WAKE_S, daemon=True,
-            exception_handler=self._pubsub_exception_handler)
+            sleep_time=LISTENER_WAKE_S,
+            daemon=True,
+            exception_handler=self._pubsub_exception_handler,
+        )
 
 
 class DeliveryConsumer(BatchConsumer):
@@ -82,8 +84,16 @@ class DeliveryConsumer(BatchConsumer):
 
     name = "delivery consumer"
 
-    def __init__(self, engine: Engine, connection: redis.Redis, stop: threading.Event, *,
-                 queue: str = DELIVERIES, batch_jobs: int = 20, block_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        connection: redis.Redis,
+        stop: threading.Event,
+        *,
+        queue: str = DELIVERIES,
+        batch_jobs: int = 20,
+        block_s: float = 1.0,
+    ) -> None:
         self.engine = engine
         self.connection = connection
         self.stop = stop
@@ -121,13 +131,22 @@ def worker_connection(runtime: Runtime) -> redis.Redis:
     url = runtime.settings.resolved_redis_url
     # Unix-socket connections (the embedded Redis of `kurir up`) take no TCP keepalive option.
     tcp = {} if url.startswith("unix://") else {"socket_keepalive": True}
-    return redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=5.0,
-                                health_check_interval=30, **tcp)
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=5.0,
+        health_check_interval=30,
+        **tcp,
+    )
 
 
-def run_worker(runtime: Runtime, *, burst: bool = False,
-               queues: tuple[str, ...] = ALL_QUEUES,
-               stop: threading.Event | None = None) -> bool:
+def run_worker(
+    runtime: Runtime,
+    *,
+    burst: bool = False,
+    queues: tuple[str, ...] = ALL_QUEUES,
+    stop: threading.Event | None = None,
+) -> bool:
     """Work the queues until stopped (or until empty with `burst`); True if any job ran.
 
     With `stop` (an Event), the worker polls in short bursts so that setting it ends the
@@ -145,35 +164,49 @@ def run_worker(runtime: Runtime, *, burst: bool = False,
     rq_queues = tuple(q for q in queues if q not in (DELIVERIES, INBOUND))
     if DELIVERIES in queues:
         # In a thread (tests, embedded use) it polls briefly so that stopping is quick.
-        consumer = DeliveryConsumer(engine, worker_connection(runtime), consumer_stop,
-                                    block_s=0.2 if stop is not None else 1.0)
+        consumer = DeliveryConsumer(
+            engine,
+            worker_connection(runtime),
+            consumer_stop,
+            block_s=0.2 if stop is not None else 1.0,
+        )
         if burst:
             while consumer.step():
                 worked = True
         else:
-            consumer_thread = threading.Thread(target=consumer.run, name="kurir-consumer",
-                                               daemon=True)
+            consumer_thread = threading.Thread(
+                target=consumer.run, name="kurir-consumer", daemon=True
+            )
             consumer_thread.start()
     inbound: InboundConsumer | None = None
     inbound_thread: threading.Thread | None = None
     if INBOUND in queues:
-        inbound = InboundConsumer(runtime, worker_connection(runtime), consumer_stop,
-                                  block_s=0.2 if stop is not None else 1.0)
+        inbound = InboundConsumer(
+            runtime,
+            worker_connection(runtime),
+            consumer_stop,
+            block_s=0.2 if stop is not None else 1.0,
+        )
         if burst:
             while inbound.step():
                 worked = True
         else:
-            inbound_thread = threading.Thread(target=inbound.run, name="kurir-inbound",
-                                              daemon=True)
+            inbound_thread = threading.Thread(target=inbound.run, name="kurir-inbound", daemon=True)
             inbound_thread.start()
     try:
         while rq_queues:
-            worker = KurirWorker([Queue(name, connection=connection) for name in rq_queues],
-                                 connection=connection, worker_ttl=WORKER_TTL_S)
+            worker = KurirWorker(
+                [Queue(name, connection=connection) for name in rq_queues],
+                connection=connection,
+                worker_ttl=WORKER_TTL_S,
+            )
             polling = stop is not None
             try:
-                worked |= bool(worker.work(burst=burst or polling, with_scheduler=False,
-                                           logging_level="WARNING"))
+                worked |= bool(
+                    worker.work(
+                        burst=burst or polling, with_scheduler=False, logging_level="WARNING"
+                    )
+                )
             except (redis.RedisError, OSError) as exc:
                 log.warning("worker lost Redis, restarting: %s", exc)
             # A SIGTERM/SIGINT while idle makes RQ return from work() without setting

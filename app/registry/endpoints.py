@@ -52,11 +52,32 @@ _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 field-name
 _BAD_VALUE_CHARS = re.compile(r"[\r\n\x00]")
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
-ENDPOINT_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
-                   "timeout_s", "rate_limit_per_s", "secret", "versions", "mode", "ordering",
-                   "on_dead")
-PATCHABLE_FIELDS = ("url", "event_types", "description", "headers", "public_headers",
-                    "timeout_s", "rate_limit_per_s", "versions", "ordering", "on_dead")
+ENDPOINT_FIELDS = (
+    "url",
+    "event_types",
+    "description",
+    "headers",
+    "public_headers",
+    "timeout_s",
+    "rate_limit_per_s",
+    "secret",
+    "versions",
+    "mode",
+    "ordering",
+    "on_dead",
+)
+PATCHABLE_FIELDS = (
+    "url",
+    "event_types",
+    "description",
+    "headers",
+    "public_headers",
+    "timeout_s",
+    "rate_limit_per_s",
+    "versions",
+    "ordering",
+    "on_dead",
+)
 
 ENABLED, DISABLED = "enabled", "disabled"
 PUSH, PULL = "push", "pull"
@@ -74,26 +95,35 @@ def create_partner(session: Session, body: dict[str, Any]) -> Partner:
     """Raises ValidationFailed for a bad uid or name, Conflict when the uid is taken."""
     unknown = sorted(set(body) - {"uid", "name"})
     if unknown:
-        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
-                               details={"fields": unknown})
+        raise ValidationFailed(
+            f"unknown field(s): {', '.join(unknown)}",
+            code="unknown_field",
+            details={"fields": unknown},
+        )
     uid = body.get("uid")
     if not isinstance(uid, str) or not UID_PATTERN.fullmatch(uid):
-        raise _invalid("uid", "uid must be 1-200 characters of letters, digits, '.', '_', ':' "
-                              "or '-', starting with a letter or digit")
+        raise _invalid(
+            "uid",
+            "uid must be 1-200 characters of letters, digits, '.', '_', ':' "
+            "or '-', starting with a letter or digit",
+        )
     name = body.get("name", uid)
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH:
-        raise _invalid("name", f"name must be a non-empty string of at most "
-                               f"{MAX_NAME_LENGTH} characters")
+        raise _invalid(
+            "name", f"name must be a non-empty string of at most {MAX_NAME_LENGTH} characters"
+        )
     if session.scalar(select(Partner.id).where(Partner.uid == uid)) is not None:
-        raise Conflict(f"partner {uid!r} already exists", code="partner_exists",
-                       details={"uid": uid})
+        raise Conflict(
+            f"partner {uid!r} already exists", code="partner_exists", details={"uid": uid}
+        )
     partner = Partner(uid=uid, name=name.strip())
     try:
         with session.begin_nested():
             session.add(partner)
     except IntegrityError:
-        raise Conflict(f"partner {uid!r} already exists", code="partner_exists",
-                       details={"uid": uid}) from None
+        raise Conflict(
+            f"partner {uid!r} already exists", code="partner_exists", details={"uid": uid}
+        ) from None
     return partner
 
 
@@ -107,8 +137,9 @@ def get_partner(session: Session, uid: str) -> Partner:
 # ---------------------------------------------------------------------------- validation
 
 
-def check_url(url: Any, settings: Settings,
-              resolver: guard.Resolver = guard.default_resolver) -> str:
+def check_url(
+    url: Any, settings: Settings, resolver: guard.Resolver = guard.default_resolver
+) -> str:
     """The SSRF verdict, made once here and again by the worker at every attempt.
 
     A host that does not resolve (yet) is accepted, as Svix and Stripe do: DNS that is not
@@ -127,16 +158,20 @@ def check_url(url: Any, settings: Settings,
         # It would be shown with the endpoint and stored with every attempt; a header is not.
         raise ValidationFailed(
             "url must not carry credentials (user:password@host): send them in a custom "
-            "header instead, e.g. headers: {\"Authorization\": \"Basic ...\"}",
-            code="invalid_url", details={"field": "url", "reason": "userinfo"})
+            'header instead, e.g. headers: {"Authorization": "Basic ..."}',
+            code="invalid_url",
+            details={"field": "url", "reason": "userinfo"},
+        )
     try:
         guard.check_url(url, guard.policy_from(settings), resolver)
     except guard.InvalidURL as exc:
         raise _invalid("url", f"url is not acceptable: {exc}", "invalid_url") from None
     except guard.BlockedAddress as exc:
-        raise ValidationFailed(f"url targets a blocked address: {exc.reason}",
-                               code="blocked_address",
-                               details={"field": "url", "reason": exc.reason}) from None
+        raise ValidationFailed(
+            f"url targets a blocked address: {exc.reason}",
+            code="blocked_address",
+            details={"field": "url", "reason": exc.reason},
+        ) from None
     except guard.ResolutionError as exc:
         log.info("endpoint host does not resolve yet: %s", exc)
     return url
@@ -158,7 +193,9 @@ def check_headers(headers: Any, current: dict[str, Any] | None = None) -> dict[s
         if missing:
             raise ValidationFailed(
                 f"header {missing[0]!r} has no stored value to keep (null keeps a value)",
-                code="invalid_header", details={"header": missing[0]})
+                code="invalid_header",
+                details={"header": missing[0]},
+            )
         headers = {n: (kept[n.lower()] if v is None else v) for n, v in headers.items()}
     if len(headers) > MAX_HEADERS:
         raise _invalid("headers", f"at most {MAX_HEADERS} custom headers")
@@ -167,30 +204,48 @@ def check_headers(headers: Any, current: dict[str, Any] | None = None) -> dict[s
     for name, value in headers.items():
         lower = name.lower()
         if not _TOKEN.fullmatch(name):
-            raise ValidationFailed(f"header name {name!r} is not a valid HTTP field name",
-                                   code="invalid_header", details={"header": name})
+            raise ValidationFailed(
+                f"header name {name!r} is not a valid HTTP field name",
+                code="invalid_header",
+                details={"header": name},
+            )
         if header_rules.is_reserved(name):
-            raise ValidationFailed(f"header {name!r} is set by Kurir and cannot be overridden",
-                                   code="reserved_header", details={"header": name})
+            raise ValidationFailed(
+                f"header {name!r} is set by Kurir and cannot be overridden",
+                code="reserved_header",
+                details={"header": name},
+            )
         if lower in seen:
-            raise ValidationFailed(f"header {name!r} is given twice", code="invalid_header",
-                                   details={"header": name})
+            raise ValidationFailed(
+                f"header {name!r} is given twice", code="invalid_header", details={"header": name}
+            )
         if not isinstance(value, str):
-            raise ValidationFailed(f"header {name!r} must have a string value",
-                                   code="invalid_header", details={"header": name})
+            raise ValidationFailed(
+                f"header {name!r} must have a string value",
+                code="invalid_header",
+                details={"header": name},
+            )
         if _BAD_VALUE_CHARS.search(value):
-            raise ValidationFailed(f"header {name!r} contains CR, LF or NUL",
-                                   code="invalid_header", details={"header": name})
+            raise ValidationFailed(
+                f"header {name!r} contains CR, LF or NUL",
+                code="invalid_header",
+                details={"header": name},
+            )
         if not _FIELD_VALUE.fullmatch(value):
             # RFC 9110 field values: visible ASCII, space, tab and Latin-1 bytes; anything else
             # cannot go on the wire, and every delivery would fail before sending.
             raise ValidationFailed(
                 f"header {name!r} has characters an HTTP header cannot carry (control "
                 "characters or characters beyond Latin-1)",
-                code="invalid_header", details={"header": name})
+                code="invalid_header",
+                details={"header": name},
+            )
         if len(value.encode()) > MAX_HEADER_VALUE:
-            raise ValidationFailed(f"header {name!r} is longer than {MAX_HEADER_VALUE} bytes",
-                                   code="invalid_header", details={"header": name})
+            raise ValidationFailed(
+                f"header {name!r} is longer than {MAX_HEADER_VALUE} bytes",
+                code="invalid_header",
+                details={"header": name},
+            )
         seen.add(lower)
         clean[name] = value
     return clean
@@ -205,9 +260,11 @@ def check_public_headers(names: Any, headers: dict[str, str]) -> list[str] | Non
     present = {n.lower(): n for n in headers}
     unknown = [n for n in names if n.lower() not in present]
     if unknown:
-        raise ValidationFailed(f"public_headers names {unknown[0]!r}, which is not one of "
-                               "the endpoint's headers", code="invalid_header",
-                               details={"field": "public_headers", "header": unknown[0]})
+        raise ValidationFailed(
+            f"public_headers names {unknown[0]!r}, which is not one of the endpoint's headers",
+            code="invalid_header",
+            details={"field": "public_headers", "header": unknown[0]},
+        )
     return sorted({present[n.lower()] for n in names}) or None
 
 
@@ -215,24 +272,34 @@ def check_event_types(session: Session, event_types: Any) -> list[str] | None:
     """None subscribes to every type; a list must name types that are registered."""
     if event_types is None:
         return None
-    if (not isinstance(event_types, list) or not event_types
-            or not all(isinstance(t, str) and t for t in event_types)):
-        raise _invalid("event_types", "event_types must be a non-empty list of event type "
-                                      "names, or null for all types")
+    if (
+        not isinstance(event_types, list)
+        or not event_types
+        or not all(isinstance(t, str) and t for t in event_types)
+    ):
+        raise _invalid(
+            "event_types",
+            "event_types must be a non-empty list of event type names, or null for all types",
+        )
     if len(event_types) > MAX_EVENT_TYPES:
         raise _invalid("event_types", f"at most {MAX_EVENT_TYPES} event types")
     names = list(dict.fromkeys(event_types))
     reserved = [n for n in names if is_reserved(n)]
     if reserved:
-        raise ValidationFailed(f"{reserved[0]} is Kurir's own event type: it reaches an "
-                               "endpoint only when a test is sent to it, and cannot be "
-                               "subscribed to", code="reserved_event_type",
-                               details={"field": "event_types", "reserved": reserved})
+        raise ValidationFailed(
+            f"{reserved[0]} is Kurir's own event type: it reaches an "
+            "endpoint only when a test is sent to it, and cannot be "
+            "subscribed to",
+            code="reserved_event_type",
+            details={"field": "event_types", "reserved": reserved},
+        )
     missing = sorted(set(names) - existing_names(session, names))
     if missing:
-        raise ValidationFailed(f"unknown event type(s): {', '.join(missing)}",
-                               code="unknown_event_type",
-                               details={"field": "event_types", "unknown": missing})
+        raise ValidationFailed(
+            f"unknown event type(s): {', '.join(missing)}",
+            code="unknown_event_type",
+            details={"field": "event_types", "unknown": missing},
+        )
     return names
 
 
@@ -251,17 +318,22 @@ def check_versions(session: Session, value: Any) -> dict[str, int] | None:
         raise _invalid("versions", 'versions must be an object {"<event type>": <version>}')
     for name, version in value.items():
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise ValidationFailed(f"versions[{name!r}] must be a positive integer",
-                                   code="invalid_field",
-                                   details={"field": "versions", "type": name})
+            raise ValidationFailed(
+                f"versions[{name!r}] must be a positive integer",
+                code="invalid_field",
+                details={"field": "versions", "type": name},
+            )
     registered = registered_pairs(session, list(value))
     missing = sorted((n, v) for n, v in value.items() if (n, v) not in registered)
     if missing:
         raise ValidationFailed(
             "no such contract version: " + ", ".join(f"{n} v{v}" for n, v in missing),
             code="unknown_event_type",
-            details={"field": "versions",
-                     "unknown": [{"type": n, "version": v} for n, v in missing]})
+            details={
+                "field": "versions",
+                "unknown": [{"type": n, "version": v} for n, v in missing],
+            },
+        )
     unreachable = unreachable_pins(session, value)
     if unreachable:
         first = unreachable[0]
@@ -270,15 +342,23 @@ def check_versions(session: Session, value: Any) -> dict[str, int] | None:
             f"needs a downgrade, at most {MAX_DOWNGRADE_HOPS} links): "
             + ", ".join(f"{u['type']} v{u['version']} from v{u['newest']}" for u in unreachable),
             code="version_unavailable",
-            details={"field": "versions", "type": first["type"], "version": first["version"],
-                     "unavailable": unreachable})
+            details={
+                "field": "versions",
+                "type": first["type"],
+                "version": first["version"],
+                "unavailable": unreachable,
+            },
+        )
     return dict(sorted(value.items()))
 
 
 def check_mode(value: Any) -> str:
     if value not in MODES:
-        raise _invalid("mode", "mode must be \"push\" (Kurir sends every event) or \"pull\" "
-                               "(the partner reads its feed and acknowledges)")
+        raise _invalid(
+            "mode",
+            'mode must be "push" (Kurir sends every event) or "pull" '
+            "(the partner reads its feed and acknowledges)",
+        )
     return str(value)
 
 
@@ -291,18 +371,21 @@ def check_timeout(value: Any) -> int:
 def check_rate_limit(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not (
-            1 <= value <= MAX_RATE_LIMIT):
-        raise _invalid("rate_limit_per_s", f"rate_limit_per_s must be null or an integer from "
-                                           f"1 to {MAX_RATE_LIMIT}")
+    if isinstance(value, bool) or not isinstance(value, int) or not (1 <= value <= MAX_RATE_LIMIT):
+        raise _invalid(
+            "rate_limit_per_s",
+            f"rate_limit_per_s must be null or an integer from 1 to {MAX_RATE_LIMIT}",
+        )
     return value
 
 
 def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise ValidationFailed(f"{field} must be one of {', '.join(map(repr, choices))}",
-                               code="invalid_field",
-                               details={"field": field, "allowed": list(choices)})
+        raise ValidationFailed(
+            f"{field} must be one of {', '.join(map(repr, choices))}",
+            code="invalid_field",
+            details={"field": field, "allowed": list(choices)},
+        )
     return str(value)
 
 
@@ -310,23 +393,30 @@ def check_description(value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or len(value) > MAX_DESCRIPTION:
-        raise _invalid("description", f"description must be a string of at most "
-                                      f"{MAX_DESCRIPTION} characters")
+        raise _invalid(
+            "description", f"description must be a string of at most {MAX_DESCRIPTION} characters"
+        )
     return value
 
 
 def check_secret(value: Any) -> str:
     if not isinstance(value, str) or not is_valid_secret(value):
-        raise _invalid("secret", "secret must be 'whsec_' followed by the base64 of 24 to 64 "
-                                 "bytes", "invalid_secret")
+        raise _invalid(
+            "secret",
+            "secret must be 'whsec_' followed by the base64 of 24 to 64 bytes",
+            "invalid_secret",
+        )
     return value
 
 
 def reject_unknown(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(body) - set(allowed))
     if unknown:
-        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
-                               details={"fields": unknown})
+        raise ValidationFailed(
+            f"unknown field(s): {', '.join(unknown)}",
+            code="unknown_field",
+            details={"fields": unknown},
+        )
 
 
 # ---------------------------------------------------------------------------- endpoints
@@ -338,17 +428,25 @@ class EndpointWithSecret:
     secret: str
 
 
-def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], settings: Settings,
-                    box: SecretBox,
-                    resolver: guard.Resolver = guard.default_resolver) -> EndpointWithSecret:
+def create_endpoint(
+    session: Session,
+    partner: Partner,
+    body: dict[str, Any],
+    settings: Settings,
+    box: SecretBox,
+    resolver: guard.Resolver = guard.default_resolver,
+) -> EndpointWithSecret:
     """Validate everything, then store the endpoint and its (encrypted) first secret."""
     reject_unknown(body, ENDPOINT_FIELDS)
     mode = check_mode(body.get("mode", PUSH))
     if mode == PULL:
         if body.get("url") is not None:
-            raise _invalid("url", "a pull endpoint has no url: nothing is sent to it, its "
-                                  "consumer reads the feed (GET /v1/partners/{uid}/feed"
-                                  "?endpoint={id})")
+            raise _invalid(
+                "url",
+                "a pull endpoint has no url: nothing is sent to it, its "
+                "consumer reads the feed (GET /v1/partners/{uid}/feed"
+                "?endpoint={id})",
+            )
         url = ""
     else:
         url = check_url(body.get("url"), settings, resolver)
@@ -359,16 +457,27 @@ def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], se
     timeout_s = check_timeout(body.get("timeout_s", settings.default_timeout_s))
     rate_limit = check_rate_limit(body.get("rate_limit_per_s"))
     description = check_description(body.get("description"))
-    ordering_ = check_choice("ordering", body.get("ordering", ordering.ORDERING_NONE),
-                             ordering.ORDERINGS)
-    on_dead = check_choice("on_dead", body.get("on_dead", ordering.ON_DEAD_SKIP),
-                           ordering.ON_DEADS)
+    ordering_ = check_choice(
+        "ordering", body.get("ordering", ordering.ORDERING_NONE), ordering.ORDERINGS
+    )
+    on_dead = check_choice("on_dead", body.get("on_dead", ordering.ON_DEAD_SKIP), ordering.ON_DEADS)
     given = body.get("secret")
     secret = check_secret(given) if given is not None else generate_secret()
-    endpoint = Endpoint(partner=partner, url=url, event_types=event_types, headers=headers,
-                        public_headers=public_headers, versions=versions, timeout_s=timeout_s,
-                        rate_limit_per_s=rate_limit, description=description, state=ENABLED,
-                        mode=mode, ordering=ordering_, on_dead=on_dead)
+    endpoint = Endpoint(
+        partner=partner,
+        url=url,
+        event_types=event_types,
+        headers=headers,
+        public_headers=public_headers,
+        versions=versions,
+        timeout_s=timeout_s,
+        rate_limit_per_s=rate_limit,
+        description=description,
+        state=ENABLED,
+        mode=mode,
+        ordering=ordering_,
+        on_dead=on_dead,
+    )
     if mode == PULL:
         # Its feed starts here: what was committed before is not its backlog.
         endpoint.acked_seq = settled_head(session.connection())
@@ -379,31 +488,45 @@ def create_endpoint(session: Session, partner: Partner, body: dict[str, Any], se
 
 
 def get_endpoint(session: Session, partner: Partner, endpoint_id: str) -> Endpoint:
-    endpoint = session.scalar(select(Endpoint).where(
-        Endpoint.id == endpoint_id, Endpoint.partner_id == partner.id,
-        Endpoint.deleted_at.is_(None)))
+    endpoint = session.scalar(
+        select(Endpoint).where(
+            Endpoint.id == endpoint_id,
+            Endpoint.partner_id == partner.id,
+            Endpoint.deleted_at.is_(None),
+        )
+    )
     if endpoint is None:
-        raise NotFound(f"endpoint {endpoint_id!r} of partner {partner.uid!r} does not exist",
-                       details={"endpoint": endpoint_id, "partner": partner.uid})
+        raise NotFound(
+            f"endpoint {endpoint_id!r} of partner {partner.uid!r} does not exist",
+            details={"endpoint": endpoint_id, "partner": partner.uid},
+        )
     return endpoint
 
 
 def live_endpoints_query(partner: Partner) -> Any:
-    return select(Endpoint).where(Endpoint.partner_id == partner.id,
-                                  Endpoint.deleted_at.is_(None))
+    return select(Endpoint).where(Endpoint.partner_id == partner.id, Endpoint.deleted_at.is_(None))
 
 
-def update_endpoint(session: Session, endpoint: Endpoint, body: dict[str, Any],
-                    settings: Settings,
-                    resolver: guard.Resolver = guard.default_resolver) -> Endpoint:
+def update_endpoint(
+    session: Session,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    settings: Settings,
+    resolver: guard.Resolver = guard.default_resolver,
+) -> Endpoint:
     """Change only the fields given; each is validated as at creation."""
     if "secret" in body:
-        raise ValidationFailed("the secret is changed with POST .../secret/rotate",
-                               code="unknown_field", details={"fields": ["secret"]})
+        raise ValidationFailed(
+            "the secret is changed with POST .../secret/rotate",
+            code="unknown_field",
+            details={"fields": ["secret"]},
+        )
     if "mode" in body and body["mode"] != endpoint.mode:
-        raise ValidationFailed("an endpoint's mode is fixed at creation; create a new endpoint "
-                               "for the other mode", code="mode_immutable",
-                               details={"field": "mode", "mode": endpoint.mode})
+        raise ValidationFailed(
+            "an endpoint's mode is fixed at creation; create a new endpoint for the other mode",
+            code="mode_immutable",
+            details={"field": "mode", "mode": endpoint.mode},
+        )
     body = {k: v for k, v in body.items() if k != "mode"}
     reject_unknown(body, PATCHABLE_FIELDS)
     if "url" in body and endpoint.mode == PULL:
@@ -415,13 +538,15 @@ def update_endpoint(session: Session, endpoint: Endpoint, body: dict[str, Any],
     if "headers" in body:
         endpoint.headers = check_headers(body["headers"], current=endpoint.headers or {})
     if "public_headers" in body:
-        endpoint.public_headers = check_public_headers(body["public_headers"],
-                                                       endpoint.headers or {})
+        endpoint.public_headers = check_public_headers(
+            body["public_headers"], endpoint.headers or {}
+        )
     elif "headers" in body and endpoint.public_headers:
         # A header removed by this change leaves the public list with it.
         present = {h.lower() for h in endpoint.headers or {}}
-        endpoint.public_headers = [n for n in endpoint.public_headers
-                                   if n.lower() in present] or None
+        endpoint.public_headers = [
+            n for n in endpoint.public_headers if n.lower() in present
+        ] or None
     if "versions" in body:
         endpoint.versions = check_versions(session, body["versions"])
     if "timeout_s" in body:
@@ -465,17 +590,23 @@ def enable_endpoint(session: Session, endpoint: Endpoint) -> Endpoint:
     return endpoint
 
 
-def disable_endpoint(session: Session, endpoint: Endpoint, reason: str | None = None,
-                     now: datetime | None = None, *,
-                     by: str = DISABLED_BY_OPERATOR) -> Endpoint:
+def disable_endpoint(
+    session: Session,
+    endpoint: Endpoint,
+    reason: str | None = None,
+    now: datetime | None = None,
+    *,
+    by: str = DISABLED_BY_OPERATOR,
+) -> Endpoint:
     """Disable by hand: new events for the endpoint are parked as dead letters from now on.
 
     `by` says who (`Endpoint.disabled_by`). An operator disabling an endpoint that is disabled
     already makes it theirs; a partner leaves an operator's disable as it is (who, and why),
     so that it cannot turn it into one it may undo.
     """
-    if reason is not None and (not isinstance(reason, str) or not reason.strip()
-                               or len(reason) > 200):
+    if reason is not None and (
+        not isinstance(reason, str) or not reason.strip() or len(reason) > 200
+    ):
         raise _invalid("reason", "reason must be a non-empty string of at most 200 characters")
     if endpoint.state != DISABLED:
         endpoint.state = DISABLED
@@ -490,19 +621,27 @@ def disable_endpoint(session: Session, endpoint: Endpoint, reason: str | None = 
     return endpoint
 
 
-def rotate_secret(session: Session, endpoint: Endpoint, body: dict[str, Any], settings: Settings,
-                  box: SecretBox, now: datetime | None = None) -> str:
+def rotate_secret(
+    session: Session,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    settings: Settings,
+    box: SecretBox,
+    now: datetime | None = None,
+) -> str:
     """Make a new secret current; the old ones keep signing for the configured overlap."""
     reject_unknown(body, ("secret",))
     given = body.get("secret")
     secret = check_secret(given) if given is not None else generate_secret()
-    rotate(session, endpoint, secret, box, now or utcnow(),
-           settings.secret_rotation_overlap_seconds)
+    rotate(
+        session, endpoint, secret, box, now or utcnow(), settings.secret_rotation_overlap_seconds
+    )
     return secret
 
 
-def read_secret(endpoint: Endpoint, box: SecretBox,
-                now: datetime | None = None) -> tuple[EndpointSecret, str]:
+def read_secret(
+    endpoint: Endpoint, box: SecretBox, now: datetime | None = None
+) -> tuple[EndpointSecret, str]:
     """The current secret's row and its plaintext."""
     row = current_secret_row(endpoint, now or utcnow())
     return row, box.decrypt(row.secret_encrypted)

@@ -16,15 +16,22 @@ def add_secret(session: Session, endpoint: Endpoint, secret: str, box: SecretBox
     return row
 
 
-def rotate(session: Session, endpoint: Endpoint, new_secret: str, box: SecretBox,
-           now: datetime, overlap_s: int) -> EndpointSecret:
+def rotate(
+    session: Session,
+    endpoint: Endpoint,
+    new_secret: str,
+    box: SecretBox,
+    now: datetime,
+    overlap_s: int,
+) -> EndpointSecret:
     """Make `new_secret` current; the others stay valid (and keep signing) for `overlap_s`."""
     expires = now + timedelta(seconds=overlap_s)
     for existing in endpoint.secrets:
         if existing.expires_at is None or existing.expires_at > expires:
             existing.expires_at = expires
-    row = EndpointSecret(endpoint=endpoint, secret_encrypted=box.encrypt(new_secret),
-                         created_at=now)
+    row = EndpointSecret(
+        endpoint=endpoint, secret_encrypted=box.encrypt(new_secret), created_at=now
+    )
     session.add(row)
     endpoint.updated_at = now  # its signing changed: readers of the endpoint should see that
     session.flush()

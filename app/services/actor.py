@@ -34,8 +34,11 @@ def shown_to(reader_partner_id: str | None, name: str, actor_partner_id: str | N
     audit rows, dead-letter audit rows, the link a portal session came through, a test
     event's `sent_by` — asks here.
     """
-    if reader_partner_id is None or name == SYSTEM or (
-            actor_partner_id is not None and actor_partner_id == reader_partner_id):
+    if (
+        reader_partner_id is None
+        or name == SYSTEM
+        or (actor_partner_id is not None and actor_partner_id == reader_partner_id)
+    ):
         return name
     return PUBLISHER
 
@@ -68,8 +71,15 @@ class Actor:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def key(cls, name: str, scopes: Iterable[str], key_id: str, *,
-            partner_id: str | None = None, partner_uid: str | None = None) -> Actor:
+    def key(
+        cls,
+        name: str,
+        scopes: Iterable[str],
+        key_id: str,
+        *,
+        partner_id: str | None = None,
+        partner_uid: str | None = None,
+    ) -> Actor:
         return cls(KEY, name, frozenset(scopes), key_id, partner_id, partner_uid)
 
     @classmethod
@@ -82,8 +92,7 @@ class Actor:
 
     @classmethod
     def portal(cls, partner_id: str, partner_uid: str, session_id: str | None = None) -> Actor:
-        return cls(PORTAL, partner_uid, PARTNER_SCOPES, None, partner_id, partner_uid,
-                   session_id)
+        return cls(PORTAL, partner_uid, PARTNER_SCOPES, None, partner_id, partner_uid, session_id)
 
     @classmethod
     def system(cls) -> Actor:
@@ -102,8 +111,10 @@ class Actor:
             # What a partner credential can never do does not exist for it.
             raise NotFound("not found")
         if not self.allows(scope):
-            raise Forbidden(f"this caller lacks the scope {scope!r}",
-                            details={"required_scope": scope, "granted": sorted(self.scopes)})
+            raise Forbidden(
+                f"this caller lacks the scope {scope!r}",
+                details={"required_scope": scope, "granted": sorted(self.scopes)},
+            )
 
     def shows(self, name: str, actor_partner_id: str | None) -> str:
         """How this reader is shown the actor `name` (see `shown_to`)."""

@@ -21,8 +21,16 @@ from app.services.actor import Actor
 MAX_PAGE = 250
 
 
-def record(session: Session, actor: Actor, action: str, subject_type: str, subject_id: str, *,
-           partner_id: str | None = None, **details: Any) -> AuditRecord:
+def record(
+    session: Session,
+    actor: Actor,
+    action: str,
+    subject_type: str,
+    subject_id: str,
+    *,
+    partner_id: str | None = None,
+    **details: Any,
+) -> AuditRecord:
     """Write one audit row; `details` must be JSON and must never hold a secret.
 
     A portal session's changes name the session, so an operator can tell which magic link
@@ -30,17 +38,30 @@ def record(session: Session, actor: Actor, action: str, subject_type: str, subje
     """
     if actor.session_id is not None:
         details.setdefault("session", actor.session_id)
-    row = AuditRecord(actor=str(actor)[:320], actor_partner_id=actor.partner_id,
-                      action=action, subject_type=subject_type, subject_id=subject_id,
-                      partner_id=partner_id, details=details)
+    row = AuditRecord(
+        actor=str(actor)[:320],
+        actor_partner_id=actor.partner_id,
+        action=action,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        partner_id=partner_id,
+        details=details,
+    )
     session.add(row)
     return row
 
 
-def search(session: Session, actor: Actor, *, subject_id: str | None = None,
-           action: str | None = None, partner_id: str | None = None,
-           actor_prefix: str | None = None, limit: int = 50,
-           cursor: str | None = None) -> tuple[list[AuditRecord], str | None]:
+def search(
+    session: Session,
+    actor: Actor,
+    *,
+    subject_id: str | None = None,
+    action: str | None = None,
+    partner_id: str | None = None,
+    actor_prefix: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> tuple[list[AuditRecord], str | None]:
     """Newest first; a partner-bound actor sees only what concerns its partner.
 
     `partner_id` narrows to one partner's records, `actor_prefix` to one kind of actor
@@ -83,21 +104,39 @@ def shown(session: Session, reader: Actor, rows: Sequence[AuditRecord]) -> list[
     came through (`link_created_by`), read through `Actor.shows` — a partner sees its own
     credentials by name and the publisher's people and keys as "publisher"."""
     creators: dict[str, str | None] = {}
-    link_ids = [str(row.details["link"]) for row in rows
-                if reader.bound_to_partner and _LINK_CREATOR in (row.details or {})
-                and (row.details or {}).get("link")]
+    link_ids = [
+        str(row.details["link"])
+        for row in rows
+        if reader.bound_to_partner
+        and _LINK_CREATOR in (row.details or {})
+        and (row.details or {}).get("link")
+    ]
     if link_ids:
         # The link's minting key says whose it was; an operator's link has no key.
-        creators = {link_id: partner_id for link_id, partner_id in session.execute(
-            select(PortalLink.id, ApiKey.partner_id)
-            .outerjoin(ApiKey, ApiKey.id == PortalLink.key_id)
-            .where(PortalLink.id.in_(link_ids)))}
+        creators = {
+            link_id: partner_id
+            for link_id, partner_id in session.execute(
+                select(PortalLink.id, ApiKey.partner_id)
+                .outerjoin(ApiKey, ApiKey.id == PortalLink.key_id)
+                .where(PortalLink.id.in_(link_ids))
+            )
+        }
     views = []
     for row in rows:
         details = dict(row.details or {})
         if _LINK_CREATOR in details:
-            details[_LINK_CREATOR] = reader.shows(str(details[_LINK_CREATOR]),
-                                                  creators.get(str(details.get("link"))))
-        views.append(Shown(row.id, reader.shows(row.actor, row.actor_partner_id), row.action,
-                           row.subject_type, row.subject_id, details, row.created_at))
+            details[_LINK_CREATOR] = reader.shows(
+                str(details[_LINK_CREATOR]), creators.get(str(details.get("link")))
+            )
+        views.append(
+            Shown(
+                row.id,
+                reader.shows(row.actor, row.actor_partner_id),
+                row.action,
+                row.subject_type,
+                row.subject_id,
+                details,
+                row.created_at,
+            )
+        )
     return views

@@ -94,7 +94,8 @@ def overview(session: Session, actor: Actor, now: datetime | None = None) -> Ove
         disabled=disabled,
         partner_uids=partners.uids(session, {e.partner_id for e in disabled}),
         events=_recent_operational_events(session),
-        blocked=endpoints.blocked_key_counts(session))
+        blocked=endpoints.blocked_key_counts(session),
+    )
 
 
 def queues(actor: Actor, connection: redis.Redis) -> list[QueueStat]:
@@ -119,17 +120,20 @@ def _as_hour(value: Any) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def _deliveries_by_hour(session: Session, *, hours: int = CHART_HOURS,
-                        now: datetime | None = None) -> Chart:
+def _deliveries_by_hour(
+    session: Session, *, hours: int = CHART_HOURS, now: datetime | None = None
+) -> Chart:
     now = now or utcnow()
     start = (now - timedelta(hours=hours - 1)).replace(minute=0, second=0, microsecond=0)
     bucket = _hour_bucket(session, Delivery.created_at).label("hour")
     rows = session.execute(
         select(bucket, Delivery.state, func.count())
         .where(Delivery.id >= id_floor("dlv", start), Delivery.created_at >= start)
-        .group_by(bucket, Delivery.state))
-    bars = {start + timedelta(hours=i): HourBar(start + timedelta(hours=i), {})
-            for i in range(hours)}
+        .group_by(bucket, Delivery.state)
+    )
+    bars = {
+        start + timedelta(hours=i): HourBar(start + timedelta(hours=i), {}) for i in range(hours)
+    }
     totals: dict[str, int] = {}
     for hour, state, n in rows:
         bar = bars.get(_as_hour(hour))
@@ -144,27 +148,45 @@ def _in_flight(session: Session) -> dict[str, int]:
     rows = session.execute(
         select(Delivery.state, func.count())
         .where(Delivery.state.in_(("pending", "delivering", "retrying")))
-        .group_by(Delivery.state))
+        .group_by(Delivery.state)
+    )
     return {state: int(n) for state, n in rows}
 
 
 def _open_dead_letters(session: Session) -> int:
-    return int(session.scalar(select(func.count()).select_from(DeadLetter)
-                              .where(DeadLetter.state == DL_OPEN)) or 0)
+    return int(
+        session.scalar(
+            select(func.count()).select_from(DeadLetter).where(DeadLetter.state == DL_OPEN)
+        )
+        or 0
+    )
 
 
 def _quarantined_inbound(session: Session) -> int:
-    return int(session.scalar(select(func.count()).select_from(InboundEvent)
-                              .where(InboundEvent.status == "quarantined")) or 0)
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(InboundEvent)
+            .where(InboundEvent.status == "quarantined")
+        )
+        or 0
+    )
 
 
 def _disabled_endpoints(session: Session, limit: int = DISABLED_SHOWN) -> list[Endpoint]:
-    return list(session.scalars(
-        select(Endpoint).where(Endpoint.state == "disabled", Endpoint.deleted_at.is_(None))
-        .order_by(Endpoint.disabled_at.desc()).limit(limit)))
+    return list(
+        session.scalars(
+            select(Endpoint)
+            .where(Endpoint.state == "disabled", Endpoint.deleted_at.is_(None))
+            .order_by(Endpoint.disabled_at.desc())
+            .limit(limit)
+        )
+    )
 
 
-def _recent_operational_events(session: Session,
-                               limit: int = EVENTS_SHOWN) -> list[OperationalEvent]:
-    return list(session.scalars(select(OperationalEvent)
-                                .order_by(OperationalEvent.id.desc()).limit(limit)))
+def _recent_operational_events(
+    session: Session, limit: int = EVENTS_SHOWN
+) -> list[OperationalEvent]:
+    return list(
+        session.scalars(select(OperationalEvent).order_by(OperationalEvent.id.desc()).limit(limit))
+    )

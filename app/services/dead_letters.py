@@ -40,8 +40,10 @@ from sender.dispatch import enqueue_after_commit
 
 BULK_KIND = resend_mod.BULK_KIND
 ENDPOINT_DISABLED = resend_mod.ENDPOINT_DISABLED
-DETAIL_OPTIONS: tuple[ExecutableOption, ...] = (selectinload(DeadLetter.audit),
-                                                selectinload(DeadLetter.delivery))
+DETAIL_OPTIONS: tuple[ExecutableOption, ...] = (
+    selectinload(DeadLetter.audit),
+    selectinload(DeadLetter.delivery),
+)
 __all__ = ["FILTER_KEYS", "DeadLetterFilter", "FilterForm", "parse_filter"]
 
 
@@ -71,12 +73,17 @@ def _scoped(actor: Actor, flt: DeadLetterFilter) -> DeadLetterFilter:
     return replace(flt, partner=actor.partner_uid)
 
 
-def page(session: Session, actor: Actor, flt: DeadLetterFilter, *, limit: int,
-         cursor: str | None, options: Sequence[ExecutableOption] = DETAIL_OPTIONS
-         ) -> SearchPage:
+def page(
+    session: Session,
+    actor: Actor,
+    flt: DeadLetterFilter,
+    *,
+    limit: int,
+    cursor: str | None,
+    options: Sequence[ExecutableOption] = DETAIL_OPTIONS,
+) -> SearchPage:
     actor.require("read")
-    return search(session, _scoped(actor, flt), limit=limit, cursor=cursor,
-                  options=options)
+    return search(session, _scoped(actor, flt), limit=limit, cursor=cursor, options=options)
 
 
 def matching(session: Session, actor: Actor, flt: DeadLetterFilter) -> int:
@@ -87,8 +94,9 @@ def matching(session: Session, actor: Actor, flt: DeadLetterFilter) -> int:
 def get(session: Session, actor: Actor, letter_id: str) -> tuple[DeadLetter, str]:
     """The letter (audit and delivery loaded) and its partner's uid."""
     actor.require("read")
-    letter = session.scalar(select(DeadLetter).where(DeadLetter.id == letter_id)
-                            .options(*DETAIL_OPTIONS))
+    letter = session.scalar(
+        select(DeadLetter).where(DeadLetter.id == letter_id).options(*DETAIL_OPTIONS)
+    )
     if letter is None or not actor.may_see_partner(letter.partner_id):
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
     uid = session.scalar(select(Partner.uid).where(Partner.id == letter.partner_id)) or ""
@@ -107,11 +115,13 @@ def versions(session: Session, letters: Sequence[DeadLetter]) -> dict[str, int]:
     return delivered_versions(session, [letter.delivery_id for letter in letters])
 
 
-def attempts(session: Session, letter: DeadLetter, *, newest_first: bool = False
-             ) -> list[Attempt]:
+def attempts(session: Session, letter: DeadLetter, *, newest_first: bool = False) -> list[Attempt]:
     order = Attempt.n.desc() if newest_first else Attempt.n
-    return list(session.scalars(select(Attempt).where(Attempt.delivery_id == letter.delivery_id)
-                                .order_by(order)))
+    return list(
+        session.scalars(
+            select(Attempt).where(Attempt.delivery_id == letter.delivery_id).order_by(order)
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -130,22 +140,28 @@ class Detail:
 
 def detail(session: Session, actor: Actor, letter_id: str) -> Detail:
     letter, _ = get(session, actor, letter_id)
-    return Detail(letter, session.get_one(Event, letter.event_id),
-                  session.get_one(Endpoint, letter.endpoint_id),
-                  session.get_one(Partner, letter.partner_id), sent(session, letter),
-                  fate(session, letter), attempts(session, letter, newest_first=True))
+    return Detail(
+        letter,
+        session.get_one(Event, letter.event_id),
+        session.get_one(Endpoint, letter.endpoint_id),
+        session.get_one(Partner, letter.partner_id),
+        sent(session, letter),
+        fate(session, letter),
+        attempts(session, letter, newest_first=True),
+    )
 
 
-def open_by_endpoint(session: Session, actor: Actor, endpoint_ids: Sequence[str]
-                     ) -> dict[str, int]:
+def open_by_endpoint(session: Session, actor: Actor, endpoint_ids: Sequence[str]) -> dict[str, int]:
     """Endpoint id -> its open letters, for the endpoints given (those with none are left
     out); one statement for all of them."""
     actor.require("read")
     if not endpoint_ids:
         return {}
-    stmt = (select(DeadLetter.endpoint_id, func.count())
-            .where(DeadLetter.endpoint_id.in_(list(endpoint_ids)), DeadLetter.state == DL_OPEN)
-            .group_by(DeadLetter.endpoint_id))
+    stmt = (
+        select(DeadLetter.endpoint_id, func.count())
+        .where(DeadLetter.endpoint_id.in_(list(endpoint_ids)), DeadLetter.state == DL_OPEN)
+        .group_by(DeadLetter.endpoint_id)
+    )
     if actor.partner_id is not None:
         stmt = stmt.where(DeadLetter.partner_id == actor.partner_id)
     return {endpoint_id: int(n) for endpoint_id, n in session.execute(stmt)}
@@ -155,8 +171,13 @@ def _own_ids(session: Session, actor: Actor, ids: Sequence[str]) -> list[str]:
     """The ids a partner-bound actor may act on; the others behave as if they did not exist."""
     if actor.partner_id is None:
         return list(ids)
-    own = set(session.scalars(select(DeadLetter.id).where(
-        DeadLetter.id.in_(list(ids)), DeadLetter.partner_id == actor.partner_id)))
+    own = set(
+        session.scalars(
+            select(DeadLetter.id).where(
+                DeadLetter.id.in_(list(ids)), DeadLetter.partner_id == actor.partner_id
+            )
+        )
+    )
     return [i for i in ids if i in own]
 
 
@@ -165,14 +186,21 @@ def inline_limit() -> int:
     return resend_mod.INLINE_LIMIT
 
 
-def resend_one(session: Session, rt: Runtime, actor: Actor, letter_id: str, *,
-               force: bool = False) -> DeadLetter:
+def resend_one(
+    session: Session, rt: Runtime, actor: Actor, letter_id: str, *, force: bool = False
+) -> DeadLetter:
     """Raises NotFound, or Conflict with the reason it cannot be resent."""
     actor.require("dlq:write")
     if not _own_ids(session, actor, [letter_id]):
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
-    return resend_mod.resend_one(session, rt.redis, letter_id, actor=str(actor), force=force,
-                                 actor_partner_id=actor.partner_id)
+    return resend_mod.resend_one(
+        session,
+        rt.redis,
+        letter_id,
+        actor=str(actor),
+        force=force,
+        actor_partner_id=actor.partner_id,
+    )
 
 
 @dataclass
@@ -185,35 +213,63 @@ class ResendOutcome:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-def resend_ids(session: Session, rt: Runtime, actor: Actor, ids: Sequence[str], *,
-               force: bool = False) -> ResendOutcome:
+def resend_ids(
+    session: Session, rt: Runtime, actor: Actor, ids: Sequence[str], *, force: bool = False
+) -> ResendOutcome:
     """A few ids are resent now, in this transaction; many go to a background job."""
     actor.require("dlq:write")
     wanted = list(dict.fromkeys(ids))
     if not wanted:
-        raise ValidationFailed("ids must not be empty", code="invalid_parameter",
-                               details={"parameter": "ids"})
+        raise ValidationFailed(
+            "ids must not be empty", code="invalid_parameter", details={"parameter": "ids"}
+        )
     own = _own_ids(session, actor, wanted)
     foreign = {i: resend_mod.NOT_FOUND for i in wanted if i not in set(own)}
     if len(wanted) <= resend_mod.INLINE_LIMIT or not own:
         op_id = new_id("bop")
-        result = resend_mod.resend_ids_inline(session, rt.redis, own, actor=str(actor),
-                                              force=force, operation_id=op_id,
-                                              actor_partner_id=actor.partner_id)
+        result = resend_mod.resend_ids_inline(
+            session,
+            rt.redis,
+            own,
+            actor=str(actor),
+            force=force,
+            operation_id=op_id,
+            actor_partner_id=actor.partner_id,
+        )
         result.skipped.update(foreign)
-        job = resend_mod.record_inline(session, result, wanted, actor=str(actor), force=force,
-                                       operation_id=op_id, key_id=actor.key_id,
-                                       actor_partner_id=actor.partner_id)
+        job = resend_mod.record_inline(
+            session,
+            result,
+            wanted,
+            actor=str(actor),
+            force=force,
+            operation_id=op_id,
+            key_id=actor.key_id,
+            actor_partner_id=actor.partner_id,
+        )
         return ResendOutcome(job, True, list(result.resent), dict(result.skipped))
-    job = resend_mod.start_bulk(session, actor=str(actor), ids=own, force=force,
-                                connection=rt.redis, key_id=actor.key_id,
-                                actor_partner_id=actor.partner_id)
+    job = resend_mod.start_bulk(
+        session,
+        actor=str(actor),
+        ids=own,
+        force=force,
+        connection=rt.redis,
+        key_id=actor.key_id,
+        actor_partner_id=actor.partner_id,
+    )
     return ResendOutcome(job, False)
 
 
-def resend_matching(session: Session, rt: Runtime, actor: Actor, form: FilterForm, *,
-                    everything: bool = False, force: bool = False,
-                    enqueue: bool = True) -> BulkOperation:
+def resend_matching(
+    session: Session,
+    rt: Runtime,
+    actor: Actor,
+    form: FilterForm,
+    *,
+    everything: bool = False,
+    force: bool = False,
+    enqueue: bool = True,
+) -> BulkOperation:
     """Resend every open letter matching the filter, in the background (or, without
     `enqueue`, by whoever calls `run_job` next, e.g. the command line with its progress bar).
 
@@ -225,43 +281,69 @@ def resend_matching(session: Session, rt: Runtime, actor: Actor, form: FilterFor
     actor.require("dlq:write")
     if not form.valid:
         name = next(iter(form.errors))
-        raise BadRequest(f"{name}: {form.errors[name]}", code="invalid_parameter",
-                         details={"parameter": name, "errors": form.errors})
+        raise BadRequest(
+            f"{name}: {form.errors[name]}",
+            code="invalid_parameter",
+            details={"parameter": name, "errors": form.errors},
+        )
     flt = form.filter
     if flt.with_state(None).is_empty() and not everything:
         raise ValidationFailed(
             "the filter has no criteria and would resend every open dead letter: pass at "
             "least one criterion (partner, endpoint, type, reason, status_code, error, q, "
-            'since, until) or "all": true', code="invalid_parameter",
-            details={"parameter": "filter"})
-    return resend_mod.start_bulk(session, actor=str(actor), flt=_scoped(actor, flt),
-                                 force=force, connection=rt.redis if enqueue else None,
-                                 key_id=actor.key_id, actor_partner_id=actor.partner_id)
+            'since, until) or "all": true',
+            code="invalid_parameter",
+            details={"parameter": "filter"},
+        )
+    return resend_mod.start_bulk(
+        session,
+        actor=str(actor),
+        flt=_scoped(actor, flt),
+        force=force,
+        connection=rt.redis if enqueue else None,
+        key_id=actor.key_id,
+        actor_partner_id=actor.partner_id,
+    )
 
 
-def run_job(rt: Runtime, op_id: str,
-            progress: Callable[[int], None] | None = None) -> BulkOperation:
+def run_job(
+    rt: Runtime, op_id: str, progress: Callable[[int], None] | None = None
+) -> BulkOperation:
     """Run a resend job here and now, page by page (each page its own transaction)."""
     return resend_mod.run_bulk(rt, op_id, progress=progress)
 
 
-def discard(session: Session, actor: Actor, letter_id: str,
-            note: str | None = None, *, rt: Runtime | None = None) -> DeadLetter:
+def discard(
+    session: Session,
+    actor: Actor,
+    letter_id: str,
+    note: str | None = None,
+    *,
+    rt: Runtime | None = None,
+) -> DeadLetter:
     """Discard an open letter; with `rt`, what its delivery held back in an ordered key
     (`on_dead: "block"`) is sent as soon as the caller commits (else the sweeper sends it)."""
     actor.require("dlq:write")
     if not _own_ids(session, actor, [letter_id]):
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
-    letter = discard_mod.discard(session, letter_id, actor=str(actor), note=note,
-                                 actor_partner_id=actor.partner_id)
+    letter = discard_mod.discard(
+        session, letter_id, actor=str(actor), note=note, actor_partner_id=actor.partner_id
+    )
     if rt is not None:
-        enqueue_after_commit(session, rt.redis,
-                             ordering.released_successors(session, [letter.delivery_id]))
+        enqueue_after_commit(
+            session, rt.redis, ordering.released_successors(session, [letter.delivery_id])
+        )
     return letter
 
 
-def discard_ids(session: Session, actor: Actor, ids: Sequence[str], *,
-                note: str | None = None, rt: Runtime | None = None) -> list[str]:
+def discard_ids(
+    session: Session,
+    actor: Actor,
+    ids: Sequence[str],
+    *,
+    note: str | None = None,
+    rt: Runtime | None = None,
+) -> list[str]:
     """Discard each of these letters that is still open, and say which were.
 
     Each in a savepoint of the caller's transaction: a letter resent or discarded meanwhile,
@@ -293,8 +375,11 @@ def job(session: Session, actor: Actor, op_id: str) -> BulkOperation:
     """A resend job: an operator reads any, a partner's credential only the jobs it started."""
     actor.require("read")
     op = session.get(BulkOperation, op_id)
-    if op is None or op.kind != BULK_KIND or (
-            actor.partner_id is not None and not _started(actor, op)):
+    if (
+        op is None
+        or op.kind != BULK_KIND
+        or (actor.partner_id is not None and not _started(actor, op))
+    ):
         raise NotFound(f"resend job {op_id} not found", details={"id": op_id})
     return op
 
@@ -334,8 +419,11 @@ def fate(session: Session, letter: DeadLetter) -> Fate | None:
     it still going? None for a letter that was not resent."""
     if letter.state != DL_RESENT:
         return None
-    later = session.scalar(select(DeadLetter).where(
-        DeadLetter.delivery_id == letter.delivery_id, DeadLetter.id > letter.id)
-        .order_by(DeadLetter.id).limit(1))
+    later = session.scalar(
+        select(DeadLetter)
+        .where(DeadLetter.delivery_id == letter.delivery_id, DeadLetter.id > letter.id)
+        .order_by(DeadLetter.id)
+        .limit(1)
+    )
     delivery = letter.delivery
     return Fate(delivery.state, delivery.run, later)

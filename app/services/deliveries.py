@@ -67,8 +67,7 @@ class DeliveryFilter:
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> tuple[DeliveryFilter, dict[str, str]]:
         """Every criterion that parses, and a message per field that does not."""
-        values: dict[str, Any] = {k: _text(params.get(k)) for k in ("partner", "endpoint",
-                                                                     "type")}
+        values: dict[str, Any] = {k: _text(params.get(k)) for k in ("partner", "endpoint", "type")}
         errors: dict[str, str] = {}
         state = _text(params.get("state"))
         if state is not None and state not in DELIVERY_STATES:
@@ -130,12 +129,14 @@ def _not_found(delivery_id: str) -> NotFound:
 
 
 def _partner_of(session: Session, delivery: Delivery) -> str:
-    return session.scalar(select(Endpoint.partner_id)
-                          .where(Endpoint.id == delivery.endpoint_id)) or ""
+    return (
+        session.scalar(select(Endpoint.partner_id).where(Endpoint.id == delivery.endpoint_id)) or ""
+    )
 
 
-def page(session: Session, actor: Actor, flt: DeliveryFilter, *, limit: int,
-         cursor: str | None) -> LogPage:
+def page(
+    session: Session, actor: Actor, flt: DeliveryFilter, *, limit: int, cursor: str | None
+) -> LogPage:
     """The delivery log, newest first.
 
     A time range is also an id range (ids are ULIDs), so the primary key answers it.
@@ -147,7 +148,8 @@ def page(session: Session, actor: Actor, flt: DeliveryFilter, *, limit: int,
         partner_id = partners.visible(session, actor, flt.partner).id
     if partner_id is not None:
         stmt = stmt.join(Endpoint, Endpoint.id == Delivery.endpoint_id).where(
-            Endpoint.partner_id == partner_id)
+            Endpoint.partner_id == partner_id
+        )
     if flt.endpoint is not None:
         stmt = stmt.where(Delivery.endpoint_id == flt.endpoint)
     if flt.state is not None:
@@ -159,19 +161,27 @@ def page(session: Session, actor: Actor, flt: DeliveryFilter, *, limit: int,
     elif flt.status_code is not None:
         stmt = stmt.where(Delivery.last_status_code == flt.status_code)
     if flt.since is not None:
-        stmt = stmt.where(Delivery.id >= id_floor("dlv", flt.since),
-                          Delivery.created_at >= flt.since)
+        stmt = stmt.where(
+            Delivery.id >= id_floor("dlv", flt.since), Delivery.created_at >= flt.since
+        )
     if flt.until is not None:
         stmt = stmt.where(Delivery.created_at < flt.until)
     rows, next_cursor = paginate(session, stmt, Delivery.id, limit=limit, cursor=cursor)
     result = LogPage(rows, next_cursor)
     if rows:
-        result.events = {e.id: e for e in session.scalars(
-            select(Event).where(Event.id.in_({d.event_id for d in rows})))}
-        result.endpoints = {e.id: e for e in session.scalars(
-            select(Endpoint).where(Endpoint.id.in_({d.endpoint_id for d in rows})))}
+        result.events = {
+            e.id: e
+            for e in session.scalars(select(Event).where(Event.id.in_({d.event_id for d in rows})))
+        }
+        result.endpoints = {
+            e.id: e
+            for e in session.scalars(
+                select(Endpoint).where(Endpoint.id.in_({d.endpoint_id for d in rows}))
+            )
+        }
         result.partner_uids = partners.uids(
-            session, {e.partner_id for e in result.endpoints.values()})
+            session, {e.partner_id for e in result.endpoints.values()}
+        )
     return result
 
 
@@ -204,25 +214,38 @@ class Detail:
 def detail(session: Session, actor: Actor, delivery_id: str) -> Detail:
     delivery = get(session, actor, delivery_id)
     endpoint = session.get_one(Endpoint, delivery.endpoint_id)
-    letters = list(session.scalars(select(DeadLetter).where(
-        DeadLetter.delivery_id == delivery.id).order_by(DeadLetter.id.desc())))
+    letters = list(
+        session.scalars(
+            select(DeadLetter)
+            .where(DeadLetter.delivery_id == delivery.id)
+            .order_by(DeadLetter.id.desc())
+        )
+    )
     event = session.get_one(Event, delivery.event_id)
-    return Detail(delivery, event, endpoint, session.get_one(Partner, endpoint.partner_id),
-                  sorted(delivery.attempts, key=lambda a: a.n, reverse=True), letters,
-                  sent_by(session, delivery, event))
+    return Detail(
+        delivery,
+        event,
+        endpoint,
+        session.get_one(Partner, endpoint.partner_id),
+        sorted(delivery.attempts, key=lambda a: a.n, reverse=True),
+        letters,
+        sent_by(session, delivery, event),
+    )
 
 
 def get(session: Session, actor: Actor, delivery_id: str) -> Delivery:
     actor.require("read")
-    delivery = session.scalar(select(Delivery).where(Delivery.id == delivery_id)
-                              .options(selectinload(Delivery.attempts)))
+    delivery = session.scalar(
+        select(Delivery).where(Delivery.id == delivery_id).options(selectinload(Delivery.attempts))
+    )
     if delivery is None or not actor.may_see_partner(_partner_of(session, delivery)):
         raise _not_found(delivery_id)
     return delivery
 
 
-def retry(session: Session, rt: Runtime, actor: Actor, delivery_id: str, *,
-          force: bool = False) -> None:
+def retry(
+    session: Session, rt: Runtime, actor: Actor, delivery_id: str, *, force: bool = False
+) -> None:
     """Make the delivery due now and enqueue it after the caller commits.
 
     Raises:
@@ -235,12 +258,22 @@ def retry(session: Session, rt: Runtime, actor: Actor, delivery_id: str, *,
     if delivery is None or not actor.may_see_partner(_partner_of(session, delivery)):
         raise _not_found(delivery_id)
     if delivery.state == DELIVERING:
-        raise Conflict("the delivery is being attempted right now", code="delivery_in_flight",
-                       details={"delivery": delivery_id})
+        raise Conflict(
+            "the delivery is being attempted right now",
+            code="delivery_in_flight",
+            details={"delivery": delivery_id},
+        )
     if delivery.state == DEAD:
         letter_id = _resend_dead(session, rt, actor, delivery_id, force=force)
-        audit.record(session, actor, "delivery.retried", "delivery", delivery_id,
-                     partner_id=_partner_of(session, delivery), dead_letter=letter_id)
+        audit.record(
+            session,
+            actor,
+            "delivery.retried",
+            "delivery",
+            delivery_id,
+            partner_id=_partner_of(session, delivery),
+            dead_letter=letter_id,
+        )
         return
     if delivery.state == SUCCEEDED:
         delivery.run += 1
@@ -254,16 +287,26 @@ def retry(session: Session, rt: Runtime, actor: Actor, delivery_id: str, *,
     delivery.lease_expires_at = None
     delivery.updated_at = now
     session.flush()
-    audit.record(session, actor, "delivery.retried", "delivery", delivery.id,
-                 partner_id=_partner_of(session, delivery), run=delivery.run)
+    audit.record(
+        session,
+        actor,
+        "delivery.retried",
+        "delivery",
+        delivery.id,
+        partner_id=_partner_of(session, delivery),
+        run=delivery.run,
+    )
     enqueue_after_commit(session, rt.redis, [delivery.id], tag=f"r{int(now.timestamp() * 1e6)}")
 
 
-def _resend_dead(session: Session, rt: Runtime, actor: Actor, delivery_id: str, *,
-                 force: bool) -> str:
+def _resend_dead(
+    session: Session, rt: Runtime, actor: Actor, delivery_id: str, *, force: bool
+) -> str:
     letters = session.execute(
-        select(DeadLetter.id, DeadLetter.state).where(DeadLetter.delivery_id == delivery_id)
-        .order_by(DeadLetter.id.desc())).all()
+        select(DeadLetter.id, DeadLetter.state)
+        .where(DeadLetter.delivery_id == delivery_id)
+        .order_by(DeadLetter.id.desc())
+    ).all()
     open_ids = [letter_id for letter_id, state in letters if state == DL_OPEN]
     if not open_ids:
         last_id, last_state = letters[0] if letters else (None, None)
@@ -271,6 +314,7 @@ def _resend_dead(session: Session, rt: Runtime, actor: Actor, delivery_id: str, 
             "the delivery is dead and has no open dead letter to resend it from"
             + (f": its dead letter {last_id} was {last_state}" if last_id else ""),
             code=resend_mod.NOT_OPEN,
-            details={"delivery": delivery_id, "dead_letter": last_id, "state": last_state})
+            details={"delivery": delivery_id, "dead_letter": last_id, "state": last_state},
+        )
     dead_letters.resend_one(session, rt, actor, open_ids[0], force=force)
     return open_ids[0]

@@ -54,10 +54,12 @@ def _not_found(endpoint_id: str) -> NotFound:
     return NotFound(f"endpoint {endpoint_id!r} does not exist", details={"endpoint": endpoint_id})
 
 
-def _record(session: Session, actor: Actor, action: str, endpoint: Endpoint,
-            **details: Any) -> None:
-    audit.record(session, actor, action, "endpoint", endpoint.id,
-                 partner_id=endpoint.partner_id, **details)
+def _record(
+    session: Session, actor: Actor, action: str, endpoint: Endpoint, **details: Any
+) -> None:
+    audit.record(
+        session, actor, action, "endpoint", endpoint.id, partner_id=endpoint.partner_id, **details
+    )
 
 
 def _own(actor: Actor, endpoint: Endpoint, scope: str) -> None:
@@ -67,8 +69,9 @@ def _own(actor: Actor, endpoint: Endpoint, scope: str) -> None:
         raise _not_found(endpoint.id)
 
 
-def get(session: Session, actor: Actor, uid: str, endpoint_id: str,
-        scope: str = "read") -> Endpoint:
+def get(
+    session: Session, actor: Actor, uid: str, endpoint_id: str, scope: str = "read"
+) -> Endpoint:
     """The live endpoint `endpoint_id` of partner `uid`, if the actor may touch it."""
     partner = partners.visible(session, actor, uid, scope)
     return rules.get_endpoint(session, partner, endpoint_id)
@@ -83,8 +86,15 @@ def by_id(session: Session, actor: Actor, endpoint_id: str, scope: str = "read")
     return endpoint
 
 
-def page(session: Session, actor: Actor, uid: str | None, *, state: str | None = None,
-         limit: int, cursor: str | None) -> tuple[list[Endpoint], str | None]:
+def page(
+    session: Session,
+    actor: Actor,
+    uid: str | None,
+    *,
+    state: str | None = None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[Endpoint], str | None]:
     """Live endpoints, newest first, of one partner (or of every visible one when `uid` is
     None)."""
     if uid is not None:
@@ -110,20 +120,27 @@ def any_exist(session: Session, actor: Actor) -> bool:
     return session.scalar(stmt.limit(1)) is not None
 
 
-def operational_events(session: Session, actor: Actor, endpoint: Endpoint, *,
-                       limit: int) -> list[OperationalEvent]:
+def operational_events(
+    session: Session, actor: Actor, endpoint: Endpoint, *, limit: int
+) -> list[OperationalEvent]:
     """What happened to the endpoint (disabled, enabled, secret rotated...), newest first;
     a deleted endpoint's too."""
     actor.require("read")
     if not actor.may_see_partner(endpoint.partner_id):
         raise _not_found(endpoint.id)
-    return list(session.scalars(
-        select(OperationalEvent).where(OperationalEvent.subject_id == endpoint.id)
-        .order_by(OperationalEvent.id.desc()).limit(limit)))
+    return list(
+        session.scalars(
+            select(OperationalEvent)
+            .where(OperationalEvent.subject_id == endpoint.id)
+            .order_by(OperationalEvent.id.desc())
+            .limit(limit)
+        )
+    )
 
 
-def create(session: Session, rt: Runtime, actor: Actor, uid: str,
-           body: dict[str, Any]) -> EndpointWithSecret:
+def create(
+    session: Session, rt: Runtime, actor: Actor, uid: str, body: dict[str, Any]
+) -> EndpointWithSecret:
     """A new endpoint with its first secret, within the partner's bounds.
 
     Raises:
@@ -136,13 +153,21 @@ def create(session: Session, rt: Runtime, actor: Actor, uid: str,
     partner_bounds.check_endpoint_room(session, rt.settings, partner)
     created = rules.create_endpoint(session, partner, body, rt.settings, rt.secret_box)
     endpoint = created.endpoint
-    _record(session, actor, "endpoint.created", endpoint, url=endpoint.url,
-            event_types=endpoint.event_types, headers=sorted(endpoint.headers or {}))
+    _record(
+        session,
+        actor,
+        "endpoint.created",
+        endpoint,
+        url=endpoint.url,
+        event_types=endpoint.event_types,
+        headers=sorted(endpoint.headers or {}),
+    )
     return created
 
 
-def update(session: Session, rt: Runtime, actor: Actor, uid: str, endpoint_id: str,
-           body: dict[str, Any]) -> Endpoint:
+def update(
+    session: Session, rt: Runtime, actor: Actor, uid: str, endpoint_id: str, body: dict[str, Any]
+) -> Endpoint:
     endpoint = get(session, actor, uid, endpoint_id, "endpoints:write")
     rules.update_endpoint(session, endpoint, body, rt.settings)
     changed = sorted(body)
@@ -152,16 +177,16 @@ def update(session: Session, rt: Runtime, actor: Actor, uid: str, endpoint_id: s
     _record(session, actor, "endpoint.updated", endpoint, **details)
     if "on_dead" in body:
         # Keys held by a dead delivery that "skip" now lets go: send what waited at once.
-        enqueue_after_commit(session, rt.redis,
-                             ordering.released_at_endpoint(session, endpoint.id))
+        enqueue_after_commit(session, rt.redis, ordering.released_at_endpoint(session, endpoint.id))
     return endpoint
 
 
 BlockedKey = ordering.BlockedKey
 
 
-def blocked_keys(session: Session, actor: Actor, uid: str, endpoint_id: str, *,
-                 cursor: str | None, limit: int) -> tuple[list[BlockedKey], str | None]:
+def blocked_keys(
+    session: Session, actor: Actor, uid: str, endpoint_id: str, *, cursor: str | None, limit: int
+) -> tuple[list[BlockedKey], str | None]:
     """The ordering keys this endpoint holds behind a dead delivery (`on_dead: "block"`), a
     page at a time; an operator releases one by resending or discarding its dead letter.
 
@@ -172,11 +197,13 @@ def blocked_keys(session: Session, actor: Actor, uid: str, endpoint_id: str, *,
     after = None
     if cursor:
         try:
-            after = base64.b64decode(cursor.encode("ascii"), altchars=b"-_",
-                                     validate=True).decode("utf-8")
+            after = base64.b64decode(cursor.encode("ascii"), altchars=b"-_", validate=True).decode(
+                "utf-8"
+            )
         except (ValueError, UnicodeError):
-            raise BadRequest("cursor is not valid", code="invalid_parameter",
-                             details={"parameter": "cursor"}) from None
+            raise BadRequest(
+                "cursor is not valid", code="invalid_parameter", details={"parameter": "cursor"}
+            ) from None
     rows = ordering.blocked_keys(session, endpoint.id, after=after, limit=limit + 1)
     following = None
     if len(rows) > limit:
@@ -206,8 +233,11 @@ DISABLED_BY_OPERATOR_CODE = "disabled_by_operator"
 def may_enable(actor: Actor, endpoint: Endpoint) -> bool:
     """Whether this actor may enable the endpoint: a partner's credentials may not undo an
     operator's disable (only the health monitor's, or the partner's own)."""
-    return not (actor.bound_to_partner and endpoint.state == DISABLED
-                and endpoint.disabled_by == DISABLED_BY_OPERATOR)
+    return not (
+        actor.bound_to_partner
+        and endpoint.state == DISABLED
+        and endpoint.disabled_by == DISABLED_BY_OPERATOR
+    )
 
 
 def enable(session: Session, actor: Actor, endpoint: Endpoint) -> bool:
@@ -221,48 +251,75 @@ def enable(session: Session, actor: Actor, endpoint: Endpoint) -> bool:
     if endpoint.state == ENABLED:
         return False
     if not may_enable(actor, endpoint):
-        raise Conflict("this endpoint was disabled by the publisher's operators; only they "
-                       "can enable it again: ask them", code=DISABLED_BY_OPERATOR_CODE,
-                       details={"endpoint": endpoint.id, "disabled_by": DISABLED_BY_OPERATOR,
-                                "disabled_reason": endpoint.disabled_reason})
+        raise Conflict(
+            "this endpoint was disabled by the publisher's operators; only they "
+            "can enable it again: ask them",
+            code=DISABLED_BY_OPERATOR_CODE,
+            details={
+                "endpoint": endpoint.id,
+                "disabled_by": DISABLED_BY_OPERATOR,
+                "disabled_reason": endpoint.disabled_reason,
+            },
+        )
     was = isoformat(endpoint.disabled_at)
     reason = endpoint.disabled_reason
     rules.enable_endpoint(session, endpoint)
-    session.add(OperationalEvent(kind="endpoint.enabled", subject_id=endpoint.id,
-                                 data={"actor": str(actor), "was_disabled_at": was,
-                                       "was_disabled_because": reason}))
+    session.add(
+        OperationalEvent(
+            kind="endpoint.enabled",
+            subject_id=endpoint.id,
+            data={"actor": str(actor), "was_disabled_at": was, "was_disabled_because": reason},
+        )
+    )
     _record(session, actor, "endpoint.enabled", endpoint, was_disabled_at=was)
     return True
 
 
-def disable(session: Session, actor: Actor, endpoint: Endpoint,
-            reason: str | None = None) -> bool:
+def disable(session: Session, actor: Actor, endpoint: Endpoint, reason: str | None = None) -> bool:
     """Disable by hand; False when it was disabled already (a new reason is still kept)."""
     _own(actor, endpoint, "endpoints:write")
     was_enabled = endpoint.state == ENABLED
-    rules.disable_endpoint(session, endpoint, reason,
-                           by=DISABLED_BY_PARTNER if actor.bound_to_partner
-                           else DISABLED_BY_OPERATOR)
+    rules.disable_endpoint(
+        session,
+        endpoint,
+        reason,
+        by=DISABLED_BY_PARTNER if actor.bound_to_partner else DISABLED_BY_OPERATOR,
+    )
     if was_enabled:
-        session.add(OperationalEvent(kind="endpoint.disabled", subject_id=endpoint.id,
-                                     data={"actor": str(actor),
-                                           "reason": endpoint.disabled_reason, "manual": True}))
+        session.add(
+            OperationalEvent(
+                kind="endpoint.disabled",
+                subject_id=endpoint.id,
+                data={"actor": str(actor), "reason": endpoint.disabled_reason, "manual": True},
+            )
+        )
     _record(session, actor, "endpoint.disabled", endpoint, reason=endpoint.disabled_reason)
     return was_enabled
 
 
-def rotate_secret(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint,
-                  body: dict[str, Any] | None = None) -> str:
+def rotate_secret(
+    session: Session,
+    rt: Runtime,
+    actor: Actor,
+    endpoint: Endpoint,
+    body: dict[str, Any] | None = None,
+) -> str:
     """A new current secret; the old ones keep signing for the configured overlap."""
     _own(actor, endpoint, "endpoints:write")
     secret = rules.rotate_secret(session, endpoint, body or {}, rt.settings, rt.secret_box)
-    _record(session, actor, "endpoint.secret_rotated", endpoint,
-            overlap_s=rt.settings.secret_rotation_overlap_seconds)
+    _record(
+        session,
+        actor,
+        "endpoint.secret_rotated",
+        endpoint,
+        overlap_s=rt.settings.secret_rotation_overlap_seconds,
+    )
     return secret
 
 
-def read_secret(session: Session, rt: Runtime, actor: Actor,
-                endpoint: Endpoint) -> tuple[EndpointSecret, str]:
+def read_secret(
+    session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint
+) -> tuple[EndpointSecret, str]:
     """The current secret (a write scope is needed to read it); every reading is audited."""
     _own(actor, endpoint, "endpoints:write")
     row, secret = rules.read_secret(endpoint, rt.secret_box)
@@ -299,27 +356,43 @@ def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
     """
     _own(actor, endpoint, "endpoints:write")
     if endpoint.mode == rules.PULL:
-        raise Conflict("a pull endpoint is sent nothing, a test event neither: its consumer "
-                       "reads the feed", code="pull_endpoint", details={"endpoint": endpoint.id})
+        raise Conflict(
+            "a pull endpoint is sent nothing, a test event neither: its consumer reads the feed",
+            code="pull_endpoint",
+            details={"endpoint": endpoint.id},
+        )
     if endpoint.state != ENABLED:
-        raise Conflict("this endpoint is disabled and is sent nothing, a test event neither: "
-                       "enable it first", code=ENDPOINT_DISABLED,
-                       details={"endpoint": endpoint.id, "disabled_by": endpoint.disabled_by})
+        raise Conflict(
+            "this endpoint is disabled and is sent nothing, a test event neither: enable it first",
+            code=ENDPOINT_DISABLED,
+            details={"endpoint": endpoint.id, "disabled_by": endpoint.disabled_by},
+        )
     partner_bounds.take(rt, actor, endpoint.partner_id, partner_bounds.TEST_SENDS)
     partner = session.get_one(Partner, endpoint.partner_id)
-    delivery = send_test_event(session, rt.redis, partner, endpoint,
-                               sent_by=shown_to(endpoint.partner_id, str(actor),
-                                                actor.partner_id))
-    _record(session, actor, "endpoint.test_sent", endpoint, event=delivery.event_id,
-            delivery=delivery.id)
+    delivery = send_test_event(
+        session,
+        rt.redis,
+        partner,
+        endpoint,
+        sent_by=shown_to(endpoint.partner_id, str(actor), actor.partner_id),
+    )
+    _record(
+        session,
+        actor,
+        "endpoint.test_sent",
+        endpoint,
+        event=delivery.event_id,
+        delivery=delivery.id,
+    )
     return delivery
 
 
 def previous_secret_expiry(endpoint: Endpoint, now: datetime | None = None) -> datetime | None:
     """Until when the secrets before the current one still sign (after a rotation)."""
     now = now or utcnow()
-    live = [s.expires_at for s in endpoint.secrets
-            if s.expires_at is not None and s.expires_at > now]
+    live = [
+        s.expires_at for s in endpoint.secrets if s.expires_at is not None and s.expires_at > now
+    ]
     return max(live) if live else None
 
 
@@ -331,9 +404,13 @@ def parked_since(session: Session, endpoint: Endpoint) -> datetime | None:
         return endpoint.disabled_at
     latest = session.scalar(
         select(OperationalEvent)
-        .where(OperationalEvent.subject_id == endpoint.id,
-               OperationalEvent.kind.in_(("endpoint.enabled", "endpoint.disabled")))
-        .order_by(OperationalEvent.id.desc()).limit(1))
+        .where(
+            OperationalEvent.subject_id == endpoint.id,
+            OperationalEvent.kind.in_(("endpoint.enabled", "endpoint.disabled")),
+        )
+        .order_by(OperationalEvent.id.desc())
+        .limit(1)
+    )
     if latest is None:
         return None
     if latest.kind == "endpoint.enabled":
@@ -365,8 +442,9 @@ def parked(session: Session, actor: Actor, endpoint: Endpoint) -> Parked:
     return Parked(since, letters, endpoint.on_dead == ordering.ON_DEAD_BLOCK and letters > 0)
 
 
-def resend_parked(session: Session, rt: Runtime, actor: Actor,
-                  endpoint: Endpoint) -> tuple[bool, BulkOperation]:
+def resend_parked(
+    session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint
+) -> tuple[bool, BulkOperation]:
     """Enable the endpoint if it is disabled and resend, in the background, every letter
     parked since it was disabled; whether it was enabled now, and the resend job.
 
@@ -380,14 +458,23 @@ def resend_parked(session: Session, rt: Runtime, actor: Actor,
     since = parked_since(session, endpoint)
     enabled = enable(session, actor, endpoint)
     op = dead_letters.resend_matching(
-        session, rt, actor, dead_letters.FilterForm(_parked_filter(endpoint, since)))
-    _record(session, actor, "endpoint.parked_resent", endpoint, operation=op.id,
-            letters=op.total, since=isoformat(since))
+        session, rt, actor, dead_letters.FilterForm(_parked_filter(endpoint, since))
+    )
+    _record(
+        session,
+        actor,
+        "endpoint.parked_resent",
+        endpoint,
+        operation=op.id,
+        letters=op.total,
+        since=isoformat(since),
+    )
     return enabled, op
 
 
-def resend_letter_enabling(session: Session, rt: Runtime, actor: Actor, letter_id: str, *,
-                           force: bool = False) -> tuple[bool, DeadLetter]:
+def resend_letter_enabling(
+    session: Session, rt: Runtime, actor: Actor, letter_id: str, *, force: bool = False
+) -> tuple[bool, DeadLetter]:
     """Enable the letter's endpoint if it is disabled (and not deleted), then resend the
     letter; whether the endpoint was enabled now, and the letter.
 
@@ -412,8 +499,7 @@ class Health:
         return None if not self.attempts else self.successes / self.attempts
 
 
-def health_of(session: Session, endpoint_ids: list[str], *, since: datetime
-              ) -> dict[str, Health]:
+def health_of(session: Session, endpoint_ids: list[str], *, since: datetime) -> dict[str, Health]:
     """Attempts and 2xx answers per endpoint since `since` (ids the caller may see)."""
     if not endpoint_ids:
         return {}
@@ -422,13 +508,16 @@ def health_of(session: Session, endpoint_ids: list[str], *, since: datetime
         select(Delivery.endpoint_id, func.count(Attempt.id), func.coalesce(func.sum(ok), 0))
         .join(Delivery, Delivery.id == Attempt.delivery_id)
         .where(Delivery.endpoint_id.in_(endpoint_ids), Attempt.started_at >= since)
-        .group_by(Delivery.endpoint_id))
+        .group_by(Delivery.endpoint_id)
+    )
     return {endpoint_id: Health(int(n), int(s)) for endpoint_id, n, s in rows}
 
 
-def health(session: Session, actor: Actor, endpoints: list[Endpoint], *, since: datetime
-           ) -> dict[str, Health]:
+def health(
+    session: Session, actor: Actor, endpoints: list[Endpoint], *, since: datetime
+) -> dict[str, Health]:
     """The health of the endpoints the actor may see among `endpoints`."""
     actor.require("read")
-    return health_of(session, [e.id for e in endpoints
-                               if actor.may_see_partner(e.partner_id)], since=since)
+    return health_of(
+        session, [e.id for e in endpoints if actor.may_see_partner(e.partner_id)], since=since
+    )

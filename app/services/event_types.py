@@ -32,16 +32,22 @@ def _require_publisher(actor: Actor) -> None:
         raise NotFound("not found")
 
 
-def register(session: Session, actor: Actor, body: dict[str, Any], *,
-             max_bytes: int) -> Registered:
+def register(session: Session, actor: Actor, body: dict[str, Any], *, max_bytes: int) -> Registered:
     """Register a version; `max_bytes` (`KURIR_MAX_PAYLOAD_BYTES`) bounds what its downgrade
     may make."""
     _require_publisher(actor)
     result = event_types.register(session, body, max_bytes=max_bytes)
     row = result.event_type
     if result.created:
-        audit.record(session, actor, "event_type.registered", "event_type", row.id,
-                     name=row.name, version=row.version)
+        audit.record(
+            session,
+            actor,
+            "event_type.registered",
+            "event_type",
+            row.id,
+            name=row.name,
+            version=row.version,
+        )
     return result
 
 
@@ -50,8 +56,9 @@ def get(session: Session, actor: Actor, name: str, version: int) -> EventType:
     return event_types.get(session, name, version)
 
 
-def page(session: Session, actor: Actor, *, name: str | None, limit: int,
-         cursor: str | None) -> tuple[list[EventType], str | None]:
+def page(
+    session: Session, actor: Actor, *, name: str | None, limit: int, cursor: str | None
+) -> tuple[list[EventType], str | None]:
     actor.require("read")
     stmt = select(EventType)
     if name:
@@ -59,8 +66,9 @@ def page(session: Session, actor: Actor, *, name: str | None, limit: int,
     return paginate(session, stmt, EventType.id, limit=limit, cursor=cursor)
 
 
-def deprecate(session: Session, actor: Actor, name: str, version: int,
-              sunset_at: datetime | None = None) -> EventType:
+def deprecate(
+    session: Session, actor: Actor, name: str, version: int, sunset_at: datetime | None = None
+) -> EventType:
     """Deprecate a version (publishes of it get a warning); `sunset_at` says when endpoints
     still pinned to it start being reported. They keep receiving it: a sunset never breaks a
     partner silently."""
@@ -68,8 +76,16 @@ def deprecate(session: Session, actor: Actor, name: str, version: int,
     row = event_types.get(session, name, version)
     if not row.deprecated or (sunset_at is not None and sunset_at != row.sunset_at):
         event_types.deprecate(session, name, version, sunset_at)
-        audit.record(session, actor, "event_type.deprecated", "event_type", row.id,
-                     name=name, version=version, sunset_at=isoformat(row.sunset_at))
+        audit.record(
+            session,
+            actor,
+            "event_type.deprecated",
+            "event_type",
+            row.id,
+            name=name,
+            version=version,
+            sunset_at=isoformat(row.sunset_at),
+        )
     return row
 
 
@@ -82,27 +98,36 @@ class Adoption:
     deliveries_7d: int
 
 
-def adoption(session: Session, actor: Actor, name: str,
-             now: datetime | None = None) -> list[Adoption]:
+def adoption(
+    session: Session, actor: Actor, name: str, now: datetime | None = None
+) -> list[Adoption]:
     """Every version of `name`, newest first, with its pinned endpoints and its deliveries of
     the last 7 days (a delivery carries its pin, or the version published)."""
     actor.require("read")
-    rows = list(session.scalars(select(EventType).where(EventType.name == name)
-                                .order_by(EventType.version.desc())))
+    rows = list(
+        session.scalars(
+            select(EventType).where(EventType.name == name).order_by(EventType.version.desc())
+        )
+    )
     if not rows:
         raise NotFound(f"event type {name} does not exist", details={"name": name})
     since = (now or utcnow()) - timedelta(days=7)
     delivered_version = func.coalesce(Delivery.version, Event.version)
-    counted = (select(delivered_version, func.count())
-               .select_from(Delivery).join(Event, Event.id == Delivery.event_id)
-               .where(Event.type == name, Event.created_at >= since)
-               .group_by(delivered_version))
+    counted = (
+        select(delivered_version, func.count())
+        .select_from(Delivery)
+        .join(Event, Event.id == Delivery.event_id)
+        .where(Event.type == name, Event.created_at >= since)
+        .group_by(delivered_version)
+    )
     if actor.partner_id is not None:  # a partner sees its own adoption only
         counted = counted.where(Event.partner_id == actor.partner_id)
     counts = dict(session.execute(counted).all())
     pins = pinned_endpoints(session, name, actor.partner_id)
-    return [Adoption(row, sorted(pins.get(row.version, [])), int(counts.get(row.version, 0)))
-            for row in rows]
+    return [
+        Adoption(row, sorted(pins.get(row.version, [])), int(counts.get(row.version, 0)))
+        for row in rows
+    ]
 
 
 @dataclass(frozen=True)
@@ -126,9 +151,11 @@ def catalog(session: Session, actor: Actor) -> list[CatalogEntry]:
     """Every event type an endpoint can subscribe to (Kurir's own are left out), by name,
     with the pins of the endpoints the actor may see."""
     actor.require("read")
-    rows = session.scalars(select(EventType).where(
-        ~EventType.name.startswith(event_types.RESERVED_PREFIX, autoescape=True))
-        .order_by(EventType.name, EventType.version.desc()))
+    rows = session.scalars(
+        select(EventType)
+        .where(~EventType.name.startswith(event_types.RESERVED_PREFIX, autoescape=True))
+        .order_by(EventType.name, EventType.version.desc())
+    )
     by_name: dict[str, list[EventType]] = {}
     for row in rows:
         by_name.setdefault(row.name, []).append(row)
@@ -186,12 +213,14 @@ def example(row: EventType) -> dict[str, Any] | None:
     return examples.get(row)
 
 
-def pinned_endpoints(session: Session, name: str,
-                     partner_id: str | None = None) -> dict[int, list[str]]:
+def pinned_endpoints(
+    session: Session, name: str, partner_id: str | None = None
+) -> dict[int, list[str]]:
     """Version -> ids of the live endpoints (of one partner, when given) pinned to it."""
     found: dict[int, list[str]] = {}
-    stmt = select(Endpoint.id, Endpoint.versions).where(Endpoint.deleted_at.is_(None),
-                                                        Endpoint.versions.is_not(None))
+    stmt = select(Endpoint.id, Endpoint.versions).where(
+        Endpoint.deleted_at.is_(None), Endpoint.versions.is_not(None)
+    )
     if partner_id is not None:
         stmt = stmt.where(Endpoint.partner_id == partner_id)
     for endpoint_id, versions in session.execute(stmt):
@@ -206,16 +235,28 @@ def report_sunsets(session: Session, now: datetime | None = None) -> int:
     sunset has passed; returns how many were recorded. Run by the scheduler."""
     now = now or utcnow()
     recorded = 0
-    for row in session.scalars(select(EventType).where(
-            EventType.sunset_at.is_not(None), EventType.sunset_at <= now,
-            EventType.sunset_reported_at.is_(None)).with_for_update(skip_locked=True)):
+    for row in session.scalars(
+        select(EventType)
+        .where(
+            EventType.sunset_at.is_not(None),
+            EventType.sunset_at <= now,
+            EventType.sunset_reported_at.is_(None),
+        )
+        .with_for_update(skip_locked=True)
+    ):
         for endpoint_id in pinned_endpoints(session, row.name).get(row.version, []):
-            session.add(OperationalEvent(
-                kind="event_type.sunset_passed", subject_id=endpoint_id,
-                data={"type": row.name, "version": row.version,
-                      "sunset_at": isoformat(row.sunset_at),
-                      "note": "the endpoint keeps receiving this version until its pin "
-                              "changes"}))
+            session.add(
+                OperationalEvent(
+                    kind="event_type.sunset_passed",
+                    subject_id=endpoint_id,
+                    data={
+                        "type": row.name,
+                        "version": row.version,
+                        "sunset_at": isoformat(row.sunset_at),
+                        "note": "the endpoint keeps receiving this version until its pin changes",
+                    },
+                )
+            )
             recorded += 1
         row.sunset_reported_at = now
     return recorded

@@ -25,8 +25,9 @@ from app.services.actor import Actor
 from sender.bodies import delivered_version
 
 
-def publish(rt: Runtime, actor: Actor, uid: str, body: dict[str, object],
-            idempotency_key: str | None) -> PublishResult:
+def publish(
+    rt: Runtime, actor: Actor, uid: str, body: dict[str, object], idempotency_key: str | None
+) -> PublishResult:
     """Validate and store one event with its fan-out; `202` only after the commit.
 
     Raises what `app.intake.publish.publish` raises; NotFound for a partner-bound actor.
@@ -35,19 +36,36 @@ def publish(rt: Runtime, actor: Actor, uid: str, body: dict[str, object],
     if actor.bound_to_partner:
         raise NotFound("not found")
     if event_types.is_reserved(body.get("type")):
-        raise ValidationFailed(f"{body.get('type')} is Kurir's own event type and cannot be "
-                               "published; a test event is sent with POST /v1/partners/{uid}/"
-                               "endpoints/{id}/test", code="reserved_event_type",
-                               details={"field": "type"})
-    return publish_event(rt.db, rt.redis, rt.settings, partner_uid=uid, body=dict(body),
-                         api_key_id=actor.key_id or str(actor),
-                         idempotency_key=idempotency_key)
+        raise ValidationFailed(
+            f"{body.get('type')} is Kurir's own event type and cannot be "
+            "published; a test event is sent with POST /v1/partners/{uid}/"
+            "endpoints/{id}/test",
+            code="reserved_event_type",
+            details={"field": "type"},
+        )
+    return publish_event(
+        rt.db,
+        rt.redis,
+        rt.settings,
+        partner_uid=uid,
+        body=dict(body),
+        api_key_id=actor.key_id or str(actor),
+        idempotency_key=idempotency_key,
+    )
 
 
-def page(session: Session, actor: Actor, uid: str | None, *, type_: str | None = None,
-         since: datetime | None = None, until: datetime | None = None,
-         delivery_success: bool | None = None, limit: int,
-         cursor: str | None) -> tuple[list[Event], str | None]:
+def page(
+    session: Session,
+    actor: Actor,
+    uid: str | None,
+    *,
+    type_: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    delivery_success: bool | None = None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[Event], str | None]:
     """The partner's events (every visible partner's when `uid` is None), newest first;
     `delivery_success=False` is what did not arrive."""
     if uid is not None:
@@ -74,9 +92,11 @@ def get(session: Session, actor: Actor, event_id: str) -> tuple[Event, str]:
     """One event with its deliveries and their attempts, and its partner's uid."""
     actor.require("read")
     row = session.execute(
-        select(Event, Partner.uid).join(Partner, Partner.id == Event.partner_id)
+        select(Event, Partner.uid)
+        .join(Partner, Partner.id == Event.partner_id)
         .where(Event.id == event_id)
-        .options(selectinload(Event.deliveries).selectinload(Delivery.attempts))).first()
+        .options(selectinload(Event.deliveries).selectinload(Delivery.attempts))
+    ).first()
     if row is None or not actor.may_see_partner(row[0].partner_id):
         raise NotFound(f"event {event_id!r} does not exist", details={"id": event_id})
     return row[0], row[1]
@@ -100,10 +120,28 @@ class Detail:
 def detail(session: Session, actor: Actor, event_id: str) -> Detail:
     event, _ = get(session, actor, event_id)
     deliveries = list(event.deliveries)
-    endpoints = {e.id: e for e in session.scalars(select(Endpoint).where(
-        Endpoint.id.in_([d.endpoint_id for d in deliveries])))} if deliveries else {}
-    letters = {dl.delivery_id: dl for dl in session.scalars(
-        select(DeadLetter).where(DeadLetter.event_id == event.id).order_by(DeadLetter.id))}
-    return Detail(event, session.get_one(Partner, event.partner_id), deliveries, endpoints,
-                  letters, {d.id: list(d.attempts) for d in deliveries},
-                  {d.id: delivered_version(d, event.version) for d in deliveries})
+    endpoints = (
+        {
+            e.id: e
+            for e in session.scalars(
+                select(Endpoint).where(Endpoint.id.in_([d.endpoint_id for d in deliveries]))
+            )
+        }
+        if deliveries
+        else {}
+    )
+    letters = {
+        dl.delivery_id: dl
+        for dl in session.scalars(
+            select(DeadLetter).where(DeadLetter.event_id == event.id).order_by(DeadLetter.id)
+        )
+    }
+    return Detail(
+        event,
+        session.get_one(Partner, event.partner_id),
+        deliveries,
+        endpoints,
+        letters,
+        {d.id: list(d.attempts) for d in deliveries},
+        {d.id: delivered_version(d, event.version) for d in deliveries},
+    )

@@ -36,8 +36,20 @@ from app.services.actor import Actor
 
 PULL, PUSH = "pull", "push"
 
-__all__ = ["Lag", "PullLag", "ExpiredBacklog", "FeedPage", "Skipped", "read", "ack",
-           "skip_expired", "expired_backlog", "lag_of", "pull_lags", "sequence_now"]
+__all__ = [
+    "Lag",
+    "PullLag",
+    "ExpiredBacklog",
+    "FeedPage",
+    "Skipped",
+    "read",
+    "ack",
+    "skip_expired",
+    "expired_backlog",
+    "lag_of",
+    "pull_lags",
+    "sequence_now",
+]
 
 
 @dataclass(frozen=True)
@@ -52,8 +64,16 @@ def _retention(settings: Settings) -> timedelta:
     return timedelta(days=settings.retention_days)
 
 
-def read(rt: Runtime, actor: Actor, uid: str, *, after: str | None, limit: int,
-         endpoint_id: str | None = None, now: datetime | None = None) -> FeedPage:
+def read(
+    rt: Runtime,
+    actor: Actor,
+    uid: str,
+    *,
+    after: str | None,
+    limit: int,
+    endpoint_id: str | None = None,
+    now: datetime | None = None,
+) -> FeedPage:
     """One page of partner `uid`'s feed, optionally as endpoint `endpoint_id` receives it.
 
     Without `after`, a pull endpoint's feed starts after its last acknowledgement; any other
@@ -93,34 +113,54 @@ def read(rt: Runtime, actor: Actor, uid: str, *, after: str | None, limit: int,
     with rt.db.begin() as session:
         if resuming is not None:
             resuming_id, event_types = resuming
-            gone = expired(session.connection(), partner_id, event_types, start,
-                           horizon=now - retention)
+            gone = expired(
+                session.connection(), partner_id, event_types, start, horizon=now - retention
+            )
             if gone is not None:
                 raise backlog_expired(gone, uid, resuming_id)
-        found = page(session.connection(), partner_id, after=start, limit=limit,
-                     not_before=not_before, subscriber=subscriber)
+        found = page(
+            session.connection(),
+            partner_id,
+            after=start,
+            limit=limit,
+            not_before=not_before,
+            subscriber=subscriber,
+        )
     return FeedPage(found.payloads, cursors.encode(found.position, now))
 
 
 def backlog_expired(gone: ExpiredBacklog, uid: str, endpoint_id: str) -> Gone:
     """The refusal of a read that would otherwise skip events past retention."""
-    return Gone(f"{gone.skipped} event(s) after this endpoint's last acknowledgement reach "
-                f"past the retention period (the oldest is {gone.oldest_event}); move past "
-                f"them on purpose with POST /v1/partners/{uid}/endpoints/{endpoint_id}/"
-                "skip-expired, or acknowledge a later cursor",
-                code="backlog_expired",
-                details={"horizon": isoformat(gone.horizon), "skipped": gone.skipped,
-                         "oldest_event": gone.oldest_event})
+    return Gone(
+        f"{gone.skipped} event(s) after this endpoint's last acknowledgement reach "
+        f"past the retention period (the oldest is {gone.oldest_event}); move past "
+        f"them on purpose with POST /v1/partners/{uid}/endpoints/{endpoint_id}/"
+        "skip-expired, or acknowledge a later cursor",
+        code="backlog_expired",
+        details={
+            "horizon": isoformat(gone.horizon),
+            "skipped": gone.skipped,
+            "oldest_event": gone.oldest_event,
+        },
+    )
 
 
 def _not_ahead(session: Session, seq: int, raw: str) -> None:
     if seq > head(session.connection()):
-        raise cursors.invalid("cursor points beyond the end of the feed (use the next_cursor "
-                              "of a feed answer)", raw)
+        raise cursors.invalid(
+            "cursor points beyond the end of the feed (use the next_cursor of a feed answer)", raw
+        )
 
 
-def ack(session: Session, settings: Settings, actor: Actor, uid: str, endpoint_id: str,
-        body: dict[str, Any], now: datetime | None = None) -> Endpoint:
+def ack(
+    session: Session,
+    settings: Settings,
+    actor: Actor,
+    uid: str,
+    endpoint_id: str,
+    body: dict[str, Any],
+    now: datetime | None = None,
+) -> Endpoint:
     """Record that the consumer of pull endpoint `endpoint_id` has everything up to `cursor`.
 
     An acknowledgement never moves back: one older than the last (a retry arriving late) is
@@ -135,16 +175,25 @@ def ack(session: Session, settings: Settings, actor: Actor, uid: str, endpoint_i
     endpoint = endpoint_service.get(session, actor, uid, endpoint_id, "endpoints:write")
     unknown = sorted(set(body) - {"cursor"})
     if unknown:
-        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
-                               details={"fields": unknown})
+        raise ValidationFailed(
+            f"unknown field(s): {', '.join(unknown)}",
+            code="unknown_field",
+            details={"fields": unknown},
+        )
     raw = body.get("cursor")
     if not isinstance(raw, str) or not raw:
-        raise ValidationFailed("cursor is required: the next_cursor of a feed answer",
-                               code="invalid_field", details={"field": "cursor"})
+        raise ValidationFailed(
+            "cursor is required: the next_cursor of a feed answer",
+            code="invalid_field",
+            details={"field": "cursor"},
+        )
     if endpoint.mode != PULL:
-        raise Conflict("only a pull endpoint is acknowledged; a push endpoint's deliveries "
-                       "are confirmed by its 2xx answers", code="push_endpoint",
-                       details={"endpoint": endpoint.id, "mode": endpoint.mode})
+        raise Conflict(
+            "only a pull endpoint is acknowledged; a push endpoint's deliveries "
+            "are confirmed by its 2xx answers",
+            code="push_endpoint",
+            details={"endpoint": endpoint.id, "mode": endpoint.mode},
+        )
     position = cursors.decode(raw, now=now, retention=_retention(settings))
     _not_ahead(session, position.seq, raw)
     if position.seq > (endpoint.acked_seq or 0):
@@ -162,17 +211,29 @@ class Skipped:
     backlog: ExpiredBacklog | None
 
 
-def expired_backlog(session: Session, settings: Settings, endpoint: Endpoint,
-                    now: datetime | None = None) -> ExpiredBacklog | None:
+def expired_backlog(
+    session: Session, settings: Settings, endpoint: Endpoint, now: datetime | None = None
+) -> ExpiredBacklog | None:
     """What of a pull endpoint's backlog lies past retention (None for a push endpoint)."""
     if endpoint.mode != PULL:
         return None
-    return expired(session.connection(), endpoint.partner_id, endpoint.event_types,
-                   endpoint.acked_seq, horizon=(now or utcnow()) - _retention(settings))
+    return expired(
+        session.connection(),
+        endpoint.partner_id,
+        endpoint.event_types,
+        endpoint.acked_seq,
+        horizon=(now or utcnow()) - _retention(settings),
+    )
 
 
-def skip_expired(session: Session, settings: Settings, actor: Actor, uid: str,
-                 endpoint_id: str, now: datetime | None = None) -> Skipped:
+def skip_expired(
+    session: Session,
+    settings: Settings,
+    actor: Actor,
+    uid: str,
+    endpoint_id: str,
+    now: datetime | None = None,
+) -> Skipped:
     """Move pull endpoint `endpoint_id` past the events of its backlog that lie past
     retention, and past nothing younger; audited, since the consumer never gets them.
 
@@ -184,24 +245,36 @@ def skip_expired(session: Session, settings: Settings, actor: Actor, uid: str,
     now = now or utcnow()
     endpoint = endpoint_service.get(session, actor, uid, endpoint_id, "endpoints:write")
     if endpoint.mode != PULL:
-        raise Conflict("only a pull endpoint has a backlog to skip; a push endpoint's "
-                       "deliveries are retried or dead-lettered", code="push_endpoint",
-                       details={"endpoint": endpoint.id, "mode": endpoint.mode})
+        raise Conflict(
+            "only a pull endpoint has a backlog to skip; a push endpoint's "
+            "deliveries are retried or dead-lettered",
+            code="push_endpoint",
+            details={"endpoint": endpoint.id, "mode": endpoint.mode},
+        )
     gone = expired_backlog(session, settings, endpoint, now)
     if gone is None:
         return Skipped(endpoint, None)
     endpoint.acked_seq = max(endpoint.acked_seq or 0, gone.through)
     endpoint.acked_at = now
     session.flush()
-    audit.record(session, actor, "endpoint.backlog_skipped", "endpoint", endpoint.id,
-                 partner_id=endpoint.partner_id, skipped=gone.skipped,
-                 oldest_event=gone.oldest_event, through=gone.through,
-                 horizon=isoformat(gone.horizon))
+    audit.record(
+        session,
+        actor,
+        "endpoint.backlog_skipped",
+        "endpoint",
+        endpoint.id,
+        partner_id=endpoint.partner_id,
+        skipped=gone.skipped,
+        oldest_event=gone.oldest_event,
+        through=gone.through,
+        horizon=isoformat(gone.horizon),
+    )
     return Skipped(endpoint, gone)
 
 
-def lag_of(session: Session, settings: Settings, endpoint: Endpoint,
-           now: datetime | None = None) -> Lag | None:
+def lag_of(
+    session: Session, settings: Settings, endpoint: Endpoint, now: datetime | None = None
+) -> Lag | None:
     """What a pull endpoint has not acknowledged (None for a push endpoint)."""
     if endpoint.mode != PULL:
         return None
@@ -209,8 +282,7 @@ def lag_of(session: Session, settings: Settings, endpoint: Endpoint,
     return lag(session.connection(), endpoint.id, horizon=horizon)
 
 
-def pull_lags(session: Session, settings: Settings, now: datetime | None = None
-              ) -> list[PullLag]:
+def pull_lags(session: Session, settings: Settings, now: datetime | None = None) -> list[PullLag]:
     """Every live pull endpoint with its partner's uid and its lag, in a fixed number of
     statements whatever their number (for /metrics)."""
     horizon = (now or utcnow()) - _retention(settings)

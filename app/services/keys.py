@@ -46,8 +46,14 @@ def _require_admin(actor: Actor) -> None:
     actor.require("admin")
 
 
-def create(session: Session, actor: Actor, name: str, scopes: Iterable[str] = (), *,
-           partner_uid: str | None = None) -> tuple[KeyView, str]:
+def create(
+    session: Session,
+    actor: Actor,
+    name: str,
+    scopes: Iterable[str] = (),
+    *,
+    partner_uid: str | None = None,
+) -> tuple[KeyView, str]:
     """A new key; the token is returned once and stored only as a hash.
 
     A partner-bound key may hold only `read`, `endpoints:write` and `dlq:write` (default:
@@ -63,16 +69,29 @@ def create(session: Session, actor: Actor, name: str, scopes: Iterable[str] = ()
         if refused:
             raise ValidationFailed(
                 f"a partner key can hold only {', '.join(sorted(PARTNER_SCOPES))}; "
-                f"not {', '.join(refused)}", code="invalid_scope",
-                details={"scopes": refused})
+                f"not {', '.join(refused)}",
+                code="invalid_scope",
+                details={"scopes": refused},
+            )
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise ValidationFailed("name must be a non-empty string of at most 200 characters",
-                               code="invalid_field", details={"field": "name"})
+        raise ValidationFailed(
+            "name must be a non-empty string of at most 200 characters",
+            code="invalid_field",
+            details={"field": "name"},
+        )
     key, token = accounts.create_api_key(session, name, scopes)
     key.partner_id = partner_id
     session.flush()
-    audit.record(session, actor, "key.created", "api_key", key.id, partner_id=partner_id,
-                 name=key.name, scopes=list(key.scopes))
+    audit.record(
+        session,
+        actor,
+        "key.created",
+        "api_key",
+        key.id,
+        partner_id=partner_id,
+        name=key.name,
+        scopes=list(key.scopes),
+    )
     return KeyView(key, partner_uid), token
 
 
@@ -97,14 +116,21 @@ def _visible_stmt(actor: Actor):  # type: ignore[no-untyped-def]
     return stmt
 
 
-def page(session: Session, actor: Actor, *, limit: int, cursor: str | None,
-         partner_uid: str | None = None) -> tuple[list[KeyView], str | None]:
+def page(
+    session: Session,
+    actor: Actor,
+    *,
+    limit: int,
+    cursor: str | None,
+    partner_uid: str | None = None,
+) -> tuple[list[KeyView], str | None]:
     """Keys, newest first; `partner_uid` narrows to the keys bound to that partner."""
     _require_admin(actor)
     stmt = _visible_stmt(actor)
     if partner_uid is not None:
-        stmt = stmt.where(ApiKey.partner_id == partners.visible(session, actor, partner_uid,
-                                                                  "admin").id)
+        stmt = stmt.where(
+            ApiKey.partner_id == partners.visible(session, actor, partner_uid, "admin").id
+        )
     rows, next_cursor = paginate(session, stmt, ApiKey.id, limit=limit, cursor=cursor)
     return [_view(session, k) for k in rows], next_cursor
 
@@ -127,15 +153,26 @@ def revoke(session: Session, actor: Actor, key_id: str) -> KeyView:
     view = get(session, actor, key_id)
     key = view.key
     if key.revoked_at is not None:
-        raise Conflict(f"API key {key_id} was revoked already", code="key_revoked",
-                       details={"id": key_id, "revoked_at": key.revoked_at.isoformat()})
+        raise Conflict(
+            f"API key {key_id} was revoked already",
+            code="key_revoked",
+            details={"id": key_id, "revoked_at": key.revoked_at.isoformat()},
+        )
     now = utcnow()
     key.revoked_at = now
     session.flush()
     stopped = portal.revoke_key_access(session, key.id, now)
-    audit.record(session, actor, "key.revoked", "api_key", key.id, partner_id=key.partner_id,
-                 name=key.name, portal_sessions_ended=stopped.ended,
-                 portal_links_revoked=stopped.revoked)
+    audit.record(
+        session,
+        actor,
+        "key.revoked",
+        "api_key",
+        key.id,
+        partner_id=key.partner_id,
+        name=key.name,
+        portal_sessions_ended=stopped.ended,
+        portal_links_revoked=stopped.revoked,
+    )
     forget(key.key_hash)
     return view
 
@@ -175,8 +212,10 @@ def authenticate(rt: Runtime, token: str) -> Actor | None:
 
 def _load(session: Session, digest: str, now: datetime) -> Actor | None:
     row = session.execute(
-        select(ApiKey, Partner.uid).outerjoin(Partner, Partner.id == ApiKey.partner_id)
-        .where(ApiKey.key_hash == digest)).first()
+        select(ApiKey, Partner.uid)
+        .outerjoin(Partner, Partner.id == ApiKey.partner_id)
+        .where(ApiKey.key_hash == digest)
+    ).first()
     if row is None:
         return None
     key, partner_uid = row
@@ -184,9 +223,15 @@ def _load(session: Session, digest: str, now: datetime) -> Actor | None:
         return None
     if key.last_used_at is None or key.last_used_at < now - timedelta(seconds=LAST_USED_EVERY_S):
         cutoff = now - timedelta(seconds=LAST_USED_EVERY_S)
-        session.execute(update(ApiKey).where(
-            ApiKey.id == key.id,
-            (ApiKey.last_used_at.is_(None)) | (ApiKey.last_used_at < cutoff),
-        ).values(last_used_at=now).execution_options(synchronize_session=False))
-    return Actor.key(key.name, key.scopes or (), key.id, partner_id=key.partner_id,
-                     partner_uid=partner_uid)
+        session.execute(
+            update(ApiKey)
+            .where(
+                ApiKey.id == key.id,
+                (ApiKey.last_used_at.is_(None)) | (ApiKey.last_used_at < cutoff),
+            )
+            .values(last_used_at=now)
+            .execution_options(synchronize_session=False)
+        )
+    return Actor.key(
+        key.name, key.scopes or (), key.id, partner_id=key.partner_id, partner_uid=partner_uid
+    )

@@ -49,8 +49,11 @@ def queue_stats(connection: redis.Redis) -> list[QueueStat]:
         depth = queue.count
         age = None
         for job_id in queue.get_job_ids(0, 5):  # the head may have expired; look a bit on
-            job = Job.fetch(job_id, connection=connection) if connection.exists(
-                f"rq:job:{job_id}") else None
+            job = (
+                Job.fetch(job_id, connection=connection)
+                if connection.exists(f"rq:job:{job_id}")
+                else None
+            )
             if job is not None and job.enqueued_at is not None:
                 age = max(0.0, (now - job.enqueued_at).total_seconds())
                 break
@@ -100,8 +103,10 @@ def _attempts(session: Session) -> Attempts:
         func.coalesce(func.sum(Attempt.duration_ms), 0),
         func.coalesce(func.sum(case((ok, 1), else_=0)), 0),
         func.coalesce(func.sum(case((Attempt.response_status.is_(None), 1), else_=0)), 0),
-    ] + [func.coalesce(func.sum(case((Attempt.duration_ms <= bound * 1000, 1), else_=0)), 0)
-         for bound in LATENCY_BUCKETS_S]
+    ] + [
+        func.coalesce(func.sum(case((Attempt.duration_ms <= bound * 1000, 1), else_=0)), 0)
+        for bound in LATENCY_BUCKETS_S
+    ]
     row = session.execute(select(*columns).select_from(Attempt)).one()
     total, sum_ms, success, network = (int(v) for v in row[:4])
     return Attempts(total, sum_ms, success, network, tuple(int(v) for v in row[4:]))
@@ -112,9 +117,14 @@ def database(session: Session, settings: Settings) -> Figures:
     deliveries = _by(session, Delivery.state, Delivery)
     attempts = _attempts(session)
     letters = _by(session, DeadLetter.state, DeadLetter)
-    live = {str(state): int(n) for state, n in session.execute(
-        select(Endpoint.state, func.count()).where(Endpoint.deleted_at.is_(None))
-        .group_by(Endpoint.state)).all()}
+    live = {
+        str(state): int(n)
+        for state, n in session.execute(
+            select(Endpoint.state, func.count())
+            .where(Endpoint.deleted_at.is_(None))
+            .group_by(Endpoint.state)
+        ).all()
+    }
     now = utcnow()
     lags = feed.pull_lags(session, settings, now)
     blocked = endpoints.blocked_key_counts(session)

@@ -33,8 +33,7 @@ SIGNED_OUT, DISABLED, PASSWORD_CHANGED = "signed_out", "disabled", "password_cha
 def create(session: Session, actor: Actor, email: str, password: str) -> Operator:
     actor.require("admin")
     operator = accounts.create_operator(session, email, password)
-    audit.record(session, actor, "operator.created", "operator", operator.id,
-                 email=operator.email)
+    audit.record(session, actor, "operator.created", "operator", operator.id, email=operator.email)
     return operator
 
 
@@ -56,10 +55,15 @@ def _get(session: Session, actor: Actor, email: str) -> Operator:
 
 def _end_all(session: Session, operator_id: str, reason: str, now: datetime) -> int:
     result = session.execute(
-        update(OperatorSession).where(OperatorSession.operator_id == operator_id,
-                                      OperatorSession.ended_at.is_(None),
-                                      OperatorSession.expires_at > now)
-        .values(ended_at=now, end_reason=reason).execution_options(synchronize_session=False))
+        update(OperatorSession)
+        .where(
+            OperatorSession.operator_id == operator_id,
+            OperatorSession.ended_at.is_(None),
+            OperatorSession.expires_at > now,
+        )
+        .values(ended_at=now, end_reason=reason)
+        .execution_options(synchronize_session=False)
+    )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
@@ -69,8 +73,15 @@ def set_disabled(session: Session, actor: Actor, email: str, disabled: bool) -> 
     operator = _get(session, actor, email)
     operator.disabled = disabled
     ended = _end_all(session, operator.id, DISABLED, utcnow()) if disabled else 0
-    audit.record(session, actor, "operator.disabled" if disabled else "operator.enabled",
-                 "operator", operator.id, email=operator.email, sessions_ended=ended)
+    audit.record(
+        session,
+        actor,
+        "operator.disabled" if disabled else "operator.enabled",
+        "operator",
+        operator.id,
+        email=operator.email,
+        sessions_ended=ended,
+    )
     return ended
 
 
@@ -80,8 +91,15 @@ def set_password(session: Session, actor: Actor, email: str, password: str) -> i
     operator = _get(session, actor, email)
     accounts.set_operator_password(operator, password)
     ended = _end_all(session, operator.id, PASSWORD_CHANGED, utcnow())
-    audit.record(session, actor, "operator.password_changed", "operator", operator.id,
-                 email=operator.email, sessions_ended=ended)
+    audit.record(
+        session,
+        actor,
+        "operator.password_changed",
+        "operator",
+        operator.id,
+        email=operator.email,
+        sessions_ended=ended,
+    )
     return ended
 
 
@@ -96,8 +114,14 @@ def open_session(session: Session, operator: Operator, now: datetime | None = No
     """A new session for a signed-in operator; returns the token for the cookie (once)."""
     now = now or utcnow()
     token = secrets.token_urlsafe(32)
-    session.add(OperatorSession(operator_id=operator.id, token_hash=_digest(token),
-                                created_at=now, expires_at=now + SESSION_LIFETIME))
+    session.add(
+        OperatorSession(
+            operator_id=operator.id,
+            token_hash=_digest(token),
+            created_at=now,
+            expires_at=now + SESSION_LIFETIME,
+        )
+    )
     session.flush()
     return token
 
@@ -114,9 +138,11 @@ class Current:
 def resume(session: Session, token: str, now: datetime | None = None) -> Current | None:
     """The operator of the session behind a cookie's token, if it still holds."""
     now = now or utcnow()
-    row = session.execute(select(OperatorSession, Operator)
-                          .join(Operator, Operator.id == OperatorSession.operator_id)
-                          .where(OperatorSession.token_hash == _digest(token))).first()
+    row = session.execute(
+        select(OperatorSession, Operator)
+        .join(Operator, Operator.id == OperatorSession.operator_id)
+        .where(OperatorSession.token_hash == _digest(token))
+    ).first()
     if row is None:
         return None
     found, operator = row
@@ -128,15 +154,19 @@ def resume(session: Session, token: str, now: datetime | None = None) -> Current
 def end_session(session: Session, token: str, now: datetime | None = None) -> None:
     """Sign out: the session's token opens nothing any more, in any browser."""
     session.execute(
-        update(OperatorSession).where(OperatorSession.token_hash == _digest(token),
-                                      OperatorSession.ended_at.is_(None))
+        update(OperatorSession)
+        .where(OperatorSession.token_hash == _digest(token), OperatorSession.ended_at.is_(None))
         .values(ended_at=now or utcnow(), end_reason=SIGNED_OUT)
-        .execution_options(synchronize_session=False))
+        .execution_options(synchronize_session=False)
+    )
 
 
 def purge(session: Session, now: datetime | None = None) -> int:
     """Forget sessions that ended or expired more than `KEEP_ENDED` ago (a periodic job)."""
     cutoff = (now or utcnow()) - KEEP_ENDED
-    result = session.execute(delete(OperatorSession).where(
-        (OperatorSession.expires_at < cutoff) | (OperatorSession.ended_at < cutoff)))
+    result = session.execute(
+        delete(OperatorSession).where(
+            (OperatorSession.expires_at < cutoff) | (OperatorSession.ended_at < cutoff)
+        )
+    )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]

@@ -52,17 +52,25 @@ def check_endpoint_room(session: Session, settings: Settings, partner: Partner) 
     Raises:
         ValidationFailed: `endpoint_limit`.
     """
-    session.execute(select(Partner.id).where(Partner.id == partner.id)
-                    .with_for_update(key_share=True))
-    live = session.scalar(select(func.count()).select_from(Endpoint).where(
-        Endpoint.partner_id == partner.id, Endpoint.deleted_at.is_(None))) or 0
+    session.execute(
+        select(Partner.id).where(Partner.id == partner.id).with_for_update(key_share=True)
+    )
+    live = (
+        session.scalar(
+            select(func.count())
+            .select_from(Endpoint)
+            .where(Endpoint.partner_id == partner.id, Endpoint.deleted_at.is_(None))
+        )
+        or 0
+    )
     limit = settings.max_endpoints_per_partner
     if live >= limit:
         raise ValidationFailed(
             f"partner {partner.uid!r} has reached the most endpoints one partner may have "
             f"({limit}); delete one it no longer uses before adding another",
             code=ENDPOINT_LIMIT,
-            details={"limit": limit, "endpoints": live})
+            details={"limit": limit, "endpoints": live},
+        )
 
 
 def _per_minute(settings: Settings, kind: str) -> int:
@@ -71,8 +79,14 @@ def _per_minute(settings: Settings, kind: str) -> int:
     return settings.partner_test_sends_per_minute
 
 
-def wait_s(connection: redis.Redis, kind: str, partner_id: str, per_minute: int, *,
-           now_ms: float | None = None) -> float:
+def wait_s(
+    connection: redis.Redis,
+    kind: str,
+    partner_id: str,
+    per_minute: int,
+    *,
+    now_ms: float | None = None,
+) -> float:
     """Take one slot of `kind` for the partner: 0 when granted, else the seconds until one
     comes free. `now_ms` stands in for Redis's clock (tests).
 
@@ -83,8 +97,7 @@ def wait_s(connection: redis.Redis, kind: str, partner_id: str, per_minute: int,
     # Slots may be taken this far ahead: a burst of `per_minute` (1 ms of slack for the
     # script's rounding), then one every `interval_s`.
     limiter = RateLimiter(connection, horizon_s=60.0 - interval_s + 0.001)
-    grant = limiter.reserve(f"partner:{kind}:{partner_id}", per_minute / 60.0, 1,
-                            now_ms=now_ms)
+    grant = limiter.reserve(f"partner:{kind}:{partner_id}", per_minute / 60.0, 1, now_ms=now_ms)
     if grant.granted:
         return 0.0
     return max(grant.next_free_s - limiter.horizon_s, 0.001)
@@ -107,12 +120,16 @@ def take(rt: Runtime, actor: Actor, partner_id: str, kind: str) -> None:
             log.warning("partner rate limit unavailable, endpoint creation allowed: %s", exc)
             return
         log.warning("partner rate limit unavailable, test event refused: %s", exc)
-        raise Unavailable("test events cannot be counted right now (the rate limiter is "
-                          "unreachable), so none is sent; try again shortly",
-                          retry_after_s=UNAVAILABLE_RETRY_S) from None
+        raise Unavailable(
+            "test events cannot be counted right now (the rate limiter is "
+            "unreachable), so none is sent; try again shortly",
+            retry_after_s=UNAVAILABLE_RETRY_S,
+        ) from None
     if wait:
         after = max(1, math.ceil(wait))
-        raise RateLimited(f"too many {_WHAT[kind]}: at most {per_minute} a minute per "
-                          f"partner; try again in {after} s",
-                          details={"limit_per_minute": per_minute, "retry_after_s": after},
-                          retry_after_s=after)
+        raise RateLimited(
+            f"too many {_WHAT[kind]}: at most {per_minute} a minute per "
+            f"partner; try again in {after} s",
+            details={"limit_per_minute": per_minute, "retry_after_s": after},
+            retry_after_s=after,
+        )

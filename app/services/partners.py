@@ -47,8 +47,16 @@ def create(session: Session, actor: Actor, body: dict[str, Any]) -> Partner:
     if actor.bound_to_partner:
         raise NotFound("not found")
     partner = rules.create_partner(session, body)
-    audit.record(session, actor, "partner.created", "partner", partner.id,
-                 partner_id=partner.id, uid=partner.uid, name=partner.name)
+    audit.record(
+        session,
+        actor,
+        "partner.created",
+        "partner",
+        partner.id,
+        partner_id=partner.id,
+        uid=partner.uid,
+        name=partner.name,
+    )
     return partner
 
 
@@ -56,8 +64,9 @@ def get(session: Session, actor: Actor, uid: str) -> Partner:
     return visible(session, actor, uid)
 
 
-def page(session: Session, actor: Actor, *, limit: int,
-         cursor: str | None) -> tuple[list[Partner], str | None]:
+def page(
+    session: Session, actor: Actor, *, limit: int, cursor: str | None
+) -> tuple[list[Partner], str | None]:
     actor.require("read")
     stmt = select(Partner)
     if actor.partner_id is not None:
@@ -69,5 +78,6 @@ def uids(session: Session, partner_ids: set[str]) -> dict[str, str]:
     """Partner id → uid, for rendering rows that carry only the id."""
     if not partner_ids:
         return {}
-    return dict(session.execute(select(Partner.id, Partner.uid)
-                                .where(Partner.id.in_(partner_ids))).all())
+    return dict(
+        session.execute(select(Partner.id, Partner.uid).where(Partner.id.in_(partner_ids))).all()
+    )

@@ -35,8 +35,9 @@ class Pin:
         return self.newest is not None and self.newest > self.version
 
 
-def of_endpoint(session: Session, actor: Actor, endpoint: Endpoint,
-                now: datetime | None = None) -> list[Pin]:
+def of_endpoint(
+    session: Session, actor: Actor, endpoint: Endpoint, now: datetime | None = None
+) -> list[Pin]:
     """The endpoint's pins by type name, with their contract's deprecation and sunset (the
     caller has already found the endpoint visible to `actor`)."""
     actor.require("read")
@@ -53,6 +54,14 @@ def of_endpoint(session: Session, actor: Actor, endpoint: Endpoint,
     for name, version in sorted(pinned.items()):
         contract = facts.get((name, version))
         sunset_at = contract.sunset_at if contract else None
-        out.append(Pin(name, version, bool(contract and contract.deprecated), sunset_at,
-                       newest.get(name), sunset_at is not None and sunset_at <= now))
+        out.append(
+            Pin(
+                name,
+                version,
+                bool(contract and contract.deprecated),
+                sunset_at,
+                newest.get(name),
+                sunset_at is not None and sunset_at <= now,
+            )
+        )
     return out

@@ -49,7 +49,11 @@ TOUCH_EVERY = timedelta(seconds=60)
 
 # Why a link does not open the portal.
 LINK_UNKNOWN, LINK_USED, LINK_EXPIRED, LINK_REVOKED = (
-    "link_invalid", "link_used", "link_expired", "link_revoked")
+    "link_invalid",
+    "link_used",
+    "link_expired",
+    "link_revoked",
+)
 # Why a session no longer holds.
 ENDED, EXPIRED, IDLE, UNKNOWN, REVOKED = "signed_out", "expired", "idle", "unknown", "revoked"
 
@@ -72,31 +76,55 @@ def ttl_ceiling(actor: Actor) -> int:
 def _ttl(value: Any, default_s: int, ceiling: int) -> int:
     if value is None:
         return min(default_s, ceiling)
-    if isinstance(value, bool) or not isinstance(value, int) or not (
-            LINK_TTL_MIN_S <= value <= ceiling):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (LINK_TTL_MIN_S <= value <= ceiling)
+    ):
         who = " for a partner key" if ceiling == PARTNER_KEY_LINK_TTL_MAX_S else ""
-        raise ValidationFailed(f"expires_in_s must be an integer from {LINK_TTL_MIN_S} to "
-                               f"{ceiling} ({ceiling // 3600} h){who}", code="invalid_field",
-                               details={"field": "expires_in_s", "max": ceiling})
+        raise ValidationFailed(
+            f"expires_in_s must be an integer from {LINK_TTL_MIN_S} to "
+            f"{ceiling} ({ceiling // 3600} h){who}",
+            code="invalid_field",
+            details={"field": "expires_in_s", "max": ceiling},
+        )
     return value
 
 
-def create_link(session: Session, actor: Actor, uid: str, *, expires_in_s: Any = None,
-                default_ttl_s: int = 900,
-                now: datetime | None = None) -> tuple[PortalLink, str]:
+def create_link(
+    session: Session,
+    actor: Actor,
+    uid: str,
+    *,
+    expires_in_s: Any = None,
+    default_ttl_s: int = 900,
+    now: datetime | None = None,
+) -> tuple[PortalLink, str]:
     """A one-time link for partner `uid`; the token is returned once, never stored."""
     partner = partners.visible(session, actor, uid, "endpoints:write")
     ttl = _ttl(expires_in_s, default_ttl_s, ttl_ceiling(actor))
     now = now or utcnow()
     token = secrets.token_urlsafe(32)
-    link = PortalLink(partner_id=partner.id, token_hash=_digest(token),
-                      created_by=str(actor)[:320], created_at=now,
-                      key_id=actor.key_id if actor.kind == KEY else None,
-                      expires_at=now + timedelta(seconds=ttl))
+    link = PortalLink(
+        partner_id=partner.id,
+        token_hash=_digest(token),
+        created_by=str(actor)[:320],
+        created_at=now,
+        key_id=actor.key_id if actor.kind == KEY else None,
+        expires_at=now + timedelta(seconds=ttl),
+    )
     session.add(link)
     session.flush()
-    audit.record(session, actor, "portal_link.created", "portal_link", link.id,
-                 partner_id=partner.id, uid=partner.uid, expires_at=isoformat(link.expires_at))
+    audit.record(
+        session,
+        actor,
+        "portal_link.created",
+        "portal_link",
+        link.id,
+        partner_id=partner.id,
+        uid=partner.uid,
+        expires_at=isoformat(link.expires_at),
+    )
     return link, token
 
 
@@ -110,10 +138,8 @@ class Entered:
     partner: Partner
 
 
-_USED_MESSAGE = ("This link was already used. Each link opens the portal once; ask for a "
-                 "new one.")
-_REVOKED_MESSAGE = ("This link was withdrawn by the publisher before it was used. Ask for a "
-                    "new one.")
+_USED_MESSAGE = "This link was already used. Each link opens the portal once; ask for a new one."
+_REVOKED_MESSAGE = "This link was withdrawn by the publisher before it was used. Ask for a new one."
 
 
 def enter(session: Session, token: str, now: datetime | None = None) -> Entered:
@@ -125,41 +151,71 @@ def enter(session: Session, token: str, now: datetime | None = None) -> Entered:
     """
     now = now or utcnow()
     row = session.execute(
-        select(PortalLink, ApiKey.revoked_at).outerjoin(ApiKey, ApiKey.id == PortalLink.key_id)
-        .where(PortalLink.token_hash == _digest(token))).first()
+        select(PortalLink, ApiKey.revoked_at)
+        .outerjoin(ApiKey, ApiKey.id == PortalLink.key_id)
+        .where(PortalLink.token_hash == _digest(token))
+    ).first()
     if row is None:
-        raise LinkRefused("This link is not valid. Check that it was copied whole, or ask "
-                          "for a new one.", code=LINK_UNKNOWN, status=404)
+        raise LinkRefused(
+            "This link is not valid. Check that it was copied whole, or ask for a new one.",
+            code=LINK_UNKNOWN,
+            status=404,
+        )
     link, key_revoked_at = row
     if link.used_at is not None:
-        raise LinkRefused(_USED_MESSAGE, code=LINK_USED,
-                          details={"used_at": isoformat(link.used_at)})
+        raise LinkRefused(
+            _USED_MESSAGE, code=LINK_USED, details={"used_at": isoformat(link.used_at)}
+        )
     if link.revoked_at is not None or key_revoked_at is not None:
         raise LinkRefused(_REVOKED_MESSAGE, code=LINK_REVOKED)
     if link.expires_at <= now:
-        raise LinkRefused("This link has expired. Ask for a new one.", code=LINK_EXPIRED,
-                          details={"expired_at": isoformat(link.expires_at)})
+        raise LinkRefused(
+            "This link has expired. Ask for a new one.",
+            code=LINK_EXPIRED,
+            details={"expired_at": isoformat(link.expires_at)},
+        )
     spent = session.execute(
-        update(PortalLink).where(PortalLink.id == link.id, PortalLink.used_at.is_(None),
-                                 PortalLink.revoked_at.is_(None))
-        .values(used_at=now).execution_options(synchronize_session=False)
+        update(PortalLink)
+        .where(
+            PortalLink.id == link.id, PortalLink.used_at.is_(None), PortalLink.revoked_at.is_(None)
+        )
+        .values(used_at=now)
+        .execution_options(synchronize_session=False)
     ).rowcount  # type: ignore[attr-defined]
     if spent != 1:
         # Another click spent it, or a revocation committed in between: say which.
-        revoked = session.scalar(select(PortalLink.revoked_at)
-                                 .where(PortalLink.id == link.id)) is not None
-        raise LinkRefused(_REVOKED_MESSAGE if revoked else _USED_MESSAGE,
-                          code=LINK_REVOKED if revoked else LINK_USED)
+        revoked = (
+            session.scalar(select(PortalLink.revoked_at).where(PortalLink.id == link.id))
+            is not None
+        )
+        raise LinkRefused(
+            _REVOKED_MESSAGE if revoked else _USED_MESSAGE,
+            code=LINK_REVOKED if revoked else LINK_USED,
+        )
     partner = session.get_one(Partner, link.partner_id)
     session_token = secrets.token_urlsafe(32)
-    found = PortalSession(partner_id=partner.id, link_id=link.id, key_id=link.key_id,
-                          token_hash=_digest(session_token), created_at=now, last_seen_at=now,
-                          expires_at=now + SESSION_LIFETIME)
+    found = PortalSession(
+        partner_id=partner.id,
+        link_id=link.id,
+        key_id=link.key_id,
+        token_hash=_digest(session_token),
+        created_at=now,
+        last_seen_at=now,
+        expires_at=now + SESSION_LIFETIME,
+    )
     session.add(found)
     session.flush()
     actor = Actor.portal(partner.id, partner.uid, found.id)
-    audit.record(session, actor, "portal.signed_in", "portal_session", found.id,
-                 partner_id=partner.id, link=link.id, link_created_by=link.created_by)
+    audit.record(
+        session,
+        actor,
+        "portal.signed_in",
+        "portal_session",
+        found.id,
+        partner_id=partner.id,
+        link=link.id,
+        link_created_by=link.created_by,
+    )
     return Entered(found, session_token, actor, partner)
 
 
@@ -180,7 +236,8 @@ def resume(session: Session, token: str, now: datetime | None = None) -> Resumed
         select(PortalSession, Partner, ApiKey.revoked_at)
         .join(Partner, Partner.id == PortalSession.partner_id)
         .outerjoin(ApiKey, ApiKey.id == PortalSession.key_id)
-        .where(PortalSession.token_hash == _digest(token))).first()
+        .where(PortalSession.token_hash == _digest(token))
+    ).first()
     if row is None:
         return Resumed(None, reason=UNKNOWN)
     found, partner, key_revoked_at = row
@@ -194,24 +251,32 @@ def resume(session: Session, token: str, now: datetime | None = None) -> Resumed
         return Resumed(None, reason=IDLE)
     if now - found.last_seen_at >= TOUCH_EVERY:
         found.last_seen_at = now
-    return Resumed(Actor.portal(partner.id, partner.uid, found.id), partner,
-                   expires_at=found.expires_at)
+    return Resumed(
+        Actor.portal(partner.id, partner.uid, found.id), partner, expires_at=found.expires_at
+    )
 
 
 def end(session: Session, token: str, now: datetime | None = None) -> None:
     """Sign out: the session's token opens nothing any more."""
     now = now or utcnow()
-    row = session.execute(select(PortalSession, Partner.uid)
-                          .join(Partner, Partner.id == PortalSession.partner_id)
-                          .where(PortalSession.token_hash == _digest(token),
-                                 PortalSession.ended_at.is_(None))).first()
+    row = session.execute(
+        select(PortalSession, Partner.uid)
+        .join(Partner, Partner.id == PortalSession.partner_id)
+        .where(PortalSession.token_hash == _digest(token), PortalSession.ended_at.is_(None))
+    ).first()
     if row is None:
         return
     found, uid = row
     found.ended_at = now
     found.end_reason = ENDED
-    audit.record(session, Actor.portal(found.partner_id, uid, found.id), "portal.signed_out",
-                 "portal_session", found.id, partner_id=found.partner_id)
+    audit.record(
+        session,
+        Actor.portal(found.partner_id, uid, found.id),
+        "portal.signed_out",
+        "portal_session",
+        found.id,
+        partner_id=found.partner_id,
+    )
 
 
 # ------------------------------------------------------------------------------ revocation
@@ -225,8 +290,9 @@ class Revoked:
     revoked: int
 
 
-def _revoke(session: Session, now: datetime, *, key_id: str | None = None,
-            partner_id: str | None = None) -> Revoked:
+def _revoke(
+    session: Session, now: datetime, *, key_id: str | None = None, partner_id: str | None = None
+) -> Revoked:
     """End the live sessions and revoke the usable links of one key or one partner.
 
     Only what still worked is touched and counted: a used or expired link, or a session that
@@ -238,16 +304,31 @@ def _revoke(session: Session, now: datetime, *, key_id: str | None = None,
         link_scope = PortalLink.partner_id == partner_id
         session_scope = PortalSession.partner_id == partner_id
     links = session.execute(
-        update(PortalLink).where(link_scope, PortalLink.used_at.is_(None),
-                                 PortalLink.revoked_at.is_(None), PortalLink.expires_at > now)
-        .values(revoked_at=now).execution_options(synchronize_session=False))
+        update(PortalLink)
+        .where(
+            link_scope,
+            PortalLink.used_at.is_(None),
+            PortalLink.revoked_at.is_(None),
+            PortalLink.expires_at > now,
+        )
+        .values(revoked_at=now)
+        .execution_options(synchronize_session=False)
+    )
     sessions = session.execute(
-        update(PortalSession).where(session_scope, PortalSession.ended_at.is_(None),
-                                    PortalSession.expires_at > now,
-                                    PortalSession.last_seen_at > now - SESSION_IDLE)
-        .values(ended_at=now, end_reason=REVOKED).execution_options(synchronize_session=False))
-    return Revoked(ended=int(sessions.rowcount or 0),  # type: ignore[attr-defined]
-                   revoked=int(links.rowcount or 0))  # type: ignore[attr-defined]
+        update(PortalSession)
+        .where(
+            session_scope,
+            PortalSession.ended_at.is_(None),
+            PortalSession.expires_at > now,
+            PortalSession.last_seen_at > now - SESSION_IDLE,
+        )
+        .values(ended_at=now, end_reason=REVOKED)
+        .execution_options(synchronize_session=False)
+    )
+    return Revoked(
+        ended=int(sessions.rowcount or 0),  # type: ignore[attr-defined]
+        revoked=int(links.rowcount or 0),
+    )  # type: ignore[attr-defined]
 
 
 def revoke_key_access(session: Session, key_id: str, now: datetime | None = None) -> Revoked:
@@ -256,15 +337,24 @@ def revoke_key_access(session: Session, key_id: str, now: datetime | None = None
     return _revoke(session, now or utcnow(), key_id=key_id)
 
 
-def revoke_partner(session: Session, actor: Actor, uid: str,
-                   now: datetime | None = None) -> Revoked:
+def revoke_partner(
+    session: Session, actor: Actor, uid: str, now: datetime | None = None
+) -> Revoked:
     """End every portal session and revoke every unused link of partner `uid` (admin only;
     a partner credential meets "not found")."""
     partner = partners.visible(session, actor, uid, "admin")
     result = _revoke(session, now or utcnow(), partner_id=partner.id)
-    audit.record(session, actor, "portal.revoked", "partner", partner.id,
-                 partner_id=partner.id, uid=partner.uid, ended=result.ended,
-                 revoked=result.revoked)
+    audit.record(
+        session,
+        actor,
+        "portal.revoked",
+        "partner",
+        partner.id,
+        partner_id=partner.id,
+        uid=partner.uid,
+        ended=result.ended,
+        revoked=result.revoked,
+    )
     return result
 
 
@@ -272,7 +362,11 @@ def purge(session: Session, now: datetime | None = None) -> int:
     """Forget links and sessions that ended more than `KEEP_ENDED` ago (a periodic job)."""
     cutoff = (now or utcnow()) - KEEP_ENDED
     links = session.execute(delete(PortalLink).where(PortalLink.expires_at < cutoff))
-    sessions = session.execute(delete(PortalSession).where(
-        (PortalSession.expires_at < cutoff) | (PortalSession.ended_at < cutoff)
-        | (PortalSession.last_seen_at < cutoff - SESSION_IDLE)))
+    sessions = session.execute(
+        delete(PortalSession).where(
+            (PortalSession.expires_at < cutoff)
+            | (PortalSession.ended_at < cutoff)
+            | (PortalSession.last_seen_at < cutoff - SESSION_IDLE)
+        )
+    )
     return int(links.rowcount or 0) + int(sessions.rowcount or 0)  # type: ignore[attr-defined]

@@ -19,7 +19,9 @@ from app.services.actor import Actor
 
 PAGE_SIZE = 500
 TABLES: tuple[type[EndpointSecret] | type[InboundSourceSecret], ...] = (
-    EndpointSecret, InboundSourceSecret)
+    EndpointSecret,
+    InboundSourceSecret,
+)
 
 
 @dataclass
@@ -29,9 +31,14 @@ class Progress:
     unreadable: int = 0
 
 
-def reencrypt_page(session: Session, rt: Runtime, actor: Actor,
-                   table: type[EndpointSecret] | type[InboundSourceSecret], after: str | None,
-                   progress: Progress) -> str | None:
+def reencrypt_page(
+    session: Session,
+    rt: Runtime,
+    actor: Actor,
+    table: type[EndpointSecret] | type[InboundSourceSecret],
+    after: str | None,
+    progress: Progress,
+) -> str | None:
     """Re-encrypt up to PAGE_SIZE rows of `table` after id `after`; returns the last id seen
     (None when the table is done). Rows no configured key can read are counted, left as they
     are."""
@@ -39,8 +46,7 @@ def reencrypt_page(session: Session, rt: Runtime, actor: Actor,
     stmt = select(table).order_by(table.id).limit(PAGE_SIZE)
     if after is not None:
         stmt = stmt.where(table.id > after)
-    rows: list[EndpointSecret | InboundSourceSecret] = list(
-        session.scalars(stmt))
+    rows: list[EndpointSecret | InboundSourceSecret] = list(session.scalars(stmt))
     box = rt.secret_box
     for row in rows:
         progress.seen += 1
@@ -57,6 +63,13 @@ def reencrypt_page(session: Session, rt: Runtime, actor: Actor,
 
 
 def record(session: Session, actor: Actor, progress: Progress) -> None:
-    audit.record(session, actor, "secrets.reencrypted", "secret_key", "newest",
-                 seen=progress.seen, reencrypted=progress.reencrypted,
-                 unreadable=progress.unreadable)
+    audit.record(
+        session,
+        actor,
+        "secrets.reencrypted",
+        "secret_key",
+        "newest",
+        seen=progress.seen,
+        reencrypted=progress.reencrypted,
+        unreadable=progress.unreadable,
+    )

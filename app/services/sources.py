@@ -27,8 +27,19 @@ from app.runtime import Runtime
 from app.services import audit
 from app.services.actor import CLI, Actor
 
-CREATE_FIELDS = frozenset({"name", "scheme", "secret", "secrets", "tolerance_s", "mapping",
-                           "allow_gaps", "handlers", "reconcile_url"})
+CREATE_FIELDS = frozenset(
+    {
+        "name",
+        "scheme",
+        "secret",
+        "secrets",
+        "tolerance_s",
+        "mapping",
+        "allow_gaps",
+        "handlers",
+        "reconcile_url",
+    }
+)
 Receipt = receive_mod.Receipt
 StoreUnavailable = receive_mod.StoreUnavailable
 RETRY_AFTER_S = receive_mod.RETRY_AFTER_S
@@ -55,16 +66,20 @@ def create(session: Session, rt: Runtime, actor: Actor, body: dict[str, Any]) ->
     _require(actor, "sources:write")
     unknown = sorted(set(body) - CREATE_FIELDS)
     if unknown:
-        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="invalid_source",
-                               details={"fields": unknown})
+        raise ValidationFailed(
+            f"unknown field(s): {', '.join(unknown)}",
+            code="invalid_source",
+            details={"fields": unknown},
+        )
     secrets = body.get("secrets")
     if secrets is None and "secret" in body:
         secrets = [body["secret"]]
     if not isinstance(secrets, list) or not secrets:
-        raise ValidationFailed('give "secret" or a non-empty "secrets" list',
-                               code="invalid_secret")
+        raise ValidationFailed('give "secret" or a non-empty "secrets" list', code="invalid_secret")
     source = rules.create_source(
-        session, rt.secret_box, rt.settings,
+        session,
+        rt.secret_box,
+        rt.settings,
         name=body.get("name"),  # type: ignore[arg-type]
         scheme=body.get("scheme"),  # type: ignore[arg-type]
         secrets=secrets,
@@ -75,8 +90,16 @@ def create(session: Session, rt: Runtime, actor: Actor, body: dict[str, Any]) ->
         reconcile_url=body.get("reconcile_url"),
         allow_handler_paths=actor.kind == CLI,
     )
-    audit.record(session, actor, "source.created", "source", source.id, name=source.name,
-                 scheme=source.scheme, handlers=list(source.handlers or []))
+    audit.record(
+        session,
+        actor,
+        "source.created",
+        "source",
+        source.id,
+        name=source.name,
+        scheme=source.scheme,
+        handlers=list(source.handlers or []),
+    )
     return source
 
 
@@ -85,12 +108,12 @@ def get(session: Session, actor: Actor, name: str) -> InboundSource:
     return rules.get_source(session, name)
 
 
-def page(session: Session, actor: Actor, *, limit: int,
-         cursor: str | None) -> tuple[list[InboundSource], str | None]:
+def page(
+    session: Session, actor: Actor, *, limit: int, cursor: str | None
+) -> tuple[list[InboundSource], str | None]:
     _require(actor, "read")
     stmt = select(InboundSource).options(selectinload(InboundSource.secrets))
-    return paginate(session, stmt, InboundSource.id, limit=limit, cursor=cursor,
-                    newest_first=False)
+    return paginate(session, stmt, InboundSource.id, limit=limit, cursor=cursor, newest_first=False)
 
 
 def every(session: Session, actor: Actor) -> list[InboundSource]:
@@ -98,52 +121,77 @@ def every(session: Session, actor: Actor) -> list[InboundSource]:
     return rules.list_sources(session)
 
 
-def add_secret(session: Session, rt: Runtime, actor: Actor, name: str, secret: Any, *,
-               rotate: bool = False) -> InboundSource:
+def add_secret(
+    session: Session, rt: Runtime, actor: Actor, name: str, secret: Any, *, rotate: bool = False
+) -> InboundSource:
     """Add a verification secret; `rotate` retires the others after the rotation overlap."""
     _require(actor, "sources:write")
     if not isinstance(rotate, bool):
         raise ValidationFailed("rotate must be a boolean", code="invalid_secret")
     source = rules.get_source(session, name)
-    rules.add_secret(session, rt.secret_box, source, secret, rotate=rotate,
-                     overlap_s=rt.settings.secret_rotation_overlap_seconds)
-    audit.record(session, actor, "source.secret_added", "source", source.id, name=name,
-                 rotate=rotate)
+    rules.add_secret(
+        session,
+        rt.secret_box,
+        source,
+        secret,
+        rotate=rotate,
+        overlap_s=rt.settings.secret_rotation_overlap_seconds,
+    )
+    audit.record(
+        session, actor, "source.secret_added", "source", source.id, name=name, rotate=rotate
+    )
     session.refresh(source)
     return source
 
 
-def resource(session: Session, actor: Actor, name: str, resource_id: str,
-             resource_type: str | None = None) -> dict[str, Any]:
+def resource(
+    session: Session, actor: Actor, name: str, resource_id: str, resource_type: str | None = None
+) -> dict[str, Any]:
     """The current state of one resource of a source."""
     source = get(session, actor, name)
-    stmt = select(ResourceState).where(ResourceState.source_id == source.id,
-                                       ResourceState.resource_id == resource_id)
+    stmt = select(ResourceState).where(
+        ResourceState.source_id == source.id, ResourceState.resource_id == resource_id
+    )
     if resource_type is not None:
         stmt = stmt.where(ResourceState.resource_type == resource_type)
     found = list(session.scalars(stmt.order_by(ResourceState.resource_type)))
     if not found:
-        raise NotFound(f"source {name!r} has no resource {resource_id!r}",
-                       details={"source": name, "resource_id": resource_id})
+        raise NotFound(
+            f"source {name!r} has no resource {resource_id!r}",
+            details={"source": name, "resource_id": resource_id},
+        )
     if len(found) > 1:
-        raise Conflict("several resource types share this id; pass ?resource_type=",
-                       code="ambiguous_resource",
-                       details={"resource_types": [s.resource_type for s in found]})
+        raise Conflict(
+            "several resource types share this id; pass ?resource_type=",
+            code="ambiguous_resource",
+            details={"resource_types": [s.resource_type for s in found]},
+        )
     return state_to_dict(found[0], source.name)
 
 
 # ------------------------------------------------------------------------- inbound events
 
 
-def event_page(session: Session, actor: Actor, *, source: str | None = None,
-               status: str | None = None, resource_id: str | None = None,
-               since: datetime | None = None, until: datetime | None = None, limit: int,
-               cursor: str | None) -> tuple[list[InboundEvent], str | None, dict[str, str]]:
+def event_page(
+    session: Session,
+    actor: Actor,
+    *,
+    source: str | None = None,
+    status: str | None = None,
+    resource_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[InboundEvent], str | None, dict[str, str]]:
     """Received callbacks, newest first, with the names of their sources."""
     _require(actor, "read")
     if status and status not in INBOUND_STATUSES:
-        raise BadRequest(f"status must be one of {', '.join(INBOUND_STATUSES)}",
-                         code="invalid_parameter", details={"parameter": "status"})
+        raise BadRequest(
+            f"status must be one of {', '.join(INBOUND_STATUSES)}",
+            code="invalid_parameter",
+            details={"parameter": "status"},
+        )
     stmt = select(InboundEvent)
     names: dict[str, str] = {}
     if source:
@@ -166,15 +214,17 @@ def event_page(session: Session, actor: Actor, *, source: str | None = None,
 def source_names(session: Session, source_ids: set[str]) -> dict[str, str]:
     if not source_ids:
         return {}
-    return dict(session.execute(select(InboundSource.id, InboundSource.name)
-                                .where(InboundSource.id.in_(source_ids))).all())
+    return dict(
+        session.execute(
+            select(InboundSource.id, InboundSource.name).where(InboundSource.id.in_(source_ids))
+        ).all()
+    )
 
 
 def event_counts(session: Session, actor: Actor) -> dict[str, int]:
     """Received callbacks by status, every source's: one statement."""
     _require(actor, "read")
-    rows = session.execute(select(InboundEvent.status, func.count())
-                           .group_by(InboundEvent.status))
+    rows = session.execute(select(InboundEvent.status, func.count()).group_by(InboundEvent.status))
     return {status: int(n) for status, n in rows}
 
 
@@ -190,13 +240,18 @@ def replay(session: Session, rt: Runtime, actor: Actor, event_id: str) -> Inboun
     """Process a stored callback again from its raw bytes (after the caller commits)."""
     _require(actor, "sources:write")
     replayed = replay_mod.replay(session, rt, event_id)
-    audit.record(session, actor, "inbound_event.replayed", "inbound_event", replayed.id,
-                 event_id=replayed.event_id)
+    audit.record(
+        session,
+        actor,
+        "inbound_event.replayed",
+        "inbound_event",
+        replayed.id,
+        event_id=replayed.event_id,
+    )
     return replayed
 
 
-def receive(rt: Runtime, source: str, headers: Sequence[tuple[str, str]],
-            body: bytes) -> Receipt:
+def receive(rt: Runtime, source: str, headers: Sequence[tuple[str, str]], body: bytes) -> Receipt:
     """The public door: no actor, the source's signature over the raw bytes is the credential.
 
     Raises:
@@ -206,8 +261,9 @@ def receive(rt: Runtime, source: str, headers: Sequence[tuple[str, str]],
     return receive_mod.receive(rt, source, headers, body)
 
 
-def reconcile_now(rt: Runtime, actor: Actor,
-                  source_name: str | None = None) -> list[reconcile_mod.Outcome]:
+def reconcile_now(
+    rt: Runtime, actor: Actor, source_name: str | None = None
+) -> list[reconcile_mod.Outcome]:
     """Pull the providers' current state now (sources with a reconcile URL) and apply it."""
     _require(actor, "sources:write")
     return reconcile_mod.reconcile_now(rt, source_name=source_name)

@@ -29,6 +29,5 @@ def check_csrf() -> None:
         return
     expected = session.get("csrf")
     sent = request.form.get(CSRF_FIELD, "")
-    if not expected or not sent or not hmac.compare_digest(str(expected).encode(),
-                                                           sent.encode()):
+    if not expected or not sent or not hmac.compare_digest(str(expected).encode(), sent.encode()):
         abort(400, description="csrf")

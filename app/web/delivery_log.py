@@ -22,9 +22,14 @@ from app.services.actor import Actor
 FILTER_KEYS = deliveries.FILTER_KEYS
 
 
-def log_context(session: Session, actor: Actor, args: Mapping[str, str], *,
-                list_url: Callable[..., str], fixed: Mapping[str, str] | None = None,
-                ) -> dict[str, Any]:
+def log_context(
+    session: Session,
+    actor: Actor,
+    args: Mapping[str, str],
+    *,
+    list_url: Callable[..., str],
+    fixed: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Everything `shared/_delivery_log.html` needs: rows, the form as typed, its errors and
     the pager links. `fixed` criteria (a portal page's endpoint) are not the visitor's to
     change."""

@@ -70,20 +70,26 @@ class EndpointForm:
     @classmethod
     def from_endpoint(cls, endpoint: Endpoint) -> EndpointForm:
         shown = header_rules.redact_custom(endpoint.headers or {}, endpoint.public_headers)
-        rows = [HeaderRow(name, value or "", public=value is not None, stored=True)
-                for name, value in shown.items()]
+        rows = [
+            HeaderRow(name, value or "", public=value is not None, stored=True)
+            for name, value in shown.items()
+        ]
         rows += [HeaderRow() for _ in range(EXTRA_HEADER_ROWS)]
-        return cls(url=header_rules.redact_url(endpoint.url) or "",
-                   description=endpoint.description or "",
-                   all_types=endpoint.event_types is None,
-                   event_types=list(endpoint.event_types or []), headers=rows,
-                   timeout_s=str(endpoint.timeout_s),
-                   rate_limit_per_s="" if endpoint.rate_limit_per_s is None
-                   else str(endpoint.rate_limit_per_s),
-                   versions={name: str(version)
-                             for name, version in (endpoint.versions or {}).items()},
-                   pull=endpoint.mode == "pull",
-                   ordering=endpoint.ordering or "none", on_dead=endpoint.on_dead or "skip")
+        return cls(
+            url=header_rules.redact_url(endpoint.url) or "",
+            description=endpoint.description or "",
+            all_types=endpoint.event_types is None,
+            event_types=list(endpoint.event_types or []),
+            headers=rows,
+            timeout_s=str(endpoint.timeout_s),
+            rate_limit_per_s=""
+            if endpoint.rate_limit_per_s is None
+            else str(endpoint.rate_limit_per_s),
+            versions={name: str(version) for name, version in (endpoint.versions or {}).items()},
+            pull=endpoint.mode == "pull",
+            ordering=endpoint.ordering or "none",
+            on_dead=endpoint.on_dead or "skip",
+        )
 
     @classmethod
     def from_request(cls, form: Any, existing: Endpoint | None = None) -> EndpointForm:
@@ -94,26 +100,35 @@ class EndpointForm:
             if f"header-{i}-name" not in form:
                 continue
             name = form.get(f"header-{i}-name", "").strip()
-            rows.append(HeaderRow(
-                name=name, value=form.get(f"header-{i}-value", ""),
-                public=form.get(f"header-{i}-public") == "1",
-                stored=name.lower() in stored and form.get(f"header-{i}-stored") == "1",
-                remove=form.get(f"header-{i}-remove") == "1"))
+            rows.append(
+                HeaderRow(
+                    name=name,
+                    value=form.get(f"header-{i}-value", ""),
+                    public=form.get(f"header-{i}-public") == "1",
+                    stored=name.lower() in stored and form.get(f"header-{i}-stored") == "1",
+                    remove=form.get(f"header-{i}-remove") == "1",
+                )
+            )
         if not any(not r.name for r in rows):
             rows.append(HeaderRow())
-        return cls(url=form.get("url", "").strip(),
-                   description=form.get("description", "").strip(),
-                   all_types=form.get("all_types", "1") == "1",
-                   event_types=[t for t in form.getlist("event_types") if t],
-                   headers=rows, timeout_s=form.get("timeout_s", "").strip(),
-                   rate_limit_per_s=form.get("rate_limit_per_s", "").strip(),
-                   versions={key[len(PIN_FIELD):]: value.strip()
-                             for key, value in form.items()
-                             if key.startswith(PIN_FIELD) and value.strip()},
-                   pull=(existing.mode == "pull" if existing is not None
-                         else form.get("mode") == "pull"),
-                   creating=existing is None,
-                   ordering=form.get("ordering", "none"), on_dead=form.get("on_dead", "skip"))
+        return cls(
+            url=form.get("url", "").strip(),
+            description=form.get("description", "").strip(),
+            all_types=form.get("all_types", "1") == "1",
+            event_types=[t for t in form.getlist("event_types") if t],
+            headers=rows,
+            timeout_s=form.get("timeout_s", "").strip(),
+            rate_limit_per_s=form.get("rate_limit_per_s", "").strip(),
+            versions={
+                key[len(PIN_FIELD) :]: value.strip()
+                for key, value in form.items()
+                if key.startswith(PIN_FIELD) and value.strip()
+            },
+            pull=(existing.mode == "pull" if existing is not None else form.get("mode") == "pull"),
+            creating=existing is None,
+            ordering=form.get("ordering", "none"),
+            on_dead=form.get("on_dead", "skip"),
+        )
 
     # ------------------------------------------------------------------ to the service
 
@@ -155,8 +170,7 @@ class EndpointForm:
             "headers": headers,
             "public_headers": public,
             "timeout_s": self._int("timeout_s", self.timeout_s, optional=False),
-            "rate_limit_per_s": self._int("rate_limit_per_s", self.rate_limit_per_s,
-                                          optional=True),
+            "rate_limit_per_s": self._int("rate_limit_per_s", self.rate_limit_per_s, optional=True),
             "ordering": self.ordering,
             "on_dead": self.on_dead,
         }
@@ -168,8 +182,9 @@ class EndpointForm:
                 self.errors["versions"] = f"the version for {name} must be a version number"
         body["versions"] = pins
         if not self.all_types and not self.event_types:
-            self.errors["event_types"] = ("choose at least one event type, or receive all "
-                                          "event types")
+            self.errors["event_types"] = (
+                "choose at least one event type, or receive all event types"
+            )
         if self.pull:
             del body["url"]
             if self.creating:

@@ -27,19 +27,28 @@ def register(blueprint: Blueprint, template: str, *, page: str, speaker: str) ->
         status = exc.code or 500
         if status == 400 and exc.description == "csrf":
             return render_template(
-                template, status=400, title="This form has expired",
+                template,
+                status=400,
+                title="This form has expired",
                 message=f"The form was not sent from a current {page} page: its security "
-                        "token (CSRF) is missing or wrong, so nothing was changed. Reload the "
-                        "page and try again."), 400
-        return render_template(template, status=status, title=exc.name,
-                               message=exc.description), status
+                "token (CSRF) is missing or wrong, so nothing was changed. Reload the "
+                "page and try again.",
+            ), 400
+        return render_template(
+            template, status=status, title=exc.name, message=exc.description
+        ), status
 
     def unexpected(exc: Exception) -> Page:
-        log.error("unhandled error on %s %s", request.method, loggable_path(request.path),
-                  exc_info=exc)
-        return render_template(template, status=500, title="Something went wrong",
-                               message=f"{speaker} hit an internal error; it is logged. Nothing "
-                                       "was changed by the failed request."), 500
+        log.error(
+            "unhandled error on %s %s", request.method, loggable_path(request.path), exc_info=exc
+        )
+        return render_template(
+            template,
+            status=500,
+            title="Something went wrong",
+            message=f"{speaker} hit an internal error; it is logged. Nothing "
+            "was changed by the failed request.",
+        ), 500
 
     blueprint.register_error_handler(HTTPException, http_error)
     blueprint.register_error_handler(Exception, unexpected)

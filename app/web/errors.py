@@ -59,13 +59,15 @@ def register(app: Flask) -> None:
     def _log_exception(exc_info: Any) -> None:
         # Flask's own line for what escapes every handler (a failing after_request, a cookie
         # that cannot be saved) names the raw path: a magic link's token with it.
-        app.logger.error("Exception on %s [%s]", loggable_path(request.path), request.method,
-                         exc_info=exc_info)
+        app.logger.error(
+            "Exception on %s [%s]", loggable_path(request.path), request.method, exc_info=exc_info
+        )
 
     app.log_exception = _log_exception  # type: ignore[method-assign]
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
-        log.error("unhandled error on %s %s", request.method, loggable_path(request.path),
-                  exc_info=exc)
+        log.error(
+            "unhandled error on %s %s", request.method, loggable_path(request.path), exc_info=exc
+        )
         return error_response(500, "internal_error", "internal server error")

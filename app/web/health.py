@@ -31,8 +31,14 @@ def readyz() -> tuple[Response, int]:
         checks["redis"] = f"error: {type(exc).__name__}"
     failed = [name for name, state in checks.items() if state != "ok"]
     if failed:
-        body = {"status": "unavailable", "checks": checks,
-                "error": {"code": "not_ready", "message": f"not reachable: {', '.join(failed)}",
-                          "details": {"failed": failed}}}
+        body = {
+            "status": "unavailable",
+            "checks": checks,
+            "error": {
+                "code": "not_ready",
+                "message": f"not reachable: {', '.join(failed)}",
+                "details": {"failed": failed},
+            },
+        }
         return jsonify(body), 503
     return jsonify({"status": "ok", "checks": checks}), 200

@@ -27,7 +27,8 @@ def read_json_object() -> dict[str, Any]:
     mimetype = request.mimetype or ""
     if mimetype != "application/json" and not mimetype.endswith("+json"):
         raise UnsupportedMediaType(
-            f"content type must be application/json, got {request.content_type or 'none'}")
+            f"content type must be application/json, got {request.content_type or 'none'}"
+        )
     raw = request.get_data(cache=True)
     try:
         body = jsonstrict.loads(raw)
@@ -37,8 +38,11 @@ def read_json_object() -> dict[str, Any]:
         raise BadRequest("body must be a JSON object", code="invalid_json")
     where = jsonstrict.nul_at(raw, body, skip=JSON_ONLY_MEMBERS)
     if where is not None:
-        raise BadRequest(f"{where} contains a NUL character (\\u0000), which cannot be stored",
-                         code="invalid_json", details={"at": where})
+        raise BadRequest(
+            f"{where} contains a NUL character (\\u0000), which cannot be stored",
+            code="invalid_json",
+            details={"at": where},
+        )
     return body
 
 
@@ -58,25 +62,39 @@ def check_url_and_headers(*, form: bool = False) -> None:
         BadRequest: code ``invalid_parameter``, naming the parameter, header or field.
     """
     if "\x00" in request.path:
-        raise BadRequest("the path contains a NUL character", code="invalid_parameter",
-                         details={"parameter": "path"})
+        raise BadRequest(
+            "the path contains a NUL character",
+            code="invalid_parameter",
+            details={"parameter": "path"},
+        )
     for name, value in request.args.items(multi=True):
         if "\x00" in name or "\x00" in value:
-            raise BadRequest(f"query parameter {name[:100]!r} contains a NUL character",
-                             code="invalid_parameter", details={"parameter": name[:100]})
+            raise BadRequest(
+                f"query parameter {name[:100]!r} contains a NUL character",
+                code="invalid_parameter",
+                details={"parameter": name[:100]},
+            )
         if len(value) > MAX_QUERY_VALUE_CHARS or len(name) > MAX_QUERY_VALUE_CHARS:
-            raise BadRequest(f"query parameter {name[:100]!r} is longer than "
-                             f"{MAX_QUERY_VALUE_CHARS} characters", code="invalid_parameter",
-                             details={"parameter": name[:100], "limit": MAX_QUERY_VALUE_CHARS})
+            raise BadRequest(
+                f"query parameter {name[:100]!r} is longer than {MAX_QUERY_VALUE_CHARS} characters",
+                code="invalid_parameter",
+                details={"parameter": name[:100], "limit": MAX_QUERY_VALUE_CHARS},
+            )
     for name, value in request.headers.items():
         if "\x00" in value:
-            raise BadRequest(f"header {name!r} contains a NUL character",
-                             code="invalid_parameter", details={"header": name})
+            raise BadRequest(
+                f"header {name!r} contains a NUL character",
+                code="invalid_parameter",
+                details={"header": name},
+            )
     if form and request.method == "POST":
         for name, value in request.form.items(multi=True):
             if "\x00" in name or "\x00" in value:
-                raise BadRequest(f"form field {name[:100]!r} contains a NUL character",
-                                 code="invalid_parameter", details={"field": name[:100]})
+                raise BadRequest(
+                    f"form field {name[:100]!r} contains a NUL character",
+                    code="invalid_parameter",
+                    details={"field": name[:100]},
+                )
 
 
 def time_param(name: str) -> datetime | None:
@@ -87,8 +105,11 @@ def time_param(name: str) -> datetime | None:
     try:
         return parse_time(raw)
     except ValueError:
-        raise BadRequest(f"{name} must be an RFC 3339 timestamp", code="invalid_parameter",
-                         details={"parameter": name}) from None
+        raise BadRequest(
+            f"{name} must be an RFC 3339 timestamp",
+            code="invalid_parameter",
+            details={"parameter": name},
+        ) from None
 
 
 def optional_json(allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -100,8 +121,11 @@ def optional_json(allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
     if allowed is not None:
         unknown = sorted(set(body) - set(allowed))
         if unknown:
-            raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}",
-                                   code="unknown_field", details={"fields": unknown})
+            raise ValidationFailed(
+                f"unknown field(s): {', '.join(unknown)}",
+                code="unknown_field",
+                details={"fields": unknown},
+            )
     return body
 
 
@@ -117,8 +141,9 @@ def bool_param(name: str) -> bool | None:
     value = FLAG_VALUES.get(raw.strip().lower())
     if value is not None:
         return value
-    raise BadRequest(f"{name} must be true or false", code="invalid_parameter",
-                     details={"parameter": name})
+    raise BadRequest(
+        f"{name} must be true or false", code="invalid_parameter", details={"parameter": name}
+    )
 
 
 def force_flag(body: dict[str, Any]) -> bool:
@@ -129,8 +154,9 @@ def force_flag(body: dict[str, Any]) -> bool:
         raw = request.args.get("force", "false").strip().lower()
         value = {**FLAG_VALUES, "": False}.get(raw, raw)
     if not isinstance(value, bool):
-        raise ValidationFailed("force must be a boolean", code="invalid_parameter",
-                               details={"parameter": "force"})
+        raise ValidationFailed(
+            "force must be a boolean", code="invalid_parameter", details={"parameter": "force"}
+        )
     return value
 
 

@@ -89,16 +89,16 @@ class UnreadBodyGuard:
     def __init__(self, app: WsgiApp) -> None:
         self.app = app
 
-    def __call__(self, environ: dict[str, Any],
-                 start_response: StartResponse) -> Iterable[bytes]:
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         length = _declared_length(environ)
         if length == 0:
             return self.app(environ, start_response)
         tracked = _TrackedInput(environ["wsgi.input"], length)
         environ["wsgi.input"] = tracked
 
-        def start_response_closing_if_unread(status: str, headers: list[tuple[str, str]],
-                                             exc_info: Any = None) -> Any:
+        def start_response_closing_if_unread(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
             if not tracked.finished:
                 close = environ.get(CLOSE_CONNECTION)
                 if close is not None:

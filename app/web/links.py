@@ -33,7 +33,10 @@ def base_url() -> str:
         "KURIR_PUBLIC_URL is not set: a portal link would take its host from this request "
         f"({request.host!r}). Set KURIR_PUBLIC_URL to the address partners reach Kurir at "
         "(e.g. https://hooks.example.com); without it, links are made only on a loopback "
-        "address.", code="public_url_required", details={"setting": "KURIR_PUBLIC_URL"})
+        "address.",
+        code="public_url_required",
+        details={"setting": "KURIR_PUBLIC_URL"},
+    )
 
 
 def portal_url(token: str) -> str:

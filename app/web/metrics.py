@@ -57,8 +57,7 @@ class _Writer:
     def sample(self, name: str, value: float, **labels: str) -> None:
         label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
         number = repr(float(value)) if isinstance(value, float) else str(int(value))
-        self.lines.append(f"{name}{{{label_text}}} {number}" if label_text
-                          else f"{name} {number}")
+        self.lines.append(f"{name}{{{label_text}}} {number}" if label_text else f"{name} {number}")
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -70,14 +69,20 @@ def _database_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -
         out.sample("kurir_deliveries", found.deliveries.get(state, 0), state=state)
 
     attempts = found.attempts
-    out.family("kurir_attempts", "gauge",
-               "Delivery attempts recorded, by outcome (success = 2xx answer, http_error = "
-               "any other answer, network_error = no answer: timeout, refused, blocked).")
+    out.family(
+        "kurir_attempts",
+        "gauge",
+        "Delivery attempts recorded, by outcome (success = 2xx answer, http_error = "
+        "any other answer, network_error = no answer: timeout, refused, blocked).",
+    )
     out.sample("kurir_attempts", attempts.success, outcome="success")
     out.sample("kurir_attempts", attempts.http_error, outcome="http_error")
     out.sample("kurir_attempts", attempts.network_error, outcome="network_error")
-    out.family("kurir_attempt_duration_seconds", "histogram",
-               "Duration of delivery attempts, from sending to the end of the response.")
+    out.family(
+        "kurir_attempt_duration_seconds",
+        "histogram",
+        "Duration of delivery attempts, from sending to the end of the response.",
+    )
     for bound, n in zip(figures.LATENCY_BUCKETS_S, attempts.within, strict=True):
         out.sample("kurir_attempt_duration_seconds_bucket", n, le=repr(bound))
     out.sample("kurir_attempt_duration_seconds_bucket", attempts.total, le="+Inf")
@@ -110,57 +115,91 @@ def _feed_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -> No
     now, lags = found.now, found.pull
     out.family("kurir_pull_endpoints", "gauge", "Live pull endpoints.")
     out.sample("kurir_pull_endpoints", len(lags))
-    out.family("kurir_pull_lag_events", "gauge",
-               "Events pull endpoints' consumers have not acknowledged yet, all endpoints "
-               "together.")
+    out.family(
+        "kurir_pull_lag_events",
+        "gauge",
+        "Events pull endpoints' consumers have not acknowledged yet, all endpoints together.",
+    )
     out.sample("kurir_pull_lag_events", sum(p.lag.events for p in lags))
-    out.family("kurir_pull_lag_max_seconds", "gauge",
-               "Age of the oldest event any pull endpoint's consumer has not acknowledged "
-               "(0 when none).")
+    out.family(
+        "kurir_pull_lag_max_seconds",
+        "gauge",
+        "Age of the oldest event any pull endpoint's consumer has not acknowledged (0 when none).",
+    )
     oldest = [p.lag.oldest_at for p in lags if p.lag.oldest_at is not None]
     out.sample("kurir_pull_lag_max_seconds", _age(now, min(oldest) if oldest else None))
-    out.family("kurir_pull_endpoints_backlog_expired", "gauge",
-               "Pull endpoints whose unacknowledged events reach past retention: their reads "
-               "answer 410 backlog_expired until they skip them.")
+    out.family(
+        "kurir_pull_endpoints_backlog_expired",
+        "gauge",
+        "Pull endpoints whose unacknowledged events reach past retention: their reads "
+        "answer 410 backlog_expired until they skip them.",
+    )
     out.sample("kurir_pull_endpoints_backlog_expired", sum(1 for p in lags if p.lag.expired))
     if not detailed:
         return
-    out.family("kurir_pull_endpoint_lag_events", "gauge",
-               "Events a pull endpoint's consumer has not acknowledged yet.")
+    out.family(
+        "kurir_pull_endpoint_lag_events",
+        "gauge",
+        "Events a pull endpoint's consumer has not acknowledged yet.",
+    )
     for p in lags:
-        out.sample("kurir_pull_endpoint_lag_events", p.lag.events, endpoint=p.endpoint_id,
-                   partner=p.partner_uid)
-    out.family("kurir_pull_endpoint_lag_seconds", "gauge",
-               "Age of the oldest event a pull endpoint's consumer has not acknowledged "
-               "(0 when none).")
+        out.sample(
+            "kurir_pull_endpoint_lag_events",
+            p.lag.events,
+            endpoint=p.endpoint_id,
+            partner=p.partner_uid,
+        )
+    out.family(
+        "kurir_pull_endpoint_lag_seconds",
+        "gauge",
+        "Age of the oldest event a pull endpoint's consumer has not acknowledged (0 when none).",
+    )
     for p in lags:
-        out.sample("kurir_pull_endpoint_lag_seconds", _age(now, p.lag.oldest_at),
-                   endpoint=p.endpoint_id, partner=p.partner_uid)
-    out.family("kurir_pull_endpoint_expired_events", "gauge",
-               "Of those, events created before the retention horizon.")
+        out.sample(
+            "kurir_pull_endpoint_lag_seconds",
+            _age(now, p.lag.oldest_at),
+            endpoint=p.endpoint_id,
+            partner=p.partner_uid,
+        )
+    out.family(
+        "kurir_pull_endpoint_expired_events",
+        "gauge",
+        "Of those, events created before the retention horizon.",
+    )
     for p in lags:
-        out.sample("kurir_pull_endpoint_expired_events", p.lag.expired,
-                   endpoint=p.endpoint_id, partner=p.partner_uid)
+        out.sample(
+            "kurir_pull_endpoint_expired_events",
+            p.lag.expired,
+            endpoint=p.endpoint_id,
+            partner=p.partner_uid,
+        )
 
 
 def _ordering_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -> None:
     """Ordering keys held behind a dead delivery (`on_dead: "block"`): nothing more of such a
     key is sent until its letter is resent or discarded."""
     counts = found.blocked
-    out.family("kurir_blocked_keys", "gauge",
-               "Ordering keys held by a dead delivery (on_dead: block), all endpoints "
-               "together.")
+    out.family(
+        "kurir_blocked_keys",
+        "gauge",
+        "Ordering keys held by a dead delivery (on_dead: block), all endpoints together.",
+    )
     out.sample("kurir_blocked_keys", sum(c.keys for c in counts))
-    out.family("kurir_endpoints_with_blocked_keys", "gauge",
-               "Endpoints holding at least one ordering key.")
+    out.family(
+        "kurir_endpoints_with_blocked_keys", "gauge", "Endpoints holding at least one ordering key."
+    )
     out.sample("kurir_endpoints_with_blocked_keys", len(counts))
     if not detailed:
         return
-    out.family("kurir_endpoint_blocked_keys", "gauge",
-               "Ordering keys one endpoint holds (only endpoints holding at least one).")
+    out.family(
+        "kurir_endpoint_blocked_keys",
+        "gauge",
+        "Ordering keys one endpoint holds (only endpoints holding at least one).",
+    )
     for c in counts:
-        out.sample("kurir_endpoint_blocked_keys", c.keys, endpoint=c.endpoint_id,
-                   partner=c.partner_uid)
+        out.sample(
+            "kurir_endpoint_blocked_keys", c.keys, endpoint=c.endpoint_id, partner=c.partner_uid
+        )
 
 
 def render(*, detailed: bool = False) -> str:
@@ -187,11 +226,17 @@ def render(*, detailed: bool = False) -> str:
         out.family("kurir_queue_depth", "gauge", "Jobs waiting in each RQ queue.")
         for stat in stats:
             out.sample("kurir_queue_depth", stat.depth, queue=stat.name)
-        out.family("kurir_queue_oldest_job_age_seconds", "gauge",
-                   "Age of the oldest job waiting in each queue (0 when empty).")
+        out.family(
+            "kurir_queue_oldest_job_age_seconds",
+            "gauge",
+            "Age of the oldest job waiting in each queue (0 when empty).",
+        )
         for stat in stats:
-            out.sample("kurir_queue_oldest_job_age_seconds", float(stat.oldest_age_s or 0.0),
-                       queue=stat.name)
+            out.sample(
+                "kurir_queue_oldest_job_age_seconds",
+                float(stat.oldest_age_s or 0.0),
+                queue=stat.name,
+            )
     out.family("kurir_redis_up", "gauge", "1 if Redis answered this scrape.")
     out.sample("kurir_redis_up", redis_up)
     return out.text()
@@ -201,8 +246,9 @@ class RenderCache:
     """The last render, served again for `ttl_s` seconds; one render at a time, so scrapes
     arriving together wait for it instead of each reading the stores."""
 
-    def __init__(self, ttl_s: float = CACHE_TTL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ttl_s: float = CACHE_TTL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.ttl_s = ttl_s
         self.clock = clock
         self._lock = threading.Lock()
@@ -240,10 +286,12 @@ def warn_if_open(app: Flask) -> None:
     """At start: an open /metrics on a shared (PostgreSQL) deployment is worth a warning."""
     settings = app.extensions["kurir"].settings
     if settings.metrics_token is None and not settings.is_sqlite:
-        log.warning("/metrics is open to anyone who can reach this API (KURIR_METRICS_TOKEN is "
-                    "unset): it shows aggregate delivery figures and no partner or endpoint; "
-                    "set KURIR_METRICS_TOKEN to require a bearer token (and to add the "
-                    "per-endpoint series)")
+        log.warning(
+            "/metrics is open to anyone who can reach this API (KURIR_METRICS_TOKEN is "
+            "unset): it shows aggregate delivery figures and no partner or endpoint; "
+            "set KURIR_METRICS_TOKEN to require a bearer token (and to add the "
+            "per-endpoint series)"
+        )
 
 
 def _require_scrape_token(token: str | None) -> None:
@@ -253,6 +301,7 @@ def _require_scrape_token(token: str | None) -> None:
     if token is None:
         return
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
-                                                             token.encode()):
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    ):
         raise Unauthorized("/metrics needs Authorization: Bearer <KURIR_METRICS_TOKEN>")

@@ -37,20 +37,25 @@ def shown_headers(headers: dict[str, object] | None) -> list[ShownHeader]:
     return out
 
 
-def endpoint_headers(headers: dict[str, object] | None,
-                     public: list[str] | None) -> list[ShownHeader]:
+def endpoint_headers(
+    headers: dict[str, object] | None, public: list[str] | None
+) -> list[ShownHeader]:
     """An endpoint's custom headers: every name, values only for the public ones."""
-    return [ShownHeader(name, HIDDEN, True) if value is None
-            else ShownHeader(name, str(value), False)
-            for name, value in header_rules.redact_custom(headers or {}, public).items()]
+    return [
+        ShownHeader(name, HIDDEN, True) if value is None else ShownHeader(name, str(value), False)
+        for name, value in header_rules.redact_custom(headers or {}, public).items()
+    ]
 
 
 def pretty_json(raw: str | bytes | None) -> str:
     """Indented JSON when it parses, else the text as is (bytes decoded leniently)."""
     if raw is None:
         return ""
-    text = bytes(raw).decode("utf-8", errors="replace") if isinstance(raw, bytes | bytearray |
-                                                                      memoryview) else raw
+    text = (
+        bytes(raw).decode("utf-8", errors="replace")
+        if isinstance(raw, bytes | bytearray | memoryview)
+        else raw
+    )
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
     except (ValueError, TypeError):
@@ -74,8 +79,13 @@ def body_view(sent: Sent) -> BodyView:
     body = sent.body
     # Bodies are stored as text and sent UTF-8 encoded, so decoding gives back that text.
     raw = None if body is None else body.decode("utf-8", errors="replace")
-    return BodyView(sent.version, sent.published_version, raw, pretty_json(body),
-                    0 if body is None else len(body))
+    return BodyView(
+        sent.version,
+        sent.published_version,
+        raw,
+        pretty_json(body),
+        0 if body is None else len(body),
+    )
 
 
 def ago(moment: datetime | None, now: datetime | None = None) -> str:
@@ -124,7 +134,12 @@ class AttemptView:
 
 
 def attempt_views(attempts: Iterable[Any]) -> list[AttemptView]:
-    return [AttemptView(a, shown_headers(a.request_headers),
-                        None if a.response_headers is None else shown_headers(a.response_headers),
-                        pretty_json(a.response_body))
-            for a in attempts]
+    return [
+        AttemptView(
+            a,
+            shown_headers(a.request_headers),
+            None if a.response_headers is None else shown_headers(a.response_headers),
+            pretty_json(a.response_body),
+        )
+        for a in attempts
+    ]

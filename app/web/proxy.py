@@ -43,7 +43,8 @@ class UntrustedForwardWarning:
                 "header is ignored, so every client behind that proxy has the proxy's address "
                 "(%s) and the sign-in throttle counts them all as one client. Set "
                 "KURIR_TRUSTED_PROXIES to the proxy's hop count or networks.",
-                environ.get("REMOTE_ADDR", "?"))
+                environ.get("REMOTE_ADDR", "?"),
+            )
         return self.app(environ, start_response)
 
 
@@ -64,8 +65,9 @@ class TrustedNetworks:
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         peer = environ.get("REMOTE_ADDR", "")
         if self._trusted(peer):
-            hops = [h.strip() for h in environ.get("HTTP_X_FORWARDED_FOR", "").split(",")
-                    if h.strip()]
+            hops = [
+                h.strip() for h in environ.get("HTTP_X_FORWARDED_FOR", "").split(",") if h.strip()
+            ]
             client = peer
             while hops:
                 candidate = hops.pop()

@@ -69,8 +69,7 @@ def host_is_loopback(host_header: str | None) -> bool:
     """Whether a Host value (`name[:port]`, `[v6][:port]`) names a loopback address: the
     name `localhost` or a loopback IP literal (not a name that merely starts with `127.`)."""
     value = (host_header or "").strip().lower()
-    host = value.split("]")[0].lstrip("[") if value.startswith("[") \
-        else value.rsplit(":", 1)[0]
+    host = value.split("]")[0].lstrip("[") if value.startswith("[") else value.rsplit(":", 1)[0]
     if host == "localhost":
         return True
     try:
@@ -114,9 +113,14 @@ class FaceSessionInterface(SecureCookieSessionInterface):
         if not app.secret_key or face is None:
             return None
         return URLSafeTimedSerializer(
-            app.secret_key, salt=face.salt, serializer=self.serializer,
-            signer_kwargs={"key_derivation": self.key_derivation,
-                           "digest_method": self.digest_method})
+            app.secret_key,
+            salt=face.salt,
+            serializer=self.serializer,
+            signer_kwargs={
+                "key_derivation": self.key_derivation,
+                "digest_method": self.digest_method,
+            },
+        )
 
     def get_cookie_name(self, app: Flask) -> str:
         face = self._face()

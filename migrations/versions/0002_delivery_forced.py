@@ -22,8 +22,10 @@ def upgrade() -> None:
     # A plain ALTER TABLE ... ADD COLUMN on both databases. Not batch mode: on SQLite that
     # copies the table and drops the old one, and with foreign keys on, the drop cascades to
     # every attempt and dead letter of every delivery.
-    op.add_column("deliveries", sa.Column("forced", sa.Boolean(), nullable=False,
-                                          server_default=sa.text("false")))
+    op.add_column(
+        "deliveries",
+        sa.Column("forced", sa.Boolean(), nullable=False, server_default=sa.text("false")),
+    )
 
 
 def downgrade() -> None:

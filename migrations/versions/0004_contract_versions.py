@@ -20,10 +20,10 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     # Plain ADD COLUMN on both databases (no batch-mode table copy on SQLite, see 0002).
-    op.add_column("event_types", sa.Column("sunset_at", sa.DateTime(timezone=True),
-                                           nullable=True))
-    op.add_column("event_types", sa.Column("sunset_reported_at", sa.DateTime(timezone=True),
-                                           nullable=True))
+    op.add_column("event_types", sa.Column("sunset_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column(
+        "event_types", sa.Column("sunset_reported_at", sa.DateTime(timezone=True), nullable=True)
+    )
     op.add_column("event_types", sa.Column("downgrade", sa.Text(), nullable=True))
     op.add_column("event_types", sa.Column("examples", sa.JSON(), nullable=True))
     op.add_column("endpoints", sa.Column("versions", sa.JSON(), nullable=True))
@@ -35,8 +35,12 @@ def upgrade() -> None:
         sa.Column("data", sa.JSON(), nullable=False),
         sa.Column("payload", sa.Text(), nullable=False),
         sa.Column("source", sa.String(length=16), nullable=False),
-        sa.ForeignKeyConstraint(["event_id"], ["events.id"], ondelete="CASCADE",
-                                name=op.f("fk_event_versions_event_id_events")),
+        sa.ForeignKeyConstraint(
+            ["event_id"],
+            ["events.id"],
+            ondelete="CASCADE",
+            name=op.f("fk_event_versions_event_id_events"),
+        ),
         sa.PrimaryKeyConstraint("event_id", "version", name=op.f("pk_event_versions")),
     )
 

@@ -29,9 +29,12 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("used_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["partner_id"], ["partners.id"],
-                                name=op.f("fk_portal_links_partner_id_partners"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["partner_id"],
+            ["partners.id"],
+            name=op.f("fk_portal_links_partner_id_partners"),
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_portal_links")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_portal_links_token_hash")),
     )
@@ -45,19 +48,24 @@ def upgrade() -> None:
         sa.Column("last_seen_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["partner_id"], ["partners.id"],
-                                name=op.f("fk_portal_sessions_partner_id_partners"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["partner_id"],
+            ["partners.id"],
+            name=op.f("fk_portal_sessions_partner_id_partners"),
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_portal_sessions")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_portal_sessions_token_hash")),
     )
     op.create_index(op.f("ix_portal_sessions_partner_id"), "portal_sessions", ["partner_id"])
     # Plain ADD COLUMN on both databases (no batch-mode table copy on SQLite, see 0002).
     op.add_column("attempts", sa.Column("response_headers", sa.JSON(), nullable=True))
-    op.add_column("dead_letter_audit",
-                  sa.Column("operation_id", sa.String(length=40), nullable=True))
-    op.create_index(op.f("ix_dead_letter_audit_operation_id"), "dead_letter_audit",
-                    ["operation_id"])
+    op.add_column(
+        "dead_letter_audit", sa.Column("operation_id", sa.String(length=40), nullable=True)
+    )
+    op.create_index(
+        op.f("ix_dead_letter_audit_operation_id"), "dead_letter_audit", ["operation_id"]
+    )
 
 
 def downgrade() -> None:

@@ -21,18 +21,25 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.add_column("events", sa.Column("ordering_key", sa.String(length=255), nullable=True))
-    op.add_column("endpoints", sa.Column("ordering", sa.String(length=8), nullable=False,
-                                         server_default="none"))
-    op.add_column("endpoints", sa.Column("on_dead", sa.String(length=8), nullable=False,
-                                         server_default="skip"))
+    op.add_column(
+        "endpoints",
+        sa.Column("ordering", sa.String(length=8), nullable=False, server_default="none"),
+    )
+    op.add_column(
+        "endpoints",
+        sa.Column("on_dead", sa.String(length=8), nullable=False, server_default="skip"),
+    )
     op.add_column("deliveries", sa.Column("ordering_key", sa.String(length=255), nullable=True))
     op.add_column("deliveries", sa.Column("ordering_seq", sa.BigInteger(), nullable=True))
-    op.add_column("deliveries", sa.Column("previous_event_id", sa.String(length=40),
-                                          nullable=True))
-    op.create_index("ix_deliveries_ordering", "deliveries",
-                    ["endpoint_id", "ordering_key", "ordering_seq"], unique=True,
-                    sqlite_where=sa.text("ordering_seq IS NOT NULL"),
-                    postgresql_where=sa.text("ordering_seq IS NOT NULL"))
+    op.add_column("deliveries", sa.Column("previous_event_id", sa.String(length=40), nullable=True))
+    op.create_index(
+        "ix_deliveries_ordering",
+        "deliveries",
+        ["endpoint_id", "ordering_key", "ordering_seq"],
+        unique=True,
+        sqlite_where=sa.text("ordering_seq IS NOT NULL"),
+        postgresql_where=sa.text("ordering_seq IS NOT NULL"),
+    )
     op.create_table(
         "ordering_sequences",
         sa.Column("endpoint_id", sa.String(length=40), nullable=False),
@@ -40,11 +47,13 @@ def upgrade() -> None:
         sa.Column("last_seq", sa.BigInteger(), nullable=False),
         sa.Column("last_event_id", sa.String(length=40), nullable=False),
         sa.Column("previous_event_id", sa.String(length=40), nullable=True),
-        sa.ForeignKeyConstraint(["endpoint_id"], ["endpoints.id"],
-                                name=op.f("fk_ordering_sequences_endpoint_id_endpoints"),
-                                ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("endpoint_id", "ordering_key",
-                                name=op.f("pk_ordering_sequences")),
+        sa.ForeignKeyConstraint(
+            ["endpoint_id"],
+            ["endpoints.id"],
+            name=op.f("fk_ordering_sequences_endpoint_id_endpoints"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("endpoint_id", "ordering_key", name=op.f("pk_ordering_sequences")),
     )
 
 

@@ -24,15 +24,32 @@ _UNSEQUENCED = "feed_seq IS NULL"
 def upgrade() -> None:
     # Plain ADD COLUMN on both databases (no batch-mode table copy on SQLite, see 0002).
     op.add_column("events", sa.Column("feed_seq", sa.BigInteger(), nullable=True))
-    op.create_index("uq_events_feed_seq", "events", ["feed_seq"], unique=True,
-                    sqlite_where=sa.text(_SEQUENCED), postgresql_where=sa.text(_SEQUENCED))
-    op.create_index("ix_events_partner_feed", "events", ["partner_id", "feed_seq"],
-                    sqlite_where=sa.text(_SEQUENCED), postgresql_where=sa.text(_SEQUENCED))
+    op.create_index(
+        "uq_events_feed_seq",
+        "events",
+        ["feed_seq"],
+        unique=True,
+        sqlite_where=sa.text(_SEQUENCED),
+        postgresql_where=sa.text(_SEQUENCED),
+    )
+    op.create_index(
+        "ix_events_partner_feed",
+        "events",
+        ["partner_id", "feed_seq"],
+        sqlite_where=sa.text(_SEQUENCED),
+        postgresql_where=sa.text(_SEQUENCED),
+    )
     # Every existing event waits here until the sequencer's first pass numbers it.
-    op.create_index("ix_events_unsequenced", "events", ["id"],
-                    sqlite_where=sa.text(_UNSEQUENCED), postgresql_where=sa.text(_UNSEQUENCED))
-    op.add_column("endpoints", sa.Column("mode", sa.String(length=8), nullable=False,
-                                         server_default="push"))
+    op.create_index(
+        "ix_events_unsequenced",
+        "events",
+        ["id"],
+        sqlite_where=sa.text(_UNSEQUENCED),
+        postgresql_where=sa.text(_UNSEQUENCED),
+    )
+    op.add_column(
+        "endpoints", sa.Column("mode", sa.String(length=8), nullable=False, server_default="push")
+    )
     op.add_column("endpoints", sa.Column("acked_seq", sa.BigInteger(), nullable=True))
     op.add_column("endpoints", sa.Column("acked_at", sa.DateTime(timezone=True), nullable=True))
 

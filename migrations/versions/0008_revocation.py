@@ -22,13 +22,13 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     # Plain ADD COLUMN on both databases (no batch-mode table copy on SQLite, see 0002).
     op.add_column("portal_links", sa.Column("key_id", sa.String(length=40), nullable=True))
-    op.add_column("portal_links",
-                  sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column(
+        "portal_links", sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True)
+    )
     op.create_index(op.f("ix_portal_links_key_id"), "portal_links", ["key_id"])
     op.create_index(op.f("ix_portal_links_partner_id"), "portal_links", ["partner_id"])
     op.add_column("portal_sessions", sa.Column("key_id", sa.String(length=40), nullable=True))
-    op.add_column("portal_sessions",
-                  sa.Column("end_reason", sa.String(length=20), nullable=True))
+    op.add_column("portal_sessions", sa.Column("end_reason", sa.String(length=20), nullable=True))
     op.create_index(op.f("ix_portal_sessions_key_id"), "portal_sessions", ["key_id"])
     op.create_table(
         "operator_sessions",
@@ -39,14 +39,16 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("end_reason", sa.String(length=20), nullable=True),
-        sa.ForeignKeyConstraint(["operator_id"], ["operators.id"],
-                                name=op.f("fk_operator_sessions_operator_id_operators"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["operator_id"],
+            ["operators.id"],
+            name=op.f("fk_operator_sessions_operator_id_operators"),
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_operator_sessions")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_operator_sessions_token_hash")),
     )
-    op.create_index(op.f("ix_operator_sessions_operator_id"), "operator_sessions",
-                    ["operator_id"])
+    op.create_index(op.f("ix_operator_sessions_operator_id"), "operator_sessions", ["operator_id"])
 
 
 def downgrade() -> None:

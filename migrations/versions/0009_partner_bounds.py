@@ -49,35 +49,47 @@ WHERE EXISTS (
 def upgrade() -> None:
     # Plain ADD COLUMN on both databases (no batch-mode table copy on SQLite, see 0002).
     op.add_column("endpoints", sa.Column("disabled_by", sa.String(length=16), nullable=True))
-    op.add_column("audit_records",
-                  sa.Column("actor_partner_id", sa.String(length=40), nullable=True))
-    op.add_column("dead_letter_audit",
-                  sa.Column("actor_partner_id", sa.String(length=40), nullable=True))
+    op.add_column(
+        "audit_records", sa.Column("actor_partner_id", sa.String(length=40), nullable=True)
+    )
+    op.add_column(
+        "dead_letter_audit", sa.Column("actor_partner_id", sa.String(length=40), nullable=True)
+    )
     op.add_column("bulk_operations", sa.Column("key_id", sa.String(length=40), nullable=True))
-    op.add_column("bulk_operations",
-                  sa.Column("actor_partner_id", sa.String(length=40), nullable=True))
+    op.add_column(
+        "bulk_operations", sa.Column("actor_partner_id", sa.String(length=40), nullable=True)
+    )
 
     op.execute(sa.text(_AUDIT_BACKFILL))
     op.execute(sa.text(_LETTER_AUDIT_BACKFILL))
     # A portal's job names its partner; a key's job is left to no key (names are ambiguous):
     # it stays readable by operators.
-    op.execute(sa.text(
-        "UPDATE bulk_operations SET actor_partner_id = (SELECT p.id FROM partners p "
-        "WHERE 'portal:' || p.uid = bulk_operations.actor) "
-        "WHERE substr(actor, 1, 7) = 'portal:'"))
+    op.execute(
+        sa.text(
+            "UPDATE bulk_operations SET actor_partner_id = (SELECT p.id FROM partners p "
+            "WHERE 'portal:' || p.uid = bulk_operations.actor) "
+            "WHERE substr(actor, 1, 7) = 'portal:'"
+        )
+    )
     # Disabled endpoints: by health after failures (its reasons), by a partner when its last
     # `endpoint.disabled` audit row was written by the partner, else by an operator (whom a
     # partner then asks, rather than undo what may have been an operator's decision).
-    op.execute(sa.text(
-        "UPDATE endpoints SET disabled_by = 'health' WHERE state = 'disabled' "
-        "AND (substr(disabled_reason, 1, 8) = 'failing:' "
-        "OR substr(disabled_reason, 1, 5) = 'gone:')"))
-    op.execute(sa.text(
-        "UPDATE endpoints SET disabled_by = CASE WHEN ("
-        "SELECT a.actor_partner_id FROM audit_records a WHERE a.subject_id = endpoints.id "
-        "AND a.action = 'endpoint.disabled' ORDER BY a.id DESC LIMIT 1) IS NOT NULL "
-        "THEN 'partner' ELSE 'operator' END "
-        "WHERE state = 'disabled' AND disabled_by IS NULL"))
+    op.execute(
+        sa.text(
+            "UPDATE endpoints SET disabled_by = 'health' WHERE state = 'disabled' "
+            "AND (substr(disabled_reason, 1, 8) = 'failing:' "
+            "OR substr(disabled_reason, 1, 5) = 'gone:')"
+        )
+    )
+    op.execute(
+        sa.text(
+            "UPDATE endpoints SET disabled_by = CASE WHEN ("
+            "SELECT a.actor_partner_id FROM audit_records a WHERE a.subject_id = endpoints.id "
+            "AND a.action = 'endpoint.disabled' ORDER BY a.id DESC LIMIT 1) IS NOT NULL "
+            "THEN 'partner' ELSE 'operator' END "
+            "WHERE state = 'disabled' AND disabled_by IS NULL"
+        )
+    )
 
 
 def downgrade() -> None:

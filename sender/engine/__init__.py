@@ -83,16 +83,24 @@ BACKPRESSURE_MAX_WAIT_S = 30.0
 # A claim that fails on a transient database error is tried this many times in all.
 CLAIM_TRIES = 3
 # Foreign keys make this rare (the event's deletion cascades), never a reason to stop a batch.
-EVENT_MISSING = Unsendable(ERROR_EVENT_MISSING,
-                           "the delivery's event (or its pinned version) no longer exists")
+EVENT_MISSING = Unsendable(
+    ERROR_EVENT_MISSING, "the delivery's event (or its pinned version) no longer exists"
+)
 
 
 class Engine:
     """Per-process delivery machinery: builds the stages, runs their threads, takes jobs."""
 
-    def __init__(self, runtime: Runtime, *, transport: Transport | None = None,
-                 clock: Callable[[], datetime] = utcnow, rng: random.Random | None = None,
-                 fast_threads: int | None = None, slow_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        transport: Transport | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        rng: random.Random | None = None,
+        fast_threads: int | None = None,
+        slow_threads: int | None = None,
+    ) -> None:
         settings = runtime.settings
         self.runtime = runtime
         self.settings = settings
@@ -101,13 +109,15 @@ class Engine:
         fast_cap = settings.endpoint_concurrency
         self.fast_threads = fast_threads or settings.worker_threads
         self.slow_threads = slow_threads or max(2, settings.worker_threads // 4)
-        self.transport = transport or Transport(
-            pool_maxsize=self.fast_threads + self.slow_threads)
+        self.transport = transport or Transport(pool_maxsize=self.fast_threads + self.slow_threads)
         # Side channels (slow flags, rate-limit slots) fail fast: a Redis outage must not add
         # redis-py's retry backoff to every claim.
-        self.redis = redis.Redis.from_url(settings.resolved_redis_url, socket_timeout=2.0,
-                                          socket_connect_timeout=2.0,
-                                          retry=Retry(NoBackoff(), 0))
+        self.redis = redis.Redis.from_url(
+            settings.resolved_redis_url,
+            socket_timeout=2.0,
+            socket_connect_timeout=2.0,
+            retry=Retry(NoBackoff(), 0),
+        )
         self.limiter = RateLimiter(self.redis)
         self.high_water = max(HIGH_WATER_MIN, HIGH_WATER_PER_THREAD * self.fast_threads)
         self._stopping = threading.Event()
@@ -115,22 +125,42 @@ class Engine:
 
         self.ledger = Ledger()
         self.targets = TargetReader(lambda: runtime.secret_box, settings.default_timeout_s)
-        self.admission = Admission(self.ledger, self.redis, self.limiter, self.rng,
-                                   fast_cap=fast_cap, slow_cap=max(1, fast_cap // 2))
+        self.admission = Admission(
+            self.ledger,
+            self.redis,
+            self.limiter,
+            self.rng,
+            fast_cap=fast_cap,
+            slow_cap=max(1, fast_cap // 2),
+        )
         self.timers = Timers(self.ledger)
         self.sequencer = Sequencer(lambda: runtime.db, self.timers.hold, clock)
         self.recorder = Recorder(
-            lambda: runtime.db, self.ledger,
-            policy=RetryPolicy(schedule=tuple(settings.retry_schedule),
-                               jitter=settings.retry_jitter),
-            thresholds=health.Thresholds(settings.disable_after_failures,
-                                         settings.disable_after_seconds),
-            rng=self.rng, clock=clock, stopping=self._stopping, on_timers=self.timers.hold,
-            on_flushed=self.sequencer.after_flush)
-        self.lanes = Lanes(self.ledger, self.admission, self.recorder, self.transport,
-                           guard.policy_from(settings),
-                           connect_timeout_s=settings.connect_timeout_s, clock=clock,
-                           fast_threads=self.fast_threads, slow_threads=self.slow_threads)
+            lambda: runtime.db,
+            self.ledger,
+            policy=RetryPolicy(
+                schedule=tuple(settings.retry_schedule), jitter=settings.retry_jitter
+            ),
+            thresholds=health.Thresholds(
+                settings.disable_after_failures, settings.disable_after_seconds
+            ),
+            rng=self.rng,
+            clock=clock,
+            stopping=self._stopping,
+            on_timers=self.timers.hold,
+            on_flushed=self.sequencer.after_flush,
+        )
+        self.lanes = Lanes(
+            self.ledger,
+            self.admission,
+            self.recorder,
+            self.transport,
+            guard.policy_from(settings),
+            connect_timeout_s=settings.connect_timeout_s,
+            clock=clock,
+            fast_threads=self.fast_threads,
+            slow_threads=self.slow_threads,
+        )
         self._writer: threading.Thread | None = None
         self.started = False
         self.stopped = False
@@ -145,11 +175,11 @@ class Engine:
         if self.started:
             return self
         self.started = True
-        self._writer = threading.Thread(target=self.recorder.run, name="kurir-writer",
-                                        daemon=True)
+        self._writer = threading.Thread(target=self.recorder.run, name="kurir-writer", daemon=True)
         self._writer.start()
-        threading.Thread(target=Housekeeper(self._tick, self._stopping).run,
-                         name="kurir-timers", daemon=True).start()
+        threading.Thread(
+            target=Housekeeper(self._tick, self._stopping).run, name="kurir-timers", daemon=True
+        ).start()
         self.lanes.start()
         return self
 
@@ -188,8 +218,12 @@ class Engine:
 
     def stats(self) -> dict[str, int]:
         with self.ledger.lock:
-            return {"waiting": self.ledger.waiting, "inflight": self.ledger.inflight,
-                    "unflushed": self.ledger.unflushed, "timers": len(self.timers)}
+            return {
+                "waiting": self.ledger.waiting,
+                "inflight": self.ledger.inflight,
+                "unflushed": self.ledger.unflushed,
+                "timers": len(self.timers),
+            }
 
     # ------------------------------------------------------------------ the job
 
@@ -213,9 +247,14 @@ class Engine:
         return 0
 
     def _lease_until(self, timeout_s: float, now: datetime) -> datetime:
-        return now + timedelta(seconds=claim.lease_seconds(
-            timeout_s, floor_s=float(self.settings.delivery_lease_seconds),
-            local_wait_s=MAX_LOCAL_WAIT_S, horizon_s=self.limiter.horizon_s))
+        return now + timedelta(
+            seconds=claim.lease_seconds(
+                timeout_s,
+                floor_s=float(self.settings.delivery_lease_seconds),
+                local_wait_s=MAX_LOCAL_WAIT_S,
+                horizon_s=self.limiter.horizon_s,
+            )
+        )
 
     def _process_once(self, ids: list[str]) -> int:
         """Claim first (one UPDATE), then look closer only at what was not claimed."""
@@ -239,7 +278,8 @@ class Engine:
             if len(rows) < len(ids):
                 taken = {r.id for r in rows}
                 later, not_due = claim.look_at_unclaimed(
-                    session, [i for i in ids if i not in taken], now)
+                    session, [i for i in ids if i not in taken], now
+                )
             if rows:
                 with self.ledger.lock:
                     # Due now (a manual retry, say): a local timer for it is not needed.
@@ -247,14 +287,19 @@ class Engine:
                         self.timers.cancel(row.id)
                 targets, broken = self.targets.read(session, {r.endpoint_id for r in rows}, now)
                 admitted, held = self.admission.admit(
-                    [r for r in rows if r.endpoint_id not in broken], targets, now)
+                    [r for r in rows if r.endpoint_id not in broken], targets, now
+                )
                 needed = self._lease_until(max(t.timeout_s for t in targets.values()), now)
                 if needed > lease:
                     claim.extend_lease(session, [r.id for r in rows], lease, needed)
                     lease = needed
                 if held:
-                    claim.unclaim(session, [i for i, _ in held], lease,
-                                  max(u for _, u in held) + timedelta(seconds=HOLD_GRACE_S))
+                    claim.unclaim(
+                        session,
+                        [i for i, _ in held],
+                        lease,
+                        max(u for _, u in held) + timedelta(seconds=HOLD_GRACE_S),
+                    )
                 if bodies is None:
                     bodies = read_bodies(session, {(r.event_id, r.version) for r, _ in admitted})
                 for row, offset in admitted:
@@ -264,8 +309,11 @@ class Engine:
                     else:
                         claimed.append((_work(row, targets, body, lease), offset))
                 # Claimed as well, so that their failed attempts are fenced on this lease.
-                failed += [(_work(row, targets, b"", lease), broken[row.endpoint_id])
-                           for row in rows if row.endpoint_id in broken]
+                failed += [
+                    (_work(row, targets, b"", lease), broken[row.endpoint_id])
+                    for row in rows
+                    if row.endpoint_id in broken
+                ]
         self.timers.hold(later + held, now)
         self._start(claimed)
         if failed:
@@ -299,15 +347,24 @@ class Engine:
             try:
                 self._process(ids)
             except Exception:
-                log.warning("timed deliveries could not be processed; the sweeper will",
-                            exc_info=True)
+                log.warning(
+                    "timed deliveries could not be processed; the sweeper will", exc_info=True
+                )
 
 
 def _work(row: Any, targets: dict[str, Target], body: bytes, lease: datetime) -> Work:
     """A claimed row as work for the lanes (or the recorder): its next attempt's numbers."""
-    return Work(delivery_id=row.id, event_id=row.event_id, target=targets[row.endpoint_id],
-                body=body, n=row.attempt_count + 1, run_n=row.run_attempts + 1, lease=lease,
-                sequence=row.ordering_seq, previous_event_id=row.previous_event_id)
+    return Work(
+        delivery_id=row.id,
+        event_id=row.event_id,
+        target=targets[row.endpoint_id],
+        body=body,
+        n=row.attempt_count + 1,
+        run_n=row.run_attempts + 1,
+        lease=lease,
+        sequence=row.ordering_seq,
+        previous_event_id=row.previous_event_id,
+    )
 
 
 __all__ = ["Engine"]

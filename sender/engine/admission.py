@@ -49,8 +49,16 @@ FIRST_CONTACT_CAP = 1
 class Admission:
     """Decides, per endpoint, what to send now and what to hold; keeps each room's speed."""
 
-    def __init__(self, ledger: Ledger, connection: redis.Redis, limiter: RateLimiter,
-                 rng: random.Random, *, fast_cap: int, slow_cap: int) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        connection: redis.Redis,
+        limiter: RateLimiter,
+        rng: random.Random,
+        *,
+        fast_cap: int,
+        slow_cap: int,
+    ) -> None:
         self.ledger = ledger
         self.redis = connection
         self.limiter = limiter
@@ -60,8 +68,9 @@ class Admission:
         self._flags_lock = threading.Lock()
         self._flags_checked_at = 0.0
 
-    def admit(self, rows: list[Any], targets: dict[str, Target],
-              now: datetime) -> tuple[list[tuple[Any, float]], list[tuple[str, datetime]]]:
+    def admit(
+        self, rows: list[Any], targets: dict[str, Target], now: datetime
+    ) -> tuple[list[tuple[Any, float]], list[tuple[str, datetime]]]:
         """Split claimed rows into (row, start offset) to send and (id, until) to give back."""
         by_endpoint: dict[str, list[Any]] = {}
         for row in rows:
@@ -78,30 +87,32 @@ class Admission:
                     room.slow_until = mono + SLOW_WINDOW_S / 2
                 space = self.space(room, mono)
                 wait_s = self.estimated_wait(room, target, mono)
-            take = items[:max(space, 0)]
-            rest = items[max(space, 0):]
+            take = items[: max(space, 0)]
+            rest = items[max(space, 0) :]
             offsets = [0.0] * len(take)
             if target.rate_limit_per_s and take:
                 try:
-                    grant = self.limiter.reserve(endpoint_id, float(target.rate_limit_per_s),
-                                                 len(take))
+                    grant = self.limiter.reserve(
+                        endpoint_id, float(target.rate_limit_per_s), len(take)
+                    )
                 except (redis.RedisError, OSError):
-                    log.warning("rate limiter unavailable; holding deliveries",
-                                extra={"endpoint_id": endpoint_id})
+                    log.warning(
+                        "rate limiter unavailable; holding deliveries",
+                        extra={"endpoint_id": endpoint_id},
+                    )
                     grant = None
                 if grant is None:
                     rest = take + rest
                     take, offsets = [], []
                     wait_s = max(wait_s, 1.0)
                 else:
-                    rest = take[grant.granted:] + rest
-                    take = take[:grant.granted]
+                    rest = take[grant.granted :] + rest
+                    take = take[: grant.granted]
                     offsets = list(grant.offsets_s)
                     wait_s = max(wait_s, grant.next_free_s)
             admitted.extend(zip(take, offsets, strict=True))
             if rest:
-                until = now + timedelta(
-                    seconds=max(wait_s, 0.2) * (0.9 + 0.2 * self.rng.random()))
+                until = now + timedelta(seconds=max(wait_s, 0.2) * (0.9 + 0.2 * self.rng.random()))
                 held.extend((item.id, until) for item in rest)
         return admitted, held
 
@@ -130,8 +141,11 @@ class Admission:
 
     def observe(self, room: Room, result: AttemptResult, mono: float) -> bool:
         """Learn the endpoint's speed from one attempt (lock held); True if it is slow now."""
-        room.ewma_ms = (result.duration_ms if room.ewma_ms <= 0
-                        else 0.8 * room.ewma_ms + 0.2 * result.duration_ms)
+        room.ewma_ms = (
+            result.duration_ms
+            if room.ewma_ms <= 0
+            else 0.8 * room.ewma_ms + 0.2 * result.duration_ms
+        )
         room.failures = 0 if result.ok else room.failures + 1
         if result.error in SLOW_ERRORS or room.ewma_ms >= SLOW_DURATION_MS:
             room.slow_until = mono + SLOW_WINDOW_S

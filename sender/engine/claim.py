@@ -49,8 +49,9 @@ class Claimed:
     lease: datetime
 
 
-def lease_seconds(timeout_s: float, *, floor_s: float, local_wait_s: float,
-                  horizon_s: float) -> float:
+def lease_seconds(
+    timeout_s: float, *, floor_s: float, local_wait_s: float, horizon_s: float
+) -> float:
     """Long enough to wait for a thread, wait locally and send, twice over the timeout."""
     return max(floor_s, 2 * timeout_s + local_wait_s + horizon_s + 5)
 
@@ -59,24 +60,40 @@ def _claim_statement(postgres: bool) -> Any:
     """The claim's UPDATE for one chunk of ids, built once per dialect: SQLAlchemy then finds
     its compiled form in its cache without building or keying a statement per claim."""
     deliveries = table(Delivery)
-    enabled = select(Endpoint.id).where(Endpoint.state == health.ENABLED,
-                                        Endpoint.deleted_at.is_(None))
+    enabled = select(Endpoint.id).where(
+        Endpoint.state == health.ENABLED, Endpoint.deleted_at.is_(None)
+    )
     live = select(Endpoint.id).where(Endpoint.deleted_at.is_(None))
-    columns = [deliveries.c.id, deliveries.c.event_id, deliveries.c.endpoint_id,
-               deliveries.c.attempt_count, deliveries.c.run_attempts, deliveries.c.version,
-               deliveries.c.ordering_seq, deliveries.c.previous_event_id]
-    stmt = (update(deliveries)
-            .where(deliveries.c.id.in_(bindparam("b_ids", expanding=True)),
-                   deliveries.c.state.in_((PENDING, RETRYING)),
-                   or_(deliveries.c.next_attempt_at.is_(None),
-                       deliveries.c.next_attempt_at <= bindparam("b_due")),
-                   or_(deliveries.c.endpoint_id.in_(enabled),
-                       and_(deliveries.c.forced.is_(True),
-                            deliveries.c.endpoint_id.in_(live))),
-                   # An ordered delivery waits for the one before it in its key.
-                   ordering.ready(deliveries))
-            .values(state=DELIVERING, lease_expires_at=bindparam("b_lease"),
-                    updated_at=bindparam("b_now")))
+    columns = [
+        deliveries.c.id,
+        deliveries.c.event_id,
+        deliveries.c.endpoint_id,
+        deliveries.c.attempt_count,
+        deliveries.c.run_attempts,
+        deliveries.c.version,
+        deliveries.c.ordering_seq,
+        deliveries.c.previous_event_id,
+    ]
+    stmt = (
+        update(deliveries)
+        .where(
+            deliveries.c.id.in_(bindparam("b_ids", expanding=True)),
+            deliveries.c.state.in_((PENDING, RETRYING)),
+            or_(
+                deliveries.c.next_attempt_at.is_(None),
+                deliveries.c.next_attempt_at <= bindparam("b_due"),
+            ),
+            or_(
+                deliveries.c.endpoint_id.in_(enabled),
+                and_(deliveries.c.forced.is_(True), deliveries.c.endpoint_id.in_(live)),
+            ),
+            # An ordered delivery waits for the one before it in its key.
+            ordering.ready(deliveries),
+        )
+        .values(
+            state=DELIVERING, lease_expires_at=bindparam("b_lease"), updated_at=bindparam("b_now")
+        )
+    )
     if not postgres:
         return stmt.returning(*columns)
     events = table(Event)
@@ -100,25 +117,36 @@ def claim_due(session: Session, ids: list[str], now: datetime, lease: datetime) 
     connection = session.connection()
     rows: list[Any] = []
     for chunk in chunks(ids):
-        rows += connection.execute(_CLAIM[postgres], {
-            "b_ids": list(chunk), "b_due": now, "b_lease": lease, "b_now": now}).all()
+        rows += connection.execute(
+            _CLAIM[postgres], {"b_ids": list(chunk), "b_due": now, "b_lease": lease, "b_now": now}
+        ).all()
     if not postgres:
         return Claimed(rows, None, lease)
-    return Claimed(rows, {(r.event_id, r.version): r.payload.encode("utf-8") for r in rows
-                          if r.payload is not None}, lease)
+    return Claimed(
+        rows,
+        {(r.event_id, r.version): r.payload.encode("utf-8") for r in rows if r.payload is not None},
+        lease,
+    )
 
 
 def extend_lease(session: Session, ids: list[str], lease: datetime, needed: datetime) -> None:
     """Lengthen the lease of rows just claimed with `lease` (a newly seen, slower endpoint)."""
     for chunk in chunks(sorted(ids)):
-        session.execute(update(Delivery).where(
-            Delivery.id.in_(chunk), Delivery.state == DELIVERING,
-            Delivery.lease_expires_at == lease,
-        ).values(lease_expires_at=needed).execution_options(synchronize_session=False))
+        session.execute(
+            update(Delivery)
+            .where(
+                Delivery.id.in_(chunk),
+                Delivery.state == DELIVERING,
+                Delivery.lease_expires_at == lease,
+            )
+            .values(lease_expires_at=needed)
+            .execution_options(synchronize_session=False)
+        )
 
 
-def look_at_unclaimed(session: Session, ids: list[str],
-                      now: datetime) -> tuple[list[tuple[str, datetime]], int]:
+def look_at_unclaimed(
+    session: Session, ids: list[str], now: datetime
+) -> tuple[list[tuple[str, datetime]], int]:
     """The guard for what the claim skipped: final, in flight, not yet due, or parked.
 
     Returns the deliveries due within `LOOKAHEAD_S` (for local timers) and how many were
@@ -129,8 +157,10 @@ def look_at_unclaimed(session: Session, ids: list[str],
     due: list[str] = []
     for chunk in chunks(ids):
         for row in session.execute(
-                select(Delivery.id, Delivery.state, Delivery.next_attempt_at)
-                .where(Delivery.id.in_(chunk))):
+            select(Delivery.id, Delivery.state, Delivery.next_attempt_at).where(
+                Delivery.id.in_(chunk)
+            )
+        ):
             if row.state not in (PENDING, RETRYING):
                 continue
             if row.next_attempt_at is not None and row.next_attempt_at > now:
@@ -147,9 +177,14 @@ def look_at_unclaimed(session: Session, ids: list[str],
 def park_disabled(session: Session, ids: list[str]) -> None:
     """A due delivery whose endpoint is disabled or deleted becomes a dead letter."""
     for delivery in session.scalars(
-            select(Delivery).join(Endpoint, Endpoint.id == Delivery.endpoint_id)
-            .where(Delivery.id.in_(ids), Delivery.state.in_((PENDING, RETRYING)),
-                   or_(Endpoint.state != health.ENABLED, Endpoint.deleted_at.is_not(None)))):
+        select(Delivery)
+        .join(Endpoint, Endpoint.id == Delivery.endpoint_id)
+        .where(
+            Delivery.id.in_(ids),
+            Delivery.state.in_((PENDING, RETRYING)),
+            or_(Endpoint.state != health.ENABLED, Endpoint.deleted_at.is_not(None)),
+        )
+    ):
         park(session, delivery, delivery.event, delivery.endpoint, REASON_ENDPOINT_DISABLED)
 
 
@@ -157,11 +192,18 @@ def unclaim(session: Session, ids: list[str], lease: datetime, hold_until: datet
     """Give back claimed deliveries this process will not send now; it keeps a timer."""
     deliveries = table(Delivery)
     for chunk in chunks(sorted(ids)):
-        session.execute(update(deliveries).where(
-            deliveries.c.id.in_(chunk), deliveries.c.state == DELIVERING,
-            deliveries.c.lease_expires_at == lease,
-        ).values(state=case((deliveries.c.run_attempts > 0, RETRYING), else_=PENDING),
-                 lease_expires_at=hold_until))
+        session.execute(
+            update(deliveries)
+            .where(
+                deliveries.c.id.in_(chunk),
+                deliveries.c.state == DELIVERING,
+                deliveries.c.lease_expires_at == lease,
+            )
+            .values(
+                state=case((deliveries.c.run_attempts > 0, RETRYING), else_=PENDING),
+                lease_expires_at=hold_until,
+            )
+        )
 
 
 def forget_holds(db: Database, ids: list[str]) -> None:
@@ -173,7 +215,9 @@ def forget_holds(db: Database, ids: list[str]) -> None:
                     update(Delivery)
                     .where(Delivery.id.in_(chunk), Delivery.state.in_((PENDING, RETRYING)))
                     .values(lease_expires_at=None)
-                    .execution_options(synchronize_session=False))
+                    .execution_options(synchronize_session=False)
+                )
     except Exception:
-        log.warning("could not hand %d timed deliveries back to the sweeper", len(ids),
-                    exc_info=True)
+        log.warning(
+            "could not hand %d timed deliveries back to the sweeper", len(ids), exc_info=True
+        )

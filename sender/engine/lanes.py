@@ -34,10 +34,19 @@ Lane = SimpleQueue[Work | None]
 class Lanes:
     """Moves work from local queues into lane threads, and outcomes on to the recorder."""
 
-    def __init__(self, ledger: Ledger, admission: Admission, recorder: Recorder,
-                 transport: Transport, guard_policy: GuardPolicy, *,
-                 connect_timeout_s: float, clock: Callable[[], datetime],
-                 fast_threads: int, slow_threads: int) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        admission: Admission,
+        recorder: Recorder,
+        transport: Transport,
+        guard_policy: GuardPolicy,
+        *,
+        connect_timeout_s: float,
+        clock: Callable[[], datetime],
+        fast_threads: int,
+        slow_threads: int,
+    ) -> None:
         self.ledger = ledger
         self.admission = admission
         self.recorder = recorder
@@ -124,15 +133,21 @@ class Lanes:
 
     def _send(self, work: Work) -> AttemptResult:
         try:
-            return attempt(self.transport, work.target, work.event_id, work.body,
-                           self.guard_policy, connect_timeout_s=self.connect_timeout_s,
-                           clock=self.clock,
-                           extra_headers=ordering.headers(work.sequence,
-                                                          work.previous_event_id))
+            return attempt(
+                self.transport,
+                work.target,
+                work.event_id,
+                work.body,
+                self.guard_policy,
+                connect_timeout_s=self.connect_timeout_s,
+                clock=self.clock,
+                extra_headers=ordering.headers(work.sequence, work.previous_event_id),
+            )
         except Exception as exc:  # a bug must not kill the lane or lose the delivery
             log.exception("attempt crashed", extra={"delivery_id": work.delivery_id})
-            return AttemptResult(self.clock(), 0, None, b"", ERROR_INTERNAL,
-                                 type(exc).__name__, {}, None)
+            return AttemptResult(
+                self.clock(), 0, None, b"", ERROR_INTERNAL, type(exc).__name__, {}, None
+            )
 
     def _finished(self, work: Work, result: AttemptResult) -> None:
         mono = time.monotonic()

@@ -24,8 +24,7 @@ FAILING_STREAK = 5
 # (what they knew — recent speed, slowness — is learnt again, or read from the Redis flag).
 MAX_ROOMS = 50_000
 
-COUNTERS = ("jobs", "claimed", "held", "released", "not_due", "unsendable", "attempts",
-            "flushes")
+COUNTERS = ("jobs", "claimed", "held", "released", "not_due", "unsendable", "attempts", "flushes")
 
 
 @dataclass
@@ -79,7 +78,7 @@ class Ledger:
         """Drop the oldest rooms with nothing queued or in flight until `keep` remain (lock
         held): a worker that meets a million endpoints must not keep a room for each."""
         excess = len(self.rooms) - keep
-        for endpoint_id in [e for e, r in self.rooms.items() if r.busy == 0][:max(excess, 0)]:
+        for endpoint_id in [e for e, r in self.rooms.items() if r.busy == 0][: max(excess, 0)]:
             del self.rooms[endpoint_id]
 
     def count(self, **amounts: int) -> None:

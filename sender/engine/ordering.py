@@ -26,24 +26,32 @@ Wake = Callable[[list[tuple[str, datetime]], datetime], None]
 class Sequencer:
     """Hands the engine the deliveries whose predecessor a flushed batch released."""
 
-    def __init__(self, db: Callable[[], Database], wake: Wake,
-                 clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self, db: Callable[[], Database], wake: Wake, clock: Callable[[], datetime]
+    ) -> None:
         self.db = db
         self.wake = wake
         self.clock = clock
 
     def after_flush(self, batch: Sequence[Outcome | Release]) -> None:
         """Called by the recorder after each committed batch; a no-op without ordered work."""
-        ids = [item.work.delivery_id for item in batch
-               if isinstance(item, Outcome) and item.work.sequence is not None]
+        ids = [
+            item.work.delivery_id
+            for item in batch
+            if isinstance(item, Outcome) and item.work.sequence is not None
+        ]
         if not ids:
             return
         try:
             with self.db().begin() as session:
                 successors = ordering.released_successors(session, ids)
         except Exception:
-            log.warning("could not look up the next deliveries of %d ordered keys; the sweeper "
-                        "will wake them", len(ids), exc_info=True)
+            log.warning(
+                "could not look up the next deliveries of %d ordered keys; the sweeper "
+                "will wake them",
+                len(ids),
+                exc_info=True,
+            )
             return
         if successors:
             now = self.clock()

@@ -68,9 +68,20 @@ def _attempts_insert(dialect: str, overwrite: bool) -> Any:
         excluded = stmt.excluded
         return stmt.on_conflict_do_update(
             index_elements=["delivery_id", "n"],
-            set_={c: excluded[c] for c in ("started_at", "duration_ms", "url", "request_headers",
-                                           "response_headers",
-                                           "response_status", "response_body", "error")})
+            set_={
+                c: excluded[c]
+                for c in (
+                    "started_at",
+                    "duration_ms",
+                    "url",
+                    "request_headers",
+                    "response_headers",
+                    "response_status",
+                    "response_body",
+                    "error",
+                )
+            },
+        )
     return stmt.on_conflict_do_nothing(index_elements=["delivery_id", "n"])
 
 
@@ -78,33 +89,60 @@ def _fence() -> tuple[Any, ...]:
     """A state change applies only to a delivery still `delivering` on the lease it was
     claimed with."""
     deliveries = table(Delivery)
-    return (deliveries.c.id == bindparam("b_id"), deliveries.c.state == DELIVERING,
-            deliveries.c.lease_expires_at == bindparam("b_lease"))
+    return (
+        deliveries.c.id == bindparam("b_id"),
+        deliveries.c.state == DELIVERING,
+        deliveries.c.lease_expires_at == bindparam("b_lease"),
+    )
 
 
 def _succeeded_update() -> Any:
     deliveries = table(Delivery)
-    return update(deliveries).where(*_fence()).values(
-        state=SUCCEEDED, attempt_count=bindparam("b_n"), run_attempts=bindparam("b_run_n"),
-        last_status_code=bindparam("b_status"), last_error=None,
-        succeeded_at=bindparam("b_at"), next_attempt_at=None, lease_expires_at=None,
-        updated_at=bindparam("b_now"))
+    return (
+        update(deliveries)
+        .where(*_fence())
+        .values(
+            state=SUCCEEDED,
+            attempt_count=bindparam("b_n"),
+            run_attempts=bindparam("b_run_n"),
+            last_status_code=bindparam("b_status"),
+            last_error=None,
+            succeeded_at=bindparam("b_at"),
+            next_attempt_at=None,
+            lease_expires_at=None,
+            updated_at=bindparam("b_now"),
+        )
+    )
 
 
 def _retrying_update() -> Any:
     deliveries = table(Delivery)
-    return update(deliveries).where(*_fence()).values(
-        state=RETRYING, attempt_count=bindparam("b_n"), run_attempts=bindparam("b_run_n"),
-        last_status_code=bindparam("b_status"), last_error=bindparam("b_error"),
-        next_attempt_at=bindparam("b_next"), lease_expires_at=bindparam("b_hold"),
-        updated_at=bindparam("b_now"))
+    return (
+        update(deliveries)
+        .where(*_fence())
+        .values(
+            state=RETRYING,
+            attempt_count=bindparam("b_n"),
+            run_attempts=bindparam("b_run_n"),
+            last_status_code=bindparam("b_status"),
+            last_error=bindparam("b_error"),
+            next_attempt_at=bindparam("b_next"),
+            lease_expires_at=bindparam("b_hold"),
+            updated_at=bindparam("b_now"),
+        )
+    )
 
 
 def _release_update() -> Any:
     deliveries = table(Delivery)
-    return update(deliveries).where(*_fence()).values(
-        state=case((deliveries.c.run_attempts > 0, RETRYING), else_=PENDING),
-        lease_expires_at=bindparam("b_hold"))
+    return (
+        update(deliveries)
+        .where(*_fence())
+        .values(
+            state=case((deliveries.c.run_attempts > 0, RETRYING), else_=PENDING),
+            lease_expires_at=bindparam("b_hold"),
+        )
+    )
 
 
 # Statements written for every batch, built once: SQLAlchemy then finds each compiled form in
@@ -122,14 +160,18 @@ def statement(session: Session, kind: str) -> Any:
         elif kind == "attempts_keep":
             stmt = _attempts_insert(dialect, overwrite=False)
         else:
-            stmt = {"succeeded": _succeeded_update, "retrying": _retrying_update,
-                    "release": _release_update}[kind]()
+            stmt = {
+                "succeeded": _succeeded_update,
+                "retrying": _retrying_update,
+                "release": _release_update,
+            }[kind]()
         _STATEMENTS[(dialect, kind)] = stmt
     return stmt
 
 
-def record_attempts(session: Session, rows: list[dict[str, Any]], *,
-                    overwrite: bool = True) -> None:
+def record_attempts(
+    session: Session, rows: list[dict[str, Any]], *, overwrite: bool = True
+) -> None:
     """Insert attempt rows in one statement; an existing (delivery, n) is replaced or kept.
 
     Replacing matters when a worker that lost its lease reports the attempt the sweeper had
@@ -139,22 +181,33 @@ def record_attempts(session: Session, rows: list[dict[str, Any]], *,
     if not rows:
         return
     session.connection().execute(
-        statement(session, "attempts" if overwrite else "attempts_keep"), rows)
+        statement(session, "attempts" if overwrite else "attempts_keep"), rows
+    )
 
 
 def _failing_reason(h: health.Health) -> str:
-    return (f"failing: {h.consecutive_failures} consecutive failed attempts, no success "
-            f"since {(h.last_success_at or h.first_failure_at)}")
+    return (
+        f"failing: {h.consecutive_failures} consecutive failed attempts, no success "
+        f"since {(h.last_success_at or h.first_failure_at)}"
+    )
 
 
 class Recorder:
     """The writer thread's queue and its batched transactions."""
 
-    def __init__(self, db: Callable[[], Database], ledger: Ledger, *, policy: RetryPolicy,
-                 thresholds: health.Thresholds, rng: random.Random,
-                 clock: Callable[[], datetime], stopping: threading.Event,
-                 on_timers: Callable[[Timed, datetime], None],
-                 on_flushed: Callable[[list[Outcome | Release]], None] | None = None) -> None:
+    def __init__(
+        self,
+        db: Callable[[], Database],
+        ledger: Ledger,
+        *,
+        policy: RetryPolicy,
+        thresholds: health.Thresholds,
+        rng: random.Random,
+        clock: Callable[[], datetime],
+        stopping: threading.Event,
+        on_timers: Callable[[Timed, datetime], None],
+        on_flushed: Callable[[list[Outcome | Release]], None] | None = None,
+    ) -> None:
         self.db = db
         self.ledger = ledger
         self.policy = policy
@@ -186,12 +239,20 @@ class Recorder:
             key = (work.target.endpoint_id, why.error)
             if key not in reported:
                 reported.add(key)
-                log.warning("deliveries cannot be sent: %s (%s)", why.error, why.detail,
-                            extra={"endpoint_id": work.target.endpoint_id,
-                                   "delivery_id": work.delivery_id})
+                log.warning(
+                    "deliveries cannot be sent: %s (%s)",
+                    why.error,
+                    why.detail,
+                    extra={"endpoint_id": work.target.endpoint_id, "delivery_id": work.delivery_id},
+                )
             started = self.clock()
-            self.put(Outcome(work, AttemptResult(started, 0, None, b"", why.error, why.detail,
-                                                 {}, None), started))
+            self.put(
+                Outcome(
+                    work,
+                    AttemptResult(started, 0, None, b"", why.error, why.detail, {}, None),
+                    started,
+                )
+            )
         self.ledger.count(unsendable=len(failed))
 
     def close(self) -> None:
@@ -233,8 +294,9 @@ class Recorder:
             except Exception as exc:
                 failures += 1
                 if transient(exc) and not self.stopping.is_set() or failures < 3:
-                    log.warning("could not record %d delivery results, retrying: %s",
-                                len(batch), exc)
+                    log.warning(
+                        "could not record %d delivery results, retrying: %s", len(batch), exc
+                    )
                     time.sleep(delay)
                     delay = min(delay * 2, 5.0)
                     continue
@@ -243,9 +305,11 @@ class Recorder:
                     for item in batch:
                         self._flush_with_retry([item])
                     return
-                log.error("delivery result dropped; its lease will expire and the sweeper "
-                          "will retry it", exc_info=True,
-                          extra={"delivery_id": batch[0].work.delivery_id})
+                log.error(
+                    "delivery result dropped; its lease will expire and the sweeper will retry it",
+                    exc_info=True,
+                    extra={"delivery_id": batch[0].work.delivery_id},
+                )
                 timers = []
                 break
         self.on_timers(timers, self.clock())
@@ -270,16 +334,27 @@ class Recorder:
                 timers += self._record_releases(session, releases)
         return timers
 
-    def _record_outcomes(self, session: Session, outcomes: list[Outcome],
-                         now: datetime) -> Timed:
-        record_attempts(session, [{
-            "id": new_id("att"), "delivery_id": o.work.delivery_id, "n": o.work.n,
-            "started_at": o.result.started_at, "duration_ms": o.result.duration_ms,
-            "url": o.work.target.url, "request_headers": o.result.request_headers,
-            "response_status": o.result.status, "response_body": o.result.body or None,
-            "response_headers": o.result.response_headers,
-            "error": o.result.error, "created_at": now,
-        } for o in outcomes])
+    def _record_outcomes(self, session: Session, outcomes: list[Outcome], now: datetime) -> Timed:
+        record_attempts(
+            session,
+            [
+                {
+                    "id": new_id("att"),
+                    "delivery_id": o.work.delivery_id,
+                    "n": o.work.n,
+                    "started_at": o.result.started_at,
+                    "duration_ms": o.result.duration_ms,
+                    "url": o.work.target.url,
+                    "request_headers": o.result.request_headers,
+                    "response_status": o.result.status,
+                    "response_body": o.result.body or None,
+                    "response_headers": o.result.response_headers,
+                    "error": o.result.error,
+                    "created_at": now,
+                }
+                for o in outcomes
+            ],
+        )
         states = self._record_health(session, outcomes, now)
 
         succeeded: list[dict[str, Any]] = []
@@ -289,25 +364,48 @@ class Recorder:
         for o in outcomes:
             w, r = o.work, o.result
             if r.ok:
-                succeeded.append({"b_id": w.delivery_id, "b_lease": w.lease, "b_n": w.n,
-                                  "b_run_n": w.run_n, "b_status": r.status,
-                                  "b_at": o.finished_at, "b_now": now})
+                succeeded.append(
+                    {
+                        "b_id": w.delivery_id,
+                        "b_lease": w.lease,
+                        "b_n": w.n,
+                        "b_run_n": w.run_n,
+                        "b_status": r.status,
+                        "b_at": o.finished_at,
+                        "b_now": now,
+                    }
+                )
                 continue
             if states[w.target.endpoint_id] != health.ENABLED:
                 to_park.append((o, REASON_ENDPOINT_DISABLED))
                 continue
-            decision = decide(r.status, r.error, w.run_n, parse_retry_after(r.retry_after, now),
-                              self.policy, self.rng, now)
+            decision = decide(
+                r.status,
+                r.error,
+                w.run_n,
+                parse_retry_after(r.retry_after, now),
+                self.policy,
+                self.rng,
+                now,
+            )
             if decision.kind == "dead" or decision.next_attempt_at is None:
                 to_park.append((o, REASON_RETRIES_EXHAUSTED))
                 continue
             due = decision.next_attempt_at
             local = (due - now).total_seconds() <= LOCAL_TIMER_MAX_S
-            retrying.append({"b_id": w.delivery_id, "b_lease": w.lease, "b_n": w.n,
-                             "b_run_n": w.run_n, "b_status": r.status, "b_error": r.error,
-                             "b_next": due,
-                             "b_hold": due + timedelta(seconds=HOLD_GRACE_S) if local else None,
-                             "b_now": now})
+            retrying.append(
+                {
+                    "b_id": w.delivery_id,
+                    "b_lease": w.lease,
+                    "b_n": w.n,
+                    "b_run_n": w.run_n,
+                    "b_status": r.status,
+                    "b_error": r.error,
+                    "b_next": due,
+                    "b_hold": due + timedelta(seconds=HOLD_GRACE_S) if local else None,
+                    "b_now": now,
+                }
+            )
             if local:
                 timers.append((w.delivery_id, due))
 
@@ -320,8 +418,9 @@ class Recorder:
             self._park_outcome(session, o, reason)
         return timers
 
-    def _record_health(self, session: Session, outcomes: list[Outcome],
-                       now: datetime) -> dict[str, str]:
+    def _record_health(
+        self, session: Session, outcomes: list[Outcome], now: datetime
+    ) -> dict[str, str]:
         """Move each endpoint's health; returns its state (enabled or disabled) after that."""
         by_endpoint: dict[str, list[Outcome]] = {}
         for o in outcomes:
@@ -346,23 +445,39 @@ class Recorder:
             self._success_written.pop(endpoint_id, None)
             gone = next((o for o in items if o.result.status == 410), None)
             if gone is not None:
-                health.disable(session, endpoint_id, "gone: the endpoint answered 410", now,
-                               {"last_status_code": 410, "delivery_id": gone.work.delivery_id})
+                health.disable(
+                    session,
+                    endpoint_id,
+                    "gone: the endpoint answered 410",
+                    now,
+                    {"last_status_code": 410, "delivery_id": gone.work.delivery_id},
+                )
             h = health.record(session, endpoint_id, tally)
             states[endpoint_id] = h.state if h is not None else health.DISABLED
             if h is not None and health.should_disable(h, self.thresholds, now):
                 last = items[-1].result
-                if health.disable(session, endpoint_id, _failing_reason(h), now, {
+                if health.disable(
+                    session,
+                    endpoint_id,
+                    _failing_reason(h),
+                    now,
+                    {
                         "consecutive_failures": h.consecutive_failures,
-                        "last_status_code": last.status, "last_error": last.error}):
+                        "last_status_code": last.status,
+                        "last_error": last.error,
+                    },
+                ):
                     states[endpoint_id] = health.DISABLED
         health.record_successes(session, successes)
         return states
 
     def _park_outcome(self, session: Session, o: Outcome, reason: str) -> None:
         delivery = session.get(Delivery, o.work.delivery_id, with_for_update=True)
-        if (delivery is None or delivery.state != DELIVERING
-                or delivery.lease_expires_at != o.work.lease):
+        if (
+            delivery is None
+            or delivery.state != DELIVERING
+            or delivery.lease_expires_at != o.work.lease
+        ):
             return
         delivery.attempt_count = o.work.n
         delivery.run_attempts = o.work.run_n
@@ -372,10 +487,21 @@ class Recorder:
         park(session, delivery, delivery.event, delivery.endpoint, reason)
 
     def _record_releases(self, session: Session, releases: list[Release]) -> Timed:
-        rows = [{"b_id": r.work.delivery_id, "b_lease": r.work.lease,
-                 "b_hold": (r.hold_until + timedelta(seconds=HOLD_GRACE_S)
-                            if r.hold_until is not None else None)}
-                for r in releases]
+        rows = [
+            {
+                "b_id": r.work.delivery_id,
+                "b_lease": r.work.lease,
+                "b_hold": (
+                    r.hold_until + timedelta(seconds=HOLD_GRACE_S)
+                    if r.hold_until is not None
+                    else None
+                ),
+            }
+            for r in releases
+        ]
         session.connection().execute(statement(session, "release"), rows)
-        return [(r.work.delivery_id, r.hold_until) for r in releases
-                if r.hold_until is not None and not self.stopping.is_set()]
+        return [
+            (r.work.delivery_id, r.hold_until)
+            for r in releases
+            if r.hold_until is not None and not self.stopping.is_set()
+        ]

@@ -21,13 +21,14 @@ def table(model: Any) -> Table:
 
 def chunks(items: Sequence[str], size: int = QUERY_CHUNK) -> Iterable[Sequence[str]]:
     for i in range(0, len(items), size):
-        yield items[i:i + size]
+        yield items[i : i + size]
 
 
 def transient(exc: BaseException) -> bool:
     """Deadlocks, lost connections, a locked SQLite: worth retrying as they are."""
     return isinstance(exc, OperationalError) or (
-        isinstance(exc, DBAPIError) and exc.connection_invalidated)
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
 
 
 def insert_for(session: Session) -> Any:

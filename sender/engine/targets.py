@@ -49,14 +49,22 @@ Targets = tuple[dict[str, Target], dict[str, Unsendable]]
 # Built once (an expanding list of ids), run as Core on the session's connection: no statement
 # built, keyed or run through the ORM per batch. Headers as stored: one unreadable value must
 # fail its endpoint only.
-_TARGETS = (select(Endpoint.id, Endpoint.url,
-                   type_coerce(Endpoint.headers, Text).label("headers"),
-                   type_coerce(Endpoint.public_headers, Text).label("public_headers"),
-                   Endpoint.timeout_s, Endpoint.rate_limit_per_s,
-                   EndpointSecret.id.label("secret_id"), EndpointSecret.created_at,
-                   EndpointSecret.expires_at, EndpointSecret.secret_encrypted)
-            .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
-            .where(Endpoint.id.in_(bindparam("b_ids", expanding=True))))
+_TARGETS = (
+    select(
+        Endpoint.id,
+        Endpoint.url,
+        type_coerce(Endpoint.headers, Text).label("headers"),
+        type_coerce(Endpoint.public_headers, Text).label("public_headers"),
+        Endpoint.timeout_s,
+        Endpoint.rate_limit_per_s,
+        EndpointSecret.id.label("secret_id"),
+        EndpointSecret.created_at,
+        EndpointSecret.expires_at,
+        EndpointSecret.secret_encrypted,
+    )
+    .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
+    .where(Endpoint.id.in_(bindparam("b_ids", expanding=True)))
+)
 
 
 class TargetReader:
@@ -85,22 +93,27 @@ class TargetReader:
         for chunk in chunks(sorted(endpoint_ids)):
             for row in connection.execute(_TARGETS, {"b_ids": list(chunk)}):
                 rows[row.id] = row
-                if row.secret_id is not None and (row.expires_at is None
-                                                  or row.expires_at > now):
+                if row.secret_id is not None and (row.expires_at is None or row.expires_at > now):
                     secrets.setdefault(row.id, []).append(
-                        (row.created_at, row.secret_id, row.secret_encrypted))
+                        (row.created_at, row.secret_id, row.secret_encrypted)
+                    )
         found: dict[str, Target] = {}
         unsendable: dict[str, Unsendable] = {}
         for endpoint_id, row in rows.items():
             live = sorted(secrets.get(endpoint_id, []), reverse=True)  # newest signs first
             timeout = row.timeout_s or self.default_timeout_s
-            bare = Target(endpoint_id=endpoint_id, url=row.url, secrets=(),
-                          timeout_s=float(min(max(timeout, MIN_TIMEOUT_S), MAX_TIMEOUT_S)))
+            bare = Target(
+                endpoint_id=endpoint_id,
+                url=row.url,
+                secrets=(),
+                timeout_s=float(min(max(timeout, MIN_TIMEOUT_S), MAX_TIMEOUT_S)),
+            )
             try:
                 target = self._complete(bare, row, [token for _, _, token in live])
             except Exception as exc:  # a bug must fail this endpoint, not the batch
-                log.exception("reading an endpoint's target failed",
-                              extra={"endpoint_id": endpoint_id})
+                log.exception(
+                    "reading an endpoint's target failed", extra={"endpoint_id": endpoint_id}
+                )
                 target = Unsendable(ERROR_INTERNAL, type(exc).__name__)
             if isinstance(target, Unsendable):
                 found[endpoint_id] = bare
@@ -123,21 +136,30 @@ class TargetReader:
             return Unsendable(ERROR_NO_SECRET, "endpoint has no active signing secret")
         headers = _stored_headers(row.headers)
         if headers is None:
-            return Unsendable(ERROR_BAD_HEADERS,
-                              "stored headers are not a JSON object of name: value")
+            return Unsendable(
+                ERROR_BAD_HEADERS, "stored headers are not a JSON object of name: value"
+            )
         public = _stored_json(row.public_headers)
         if public is None:
             public = []
         if not isinstance(public, list) or not all(isinstance(n, str) for n in public):
-            return Unsendable(ERROR_BAD_HEADERS,
-                              "stored public_headers are not a JSON list of header names")
+            return Unsendable(
+                ERROR_BAD_HEADERS, "stored public_headers are not a JSON list of header names"
+            )
         rate = row.rate_limit_per_s
         if rate is not None and rate < 1:
-            return Unsendable(ERROR_BAD_RATE_LIMIT,
-                              f"stored rate_limit_per_s is {rate}; it must be null or >= 1")
-        return Target(endpoint_id=bare.endpoint_id, url=bare.url, secrets=secrets,
-                      headers=headers, public_headers=frozenset(n.lower() for n in public),
-                      timeout_s=bare.timeout_s, rate_limit_per_s=rate)
+            return Unsendable(
+                ERROR_BAD_RATE_LIMIT, f"stored rate_limit_per_s is {rate}; it must be null or >= 1"
+            )
+        return Target(
+            endpoint_id=bare.endpoint_id,
+            url=bare.url,
+            secrets=secrets,
+            headers=headers,
+            public_headers=frozenset(n.lower() for n in public),
+            timeout_s=bare.timeout_s,
+            rate_limit_per_s=rate,
+        )
 
     def _decrypt(self, token: str) -> str:
         secret = self._secret_cache.get(token)

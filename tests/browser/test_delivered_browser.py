@@ -43,8 +43,9 @@ def operator(runtime: Any) -> None:
 
 
 @pytest.fixture
-def scene(client: Any, auth: dict[str, str], runtime: Any, live_server: Any,
-          operator: None) -> kit.Scene:
+def scene(
+    client: Any, auth: dict[str, str], runtime: Any, live_server: Any, operator: None
+) -> kit.Scene:
     with Receiver(reply=kit.reply) as receiver, WorkerThread(runtime):
         return kit.build(client, auth, runtime, receiver)
 
@@ -153,6 +154,5 @@ def test_x3_both_endpoint_pages_show_pins_with_deprecation_and_sunset(faces, pin
         notice = tab.locator("[data-testid=pin-notice]")
         assert notice.is_visible() and "payment.succeeded v1 is deprecated" in notice.inner_text()
         tab = face(f"{prefix}/endpoints/{endpoints['/latest']}")
-        assert "every type arrives in the version published" in tab.inner_text(
-            "[data-testid=pins]")
+        assert "every type arrives in the version published" in tab.inner_text("[data-testid=pins]")
         assert tab.locator("[data-testid=pin-notice]").count() == 0

@@ -74,12 +74,26 @@ class Live:
 def kurir(runtime: Any, live_server: Any, client: Any, auth: dict[str, str]) -> Iterator[Live]:
     switch = Switch()
     with Receiver(reply=switch.reply) as receiver:
-        assert client.post("/v1/event-types", headers=auth, json={
-            "name": "order.created", "version": 1, "schema": ORDER_SCHEMA,
-            "description": "An order was placed."}).status_code == 201
+        assert (
+            client.post(
+                "/v1/event-types",
+                headers=auth,
+                json={
+                    "name": "order.created",
+                    "version": 1,
+                    "schema": ORDER_SCHEMA,
+                    "description": "An order was placed.",
+                },
+            ).status_code
+            == 201
+        )
         for uid in ("acme", "globex"):
-            assert client.post("/v1/partners", headers=auth,
-                               json={"uid": uid, "name": uid.title()}).status_code == 201
+            assert (
+                client.post(
+                    "/v1/partners", headers=auth, json={"uid": uid, "name": uid.title()}
+                ).status_code
+                == 201
+            )
         with WorkerThread(runtime):
             yield Live(live_server.url, receiver, switch, auth)
 
@@ -98,14 +112,17 @@ def enter(page: Any, link: str) -> None:
 
 def _secret_of(runtime: Any, endpoint_id: str) -> str:
     with runtime.db.begin() as session:
-        rows = session.scalars(select(EndpointSecret).where(
-            EndpointSecret.endpoint_id == endpoint_id)
-            .order_by(EndpointSecret.created_at.desc())).all()
+        rows = session.scalars(
+            select(EndpointSecret)
+            .where(EndpointSecret.endpoint_id == endpoint_id)
+            .order_by(EndpointSecret.created_at.desc())
+        ).all()
         return runtime.secret_box.decrypt(rows[0].secret_encrypted)
 
 
-def test_a_partner_sets_up_tests_rotates_and_recovers_a_failed_delivery(page, kurir, client,
-                                                                         runtime):
+def test_a_partner_sets_up_tests_rotates_and_recovers_a_failed_delivery(
+    page, kurir, client, runtime
+):
     link = magic_link(client, kurir, "acme")
     enter(page, link)
     assert page.inner_text("[data-testid=partner]") == "Acme"
@@ -141,11 +158,17 @@ def test_a_partner_sets_up_tests_rotates_and_recovers_a_failed_delivery(page, ku
 
     # A delivery made to fail shows its attempts; fixed, a resend delivers it.
     kurir.switch.failing = True
-    published = client.post("/v1/partners/acme/events", headers=kurir.admin, json={
-        "type": "order.created", "version": 1, "data": {"order_id": "o-9", "amount": 5}})
+    published = client.post(
+        "/v1/partners/acme/events",
+        headers=kurir.admin,
+        json={"type": "order.created", "version": 1, "data": {"order_id": "o-9", "amount": 5}},
+    )
     delivery_id = published.get_json()["deliveries"][0]["id"]
-    wait_for(lambda: _state(runtime, delivery_id) == "retrying", timeout_s=20,
-             message="the first attempt to fail")
+    wait_for(
+        lambda: _state(runtime, delivery_id) == "retrying",
+        timeout_s=20,
+        message="the first attempt to fail",
+    )
     page.goto(f"{kurir.url}/portal/deliveries?endpoint={endpoint_id}&state=retrying")
     page.click(f"a:has-text('{delivery_id}')")
     page.wait_for_url(re.compile(f"/portal/deliveries/{delivery_id}$"))
@@ -153,8 +176,11 @@ def test_a_partner_sets_up_tests_rotates_and_recovers_a_failed_delivery(page, ku
     assert "database is down" in page.inner_text("[data-testid=attempt-body]")
     kurir.switch.failing = False
     page.click("[data-testid=resend]")
-    wait_for(lambda: _state(runtime, delivery_id) == "succeeded", timeout_s=20,
-             message="the resent delivery to arrive")
+    wait_for(
+        lambda: _state(runtime, delivery_id) == "succeeded",
+        timeout_s=20,
+        message="the resent delivery to arrive",
+    )
     page.reload()
     assert page.locator("[data-testid=delivery-state] .badge-succeeded").is_visible()
     assert page.locator("[data-testid=attempt]").count() == 2
@@ -170,28 +196,38 @@ def _state(runtime: Any, delivery_id: str) -> str:
         return session.get_one(Delivery, delivery_id).state
 
 
-def test_another_partner_guesses_urls_and_a_forged_post_is_refused(page, kurir, client,
-                                                                    runtime):
-    created = client.post("/v1/partners/acme/endpoints", headers=kurir.admin,
-                          json={"url": kurir.receiver.url + "/acme-secret-place"}).get_json()
+def test_another_partner_guesses_urls_and_a_forged_post_is_refused(page, kurir, client, runtime):
+    created = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=kurir.admin,
+        json={"url": kurir.receiver.url + "/acme-secret-place"},
+    ).get_json()
     enter(page, magic_link(client, kurir, "globex"))
-    for path in (f"/portal/endpoints/{created['id']}", f"/portal/endpoints/{created['id']}/secret",
-                 f"/portal/deliveries?endpoint={created['id']}"):
+    for path in (
+        f"/portal/endpoints/{created['id']}",
+        f"/portal/endpoints/{created['id']}/secret",
+        f"/portal/deliveries?endpoint={created['id']}",
+    ):
         response = page.goto(kurir.url + path)
         assert response.status == 404, path
         assert "acme-secret-place" not in page.content()
     # Same browser, same session, no CSRF token: what a forged cross-site form would send.
     forged = page.request.post(
-        f"{kurir.url}/portal/endpoints/{created['id']}/secret/rotate", form={}, max_redirects=0)
+        f"{kurir.url}/portal/endpoints/{created['id']}/secret/rotate", form={}, max_redirects=0
+    )
     assert forged.status == 400 and "expired" in forged.text()
-    own = page.request.post(f"{kurir.url}/portal/endpoints/new", max_redirects=0,
-                            form={"url": kurir.receiver.url + "/globex", "all_types": "1",
-                                  "timeout_s": "10"})
+    own = page.request.post(
+        f"{kurir.url}/portal/endpoints/new",
+        max_redirects=0,
+        form={"url": kurir.receiver.url + "/globex", "all_types": "1", "timeout_s": "10"},
+    )
     assert own.status == 400
     with runtime.db.begin() as session:
         assert len(session.get_one(Endpoint, created["id"]).secrets) == 1
-        assert session.scalars(select(Endpoint).where(
-            Endpoint.url.endswith("/globex"))).first() is None
+        assert (
+            session.scalars(select(Endpoint).where(Endpoint.url.endswith("/globex"))).first()
+            is None
+        )
     page.click("button:has-text('Sign out')")
     page.wait_for_selector("[data-testid=signed-out]")
     response = page.goto(kurir.url + "/portal/")
@@ -199,8 +235,11 @@ def test_another_partner_guesses_urls_and_a_forged_post_is_refused(page, kurir, 
 
 
 def test_the_portal_fits_a_phone(page, kurir, client):
-    client.post("/v1/partners/acme/endpoints", headers=kurir.admin,
-                json={"url": kurir.receiver.url + "/a-rather-long-path/for/a/phone/screen"})
+    client.post(
+        "/v1/partners/acme/endpoints",
+        headers=kurir.admin,
+        json={"url": kurir.receiver.url + "/a-rather-long-path/for/a/phone/screen"},
+    )
     page.set_viewport_size(PHONE)
     enter(page, magic_link(client, kurir, "acme"))
     for path in ("/portal/", "/portal/catalog", "/portal/verify", "/portal/deliveries"):
@@ -225,9 +264,11 @@ class _Embedder:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                body = (f'<!doctype html><title>Dashboard</title><h1>Our dashboard</h1>'
-                        f'<iframe id="portal" src="{embedder.src}" width="900" height="700">'
-                        f'</iframe>').encode()
+                body = (
+                    f"<!doctype html><title>Dashboard</title><h1>Our dashboard</h1>"
+                    f'<iframe id="portal" src="{embedder.src}" width="900" height="700">'
+                    f"</iframe>"
+                ).encode()
                 self.send_response(200)
                 self.send_header("content-type", "text/html; charset=utf-8")
                 self.send_header("content-length", str(len(body)))
@@ -243,14 +284,20 @@ class _Embedder:
         self.server.server_close()
 
 
-def test_the_portal_shows_in_an_iframe_only_from_an_allowed_origin(page, kurir, client,
-                                                                   runtime, settings):
+def test_the_portal_shows_in_an_iframe_only_from_an_allowed_origin(
+    page, kurir, client, runtime, settings
+):
     from app.web import create_app
 
     allowed, other = _Embedder(free_port()), _Embedder(free_port())
-    framed = create_app(runtime=Runtime(settings.with_overrides(
-        portal_frame_ancestors=allowed.url.rstrip("/"), cookie_secure=True),
-        database=runtime.db))
+    framed = create_app(
+        runtime=Runtime(
+            settings.with_overrides(
+                portal_frame_ancestors=allowed.url.rstrip("/"), cookie_secure=True
+            ),
+            database=runtime.db,
+        )
+    )
     try:
         with LiveServer(framed) as server:
             # Kurir as "localhost", the dashboards as "127.0.0.1": another site, so the portal
@@ -269,11 +316,13 @@ def test_the_portal_shows_in_an_iframe_only_from_an_allowed_origin(page, kurir, 
             page.on("console", lambda message: refused.append(message.text))
             page.goto(other.url)
             page.wait_for_load_state("load")
-            wait_for(lambda: any("frame-ancestors" in m for m in refused), timeout_s=10,
-                     message="Chromium to refuse the frame")
+            wait_for(
+                lambda: any("frame-ancestors" in m for m in refused),
+                timeout_s=10,
+                message="Chromium to refuse the frame",
+            )
             child = next(f for f in page.frames if f != page.main_frame)
             assert "Acme" not in child.content()
     finally:
         allowed.close()
         other.close()
-

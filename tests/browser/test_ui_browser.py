@@ -25,9 +25,16 @@ from tests.support.factories import Receiver, WorkerThread, wait_for
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 EMAIL, PASSWORD = "ops@example.com", "correct horse battery"
 TIMEOUT_MS = 15_000
 
@@ -38,10 +45,13 @@ def chromium() -> Iterator[Any]:
         pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium (see .ci/run)")
     from playwright.sync_api import sync_playwright
 
-    with tempfile.TemporaryDirectory(prefix="kurir-chromium-") as profile, \
-            sync_playwright() as playwright:
+    with (
+        tempfile.TemporaryDirectory(prefix="kurir-chromium-") as profile,
+        sync_playwright() as playwright,
+    ):
         context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
         context.set_default_timeout(TIMEOUT_MS)
         yield context
         context.close()
@@ -71,10 +81,10 @@ def kurir(runtime: Any, live_server: Any) -> Iterator[Live]:
     with Receiver() as receiver:
         with runtime.db.begin() as session:
             create_operator(session, EMAIL, PASSWORD)
-            scene = make_scene(session, runtime.secret_box, uid="acme",
-                               url=receiver.url + "/hook")
-            (target,) = letters_for(session, scene, 1,
-                                    data={"order": "ord_1", "note": "zebracorn parcel"})
+            scene = make_scene(session, runtime.secret_box, uid="acme", url=receiver.url + "/hook")
+            (target,) = letters_for(
+                session, scene, 1, data={"order": "ord_1", "note": "zebracorn parcel"}
+            )
             bulk = letters_for(session, scene, 50, type="bulk.test")
             (doomed,) = letters_for(session, scene, 1, data={"note": "platypus refund"})
             target_event = session.get_one(DeadLetter, target).event_id
@@ -93,9 +103,13 @@ def login(page: Any, live: Live, path: str = "/ui/") -> None:
 
 def _delivery_states(runtime: Any, letter_ids: list[str]) -> list[str]:
     with runtime.db.begin() as session:
-        return list(session.scalars(
-            select(Delivery.state).join(DeadLetter, DeadLetter.delivery_id == Delivery.id)
-            .where(DeadLetter.id.in_(letter_ids))))
+        return list(
+            session.scalars(
+                select(Delivery.state)
+                .join(DeadLetter, DeadLetter.delivery_id == Delivery.id)
+                .where(DeadLetter.id.in_(letter_ids))
+            )
+        )
 
 
 def test_find_open_resend_and_see_it_delivered(page, kurir, runtime):
@@ -111,10 +125,16 @@ def test_find_open_resend_and_see_it_delivered(page, kurir, runtime):
     page.click("button:has-text('Resend')")
     assert "Resent" in page.inner_text(".flashes")
     assert page.locator(".badge-resent").first.is_visible()
-    wait_for(lambda: kurir.receiver.event_ids("/hook") == [kurir.target_event],
-             timeout_s=15, message="the resend to reach the receiver")
-    wait_for(lambda: _delivery_states(runtime, [kurir.target]) == ["succeeded"],
-             timeout_s=15, message="the delivery to be recorded as succeeded")
+    wait_for(
+        lambda: kurir.receiver.event_ids("/hook") == [kurir.target_event],
+        timeout_s=15,
+        message="the resend to reach the receiver",
+    )
+    wait_for(
+        lambda: _delivery_states(runtime, [kurir.target]) == ["succeeded"],
+        timeout_s=15,
+        message="the delivery to be recorded as succeeded",
+    )
     # The event page now shows the succeeded delivery.
     page.fill("input[name=id]", kurir.target_event)
     page.press("input[name=id]", "Enter")
@@ -137,10 +157,16 @@ def test_bulk_resend_a_filter_of_fifty_and_discard_one(page, kurir, runtime):
         page.wait_for_timeout(250)
         page.reload()
     assert page.inner_text("[data-testid=job-done]") == "50"
-    wait_for(lambda: len(set(kurir.receiver.event_ids("/hook"))) == 50, timeout_s=20,
-             message="50 resent deliveries to arrive")
-    wait_for(lambda: set(_delivery_states(runtime, kurir.bulk)) == {"succeeded"},
-             timeout_s=20, message="50 deliveries recorded as succeeded")
+    wait_for(
+        lambda: len(set(kurir.receiver.event_ids("/hook"))) == 50,
+        timeout_s=20,
+        message="50 resent deliveries to arrive",
+    )
+    wait_for(
+        lambda: set(_delivery_states(runtime, kurir.bulk)) == {"succeeded"},
+        timeout_s=20,
+        message="50 deliveries recorded as succeeded",
+    )
 
     # Discard one, picked with "select all on this page" (the page's own script).
     page.goto(kurir.url + "/ui/dead-letters?q=platypus")
@@ -158,8 +184,9 @@ def test_bulk_resend_a_filter_of_fifty_and_discard_one(page, kurir, runtime):
 def test_forged_post_is_rejected_and_logout_locks_the_ui(page, kurir, runtime):
     login(page, kurir)
     # Same browser, same session cookie, but no CSRF token: what a forged form would send.
-    forged = page.request.post(f"{kurir.url}/ui/dead-letters/{kurir.target}/resend",
-                               form={"force": "1"}, max_redirects=0)
+    forged = page.request.post(
+        f"{kurir.url}/ui/dead-letters/{kurir.target}/resend", form={"force": "1"}, max_redirects=0
+    )
     assert forged.status == 400
     assert "CSRF" in forged.text()
     with runtime.db.begin() as session:

@@ -14,8 +14,7 @@ from tests.support.publish import acme  # noqa: F401 - re-exported fixture
 
 
 @pytest.fixture
-def make_rt(settings: Any, migrated: Any, redis_client: Any
-            ) -> Iterator[Callable[..., Runtime]]:
+def make_rt(settings: Any, migrated: Any, redis_client: Any) -> Iterator[Callable[..., Runtime]]:
     """Build a Runtime with setting overrides (compressed schedules, thresholds), installed
     as the process's runtime; closed at the end of the test."""
     made: list[Runtime] = []

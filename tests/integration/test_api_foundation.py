@@ -45,8 +45,11 @@ def probe_app(app: Flask) -> Flask:
 
 
 def _create_key(settings: Settings, *scopes: str) -> str:
-    env = {"DATABASE_URL": settings.database_url, "KURIR_DATA_DIR": str(settings.data_dir),
-           "KURIR_SECRET_KEY": settings.secret_key}
+    env = {
+        "DATABASE_URL": settings.database_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+    }
     args = ["keys", "create", "--name", "svc"]
     for scope in scopes:
         args += ["--scope", scope]
@@ -80,20 +83,24 @@ def test_missing_scope_is_403_and_granted_scope_passes(probe_app, settings):
     reader = _create_key(settings, "read")
     writer = _create_key(settings, "events:write")
     client = probe_app.test_client()
-    denied = client.post("/v1/_probe/echo", json={"a": 1},
-                         headers={"Authorization": f"Bearer {reader}"})
+    denied = client.post(
+        "/v1/_probe/echo", json={"a": 1}, headers={"Authorization": f"Bearer {reader}"}
+    )
     assert denied.status_code == 403
     assert _error(denied)["details"]["required_scope"] == "events:write"
-    allowed = client.post("/v1/_probe/echo", json={"a": 1},
-                          headers={"Authorization": f"Bearer {writer}"})
+    allowed = client.post(
+        "/v1/_probe/echo", json={"a": 1}, headers={"Authorization": f"Bearer {writer}"}
+    )
     assert allowed.status_code == 200 and allowed.get_json() == {"a": 1}
 
 
 def test_unknown_scope_is_refused_by_cli(settings, runtime):
-    env = {"DATABASE_URL": settings.database_url, "KURIR_DATA_DIR": str(settings.data_dir),
-           "KURIR_SECRET_KEY": settings.secret_key}
-    result = CliRunner().invoke(cli, ["keys", "create", "--name", "x", "--scope", "root"],
-                                env=env)
+    env = {
+        "DATABASE_URL": settings.database_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+    }
+    result = CliRunner().invoke(cli, ["keys", "create", "--name", "x", "--scope", "root"], env=env)
     assert result.exit_code != 0
 
 
@@ -103,18 +110,24 @@ def test_error_format_for_every_kind(probe_app, auth):
     assert client.get("/nowhere").status_code == 404
     response = client.delete("/healthz")
     assert response.status_code == 405 and _error(response)["code"] == "method_not_allowed"
-    bad_json = client.post("/v1/_probe/echo", data=b"{nope",
-                           headers={**auth, "Content-Type": "application/json"})
+    bad_json = client.post(
+        "/v1/_probe/echo", data=b"{nope", headers={**auth, "Content-Type": "application/json"}
+    )
     assert bad_json.status_code == 400 and _error(bad_json)["code"] == "invalid_json"
-    not_object = client.post("/v1/_probe/echo", data=b"[1]",
-                             headers={**auth, "Content-Type": "application/json"})
+    not_object = client.post(
+        "/v1/_probe/echo", data=b"[1]", headers={**auth, "Content-Type": "application/json"}
+    )
     assert not_object.status_code == 400
-    wrong_type = client.post("/v1/_probe/echo", data=b"a=1",
-                             headers={**auth, "Content-Type": "text/plain"})
+    wrong_type = client.post(
+        "/v1/_probe/echo", data=b"a=1", headers={**auth, "Content-Type": "text/plain"}
+    )
     assert wrong_type.status_code == 415
     assert _error(wrong_type)["code"] == "unsupported_media_type"
-    big = client.post("/v1/_probe/echo", data=b"x" * (256 * 1024 + 1),
-                      headers={**auth, "Content-Type": "application/json"})
+    big = client.post(
+        "/v1/_probe/echo",
+        data=b"x" * (256 * 1024 + 1),
+        headers={**auth, "Content-Type": "application/json"},
+    )
     assert big.status_code == 413 and _error(big)["code"] == "payload_too_large"
     assert _error(big)["details"] == {"limit": 256 * 1024}
     boom = client.get("/v1/_probe/boom", headers=auth)
@@ -146,8 +159,7 @@ def test_readyz_is_503_naming_redis_when_it_is_down(settings, migrated):
 def test_readyz_is_503_naming_database_when_it_is_down(settings, redis_client):
     from app.ports import free_port
 
-    dead = settings.with_overrides(
-        database_url=f"postgresql://nobody@127.0.0.1:{free_port()}/none")
+    dead = settings.with_overrides(database_url=f"postgresql://nobody@127.0.0.1:{free_port()}/none")
     app = create_app(dead)
     response = app.test_client().get("/readyz")
     assert response.status_code == 503
@@ -157,16 +169,27 @@ def test_readyz_is_503_naming_database_when_it_is_down(settings, redis_client):
 def test_operator_created_from_stdin_can_be_verified(settings, runtime):
     from app.accounts import verify_operator
 
-    env = {"DATABASE_URL": settings.database_url, "KURIR_DATA_DIR": str(settings.data_dir),
-           "KURIR_SECRET_KEY": settings.secret_key}
-    result = CliRunner().invoke(cli, ["operators", "create", "--email", "Ops@Example.com"],
-                                input="correct horse battery\n", env=env)
+    env = {
+        "DATABASE_URL": settings.database_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+    }
+    result = CliRunner().invoke(
+        cli,
+        ["operators", "create", "--email", "Ops@Example.com"],
+        input="correct horse battery\n",
+        env=env,
+    )
     assert result.exit_code == 0, result.output
     with runtime.db.begin() as session:
         assert verify_operator(session, "ops@example.com", "correct horse battery") is not None
         assert verify_operator(session, "ops@example.com", "wrong password") is None
-    again = CliRunner().invoke(cli, ["operators", "create", "--email", "ops@example.com"],
-                               input="another password\n", env=env)
+    again = CliRunner().invoke(
+        cli,
+        ["operators", "create", "--email", "ops@example.com"],
+        input="another password\n",
+        env=env,
+    )
     assert again.exit_code != 0 and "already exists" in again.output
 
 
@@ -180,8 +203,12 @@ def _token(runtime: Runtime, name: str, *scopes: str) -> dict[str, str]:
 
 
 def _env(settings: Any) -> dict[str, str]:
-    return {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url,
-            "KURIR_DATA_DIR": str(settings.data_dir), "KURIR_SECRET_KEY": settings.secret_key}
+    return {
+        "DATABASE_URL": settings.database_url,
+        "REDIS_URL": settings.redis_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+    }
 
 
 def test_keys_are_listed_and_revoked_over_the_api_and_refused_at_once(client, auth, runtime):
@@ -189,8 +216,16 @@ def test_keys_are_listed_and_revoked_over_the_api_and_refused_at_once(client, au
     assert client.get("/v1/me", headers=victim).status_code == 200
     listed = client.get("/v1/keys", headers=auth).get_json()["data"]
     (row,) = [k for k in listed if k["name"] == "billing"]
-    assert set(row) == {"id", "name", "prefix", "scopes", "partner", "created_at",
-                        "last_used_at", "revoked_at"}
+    assert set(row) == {
+        "id",
+        "name",
+        "prefix",
+        "scopes",
+        "partner",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    }
     assert row["last_used_at"] is not None and row["revoked_at"] is None
     assert victim["Authorization"].split()[1] not in client.get("/v1/keys", headers=auth).text
     assert client.get("/v1/keys", headers=victim).status_code == 403
@@ -198,13 +233,13 @@ def test_keys_are_listed_and_revoked_over_the_api_and_refused_at_once(client, au
     assert revoked.status_code == 200 and revoked.get_json()["revoked_at"]
     assert client.get("/v1/me", headers=victim).status_code == 401
     with runtime.db.begin() as session:
-        actions = session.scalars(select(AuditRecord.action).where(
-            AuditRecord.subject_id == row["id"])).all()
+        actions = session.scalars(
+            select(AuditRecord.action).where(AuditRecord.subject_id == row["id"])
+        ).all()
     assert actions == ["key.revoked"]
 
 
-def test_a_key_revoked_by_another_process_is_refused_within_the_cache_ttl(runtime,
-                                                                          monkeypatch):
+def test_a_key_revoked_by_another_process_is_refused_within_the_cache_ttl(runtime, monkeypatch):
     """The cache spares a query per request; it may not outlive a revocation by more than
     CACHE_TTL_S (a second), even when the revocation happened in another process."""
     assert keys.CACHE_TTL_S <= 1.0
@@ -243,8 +278,9 @@ def test_cli_lists_and_revokes_keys_and_warns_when_it_grants_admin(settings, run
     made = runner.invoke(cli, ["keys", "create", "--name", "ops"], env=_env(settings))
     assert made.exit_code == 0
     assert "no --scope given: the key gets admin" in made.stderr
-    scoped = runner.invoke(cli, ["keys", "create", "--name", "ro", "--scope", "read"],
-                           env=_env(settings))
+    scoped = runner.invoke(
+        cli, ["keys", "create", "--name", "ro", "--scope", "read"], env=_env(settings)
+    )
     assert scoped.exit_code == 0 and "admin" not in scoped.stderr
     token = scoped.stdout.strip().splitlines()[-1]
     listed = runner.invoke(cli, ["keys", "ls"], env=_env(settings))
@@ -258,7 +294,8 @@ def test_cli_lists_and_revokes_keys_and_warns_when_it_grants_admin(settings, run
     keys.forget()
     assert keys.authenticate(runtime, token) is None
     with runtime.db.begin() as session:
-        trail = session.execute(select(AuditRecord.action, AuditRecord.actor)
-                                .order_by(AuditRecord.id)).all()
+        trail = session.execute(
+            select(AuditRecord.action, AuditRecord.actor).order_by(AuditRecord.id)
+        ).all()
     assert [a for a, _ in trail] == ["key.created", "key.created", "key.revoked"]
     assert all(actor.startswith("cli") for _, actor in trail)

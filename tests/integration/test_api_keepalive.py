@@ -55,49 +55,93 @@ Case = Callable[[Api], dict[str, Any]]
 
 CASES: dict[str, Case] = {
     "publish-413-content-length": lambda a: dict(
-        method="POST", path="/v1/partners/acme/events", data=b"x" * OVER_LIMIT,
-        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": JSON}, status=413),
+        method="POST",
+        path="/v1/partners/acme/events",
+        data=b"x" * OVER_LIMIT,
+        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": JSON},
+        status=413,
+    ),
     "publish-413-chunked": lambda a: dict(
-        method="POST", path="/v1/partners/acme/events", data=_chunks(OVER_LIMIT),
-        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": JSON}, status=413),
+        method="POST",
+        path="/v1/partners/acme/events",
+        data=_chunks(OVER_LIMIT),
+        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": JSON},
+        status=413,
+    ),
     "other-route-413": lambda a: dict(
-        method="POST", path="/v1/partners", data=b"x" * OVER_LIMIT,
-        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": JSON}, status=413),
+        method="POST",
+        path="/v1/partners",
+        data=b"x" * OVER_LIMIT,
+        headers={"Authorization": f"Bearer {a.admin}", "Content-Type": JSON},
+        status=413,
+    ),
     "401-missing-key": lambda a: dict(
-        method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
-        headers={"Content-Type": JSON}, status=401),
+        method="POST",
+        path="/v1/partners/acme/events",
+        data=b"x" * BIG,
+        headers={"Content-Type": JSON},
+        status=401,
+    ),
     "401-invalid-key": lambda a: dict(
-        method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
-        headers={"Authorization": "Bearer kurir_not_a_key", "Content-Type": JSON}, status=401),
+        method="POST",
+        path="/v1/partners/acme/events",
+        data=b"x" * BIG,
+        headers={"Authorization": "Bearer kurir_not_a_key", "Content-Type": JSON},
+        status=401,
+    ),
     "403-scope": lambda a: dict(  # a valid publish, so the scope is what refuses it
-        method="POST", path="/v1/partners/acme/events", data=json.dumps(
-            {"type": "order.created", "version": 1, "data": {"pad": "x" * BIG}}).encode(),
-        headers={"Authorization": f"Bearer {a.reader}", "Content-Type": JSON}, status=403),
+        method="POST",
+        path="/v1/partners/acme/events",
+        data=json.dumps(
+            {"type": "order.created", "version": 1, "data": {"pad": "x" * BIG}}
+        ).encode(),
+        headers={"Authorization": f"Bearer {a.reader}", "Content-Type": JSON},
+        status=403,
+    ),
     "415-content-type": lambda a: dict(
-        method="POST", path="/v1/partners/acme/events", data=b"x" * BIG,
+        method="POST",
+        path="/v1/partners/acme/events",
+        data=b"x" * BIG,
         headers={"Authorization": f"Bearer {a.admin}", "Content-Type": "text/plain"},
-        status=415),
+        status=415,
+    ),
     "404-unknown-path": lambda a: dict(
-        method="POST", path="/v1/no-such-thing", data=b"x" * BIG, headers={}, status=404),
+        method="POST", path="/v1/no-such-thing", data=b"x" * BIG, headers={}, status=404
+    ),
     "405-method": lambda a: dict(
-        method="PUT", path="/v1/partners", data=b"x" * BIG,
-        headers={"Authorization": f"Bearer {a.admin}"}, status=405),
+        method="PUT",
+        path="/v1/partners",
+        data=b"x" * BIG,
+        headers={"Authorization": f"Bearer {a.admin}"},
+        status=405,
+    ),
     "inbound-401-signature": lambda a: dict(
-        method="POST", path="/inbound/shop", data=b"x" * BIG,
-        headers={"X-Hub-Signature-256": "sha256=" + "0" * 64}, status=401),
+        method="POST",
+        path="/inbound/shop",
+        data=b"x" * BIG,
+        headers={"X-Hub-Signature-256": "sha256=" + "0" * 64},
+        status=401,
+    ),
     "inbound-404-source": lambda a: dict(
-        method="POST", path="/inbound/nowhere", data=b"x" * BIG, headers={}, status=404),
+        method="POST", path="/inbound/nowhere", data=b"x" * BIG, headers={}, status=404
+    ),
     "inbound-413": lambda a: dict(
-        method="POST", path="/inbound/shop", data=b"x" * OVER_LIMIT, headers={}, status=413),
+        method="POST", path="/inbound/shop", data=b"x" * OVER_LIMIT, headers={}, status=413
+    ),
     "ui-post-without-csrf": lambda a: dict(
-        method="POST", path="/ui/login", data=b"x" * BIG,
-        headers={"Content-Type": "application/octet-stream"}, status=400),
+        method="POST",
+        path="/ui/login",
+        data=b"x" * BIG,
+        headers={"Content-Type": "application/octet-stream"},
+        status=400,
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_next_request_on_the_same_session_succeeds_after_an_early_answer(
-        api: Api, case: str) -> None:
+    api: Api, case: str
+) -> None:
     spec = CASES[case](api)
     status = spec.pop("status")
     path = spec.pop("path")
@@ -121,9 +165,13 @@ def test_next_request_on_the_same_session_succeeds_after_an_early_answer(
 def test_answer_after_reading_the_whole_body_keeps_the_connection(api: Api) -> None:
     """The guard closes only when body bytes are left: a read body keeps its connection."""
     with requests.Session() as session:
-        answer = session.post(f"{api.url}/v1/partners/acme/events", data=b"{" + b" " * BIG,
-                              headers={"Authorization": f"Bearer {api.admin}",
-                                       "Content-Type": JSON}, timeout=30, stream=True)
+        answer = session.post(
+            f"{api.url}/v1/partners/acme/events",
+            data=b"{" + b" " * BIG,
+            headers={"Authorization": f"Bearer {api.admin}", "Content-Type": JSON},
+            timeout=30,
+            stream=True,
+        )
         assert answer.status_code == 400
         first_port = _local_port(answer)
         assert answer.headers.get("Connection", "").lower() == "keep-alive"

@@ -15,9 +15,14 @@ EMAIL, PASSWORD = "ops@example.com", "correct horse battery"
 
 def _trail(runtime, subject_id: str) -> list[tuple[str, str]]:
     with runtime.db.begin() as session:
-        return [tuple(r) for r in session.execute(
-            select(AuditRecord.action, AuditRecord.actor)
-            .where(AuditRecord.subject_id == subject_id).order_by(AuditRecord.id))]
+        return [
+            tuple(r)
+            for r in session.execute(
+                select(AuditRecord.action, AuditRecord.actor)
+                .where(AuditRecord.subject_id == subject_id)
+                .order_by(AuditRecord.id)
+            )
+        ]
 
 
 def test_api_changes_are_audited_as_the_key(client, auth, runtime):
@@ -31,15 +36,21 @@ def test_api_changes_are_audited_as_the_key(client, auth, runtime):
     assert client.delete(base, headers=auth).status_code == 204
     actor = "key:test-admin"
     assert _trail(runtime, ep) == [
-        ("endpoint.created", actor), ("endpoint.updated", actor),
-        ("endpoint.disabled", actor), ("endpoint.enabled", actor),
-        ("endpoint.secret_rotated", actor), ("endpoint.deleted", actor)]
+        ("endpoint.created", actor),
+        ("endpoint.updated", actor),
+        ("endpoint.disabled", actor),
+        ("endpoint.enabled", actor),
+        ("endpoint.secret_rotated", actor),
+        ("endpoint.deleted", actor),
+    ]
     # The same operational events as when an operator does it: an enable remembers when the
     # endpoint had been disabled, so the letters parked meanwhile can be found again.
     with runtime.db.begin() as session:
-        kinds = session.execute(select(OperationalEvent.kind, OperationalEvent.data)
-                                .where(OperationalEvent.subject_id == ep)
-                                .order_by(OperationalEvent.id)).all()
+        kinds = session.execute(
+            select(OperationalEvent.kind, OperationalEvent.data)
+            .where(OperationalEvent.subject_id == ep)
+            .order_by(OperationalEvent.id)
+        ).all()
     assert [k for k, _ in kinds] == ["endpoint.disabled", "endpoint.enabled"]
     assert kinds[1][1]["was_disabled_at"] and kinds[1][1]["actor"] == actor
     listed = client.get(f"/v1/audit?subject={ep}", headers=auth).get_json()["data"]
@@ -53,17 +64,25 @@ def test_the_ui_and_the_api_write_the_same_audit_rows(client, auth, runtime):
         create_operator(session, EMAIL, PASSWORD)
     token_re = re.compile(r'name="csrf_token" value="([^"]+)"')
     login_page = client.get("/ui/login").text
-    client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
-                                   "csrf_token": token_re.search(login_page).group(1)})
+    client.post(
+        "/ui/login",
+        data={
+            "email": EMAIL,
+            "password": PASSWORD,
+            "csrf_token": token_re.search(login_page).group(1),
+        },
+    )
     page = f"/ui/endpoints/{ep}"
     csrf = token_re.search(client.get(page).text).group(1)
     client.post(f"{page}/disable", data={"csrf_token": csrf, "reason": "maintenance"})
     client.post(f"{page}/enable", data={"csrf_token": csrf})
     client.post(f"{page}/rotate-secret", data={"csrf_token": csrf})
     actor = f"operator:{EMAIL}"
-    assert _trail(runtime, ep)[1:] == [("endpoint.disabled", actor),
-                                        ("endpoint.enabled", actor),
-                                        ("endpoint.secret_rotated", actor)]
+    assert _trail(runtime, ep)[1:] == [
+        ("endpoint.disabled", actor),
+        ("endpoint.enabled", actor),
+        ("endpoint.secret_rotated", actor),
+    ]
 
 
 def test_partners_and_contracts_are_audited_too(client, auth, runtime):

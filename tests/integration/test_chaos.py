@@ -29,11 +29,20 @@ def _chaos_database() -> str:
 
 @pytest.mark.parametrize("store", ["postgresql", "sqlite"])
 def test_nothing_published_is_lost_under_kills_restarts_and_dropped_connections(
-        store: str, tmp_path: Path) -> None:
+    store: str, tmp_path: Path
+) -> None:
     database_url = _chaos_database() if store == "postgresql" else ""
-    report = chaos.run(chaos.ChaosConfig(
-        events=1000, endpoints=20, backend=store, database_url=database_url,
-        publish_seconds=12, drain_timeout_s=300, work_dir=tmp_path))
+    report = chaos.run(
+        chaos.ChaosConfig(
+            events=1000,
+            endpoints=20,
+            backend=store,
+            database_url=database_url,
+            publish_seconds=12,
+            drain_timeout_s=300,
+            work_dir=tmp_path,
+        )
+    )
     print(report.text())  # the figures, for the CI log (pytest -s / -rP)
     # The faults really happened.
     assert report.kills >= 2

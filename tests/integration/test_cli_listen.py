@@ -38,8 +38,11 @@ class Listener:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [KURIR, "listen", "--port", str(self.port), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={k: v for k, v in os.environ.items() if k != "KURIR_LISTEN_SECRET"})
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={k: v for k, v in os.environ.items() if k != "KURIR_LISTEN_SECRET"},
+        )
         wait_for(self._up, timeout_s=60)  # a process start on a busy machine
 
     def _up(self) -> bool:
@@ -70,22 +73,26 @@ def listener_factory() -> Iterator[Any]:
             listener.process.communicate(timeout=10)
 
 
-def test_a_delivery_arrives_printed_with_its_signature_checked(settings, migrated,
-                                                               redis_client, listener_factory):
+def test_a_delivery_arrives_printed_with_its_signature_checked(
+    settings, migrated, redis_client, listener_factory
+):
     rt = Runtime(settings, database=migrated.db)
     runtime_mod.install(rt)
     secret = generate_secret()
     listener = listener_factory("--secret", secret)
     with rt.db.begin() as session:
         partner = make_partner(session, "acme")
-        endpoint = make_endpoint(session, partner, listener.url + "/hooks", rt.secret_box,
-                                 secret=secret)
+        endpoint = make_endpoint(
+            session, partner, listener.url + "/hooks", rt.secret_box, secret=secret
+        )
         event, deliveries = make_event_with_deliveries(session, partner, [endpoint])
     enqueue_now(rt.redis, [d.id for d in deliveries])
     with WorkerThread(rt):
+
         def delivered() -> bool:
             with rt.db.begin() as session:
                 return session.get_one(Delivery, deliveries[0].id).state == SUCCEEDED
+
         wait_for(delivered, timeout_s=20)
     printed = listener.stop()
     rt.close()

@@ -36,17 +36,27 @@ def settings(settings):
     return settings.with_overrides(max_payload_bytes=LIMIT)
 
 
-def register(client: Any, auth: dict[str, str], name: str, version: int,
-             schema: dict[str, Any] | None = None, **extra: Any) -> Any:
-    return client.post("/v1/event-types", headers=auth, json={
-        "name": name, "version": version, "schema": schema or LOOSE, **extra})
+def register(
+    client: Any,
+    auth: dict[str, str],
+    name: str,
+    version: int,
+    schema: dict[str, Any] | None = None,
+    **extra: Any,
+) -> Any:
+    return client.post(
+        "/v1/event-types",
+        headers=auth,
+        json={"name": name, "version": version, "schema": schema or LOOSE, **extra},
+    )
 
 
 def _stored(runtime) -> dict[str, int]:
     with runtime.db.begin() as session:
-        return {model.__tablename__: int(session.scalar(select(func.count())
-                                                        .select_from(model)))
-                for model in (Event, Delivery, EventVersion)}
+        return {
+            model.__tablename__: int(session.scalar(select(func.count()).select_from(model)))
+            for model in (Event, Delivery, EventVersion)
+        }
 
 
 def _values(value: Any) -> int:
@@ -65,8 +75,7 @@ def test_downgrades_that_would_blow_up_are_refused_at_registration(client, auth)
     assert register(client, auth, "t", 1).status_code == 201
     expected = {PIPE_BOMB: "pipes", DOUBLING: "copies", STRING_BOMB: "copies", DEEP: "depth"}
     for expression, bound in expected.items():
-        response = register(client, auth, "t", 2, downgrade=expression,
-                            examples=[{"x": 1}])
+        response = register(client, auth, "t", 2, downgrade=expression, examples=[{"x": 1}])
         assert response.status_code == 422, (bound, response.get_json())
         error = response.get_json()["error"]
         assert error["code"] == "invalid_downgrade"
@@ -77,7 +86,10 @@ def test_downgrades_that_would_blow_up_are_refused_at_registration(client, auth)
     assert literal.status_code == 422
     details = literal.get_json()["error"]["details"]
     assert (details["reason"], details["limit"], details["input"]) == (
-        "bytes", LIMIT, "schema_example")
+        "bytes",
+        LIMIT,
+        "schema_example",
+    )
     # The API is still answering, and nothing was registered.
     listed = client.get("/v1/event-types?name=t", headers=auth)
     assert [row["version"] for row in listed.get_json()["data"]] == [1]
@@ -85,8 +97,14 @@ def test_downgrades_that_would_blow_up_are_refused_at_registration(client, auth)
 
 def test_an_example_whose_downgrade_is_too_large_is_refused(client, auth):
     register(client, auth, "t", 1)
-    response = register(client, auth, "t", 2, downgrade=DOUBLING.rsplit("|", 1)[0],
-                        examples=[{"x": 1}, {"note": "n" * (LIMIT // 3)}])
+    response = register(
+        client,
+        auth,
+        "t",
+        2,
+        downgrade=DOUBLING.rsplit("|", 1)[0],
+        examples=[{"x": 1}, {"note": "n" * (LIMIT // 3)}],
+    )
     assert response.status_code == 422
     error = response.get_json()["error"]
     assert error["code"] == "invalid_downgrade"
@@ -96,12 +114,20 @@ def test_an_example_whose_downgrade_is_too_large_is_refused(client, auth):
 # ---------------------------------------------------------------------------- publish
 
 
-def test_a_version_too_large_to_make_is_422_naming_it_and_stores_nothing(client, auth,
-                                                                         runtime):
+def test_a_version_too_large_to_make_is_422_naming_it_and_stores_nothing(client, auth, runtime):
     register(client, auth, "t", 1)
     # Four copies: within the static bound, and small on its example.
-    assert register(client, auth, "t", 2, downgrade="{a: @, b: @} | {a: @, b: @}",
-                    examples=[{"note": "small"}]).status_code == 201
+    assert (
+        register(
+            client,
+            auth,
+            "t",
+            2,
+            downgrade="{a: @, b: @} | {a: @, b: @}",
+            examples=[{"note": "small"}],
+        ).status_code
+        == 201
+    )
     make_partner(client, auth, "acme")
     make_endpoint(client, auth, versions={"t": 1})
     big = {"type": "t", "version": 2, "data": {"note": "n" * (LIMIT // 3)}}
@@ -109,12 +135,18 @@ def test_a_version_too_large_to_make_is_422_naming_it_and_stores_nothing(client,
     assert response.status_code == 422, response.get_json()
     error = response.get_json()["error"]
     assert error["code"] == "version_too_large"
-    assert (error["details"]["version"], error["details"]["reason"],
-            error["details"]["limit"]) == (1, "bytes", LIMIT)
+    assert (error["details"]["version"], error["details"]["reason"], error["details"]["limit"]) == (
+        1,
+        "bytes",
+        LIMIT,
+    )
     assert _stored(runtime) == {"events": 0, "deliveries": 0, "event_versions": 0}
     # The API keeps answering, and the same pin is served when the data is small.
-    small = client.post("/v1/partners/acme/events", headers=auth,
-                        json={"type": "t", "version": 2, "data": {"note": "ok"}})
+    small = client.post(
+        "/v1/partners/acme/events",
+        headers=auth,
+        json={"type": "t", "version": 2, "data": {"note": "ok"}},
+    )
     assert small.status_code == 202
     (delivery,) = small.get_json()["deliveries"]
     assert delivery["version"] == 1
@@ -125,12 +157,12 @@ def test_a_stored_bomb_is_stopped_by_the_budget_at_publish(client, auth, runtime
     register(client, auth, "t", 1)
     register(client, auth, "t", 2)
     with runtime.db.begin() as session:
-        session.scalars(select(EventType).where(EventType.version == 2)).one().downgrade = (
-            PIPE_BOMB)
+        session.scalars(select(EventType).where(EventType.version == 2)).one().downgrade = PIPE_BOMB
     make_partner(client, auth, "acme")
     make_endpoint(client, auth, versions={"t": 1})
-    response = client.post("/v1/partners/acme/events", headers=auth,
-                           json={"type": "t", "version": 2, "data": {"x": 1}})
+    response = client.post(
+        "/v1/partners/acme/events", headers=auth, json={"type": "t", "version": 2, "data": {"x": 1}}
+    )
     assert response.status_code == 422
     assert response.get_json()["error"]["details"]["version"] == 1
     assert _stored(runtime)["events"] == 0
@@ -145,22 +177,30 @@ def test_a_pin_further_than_the_chain_bound_is_refused(client, auth):
     for version in range(2, newest + 1):
         assert register(client, auth, "long", version, downgrade="@").status_code == 201
     make_partner(client, auth, "acme")
-    too_far = client.post("/v1/partners/acme/endpoints", headers=auth, json={
-        "url": "http://127.0.0.1:9/", "versions": {"long": 1}})
+    too_far = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "http://127.0.0.1:9/", "versions": {"long": 1}},
+    )
     assert too_far.status_code == 422
     assert too_far.get_json()["error"]["details"]["unavailable"] == [
-        {"type": "long", "version": 1, "newest": newest}]
+        {"type": "long", "version": 1, "newest": newest}
+    ]
     make_endpoint(client, auth, versions={"long": newest - MAX_DOWNGRADE_HOPS})
 
 
 # ---------------------------------------------------------------------------- catalog
 
 
-SELF_REFERENCING = {"type": "object",
-                    "properties": {f"p{i}": {"$ref": "#"} for i in range(120)}}
-TREE = {"type": "object", "required": ["name"],
-        "properties": {"name": {"type": "string"},
-                       "children": {"type": "array", "items": {"$ref": "#"}}}}
+SELF_REFERENCING = {"type": "object", "properties": {f"p{i}": {"$ref": "#"} for i in range(120)}}
+TREE = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string"},
+        "children": {"type": "array", "items": {"$ref": "#"}},
+    },
+}
 
 
 @pytest.fixture

@@ -24,8 +24,11 @@ def test_bound_values_never_reach_logs_or_error_messages(runtime, caplog):
     engine_log.setLevel(logging.INFO)
     try:
         with pytest.raises(IntegrityError) as info, runtime.db.begin() as session:
-            session.execute(insert(ApiKey).values(
-                id="key_dup", name=secret, prefix="x", key_hash=existing, scopes=[]))
+            session.execute(
+                insert(ApiKey).values(
+                    id="key_dup", name=secret, prefix="x", key_hash=existing, scopes=[]
+                )
+            )
     finally:
         engine_log.setLevel(logging.WARNING)
     assert secret not in str(info.value)

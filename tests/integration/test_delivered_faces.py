@@ -81,13 +81,19 @@ def shown_version(fragment: str) -> str:
 def test_every_page_shows_the_bytes_the_endpoint_received(ui, open_portal, scene):  # noqa: F811
     portal = open_portal()
     pages = {
-        "/pinned-ok": [ui.get(f"/ui/deliveries/{scene.deliveries['/pinned-ok']}"),
-                       portal.get(f"/portal/deliveries/{scene.deliveries['/pinned-ok']}")],
-        "/pinned-dead": [ui.get(f"/ui/deliveries/{scene.deliveries['/pinned-dead']}"),
-                         ui.get(f"/ui/dead-letters/{scene.letter_id}"),
-                         portal.get(f"/portal/deliveries/{scene.deliveries['/pinned-dead']}")],
-        "/latest": [ui.get(f"/ui/deliveries/{scene.deliveries['/latest']}"),
-                    portal.get(f"/portal/deliveries/{scene.deliveries['/latest']}")],
+        "/pinned-ok": [
+            ui.get(f"/ui/deliveries/{scene.deliveries['/pinned-ok']}"),
+            portal.get(f"/portal/deliveries/{scene.deliveries['/pinned-ok']}"),
+        ],
+        "/pinned-dead": [
+            ui.get(f"/ui/deliveries/{scene.deliveries['/pinned-dead']}"),
+            ui.get(f"/ui/dead-letters/{scene.letter_id}"),
+            portal.get(f"/portal/deliveries/{scene.deliveries['/pinned-dead']}"),
+        ],
+        "/latest": [
+            ui.get(f"/ui/deliveries/{scene.deliveries['/latest']}"),
+            portal.get(f"/portal/deliveries/{scene.deliveries['/latest']}"),
+        ],
     }
     for path, answers in pages.items():
         captured = scene.captured[path]
@@ -111,8 +117,13 @@ def test_every_page_shows_the_bytes_the_endpoint_received(ui, open_portal, scene
 # ---------------------------------------------------------------------------- X2: the version
 
 
-def test_every_list_and_fact_names_the_delivered_version(ui, open_portal, client, auth,  # noqa: F811
-                                                         scene):
+def test_every_list_and_fact_names_the_delivered_version(
+    ui,
+    open_portal,
+    client,
+    auth,  # noqa: F811
+    scene,
+):
     portal = open_portal()
     pinned, dead, latest = (scene.deliveries[p] for p in kit.PATHS)
     log = ui.get("/ui/deliveries").text
@@ -121,15 +132,18 @@ def test_every_list_and_fact_names_the_delivered_version(ui, open_portal, client
     assert shown_version(row_of(log, latest)) == "v2" and "(pinned)" not in row_of(log, latest)
 
     letters = ui.get("/ui/dead-letters").text
-    (letter_row,) = re.findall(r"<tr>(?:(?!</tr>).)*?" + scene.letter_id + r".*?</tr>", letters,
-                               re.S)
+    (letter_row,) = re.findall(
+        r"<tr>(?:(?!</tr>).)*?" + scene.letter_id + r".*?</tr>", letters, re.S
+    )
     assert shown_version(letter_row) == "v1"
 
     letter_page = ui.get(f"/ui/dead-letters/{scene.letter_id}").text
     assert shown_version(letter_page) == "v1" and "published as v2" in letter_page
     for delivery_id, version in ((pinned, "v1"), (latest, "v2")):
-        for page in (ui.get(f"/ui/deliveries/{delivery_id}").text,
-                     portal.get(f"/portal/deliveries/{delivery_id}").text):
+        for page in (
+            ui.get(f"/ui/deliveries/{delivery_id}").text,
+            portal.get(f"/portal/deliveries/{delivery_id}").text,
+        ):
             assert shown_version(page) == version
             assert ("published as v2" in page) == (version == "v1")
 
@@ -155,13 +169,18 @@ def test_every_list_and_fact_names_the_delivered_version(ui, open_portal, client
 # ---------------------------------------------------------------------------- X3: the pins
 
 
-def test_both_endpoint_pages_show_pins_with_deprecation_and_sunset(ui, open_portal,  # noqa: F811
-                                                                   pinned):
+def test_both_endpoint_pages_show_pins_with_deprecation_and_sunset(
+    ui,
+    open_portal,  # noqa: F811
+    pinned,
+):
     endpoints, when = pinned
     sunset = when.strftime("%Y-%m-%d")
     portal = open_portal()
-    for page in (ui.get(f"/ui/endpoints/{endpoints['/pinned-ok']}").text,
-                 portal.get(f"/portal/endpoints/{endpoints['/pinned-ok']}").text):
+    for page in (
+        ui.get(f"/ui/endpoints/{endpoints['/pinned-ok']}").text,
+        portal.get(f"/portal/endpoints/{endpoints['/pinned-ok']}").text,
+    ):
         block = re.search(r'data-testid="pins">(.*?)</dd>', page, re.S).group(1)
         text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", block))
         assert "payment.succeeded v1" in text and "deprecated" in text
@@ -169,8 +188,10 @@ def test_both_endpoint_pages_show_pins_with_deprecation_and_sunset(ui, open_port
         notice = re.search(r'data-testid="pin-notice">(.*?)</section>', page, re.S).group(1)
         assert "payment.succeeded v1" in notice and sunset in notice
     unpinned = endpoints["/latest"]
-    for page in (ui.get(f"/ui/endpoints/{unpinned}").text,
-                 portal.get(f"/portal/endpoints/{unpinned}").text):
+    for page in (
+        ui.get(f"/ui/endpoints/{unpinned}").text,
+        portal.get(f"/portal/endpoints/{unpinned}").text,
+    ):
         assert "every type arrives in the version published" in page
         assert 'data-testid="pin-notice"' not in page
 
@@ -179,9 +200,11 @@ def test_a_pin_past_its_sunset_says_so(runtime, pinned):
     endpoints, sunset = pinned
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, endpoints["/pinned-ok"])
-        before = pins.of_endpoint(session, Actor.system(), endpoint,
-                                  now=sunset - timedelta(seconds=1))
+        before = pins.of_endpoint(
+            session, Actor.system(), endpoint, now=sunset - timedelta(seconds=1)
+        )
         after = pins.of_endpoint(session, Actor.system(), endpoint, now=sunset)
     assert [(p.type, p.version, p.deprecated, p.newest) for p in after] == [
-        ("payment.succeeded", 1, True, 2)]
+        ("payment.succeeded", 1, True, 2)
+    ]
     assert (before[0].sunset_passed, after[0].sunset_passed) == (False, True)

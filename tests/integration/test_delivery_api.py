@@ -43,20 +43,38 @@ def test_get_delivery_shows_every_attempt_in_the_spec_shape(runtime, client, aut
             wait_for(lambda: _state(rt, delivery.id) == RETRYING, message="first failure")
             response = client.post(f"/v1/deliveries/{delivery.id}/retry", headers=auth)
             assert response.status_code == 202, response.get_json()
-            wait_for(lambda: _state(rt, delivery.id) == SUCCEEDED, timeout_s=30,
-                     message="retried now")
+            wait_for(
+                lambda: _state(rt, delivery.id) == SUCCEEDED, timeout_s=30, message="retried now"
+            )
     worker_rt.close()
     body = client.get(f"/v1/deliveries/{delivery.id}", headers=auth).get_json()
-    assert {"id", "event", "endpoint", "state", "attempt_count", "next_attempt_at",
-            "attempts"} <= set(body)
+    assert {
+        "id",
+        "event",
+        "endpoint",
+        "state",
+        "attempt_count",
+        "next_attempt_at",
+        "attempts",
+    } <= set(body)
     assert body["id"] == delivery.id and body["event"] == event.id
     assert body["endpoint"] == endpoint.id and body["state"] == "succeeded"
     assert body["attempt_count"] == 2 and body["next_attempt_at"] is None
     first, second = body["attempts"]
-    assert set(first) == {"n", "started_at", "duration_ms", "response_status",
-                          "response_body", "response_headers", "error"}
+    assert set(first) == {
+        "n",
+        "started_at",
+        "duration_ms",
+        "response_status",
+        "response_body",
+        "response_headers",
+        "error",
+    }
     assert (first["n"], first["response_status"], first["response_body"]) == (
-        1, 500, "first failed")
+        1,
+        500,
+        "first failed",
+    )
     assert (second["n"], second["response_status"]) == (2, 200)
     assert first["started_at"].endswith("Z") and isinstance(first["duration_ms"], int)
 
@@ -70,19 +88,25 @@ def _dead_delivery(runtime, url: str, state: str = "enabled") -> tuple[Scene, st
     return scene, letter_id, delivery_id
 
 
-def test_retry_of_a_dead_delivery_resends_it_once_its_endpoint_is_enabled(runtime, client,
-                                                                          auth):
+def test_retry_of_a_dead_delivery_resends_it_once_its_endpoint_is_enabled(runtime, client, auth):
     with Receiver() as receiver:
-        scene, letter_id, delivery_id = _dead_delivery(runtime, receiver.url + "/hook",
-                                                       state="disabled")
+        scene, letter_id, delivery_id = _dead_delivery(
+            runtime, receiver.url + "/hook", state="disabled"
+        )
         refused = client.post(f"/v1/deliveries/{delivery_id}/retry", headers=auth)
         assert refused.status_code == 409
         error = refused.get_json()["error"]
         assert error["code"] == "endpoint_disabled" and "force" in error["message"]
-        assert client.get(f"/v1/dead-letters/{letter_id}",
-                          headers=auth).get_json()["state"] == "open"
-        assert client.post(f"/v1/partners/{scene.partner_uid}/endpoints/{scene.endpoint_id}"
-                           "/enable", headers=auth).status_code == 200
+        assert (
+            client.get(f"/v1/dead-letters/{letter_id}", headers=auth).get_json()["state"] == "open"
+        )
+        assert (
+            client.post(
+                f"/v1/partners/{scene.partner_uid}/endpoints/{scene.endpoint_id}/enable",
+                headers=auth,
+            ).status_code
+            == 200
+        )
         with WorkerThread(runtime):
             response = client.post(f"/v1/deliveries/{delivery_id}/retry", headers=auth)
             assert response.status_code == 202, response.get_json()
@@ -103,12 +127,11 @@ def test_retry_of_a_dead_delivery_resends_it_once_its_endpoint_is_enabled(runtim
 
 
 @pytest.mark.parametrize(("query", "body"), [("?force=true", None), ("", {"force": True})])
-def test_forced_retry_of_a_dead_delivery_goes_to_a_disabled_endpoint(runtime, client, auth,
-                                                                     query, body):
-    _, letter_id, delivery_id = _dead_delivery(runtime, "http://127.0.0.1:9/h",
-                                               state="disabled")
-    response = client.post(f"/v1/deliveries/{delivery_id}/retry{query}", json=body,
-                           headers=auth)
+def test_forced_retry_of_a_dead_delivery_goes_to_a_disabled_endpoint(
+    runtime, client, auth, query, body
+):
+    _, letter_id, delivery_id = _dead_delivery(runtime, "http://127.0.0.1:9/h", state="disabled")
+    response = client.post(f"/v1/deliveries/{delivery_id}/retry{query}", json=body, headers=auth)
     assert response.status_code == 202, response.get_json()
     assert response.get_json()["state"] == PENDING
     letter = client.get(f"/v1/dead-letters/{letter_id}", headers=auth).get_json()
@@ -119,30 +142,35 @@ def test_forced_retry_of_a_dead_delivery_goes_to_a_disabled_endpoint(runtime, cl
     assert runtime.redis.llen("rq:queue:kurir-deliveries") == 1
 
 
-def test_retry_of_a_dead_delivery_whose_letter_was_discarded_is_a_clear_409(runtime, client,
-                                                                            auth):
+def test_retry_of_a_dead_delivery_whose_letter_was_discarded_is_a_clear_409(runtime, client, auth):
     _, letter_id, delivery_id = _dead_delivery(runtime, "http://127.0.0.1:9/h")
-    assert client.post(f"/v1/dead-letters/{letter_id}/discard", headers=auth,
-                       json={"note": "sent by hand"}).status_code == 200
+    assert (
+        client.post(
+            f"/v1/dead-letters/{letter_id}/discard", headers=auth, json={"note": "sent by hand"}
+        ).status_code
+        == 200
+    )
     response = client.post(f"/v1/deliveries/{delivery_id}/retry", headers=auth)
     assert response.status_code == 409
     error = response.get_json()["error"]
     assert error["code"] == "dead_letter_not_open" and "discarded" in error["message"]
-    assert error["details"] == {"delivery": delivery_id, "dead_letter": letter_id,
-                                "state": "discarded"}
+    assert error["details"] == {
+        "delivery": delivery_id,
+        "dead_letter": letter_id,
+        "state": "discarded",
+    }
     assert _state(runtime, delivery_id) == DEAD
     assert runtime.redis.llen("rq:queue:kurir-deliveries") == 0
 
 
 def test_retry_rejects_a_force_that_is_not_a_boolean(runtime, client, auth):
-    _, letter_id, delivery_id = _dead_delivery(runtime, "http://127.0.0.1:9/h",
-                                               state="disabled")
-    response = client.post(f"/v1/deliveries/{delivery_id}/retry", json={"force": "yes"},
-                           headers=auth)
+    _, letter_id, delivery_id = _dead_delivery(runtime, "http://127.0.0.1:9/h", state="disabled")
+    response = client.post(
+        f"/v1/deliveries/{delivery_id}/retry", json={"force": "yes"}, headers=auth
+    )
     assert response.status_code == 422
     assert response.get_json()["error"]["details"] == {"parameter": "force"}
-    assert client.get(f"/v1/dead-letters/{letter_id}",
-                      headers=auth).get_json()["state"] == "open"
+    assert client.get(f"/v1/dead-letters/{letter_id}", headers=auth).get_json()["state"] == "open"
 
 
 def test_retry_of_a_succeeded_delivery_sends_it_again_as_a_new_run(runtime, client, auth):
@@ -150,12 +178,14 @@ def test_retry_of_a_succeeded_delivery_sends_it_again_as_a_new_run(runtime, clie
         with runtime.db.begin() as session:
             partner = make_partner(session)
             endpoint = make_endpoint(session, partner, receiver.url + "/h", runtime.secret_box)
-            _, [delivery] = make_event_with_deliveries(session, partner, [endpoint],
-                                                       state=SUCCEEDED)
+            _, [delivery] = make_event_with_deliveries(
+                session, partner, [endpoint], state=SUCCEEDED
+            )
             session.get(Delivery, delivery.id).attempt_count = 1
         with WorkerThread(runtime):
-            assert client.post(f"/v1/deliveries/{delivery.id}/retry",
-                               headers=auth).status_code == 202
+            assert (
+                client.post(f"/v1/deliveries/{delivery.id}/retry", headers=auth).status_code == 202
+            )
             wait_for(lambda: len(receiver.requests) == 1, message="sent again")
             wait_for(lambda: _state(runtime, delivery.id) == SUCCEEDED, message="recorded")
     with runtime.db.begin() as session:
@@ -168,8 +198,12 @@ def test_retry_makes_a_waiting_delivery_due_now(runtime, client, auth):
         partner = make_partner(session)
         endpoint = make_endpoint(session, partner, "http://127.0.0.1:9/h", runtime.secret_box)
         _, [delivery] = make_event_with_deliveries(
-            session, partner, [endpoint], state=RETRYING,
-            next_attempt_at=utcnow() + timedelta(hours=3))
+            session,
+            partner,
+            [endpoint],
+            state=RETRYING,
+            next_attempt_at=utcnow() + timedelta(hours=3),
+        )
     before = utcnow()
     response = client.post(f"/v1/deliveries/{delivery.id}/retry", headers=auth)
     assert response.status_code == 202

@@ -55,8 +55,11 @@ def rt(settings: Any, migrated: Any, own_redis: EmbeddedRedis) -> Iterator[Runti
 
 def _succeeded(rt: Runtime, ids: list[str]) -> bool:
     with rt.db.begin() as session:
-        done = session.scalar(select(func.count()).select_from(Delivery).where(
-            Delivery.id.in_(ids), Delivery.state == SUCCEEDED))
+        done = session.scalar(
+            select(func.count())
+            .select_from(Delivery)
+            .where(Delivery.id.in_(ids), Delivery.state == SUCCEEDED)
+        )
     return done == len(ids)
 
 
@@ -69,8 +72,9 @@ def _at_least_once_at_most_twice(receiver: Receiver, event_ids: set[str]) -> Non
 def test_publish_while_redis_is_down_is_delivered_once_it_is_back(rt, own_redis):
     with Receiver() as receiver:
         with rt.db.begin() as session:
-            event_types.register(session, {"name": "order.paid", "version": 1,
-                                         "schema": {"type": "object"}})
+            event_types.register(
+                session, {"name": "order.paid", "version": 1, "schema": {"type": "object"}}
+            )
             partner = make_partner(session, "acme")
             make_endpoint(session, partner, receiver.url + "/h", rt.secret_box)
             _, token = create_api_key(session, "svc", ["events:write"])
@@ -81,9 +85,11 @@ def test_publish_while_redis_is_down_is_delivered_once_it_is_back(rt, own_redis)
             rt.redis.ping()
         event_ids = set()
         for i in range(20):
-            response = client.post("/v1/partners/acme/events",
-                                   headers={"Authorization": f"Bearer {token}"},
-                                   json={"type": "order.paid", "version": 1, "data": {"n": i}})
+            response = client.post(
+                "/v1/partners/acme/events",
+                headers={"Authorization": f"Bearer {token}"},
+                json={"type": "order.paid", "version": 1, "data": {"n": i}},
+            )
             assert response.status_code == 202, response.get_json()
             event_ids.add(response.get_json()["id"])
         with rt.db.begin() as session:
@@ -112,18 +118,19 @@ def test_flushall_mid_run_loses_nothing(rt):
             wait_for(lambda: len(receiver.requests) >= 20, message="the run to start")
             # One job each, as 200 publishes would enqueue, in one pipeline so that the flush
             # right after it finds most of them still queued.
-            enqueue_many(rt.redis, [spec for delivery_id in second
-                                    for spec in job_specs([delivery_id])])
+            enqueue_many(
+                rt.redis, [spec for delivery_id in second for spec in job_specs([delivery_id])]
+            )
             queued = rt.redis.llen("rq:queue:kurir-deliveries")
             rt.redis.flushall()
-            wait_for(lambda: _succeeded(rt, first + second), timeout_s=60,
-                     message="all delivered")
+            wait_for(lambda: _succeeded(rt, first + second), timeout_s=60, message="all delivered")
         assert queued > 0  # jobs really were lost with the flush
         _at_least_once_at_most_twice(receiver, event_ids)
 
 
-def test_sigkilled_worker_mid_delivery_is_redelivered_by_another(rt, settings, own_redis,
-                                                                 tmp_path, backend):
+def test_sigkilled_worker_mid_delivery_is_redelivered_by_another(
+    rt, settings, own_redis, tmp_path, backend
+):
     """A worker dies while its request is in flight; once its lease has expired the sweeper
     records the lost attempt and another worker delivers."""
     if backend == "sqlite":
@@ -131,8 +138,12 @@ def test_sigkilled_worker_mid_delivery_is_redelivered_by_another(rt, settings, o
         # on both databases in test_delivery_sweeper.py.
         pytest.skip("runs on PostgreSQL only")
     worker_settings = settings.with_overrides(redis_url=own_redis.url)
-    victim = WorkerProcess(worker_settings, tmp_path / "victim.log",
-                           KURIR_DELIVERY_LEASE_SECONDS="5", KURIR_DEFAULT_TIMEOUT_S="1")
+    victim = WorkerProcess(
+        worker_settings,
+        tmp_path / "victim.log",
+        KURIR_DELIVERY_LEASE_SECONDS="5",
+        KURIR_DEFAULT_TIMEOUT_S="1",
+    )
 
     def kill_mid_request(received: Any, count: int) -> tuple[int, dict[str, str], bytes] | None:
         if count == 1:
@@ -145,20 +156,27 @@ def test_sigkilled_worker_mid_delivery_is_redelivered_by_another(rt, settings, o
     with Receiver(kill_mid_request) as receiver:
         with rt.db.begin() as session:
             partner = make_partner(session)
-            endpoint = make_endpoint(session, partner, receiver.url + "/h", rt.secret_box,
-                                     timeout_s=1)
+            endpoint = make_endpoint(
+                session, partner, receiver.url + "/h", rt.secret_box, timeout_s=1
+            )
             [delivery_id] = make_events(session, partner, [endpoint], 1)
         enqueue_now(rt.redis, [delivery_id])
         with victim:
-            wait_for(lambda: victim.process.poll() is not None, timeout_s=60,
-                     message="the victim to be killed mid-request")
+            wait_for(
+                lambda: victim.process.poll() is not None,
+                timeout_s=60,
+                message="the victim to be killed mid-request",
+            )
         with rt.db.begin() as session:
             row = session.get(Delivery, delivery_id)
             assert row.state == "delivering"
             lease = row.lease_expires_at
         with WorkerThread(rt), SweeperThread(rt):
-            wait_for(lambda: _succeeded(rt, [delivery_id]), timeout_s=90,
-                     message="redelivered by the other worker")
+            wait_for(
+                lambda: _succeeded(rt, [delivery_id]),
+                timeout_s=90,
+                message="redelivered by the other worker",
+            )
         assert len(receiver.requests) == 2
         first, second = receiver.requests
         assert first.headers["webhook-id"] == second.headers["webhook-id"]
@@ -167,4 +185,6 @@ def test_sigkilled_worker_mid_delivery_is_redelivered_by_another(rt, settings, o
         with rt.db.begin() as session:
             attempts = session.scalars(select(Attempt).order_by(Attempt.n)).all()
             assert [(a.n, a.error, a.response_status) for a in attempts] == [
-                (1, "worker_lost", None), (2, None, 200)]
+                (1, "worker_lost", None),
+                (2, None, 200),
+            ]

@@ -38,8 +38,9 @@ FAST_SCHEDULE = (1, 1, 1)
 
 def _states(rt: Runtime, ids: list[str]) -> dict[str, str]:
     with rt.db.begin() as session:
-        return dict(session.execute(
-            select(Delivery.id, Delivery.state).where(Delivery.id.in_(ids))).all())
+        return dict(
+            session.execute(select(Delivery.id, Delivery.state).where(Delivery.id.in_(ids))).all()
+        )
 
 
 def _all_in(rt: Runtime, ids: list[str], *states: str) -> bool:
@@ -52,8 +53,13 @@ def test_delivered_request_is_signed_and_verifies_with_standardwebhooks(make_rt)
     with Receiver() as receiver:
         with rt.db.begin() as session:
             partner = make_partner(session, "acme")
-            endpoint = make_endpoint(session, partner, receiver.url + "/hook", rt.secret_box,
-                                     headers={"X-Partner-Token": "abc", "X-Trace": "t1"})
+            endpoint = make_endpoint(
+                session,
+                partner,
+                receiver.url + "/hook",
+                rt.secret_box,
+                headers={"X-Partner-Token": "abc", "X-Trace": "t1"},
+            )
             secret = endpoint.test_secret
             event, deliveries = make_event_with_deliveries(session, partner, [endpoint])
             ids = [d.id for d in deliveries]
@@ -67,9 +73,14 @@ def test_delivered_request_is_signed_and_verifies_with_standardwebhooks(make_rt)
     assert headers["user-agent"].startswith("Kurir/")
     assert headers["x-trace"] == "t1"
     assert request.body == event.payload.encode()
-    payload = Webhook(secret).verify(request.body, {
-        "webhook-id": headers["webhook-id"], "webhook-timestamp": headers["webhook-timestamp"],
-        "webhook-signature": headers["webhook-signature"]})
+    payload = Webhook(secret).verify(
+        request.body,
+        {
+            "webhook-id": headers["webhook-id"],
+            "webhook-timestamp": headers["webhook-timestamp"],
+            "webhook-signature": headers["webhook-signature"],
+        },
+    )
     assert payload["id"] == event.id and payload["partner"] == "acme"
     with rt.db.begin() as session:
         [attempt] = session.scalars(select(Attempt)).all()
@@ -96,12 +107,12 @@ def test_500_then_success_on_retry_with_fresh_timestamp_and_same_id(make_rt):
         enqueue_now(rt.redis, ids)
         # No sweeper runs: only the worker's own timer can fire the retry.
         with WorkerThread(rt):
-            wait_for(lambda: _all_in(rt, ids, SUCCEEDED), timeout_s=30,
-                     message="success on retry")
+            wait_for(lambda: _all_in(rt, ids, SUCCEEDED), timeout_s=30, message="success on retry")
         first, second = receiver.on("/h")
     assert first.headers["webhook-id"] == second.headers["webhook-id"] == event.id
     assert first.headers["webhook-timestamp"] != second.headers["webhook-timestamp"] or (
-        first.headers["webhook-signature"] != second.headers["webhook-signature"])
+        first.headers["webhook-signature"] != second.headers["webhook-signature"]
+    )
     # The retry waited its scheduled second (it is due 1 s after the first answer).
     assert second.at - first.at >= 1.0
     with rt.db.begin() as session:
@@ -142,14 +153,17 @@ def test_410_disables_the_endpoint_and_parks_its_waiting_deliveries(make_rt):
             endpoint = make_endpoint(session, partner, receiver.url + "/h", rt.secret_box)
             _, first = make_event_with_deliveries(session, partner, [endpoint])
             # Another delivery waiting for a retry later: parked when the endpoint goes.
-            _, waiting = make_event_with_deliveries(session, partner, [endpoint],
-                                                    state=RETRYING)
-            session.get(Delivery, waiting[0].id).next_attempt_at = (
-                waiting[0].created_at.replace(year=2099))
+            _, waiting = make_event_with_deliveries(session, partner, [endpoint], state=RETRYING)
+            session.get(Delivery, waiting[0].id).next_attempt_at = waiting[0].created_at.replace(
+                year=2099
+            )
         enqueue_now(rt.redis, [first[0].id])
         with WorkerThread(rt):
-            wait_for(lambda: _all_in(rt, [first[0].id, waiting[0].id], DEAD), timeout_s=30,
-                     message="both parked")
+            wait_for(
+                lambda: _all_in(rt, [first[0].id, waiting[0].id], DEAD),
+                timeout_s=30,
+                message="both parked",
+            )
         assert len(receiver.requests) == 1
     with rt.db.begin() as session:
         ep = session.get(Endpoint, endpoint.id)
@@ -162,8 +176,12 @@ def test_410_disables_the_endpoint_and_parks_its_waiting_deliveries(make_rt):
 
 
 def test_auto_disable_after_n_consecutive_failures_parks_the_rest(make_rt):
-    rt = make_rt(retry_schedule=(1,) * 10, retry_jitter=0.0, disable_after_failures=3,
-                 disable_after_seconds=0)
+    rt = make_rt(
+        retry_schedule=(1,) * 10,
+        retry_jitter=0.0,
+        disable_after_failures=3,
+        disable_after_seconds=0,
+    )
     with Receiver(lambda r, c: (500, {}, b"")) as receiver:
         with rt.db.begin() as session:
             partner = make_partner(session)
@@ -190,8 +208,9 @@ def test_deliveries_for_a_disabled_endpoint_are_parked_not_sent(make_rt):
     with Receiver() as receiver:
         with rt.db.begin() as session:
             partner = make_partner(session)
-            endpoint = make_endpoint(session, partner, receiver.url + "/h", rt.secret_box,
-                                     state="disabled")
+            endpoint = make_endpoint(
+                session, partner, receiver.url + "/h", rt.secret_box, state="disabled"
+            )
             ids = make_events(session, partner, [endpoint], 3)
         enqueue_now(rt.redis, ids)
         with WorkerThread(rt):
@@ -207,8 +226,10 @@ def test_many_deliveries_to_several_endpoints_all_arrive_once(make_rt):
     with Receiver() as receiver:
         with rt.db.begin() as session:
             partner = make_partner(session)
-            endpoints = [make_endpoint(session, partner, f"{receiver.url}/e{i}", rt.secret_box)
-                         for i in range(3)]
+            endpoints = [
+                make_endpoint(session, partner, f"{receiver.url}/e{i}", rt.secret_box)
+                for i in range(3)
+            ]
             ids = make_events(session, partner, endpoints, 100)
         enqueue_now(rt.redis, ids)
         with WorkerThread(rt), SweeperThread(rt):

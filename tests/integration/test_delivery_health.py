@@ -56,8 +56,9 @@ def test_thresholds_on_an_injected_clock_then_disable_parks_what_waits(runtime):
     limits = health.Thresholds(failures=3, seconds=3600)
     with runtime.db.begin() as session:
         health.record(session, endpoint_id, health.tally([(at(0), True)]))
-        h = health.record(session, endpoint_id, health.tally(
-            [(at(60 * i), False) for i in range(1, 4)]))
+        h = health.record(
+            session, endpoint_id, health.tally([(at(60 * i), False) for i in range(1, 4)])
+        )
         assert not health.should_disable(h, limits, at(600))  # 3 failures, but 10 minutes
         assert health.should_disable(h, limits, at(3600))
         endpoint = session.get(Endpoint, endpoint_id)
@@ -72,7 +73,10 @@ def test_thresholds_on_an_injected_clock_then_disable_parks_what_waits(runtime):
         assert not health.disable(session, endpoint_id, "again", at(3601))
         endpoint = session.get(Endpoint, endpoint_id)
         assert (endpoint.state, endpoint.disabled_reason, endpoint.disabled_at) == (
-            "disabled", "failing", at(3600))
+            "disabled",
+            "failing",
+            at(3600),
+        )
         states = {d.id: d.state for d in session.scalars(select(Delivery))}
         assert states[ids[PENDING]] == states[ids[RETRYING]] == DEAD
         assert states[ids[SUCCEEDED]] == SUCCEEDED

@@ -33,16 +33,20 @@ def test_hanging_endpoint_does_not_delay_healthy_ones(runtime):
     with ReceiverProcess() as receiver:
         with rt.db.begin() as session:
             partner = make_partner(session)
-            hanging = make_endpoint(session, partner, receiver.url + "/hang", rt.secret_box,
-                                    timeout_s=1)
-            healthy = [make_endpoint(session, partner, f"{receiver.url}/ok{i}", rt.secret_box,
-                                     timeout_s=1) for i in range(HEALTHY)]
+            hanging = make_endpoint(
+                session, partner, receiver.url + "/hang", rt.secret_box, timeout_s=1
+            )
+            healthy = [
+                make_endpoint(session, partner, f"{receiver.url}/ok{i}", rt.secret_box, timeout_s=1)
+                for i in range(HEALTHY)
+            ]
             jobs = []
             # Every event goes to all six endpoints, the hanging one first, so every job mixes
             # hanging and healthy deliveries, as a publish does.
             for i in range(EVENTS):
-                _, deliveries = make_event_with_deliveries(session, partner,
-                                                           [hanging, *healthy], data={"n": i})
+                _, deliveries = make_event_with_deliveries(
+                    session, partner, [hanging, *healthy], data={"n": i}
+                )
                 jobs.append([d.id for d in deliveries])
         for ids in jobs:
             enqueue_now(rt.redis, ids)
@@ -53,15 +57,21 @@ def test_hanging_endpoint_does_not_delay_healthy_ones(runtime):
             return sum(1 for _, path, _ in records if path != "/hang") >= EVENTS * HEALTHY
 
         with WorkerThread(rt), SweeperThread(rt):
-            wait_for(healthy_arrived, timeout_s=120, interval_s=0.1,
-                     message="the healthy deliveries")
+            wait_for(
+                healthy_arrived, timeout_s=120, interval_s=0.1, message="the healthy deliveries"
+            )
             with rt.db.begin() as session:
                 hanging_delivered = session.scalar(
-                    select(func.count()).select_from(Delivery).where(
-                        Delivery.endpoint_id == hanging.id, Delivery.state == SUCCEEDED))
+                    select(func.count())
+                    .select_from(Delivery)
+                    .where(Delivery.endpoint_id == hanging.id, Delivery.state == SUCCEEDED)
+                )
                 hanging_attempts = session.scalar(
-                    select(func.count()).select_from(Attempt).join(Delivery).where(
-                        Delivery.endpoint_id == hanging.id))
+                    select(func.count())
+                    .select_from(Attempt)
+                    .join(Delivery)
+                    .where(Delivery.endpoint_id == hanging.id)
+                )
             # Stop the receiver first: the hanging requests then end at once, not at timeout.
             receiver.close()
     for i in range(HEALTHY):

@@ -45,19 +45,31 @@ def test_rate_limit_holds_across_two_worker_processes(runtime, settings, tmp_pat
     with ReceiverProcess() as receiver:
         with runtime.db.begin() as session:
             partner = make_partner(session)
-            endpoint = make_endpoint(session, partner, receiver.url + "/limited",
-                                     runtime.secret_box, rate_limit_per_s=rate)
+            endpoint = make_endpoint(
+                session,
+                partner,
+                receiver.url + "/limited",
+                runtime.secret_box,
+                rate_limit_per_s=rate,
+            )
             ids = make_events(session, partner, [endpoint], events)
         workers = [WorkerProcess(settings, tmp_path / f"w{i}.log") for i in (1, 2)]
         with workers[0], workers[1]:
             for i in range(0, len(ids), 3):
                 # Each job goes to the worker that has waited longest for one: with both
                 # waiting before every job, the jobs are shared between the two processes.
-                wait_for(lambda: _blocked_clients(runtime) >= 4, timeout_s=60,
-                         message="both workers waiting for a job")
-                enqueue_now(runtime.redis, ids[i:i + 3])
-            wait_for(lambda: receiver.count() >= events, timeout_s=60, interval_s=0.1,
-                     message="every rate-limited delivery")
+                wait_for(
+                    lambda: _blocked_clients(runtime) >= 4,
+                    timeout_s=60,
+                    message="both workers waiting for a job",
+                )
+                enqueue_now(runtime.redis, ids[i : i + 3])
+            wait_for(
+                lambda: receiver.count() >= events,
+                timeout_s=60,
+                interval_s=0.1,
+                message="every rate-limited delivery",
+            )
             wait_for(lambda: _all_succeeded(runtime, ids), timeout_s=30, message="recorded")
         records = receiver.dump()
     assert len({m for m, _, _ in records}) == events  # none dropped
@@ -72,8 +84,9 @@ def test_rate_limit_holds_across_two_worker_processes(runtime, settings, tmp_pat
     # only a late *first* send shortens a prefix, by its lateness (allowed: 1 s).
     times = sorted(at for _, _, at in records)
     assert times[-1] - times[0] >= (events - 1) / rate * 0.9
-    early = [(k, round(at - times[0], 3)) for k, at in enumerate(times)
-             if at - times[0] < k / rate - 1.0]
+    early = [
+        (k, round(at - times[0], 3)) for k, at in enumerate(times) if at - times[0] < k / rate - 1.0
+    ]
     assert not early, early
 
 
@@ -94,6 +107,9 @@ def _all_succeeded(runtime, ids):
     from app.models import Delivery
 
     with runtime.db.begin() as session:
-        done = session.scalar(select(func.count()).select_from(Delivery).where(
-            Delivery.id.in_(ids), Delivery.state == SUCCEEDED))
+        done = session.scalar(
+            select(func.count())
+            .select_from(Delivery)
+            .where(Delivery.id.in_(ids), Delivery.state == SUCCEEDED)
+        )
     return done == len(ids)

@@ -44,8 +44,9 @@ def _attempts(rt: Runtime) -> list[Attempt]:
         return list(session.scalars(select(Attempt).order_by(Attempt.delivery_id, Attempt.n)))
 
 
-def _deliver(rt: Runtime, receiver_url: str, path: str = "/h", count: int = 1,
-             **endpoint: Any) -> tuple[Endpoint, list[str]]:
+def _deliver(
+    rt: Runtime, receiver_url: str, path: str = "/h", count: int = 1, **endpoint: Any
+) -> tuple[Endpoint, list[str]]:
     with rt.db.begin() as session:
         partner = make_partner(session)
         ep = make_endpoint(session, partner, receiver_url + path, rt.secret_box, **endpoint)
@@ -55,8 +56,9 @@ def _deliver(rt: Runtime, receiver_url: str, path: str = "/h", count: int = 1,
 
 
 def _headers(received: Any) -> dict[str, str]:
-    return {k: received.headers[k]
-            for k in ("webhook-id", "webhook-timestamp", "webhook-signature")}
+    return {
+        k: received.headers[k] for k in ("webhook-id", "webhook-timestamp", "webhook-signature")
+    }
 
 
 def test_every_attempt_has_a_fresh_timestamp_and_signature_and_the_same_id(make_rt):
@@ -109,8 +111,10 @@ def test_during_rotation_both_secrets_sign_and_after_it_only_the_new_one(make_rt
 
 def test_a_redirect_is_a_failure_and_its_target_is_never_contacted(make_rt):
     rt = make_rt()
-    with Receiver() as target, Receiver(
-            lambda r, c: (302, {"Location": target.url + "/elsewhere"}, b"")) as receiver:
+    with (
+        Receiver() as target,
+        Receiver(lambda r, c: (302, {"Location": target.url + "/elsewhere"}, b"")) as receiver,
+    ):
         _, [delivery_id] = _deliver(rt, receiver.url)
         with WorkerThread(rt):
             wait_for(lambda: _state(rt, delivery_id) == RETRYING, message="failed attempt")
@@ -122,14 +126,15 @@ def test_a_redirect_is_a_failure_and_its_target_is_never_contacted(make_rt):
 def test_response_body_is_capped_at_4_kib_and_never_inflated(make_rt):
     rt = make_rt()
     bomb = gzip.compress(b"A" * 1_000_000)
-    replies = {"/big": (200, {}, b"x" * 20_000),
-               "/gz": (200, {"Content-Encoding": "gzip"}, bomb)}
+    replies = {"/big": (200, {}, b"x" * 20_000), "/gz": (200, {"Content-Encoding": "gzip"}, bomb)}
     with Receiver(lambda r, c: replies[r.path]) as receiver:
         _, big = _deliver(rt, receiver.url, "/big")
         _, gz = _deliver(rt, receiver.url, "/gz")
         with WorkerThread(rt):
-            wait_for(lambda: _state(rt, big[0]) == SUCCEEDED == _state(rt, gz[0]),
-                     message="both delivered")
+            wait_for(
+                lambda: _state(rt, big[0]) == SUCCEEDED == _state(rt, gz[0]),
+                message="both delivered",
+            )
     by_url = {a.url.rsplit("/", 1)[1]: a for a in _attempts(rt)}
     assert by_url["big"].response_body == b"x" * 4096
     assert by_url["gz"].response_body == bomb[:4096]  # stored as sent, not decompressed
@@ -138,14 +143,18 @@ def test_response_body_is_capped_at_4_kib_and_never_inflated(make_rt):
 def test_the_answers_headers_are_kept_bounded_and_without_credentials(make_rt):
     rt = make_rt()
     flood = {f"X-Flood-{i}": "v" * 300 for i in range(60)}  # within what HTTP accepts
-    replies = {"/plain": (202, {"X-Request-Id": "req-7", "Set-Cookie": "sid=s3cr3t"}, b"ok"),
-               "/flood": (200, flood, b"ok")}
+    replies = {
+        "/plain": (202, {"X-Request-Id": "req-7", "Set-Cookie": "sid=s3cr3t"}, b"ok"),
+        "/flood": (200, flood, b"ok"),
+    }
     with Receiver(lambda r, c: replies[r.path]) as receiver:
         _, plain = _deliver(rt, receiver.url, "/plain")
         _, flooded = _deliver(rt, receiver.url, "/flood")
         with WorkerThread(rt):
-            wait_for(lambda: _state(rt, plain[0]) == SUCCEEDED == _state(rt, flooded[0]),
-                     message="both delivered")
+            wait_for(
+                lambda: _state(rt, plain[0]) == SUCCEEDED == _state(rt, flooded[0]),
+                message="both delivered",
+            )
     by_url = {a.url.rsplit("/", 1)[1]: a for a in _attempts(rt)}
     kept = by_url["plain"].response_headers
     assert kept["x-request-id"] == "req-7" and kept["set-cookie"] == "[redacted]"
@@ -189,8 +198,7 @@ def test_an_endpoint_that_never_answers_times_out_at_its_deadline(make_rt):
     with Receiver(hang_paths=["/hang"]) as receiver:
         _, [delivery_id] = _deliver(rt, receiver.url, "/hang", timeout_s=1)
         with WorkerThread(rt):
-            wait_for(lambda: _state(rt, delivery_id) == RETRYING, timeout_s=25,
-                     message="timed out")
+            wait_for(lambda: _state(rt, delivery_id) == RETRYING, timeout_s=25, message="timed out")
     [attempt] = _attempts(rt)
     assert attempt.error == "timeout"
     assert 900 <= attempt.duration_ms < 15_000  # 1 s, far from the default's 30 s
@@ -214,12 +222,14 @@ def test_connections_are_reused_and_duplicate_jobs_are_harmless(make_rt):
 
 def test_the_worker_never_imports_flask():
     """Neither the job module, the worker, nor any module of the engine loads Flask."""
-    code = ("import importlib, pkgutil, sys, sender.engine, sender.jobs, app.processes.worker\n"
-            "names = [m.name for m in pkgutil.iter_modules(sender.engine.__path__,"
-            " 'sender.engine.')]\n"
-            "assert len(names) >= 8, names\n"
-            "for name in names: importlib.import_module(name)\n"
-            "assert 'flask' not in sys.modules, 'flask was imported'")
+    code = (
+        "import importlib, pkgutil, sys, sender.engine, sender.jobs, app.processes.worker\n"
+        "names = [m.name for m in pkgutil.iter_modules(sender.engine.__path__,"
+        " 'sender.engine.')]\n"
+        "assert len(names) >= 8, names\n"
+        "for name in names: importlib.import_module(name)\n"
+        "assert 'flask' not in sys.modules, 'flask was imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -229,17 +239,25 @@ def write_pid(path: str) -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])  # no database work: one backend will do
-def test_the_worker_runs_every_job_in_its_own_process_without_forking(settings, redis_client,
-                                                                      tmp_path):
+def test_the_worker_runs_every_job_in_its_own_process_without_forking(
+    settings, redis_client, tmp_path
+):
     """Jobs on the default and inbound queues run inside the `kurir worker` process itself:
     each leaves the pid it ran in, and a fork per job would show a child's pid."""
     pid_files = [tmp_path / f"pid-{n}" for n in range(3)]
-    specs = [JobSpec(queue, f"{__name__}.write_pid", (str(pid_file),))
-             for queue, pid_file in zip((DEFAULT, INBOUND, DEFAULT), pid_files, strict=True)]
+    specs = [
+        JobSpec(queue, f"{__name__}.write_pid", (str(pid_file),))
+        for queue, pid_file in zip((DEFAULT, INBOUND, DEFAULT), pid_files, strict=True)
+    ]
     assert enqueue_many(redis_client, specs) == 3
     env = WorkerProcess(settings, tmp_path / "worker.log").env  # the test's stores
-    worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--burst"], env=env,
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "worker", "--burst"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     output = worker.communicate(timeout=120)[0].decode(errors="replace")
     assert worker.returncode == 0, output
     pids = [int(pid_file.read_text()) if pid_file.exists() else None for pid_file in pid_files]

@@ -90,8 +90,13 @@ def test_a_retry_due_soon_is_enqueued_ahead_and_one_far_off_is_not(runtime):
 def test_an_expired_lease_records_a_lost_attempt_and_makes_the_delivery_due(runtime):
     now = utcnow()
     _mark_redis_whole(runtime)
-    delivery_id = _one(runtime, state=DELIVERING, attempt_count=2, run_attempts=2,
-                       lease_expires_at=now - timedelta(seconds=1))
+    delivery_id = _one(
+        runtime,
+        state=DELIVERING,
+        attempt_count=2,
+        run_attempts=2,
+        lease_expires_at=now - timedelta(seconds=1),
+    )
     alive = _one(runtime, state=DELIVERING, lease_expires_at=now + timedelta(seconds=30))
     result = sweeper.sweep(runtime, clock=lambda: now)
     assert result.recovered == 1
@@ -99,7 +104,11 @@ def test_an_expired_lease_records_a_lost_attempt_and_makes_the_delivery_due(runt
     with runtime.db.begin() as session:
         row = session.get(Delivery, delivery_id)
         assert (row.state, row.attempt_count, row.run_attempts, row.last_error) == (
-            RETRYING, 3, 3, "worker_lost")
+            RETRYING,
+            3,
+            3,
+            "worker_lost",
+        )
         assert row.next_attempt_at <= now
         [attempt] = session.scalars(select(Attempt)).all()
         assert (attempt.delivery_id, attempt.n, attempt.error) == (delivery_id, 3, "worker_lost")
@@ -109,9 +118,13 @@ def test_an_expired_lease_records_a_lost_attempt_and_makes_the_delivery_due(runt
 def test_a_lost_last_attempt_parks_the_delivery(runtime):
     now = utcnow()
     max_attempts = len(runtime.settings.retry_schedule) + 1
-    delivery_id = _one(runtime, state=DELIVERING, attempt_count=max_attempts - 1,
-                       run_attempts=max_attempts - 1,
-                       lease_expires_at=now - timedelta(seconds=1))
+    delivery_id = _one(
+        runtime,
+        state=DELIVERING,
+        attempt_count=max_attempts - 1,
+        run_attempts=max_attempts - 1,
+        lease_expires_at=now - timedelta(seconds=1),
+    )
     sweeper.sweep(runtime, clock=lambda: now)
     with runtime.db.begin() as session:
         row = session.get(Delivery, delivery_id)
@@ -139,8 +152,7 @@ def test_the_guard_skips_final_in_flight_and_far_future_deliveries(runtime):
         assert session.scalars(select(Attempt)).all() == []
 
 
-def test_a_retry_no_worker_holds_is_found_by_the_sweeper_and_sent_when_due(runtime,
-                                                                           settings):
+def test_a_retry_no_worker_holds_is_found_by_the_sweeper_and_sent_when_due(runtime, settings):
     """A retry no worker holds a timer for (none was enqueued): the sweeper, at its normal
     interval (KURIR_SWEEP_INTERVAL_SECONDS=2), finds it and it is sent once, never early."""
     with Receiver() as receiver:
@@ -148,11 +160,14 @@ def test_a_retry_no_worker_holds_is_found_by_the_sweeper_and_sent_when_due(runti
         with runtime.db.begin() as session:
             partner = make_partner(session)
             endpoint = make_endpoint(session, partner, receiver.url + "/h", runtime.secret_box)
-            make_event_with_deliveries(session, partner, [endpoint], state=RETRYING,
-                                       next_attempt_at=due)
+            make_event_with_deliveries(
+                session, partner, [endpoint], state=RETRYING, next_attempt_at=due
+            )
         _mark_redis_whole(runtime)
-        with WorkerThread(runtime), SweeperThread(runtime,
-                                                  interval_s=settings.sweep_interval_seconds):
+        with (
+            WorkerThread(runtime),
+            SweeperThread(runtime, interval_s=settings.sweep_interval_seconds),
+        ):
             wait_for(lambda: receiver.requests, timeout_s=30, message="the retry")
         [received] = receiver.requests
     assert received.at >= due.timestamp()
@@ -167,10 +182,10 @@ def test_a_job_that_comes_early_is_held_on_a_local_timer_and_sent_when_due(runti
             due = utcnow() + timedelta(seconds=3)  # within the claim's look-ahead
             with runtime.db.begin() as session:
                 partner = make_partner(session)
-                endpoint = make_endpoint(session, partner, receiver.url + "/h",
-                                         runtime.secret_box)
-                _, [delivery] = make_event_with_deliveries(session, partner, [endpoint],
-                                                           state=RETRYING, next_attempt_at=due)
+                endpoint = make_endpoint(session, partner, receiver.url + "/h", runtime.secret_box)
+                _, [delivery] = make_event_with_deliveries(
+                    session, partner, [endpoint], state=RETRYING, next_attempt_at=due
+                )
             enqueue_now(runtime.redis, [delivery.id])
             wait_for(lambda: receiver.requests, timeout_s=30, message="the held delivery")
         [received] = receiver.requests

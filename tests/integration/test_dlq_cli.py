@@ -18,8 +18,12 @@ from tests.support.dlq_factories import letters_for, make_scene
 
 @pytest.fixture
 def run(settings):
-    env = {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url,
-           "KURIR_DATA_DIR": str(settings.data_dir), "KURIR_SECRET_KEY": settings.secret_key}
+    env = {
+        "DATABASE_URL": settings.database_url,
+        "REDIS_URL": settings.redis_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+    }
 
     def invoke(*args: str):
         return CliRunner().invoke(cli, ["dlq", *args], env=env)
@@ -33,8 +37,9 @@ def letters(runtime):
         acme = make_scene(session, runtime.secret_box, uid="acme")
         off = make_scene(session, runtime.secret_box, uid="initech", state="disabled")
         a = letters_for(session, acme, 3, data=lambda i: {"city": ["Oslo", "Lima", "Oslo"][i]})
-        b = letters_for(session, off, 2, status_code=None, error="timeout",
-                        reason="endpoint_disabled")
+        b = letters_for(
+            session, off, 2, status_code=None, error="timeout", reason="endpoint_disabled"
+        )
     return a, b
 
 
@@ -47,7 +52,8 @@ def test_ls_lists_and_filters(run, letters):
     assert len(lines) == 6
     oslo = run("ls", "--q", "oslo", "--partner", "acme", "--json")
     assert sorted(json.loads(line)["id"] for line in oslo.output.splitlines()) == sorted(
-        [a[0], a[2]])
+        [a[0], a[2]]
+    )
     none = run("ls", "--status-code", "none", "--json")
     assert sorted(json.loads(line)["id"] for line in none.output.splitlines()) == sorted(b)
     paged = run("ls", "--limit", "2")
@@ -57,8 +63,7 @@ def test_ls_lists_and_filters(run, letters):
     assert bad.exit_code == 2 and "since" in bad.output
 
 
-def test_resend_by_filter_shows_progress_and_reports_skips(run, runtime, letters,
-                                                           redis_client):
+def test_resend_by_filter_shows_progress_and_reports_skips(run, runtime, letters, redis_client):
     a, b = letters
     result = run("resend", "--status-code", "none", "--actor", "ops@example.com")
     assert result.exit_code == 0, result.output
@@ -69,8 +74,9 @@ def test_resend_by_filter_shows_progress_and_reports_skips(run, runtime, letters
     assert "resent 3 of 3" in result.output
     with runtime.db.begin() as session:
         states = dict(session.execute(select(DeadLetter.id, DeadLetter.state)).all())
-        actors = set(session.scalars(select(DeadLetterAudit.actor)
-                                     .where(DeadLetterAudit.action == "resend")))
+        actors = set(
+            session.scalars(select(DeadLetterAudit.actor).where(DeadLetterAudit.action == "resend"))
+        )
     assert {states[i] for i in a} == {"resent"} and {states[i] for i in b} == {"open"}
     assert "cli:ops@example.com" in actors and any(x.startswith("cli:") for x in actors)
     assert len(Queue(DELIVERIES, connection=redis_client).get_jobs()) == 1
@@ -100,8 +106,9 @@ def test_resend_by_id_exits_1_naming_each_id_not_resent(run, runtime, letters):
     assert f"{a[0]}: not resent: dead_letter_not_open" in again.output
     with runtime.db.begin() as session:
         states = dict(session.execute(select(DeadLetter.id, DeadLetter.state)).all())
-        session.get_one(Endpoint, session.get_one(DeadLetter, a[1]).endpoint_id).deleted_at = (
-            utcnow())
+        session.get_one(
+            Endpoint, session.get_one(DeadLetter, a[1]).endpoint_id
+        ).deleted_at = utcnow()
     assert (states[a[0]], states[b[0]]) == ("resent", "open")
     gone = run("resend", "--id", a[1], "--force")
     assert gone.exit_code == 1 and "not resent: endpoint_deleted" in gone.output

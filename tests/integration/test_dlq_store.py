@@ -38,13 +38,25 @@ def two_partners(runtime):
     with runtime.db.begin() as session:
         acme = make_scene(session, runtime.secret_box, uid="acme")
         globex = make_scene(session, runtime.secret_box, uid="globex")
-        a = letters_for(session, acme, 3, type="order.created",
-                        data=lambda i: {"colour": ["crimson", "teal", "amber"][i], "n": i},
-                        status_code=500, error="http_500")
-        b = letters_for(session, globex, 2, type="invoice.paid",
-                        data=lambda i: {"note": f"percent 100%_{i}", "city": "Zagreb"},
-                        status_code=None, error="connection_refused",
-                        reason="endpoint_disabled")
+        a = letters_for(
+            session,
+            acme,
+            3,
+            type="order.created",
+            data=lambda i: {"colour": ["crimson", "teal", "amber"][i], "n": i},
+            status_code=500,
+            error="http_500",
+        )
+        b = letters_for(
+            session,
+            globex,
+            2,
+            type="invoice.paid",
+            data=lambda i: {"note": f"percent 100%_{i}", "city": "Zagreb"},
+            status_code=None,
+            error="connection_refused",
+            reason="endpoint_disabled",
+        )
     return acme, globex, a, b
 
 
@@ -105,13 +117,16 @@ def test_cursor_pagination_walks_every_letter_once_newest_first(runtime):
     assert seen == sorted(ids, reverse=True)
 
 
-@pytest.mark.parametrize(("params", "parameter"), [
-    ({"status_code": "abc"}, "status_code"),
-    ({"status_code": "999"}, "status_code"),
-    ({"since": "yesterday"}, "since"),
-    ({"state": "gone"}, "state"),
-    ({"q": " ".join(["w"] * 11)}, "q"),
-])
+@pytest.mark.parametrize(
+    ("params", "parameter"),
+    [
+        ({"status_code": "abc"}, "status_code"),
+        ({"status_code": "999"}, "status_code"),
+        ({"since": "yesterday"}, "since"),
+        ({"state": "gone"}, "state"),
+        ({"q": " ".join(["w"] * 11)}, "q"),
+    ],
+)
 def test_malformed_filters_are_rejected_naming_the_parameter(params, parameter):
     with pytest.raises(BadRequest) as info:
         DeadLetterFilter.from_params(params)
@@ -121,16 +136,22 @@ def test_malformed_filters_are_rejected_naming_the_parameter(params, parameter):
 
 def test_every_unreadable_field_is_named_and_the_rest_is_kept():
     """A form marks each bad field and keeps the good ones; nothing may act on the rest."""
-    flt, errors = DeadLetterFilter.parse({"partner": "acme", "since": "yesterday",
-                                          "status_code": "five hundred", "type": "order.paid"})
+    flt, errors = DeadLetterFilter.parse(
+        {
+            "partner": "acme",
+            "since": "yesterday",
+            "status_code": "five hundred",
+            "type": "order.paid",
+        }
+    )
     assert set(errors) == {"since", "status_code"}
-    assert (flt.partner, flt.type, flt.since, flt.status_code) == ("acme", "order.paid",
-                                                                   None, None)
+    assert (flt.partner, flt.type, flt.since, flt.status_code) == ("acme", "order.paid", None, None)
 
 
 def test_filter_round_trips_through_its_params():
-    flt = DeadLetterFilter.from_params({"partner": "acme", "status_code": "none",
-                                        "since": "2026-01-02T03:04:05Z", "q": "a b"})
+    flt = DeadLetterFilter.from_params(
+        {"partner": "acme", "status_code": "none", "since": "2026-01-02T03:04:05Z", "q": "a b"}
+    )
     assert DeadLetterFilter.from_params(flt.to_params()) == flt
     with pytest.raises(BadRequest):
         DeadLetterFilter.from_params({"partnr": "acme"}, strict=True)
@@ -146,14 +167,16 @@ def test_postgres_q_search_uses_the_trigram_index(runtime):
         # A seeded table big enough for the planner to care, built in one statement.
         delivery_id = session.scalar(select(Delivery.id).limit(1))
         event_id = session.scalar(select(DeadLetter.event_id).limit(1))
-        session.execute(text("""
+        session.execute(
+            text("""
             INSERT INTO dead_letters (id, delivery_id, event_id, endpoint_id, partner_id,
                 event_type, reason, search_text, state, created_at, updated_at)
             SELECT 'dl_seed' || lpad(g::text, 8, '0'), :d, :e, :ep, :p, 'order.created',
                 'retries_exhausted', '{"data":{"filler":"' || md5(g::text) || '"}}',
                 'resent', now(), now()
             FROM generate_series(1, 5000) AS g"""),
-            {"d": delivery_id, "e": event_id, "ep": endpoint_id, "p": partner_id})
+            {"d": delivery_id, "e": event_id, "ep": endpoint_id, "p": partner_id},
+        )
         session.execute(text("ANALYZE dead_letters"))
     flt = DeadLetterFilter(q="needle1")
     with runtime.db.begin() as session:
@@ -256,8 +279,11 @@ def test_two_operators_resending_at_once_make_one_new_run(runtime):
     with runtime.db.begin() as session:
         runs = session.scalars(select(Delivery.run)).all()
         assert sorted(runs) == [2] * 5
-        resends = session.scalar(select(func.count()).select_from(DeadLetterAudit)
-                                 .where(DeadLetterAudit.action == "resend"))
+        resends = session.scalar(
+            select(func.count())
+            .select_from(DeadLetterAudit)
+            .where(DeadLetterAudit.action == "resend")
+        )
         assert resends == 5
 
 
@@ -269,8 +295,12 @@ def test_bulk_resend_by_filter_runs_in_pages_and_reports_progress(runtime, redis
         letters_for(session, scene, 2, type="other.type")
         refused = letters_for(session, off, 2, type="order.created")
     with runtime.db.begin() as session:
-        op = resend.start_bulk(session, actor="ops", flt=DeadLetterFilter(type="order.created"),
-                               connection=runtime.redis)
+        op = resend.start_bulk(
+            session,
+            actor="ops",
+            flt=DeadLetterFilter(type="order.created"),
+            connection=runtime.redis,
+        )
         op_id = op.id
         assert op.total == 9
     jobs = Queue(DEFAULT, connection=redis_client).get_jobs()
@@ -284,12 +314,13 @@ def test_bulk_resend_by_filter_runs_in_pages_and_reports_progress(runtime, redis
         states = dict(session.execute(select(DeadLetter.id, DeadLetter.state)).all())
         assert {i for i, s in states.items() if s == DL_RESENT} == set(wanted)
         assert all(states[i] == DL_OPEN for i in refused)
-        skipped_audit = session.scalars(select(DeadLetterAudit.outcome)
-                                        .where(DeadLetterAudit.dead_letter_id == refused[0],
-                                               DeadLetterAudit.action == "resend")).all()
+        skipped_audit = session.scalars(
+            select(DeadLetterAudit.outcome).where(
+                DeadLetterAudit.dead_letter_id == refused[0], DeadLetterAudit.action == "resend"
+            )
+        ).all()
         assert skipped_audit == ["skipped: endpoint_disabled"]
-    assert sorted(_queued_delivery_ids(redis_client)) == sorted(
-        _delivery_ids(runtime, wanted))
+    assert sorted(_queued_delivery_ids(redis_client)) == sorted(_delivery_ids(runtime, wanted))
     # Running it again (a duplicate job) changes nothing.
     again = resend.run_bulk(runtime, op_id)
     assert (again.done, again.failed) == (7, 2)
@@ -297,8 +328,9 @@ def test_bulk_resend_by_filter_runs_in_pages_and_reports_progress(runtime, redis
 
 def _delivery_ids(runtime, letter_ids):
     with runtime.db.begin() as session:
-        return list(session.scalars(select(DeadLetter.delivery_id)
-                                    .where(DeadLetter.id.in_(letter_ids))))
+        return list(
+            session.scalars(select(DeadLetter.delivery_id).where(DeadLetter.id.in_(letter_ids)))
+        )
 
 
 def test_bulk_resend_by_filter_ignores_letters_parked_after_the_request(runtime):
@@ -353,7 +385,10 @@ def test_discard_closes_an_open_letter_with_a_note(runtime):
         letter = session.get_one(DeadLetter, letter_id)
         assert (letter.state, letter.note) == (DL_DISCARDED, "partner gone")
         assert [(a.action, a.outcome, a.note) for a in letter.audit][-1] == (
-            "discard", "discarded", "partner gone")
+            "discard",
+            "discarded",
+            "partner gone",
+        )
         assert session.get_one(Delivery, letter.delivery_id).state == "dead"
     with pytest.raises(Conflict), runtime.db.begin() as session:
         discard_mod.discard(session, letter_id, actor="ops")
@@ -375,14 +410,18 @@ def test_retention_purges_only_closed_letters_past_the_period(runtime):
             letter = session.get_one(DeadLetter, letter_id)
             letter.created_at = long_ago
         session.get_one(DeadLetter, old_closed).resolved_at = long_ago
-        session.add(BulkOperation(kind="resend", actor="ops", state="succeeded",
-                                  finished_at=long_ago))
+        session.add(
+            BulkOperation(kind="resend", actor="ops", state="succeeded", finished_at=long_ago)
+        )
     assert retention.purge(runtime) == 1
     with runtime.db.begin() as session:
         left = set(session.scalars(select(DeadLetter.id)))
         assert left == {old_open, new_closed}
-        orphans = session.scalar(select(func.count()).select_from(DeadLetterAudit)
-                                 .where(DeadLetterAudit.dead_letter_id == old_closed))
+        orphans = session.scalar(
+            select(func.count())
+            .select_from(DeadLetterAudit)
+            .where(DeadLetterAudit.dead_letter_id == old_closed)
+        )
         assert orphans == 0
         assert session.scalar(select(func.count()).select_from(BulkOperation)) == 0
 

@@ -26,11 +26,30 @@ from tests.support.publish import (
     order,
 )
 
-ENDPOINT_KEYS = {"id", "partner", "url", "event_types", "description", "headers",
-                 "public_headers", "versions", "timeout_s", "mode", "ordering", "on_dead",
-                 "rate_limit_per_s", "state", "disabled_reason", "disabled_at", "disabled_by",
-                 "created_at", "updated_at", "consecutive_failures", "last_success_at",
-                 "last_failure_at"}
+ENDPOINT_KEYS = {
+    "id",
+    "partner",
+    "url",
+    "event_types",
+    "description",
+    "headers",
+    "public_headers",
+    "versions",
+    "timeout_s",
+    "mode",
+    "ordering",
+    "on_dead",
+    "rate_limit_per_s",
+    "state",
+    "disabled_reason",
+    "disabled_at",
+    "disabled_by",
+    "created_at",
+    "updated_at",
+    "consecutive_failures",
+    "last_success_at",
+    "last_failure_at",
+}
 
 
 @pytest.fixture
@@ -39,8 +58,10 @@ def strict_app(settings, migrated, redis_client):
     from app.web.auth import clear_cache
 
     clear_cache()
-    rt = Runtime(settings.with_overrides(allow_private_targets=False, require_https=True),
-                 database=migrated.db)
+    rt = Runtime(
+        settings.with_overrides(allow_private_targets=False, require_https=True),
+        database=migrated.db,
+    )
     yield create_app(runtime=rt)
     rt.close()
 
@@ -66,9 +87,18 @@ def test_duplicate_partner_uid_is_409(client, auth):
     assert error_of(response)["code"] == "partner_exists"
 
 
-@pytest.mark.parametrize("body", [{}, {"uid": ""}, {"uid": "has space"}, {"uid": 7},
-                                  {"uid": "ok", "name": ""}, {"uid": "ok", "extra": 1},
-                                  {"uid": "acme\n", "name": "Acme"}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"uid": ""},
+        {"uid": "has space"},
+        {"uid": 7},
+        {"uid": "ok", "name": ""},
+        {"uid": "ok", "extra": 1},
+        {"uid": "acme\n", "name": "Acme"},
+    ],
+)
 def test_bad_partner_is_422(client, auth, body):
     assert client.post("/v1/partners", headers=auth, json=body).status_code == 422
 
@@ -76,8 +106,9 @@ def test_bad_partner_is_422(client, auth, body):
 def test_unknown_partner_is_404_everywhere(client, auth):
     assert client.get("/v1/partners/ghost", headers=auth).status_code == 404
     assert client.get("/v1/partners/ghost/endpoints", headers=auth).status_code == 404
-    response = client.post("/v1/partners/ghost/endpoints", headers=auth,
-                           json={"url": "http://127.0.0.1:9/"})
+    response = client.post(
+        "/v1/partners/ghost/endpoints", headers=auth, json={"url": "http://127.0.0.1:9/"}
+    )
     assert response.status_code == 404
 
 
@@ -94,12 +125,13 @@ def test_endpoint_gets_generated_secret_and_defaults(client, auth, runtime):
     assert (created["ordering"], created["on_dead"]) == ("none", "skip")
     secret = created["secret"]
     assert secret.startswith("whsec_")
-    assert len(base64.b64decode(secret[len("whsec_"):], validate=True)) == 32
+    assert len(base64.b64decode(secret[len("whsec_") :], validate=True)) == 32
 
     read = client.get(f"/v1/partners/acme/endpoints/{created['id']}", headers=auth).get_json()
     assert "secret" not in read and set(read) == ENDPOINT_KEYS
-    current = client.get(f"/v1/partners/acme/endpoints/{created['id']}/secret",
-                         headers=auth).get_json()
+    current = client.get(
+        f"/v1/partners/acme/endpoints/{created['id']}/secret", headers=auth
+    ).get_json()
     assert set(current) == {"id", "endpoint", "secret", "created_at", "expires_at"}
     assert (current["secret"], current["endpoint"]) == (secret, created["id"])
 
@@ -111,7 +143,7 @@ def test_secret_is_stored_encrypted(client, auth, runtime):
         stored = session.scalars(select(EndpointSecret.secret_encrypted)).all()
     assert len(stored) == 1
     assert created["secret"] not in stored[0]
-    assert created["secret"][len("whsec_"):] not in stored[0]
+    assert created["secret"][len("whsec_") :] not in stored[0]
     assert runtime.secret_box.decrypt(stored[0]) == created["secret"]
 
 
@@ -119,10 +151,18 @@ def test_given_secret_is_kept_and_malformed_one_refused(client, auth):
     make_partner(client, auth)
     mine = generate_secret()
     assert make_endpoint(client, auth, secret=mine)["secret"] == mine
-    for bad in ("whsec_short", "not-a-secret", "whsec_" + base64.b64encode(b"x" * 16).decode(),
-                "whsec_%%%%", 42):
-        response = client.post("/v1/partners/acme/endpoints", headers=auth,
-                               json={"url": "http://127.0.0.1:9/", "secret": bad})
+    for bad in (
+        "whsec_short",
+        "not-a-secret",
+        "whsec_" + base64.b64encode(b"x" * 16).decode(),
+        "whsec_%%%%",
+        42,
+    ):
+        response = client.post(
+            "/v1/partners/acme/endpoints",
+            headers=auth,
+            json={"url": "http://127.0.0.1:9/", "secret": bad},
+        )
         assert response.status_code == 422, bad
         assert error_of(response)["code"] == "invalid_secret"
 
@@ -131,11 +171,17 @@ def test_all_fields_round_trip(client, auth):
     make_partner(client, auth)
     make_event_type(client, auth, "order.created")
     make_event_type(client, auth, "order.paid")
-    created = make_endpoint(client, auth, url="https://127.0.0.1:8443/in",
-                            event_types=["order.created", "order.paid"],
-                            description="billing",
-                            headers={"X-Team": "billing", "Authorization": "Bearer s3cr3t"},
-                            public_headers=["x-team"], timeout_s=30, rate_limit_per_s=5)
+    created = make_endpoint(
+        client,
+        auth,
+        url="https://127.0.0.1:8443/in",
+        event_types=["order.created", "order.paid"],
+        description="billing",
+        headers={"X-Team": "billing", "Authorization": "Bearer s3cr3t"},
+        public_headers=["x-team"],
+        timeout_s=30,
+        rate_limit_per_s=5,
+    )
     assert created["event_types"] == ["order.created", "order.paid"]
     # Values are write-only but for the headers their creator listed as public.
     assert created["headers"] == {"X-Team": "billing", "Authorization": None}
@@ -144,8 +190,19 @@ def test_all_fields_round_trip(client, auth):
     assert created["description"] == "billing"
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/x", "file:///etc/passwd", "javascript:x",
-                                 "http://", "not a url", "", None, "http://exa mple.com/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/x",
+        "file:///etc/passwd",
+        "javascript:x",
+        "http://",
+        "not a url",
+        "",
+        None,
+        "http://exa mple.com/",
+    ],
+)
 def test_bad_url_is_422_invalid_url(client, auth, url):
     make_partner(client, auth)
     response = client.post("/v1/partners/acme/endpoints", headers=auth, json={"url": url})
@@ -153,16 +210,25 @@ def test_bad_url_is_422_invalid_url(client, auth, url):
     assert error_of(response)["code"] == "invalid_url"
 
 
-@pytest.mark.parametrize("host", [
-    "127.0.0.1", "10.1.2.3", "169.254.169.254", "[::1]", "192.168.0.10", "localhost",
-    "0.0.0.0",  # noqa: S104 - a target to refuse, not a bind address
-    "2130706433",
-])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "169.254.169.254",
+        "[::1]",
+        "192.168.0.10",
+        "localhost",
+        "0.0.0.0",  # noqa: S104 - a target to refuse, not a bind address
+        "2130706433",
+    ],
+)
 def test_internal_target_is_refused_at_creation(strict_app, auth, host):
     client = strict_app.test_client()
     make_partner(client, auth)
-    response = client.post("/v1/partners/acme/endpoints", headers=auth,
-                           json={"url": f"https://{host}/hook"})
+    response = client.post(
+        "/v1/partners/acme/endpoints", headers=auth, json={"url": f"https://{host}/hook"}
+    )
     assert response.status_code == 422, response.get_json()
     assert error_of(response)["code"] == "blocked_address"
     assert client.get("/v1/partners/acme/endpoints", headers=auth).get_json()["data"] == []
@@ -173,8 +239,11 @@ def test_a_host_that_does_not_resolve_yet_is_accepted(strict_app, auth):
     # (sender tests: an unresolvable host is a connection error, nothing sent).
     client = strict_app.test_client()
     make_partner(client, auth)
-    response = client.post("/v1/partners/acme/endpoints", headers=auth,
-                           json={"url": "https://hooks.acme.invalid/kurir"})
+    response = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "https://hooks.acme.invalid/kurir"},
+    )
     assert response.status_code == 201, response.get_json()
     assert response.get_json()["url"] == "https://hooks.acme.invalid/kurir"
 
@@ -182,12 +251,14 @@ def test_a_host_that_does_not_resolve_yet_is_accepted(strict_app, auth):
 def test_require_https_refuses_http(strict_app, auth):
     client = strict_app.test_client()
     make_partner(client, auth)
-    response = client.post("/v1/partners/acme/endpoints", headers=auth,
-                           json={"url": "http://93.184.215.14/hook"})
+    response = client.post(
+        "/v1/partners/acme/endpoints", headers=auth, json={"url": "http://93.184.215.14/hook"}
+    )
     assert response.status_code == 422
     assert error_of(response)["code"] == "invalid_url"
-    ok = client.post("/v1/partners/acme/endpoints", headers=auth,
-                     json={"url": "https://93.184.215.14/hook"})
+    ok = client.post(
+        "/v1/partners/acme/endpoints", headers=auth, json={"url": "https://93.184.215.14/hook"}
+    )
     assert ok.status_code == 201, ok.get_json()
 
 
@@ -199,45 +270,83 @@ def test_private_target_allowed_when_configured(client, auth):
 def test_unknown_subscribed_event_type_is_422(client, auth):
     make_partner(client, auth)
     make_event_type(client, auth, "order.created")
-    response = client.post("/v1/partners/acme/endpoints", headers=auth, json={
-        "url": "http://127.0.0.1:9/", "event_types": ["order.created", "order.nope"]})
+    response = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "http://127.0.0.1:9/", "event_types": ["order.created", "order.nope"]},
+    )
     assert response.status_code == 422
     err = error_of(response)
     assert err["code"] == "unknown_event_type" and err["details"]["unknown"] == ["order.nope"]
     for bad in ([], "order.created", [1]):
-        response = client.post("/v1/partners/acme/endpoints", headers=auth,
-                               json={"url": "http://127.0.0.1:9/", "event_types": bad})
+        response = client.post(
+            "/v1/partners/acme/endpoints",
+            headers=auth,
+            json={"url": "http://127.0.0.1:9/", "event_types": bad},
+        )
         assert response.status_code == 422
 
 
-@pytest.mark.parametrize("name", ["webhook-id", "Webhook-Signature", "webhook-anything",
-                                  "Content-Type", "content-length", "Host",
-                                  "Transfer-Encoding", "User-Agent"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "webhook-id",
+        "Webhook-Signature",
+        "webhook-anything",
+        "Content-Type",
+        "content-length",
+        "Host",
+        "Transfer-Encoding",
+        "User-Agent",
+    ],
+)
 def test_reserved_header_is_422(client, auth, name):
     make_partner(client, auth)
-    response = client.post("/v1/partners/acme/endpoints", headers=auth,
-                           json={"url": "http://127.0.0.1:9/", "headers": {name: "x"}})
+    response = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "http://127.0.0.1:9/", "headers": {name: "x"}},
+    )
     assert response.status_code == 422
     assert error_of(response)["code"] == "reserved_header"
 
 
-@pytest.mark.parametrize("headers", [{"X-A": "one\r\nX-Evil: 1"}, {"X-A": "one\ntwo"},
-                                     {"X-A": "a\rb"}, {"Bad Name": "x"}, {"X-A\r\n": "x"},
-                                     {"X-A\n": "x"}, {"": "x"}, {"X-A": "\u20ac"},
-                                     {"X-A": "a\x01b"}, {"X-A": "a\x7fb"},
-                                     {"X-A": 5}, {"X-A": "x" * 5000}, ["X-A"]])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-A": "one\r\nX-Evil: 1"},
+        {"X-A": "one\ntwo"},
+        {"X-A": "a\rb"},
+        {"Bad Name": "x"},
+        {"X-A\r\n": "x"},
+        {"X-A\n": "x"},
+        {"": "x"},
+        {"X-A": "\u20ac"},
+        {"X-A": "a\x01b"},
+        {"X-A": "a\x7fb"},
+        {"X-A": 5},
+        {"X-A": "x" * 5000},
+        ["X-A"],
+    ],
+)
 def test_header_injection_and_bad_headers_are_422(client, auth, headers):
     make_partner(client, auth)
-    response = client.post("/v1/partners/acme/endpoints", headers=auth,
-                           json={"url": "http://127.0.0.1:9/", "headers": headers})
+    response = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "http://127.0.0.1:9/", "headers": headers},
+    )
     assert response.status_code == 422
 
 
 def test_latin1_and_tabs_in_header_values_are_fine_beyond_is_422(client, auth):
     # Beyond Latin-1 a value cannot be sent at all: accepted, every delivery would fail.
     make_partner(client, auth)
-    ok = client.post("/v1/partners/acme/endpoints", headers=auth,
-                     json={"url": "http://127.0.0.1:9/", "headers": {"X-A": "caf\u00e9\tbar"}})
+    ok = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "http://127.0.0.1:9/", "headers": {"X-A": "caf\u00e9\tbar"}},
+    )
     assert ok.status_code == 201, ok.get_json()
     path = f"/v1/partners/acme/endpoints/{ok.get_json()['id']}"
     euro = client.patch(path, headers=auth, json={"headers": {"X-Cur": "\u20ac"}})
@@ -246,19 +355,27 @@ def test_latin1_and_tabs_in_header_values_are_fine_beyond_is_422(client, auth):
     assert error_of(euro)["details"] == {"header": "X-Cur"}
 
 
-@pytest.mark.parametrize(("timeout", "ok"), [(1, True), (30, True), (0, False), (31, False),
-                                             ("5", False), (2.5, False), (True, False)])
+@pytest.mark.parametrize(
+    ("timeout", "ok"),
+    [(1, True), (30, True), (0, False), (31, False), ("5", False), (2.5, False), (True, False)],
+)
 def test_timeout_bounds(client, auth, timeout, ok):
     make_partner(client, auth)
-    response = client.post("/v1/partners/acme/endpoints", headers=auth,
-                           json={"url": "http://127.0.0.1:9/", "timeout_s": timeout})
+    response = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "http://127.0.0.1:9/", "timeout_s": timeout},
+    )
     assert response.status_code == (201 if ok else 422)
 
 
 def test_unknown_field_is_422(client, auth):
     make_partner(client, auth)
-    response = client.post("/v1/partners/acme/endpoints", headers=auth,
-                           json={"url": "http://127.0.0.1:9/", "retries": 3})
+    response = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "http://127.0.0.1:9/", "retries": 3},
+    )
     assert response.status_code == 422
     assert error_of(response)["code"] == "unknown_field"
 
@@ -269,20 +386,29 @@ def test_unknown_field_is_422(client, auth):
 def test_patch_changes_only_given_fields_and_validates(client, auth):
     make_partner(client, auth)
     make_event_type(client, auth, "order.created")
-    ep = make_endpoint(client, auth, description="one", headers={"X-A": "1"},
-                       public_headers=["X-A"])
+    ep = make_endpoint(
+        client, auth, description="one", headers={"X-A": "1"}, public_headers=["X-A"]
+    )
     path = f"/v1/partners/acme/endpoints/{ep['id']}"
-    response = client.patch(path, headers=auth, json={"timeout_s": 5,
-                                                      "event_types": ["order.created"]})
+    response = client.patch(
+        path, headers=auth, json={"timeout_s": 5, "event_types": ["order.created"]}
+    )
     assert response.status_code == 200
     body = response.get_json()
     assert body["timeout_s"] == 5 and body["event_types"] == ["order.created"]
     assert body["description"] == "one" and body["headers"] == {"X-A": "1"}
     assert "secret" not in body
-    assert client.patch(path, headers=auth, json={"event_types": None}).get_json()[
-        "event_types"] is None
-    for bad in ({"headers": {"Host": "x"}}, {"url": "gopher://x"}, {"timeout_s": 99},
-                {"secret": generate_secret()}, {"state": "disabled"}):
+    assert (
+        client.patch(path, headers=auth, json={"event_types": None}).get_json()["event_types"]
+        is None
+    )
+    for bad in (
+        {"headers": {"Host": "x"}},
+        {"url": "gopher://x"},
+        {"timeout_s": 99},
+        {"secret": generate_secret()},
+        {"state": "disabled"},
+    ):
         assert client.patch(path, headers=auth, json=bad).status_code == 422, bad
     assert client.get(path, headers=auth).get_json()["timeout_s"] == 5
 
@@ -290,10 +416,14 @@ def test_patch_changes_only_given_fields_and_validates(client, auth):
 def test_patch_url_gets_the_ssrf_verdict_too(strict_app, auth):
     client = strict_app.test_client()
     make_partner(client, auth)
-    created = client.post("/v1/partners/acme/endpoints", headers=auth,
-                          json={"url": "https://93.184.215.14/hook"}).get_json()
-    response = client.patch(f"/v1/partners/acme/endpoints/{created['id']}", headers=auth,
-                            json={"url": "https://169.254.169.254/latest/meta-data"})
+    created = client.post(
+        "/v1/partners/acme/endpoints", headers=auth, json={"url": "https://93.184.215.14/hook"}
+    ).get_json()
+    response = client.patch(
+        f"/v1/partners/acme/endpoints/{created['id']}",
+        headers=auth,
+        json={"url": "https://169.254.169.254/latest/meta-data"},
+    )
     assert response.status_code == 422
     assert error_of(response)["code"] == "blocked_address"
 
@@ -378,8 +508,11 @@ def test_secrets_are_never_logged(client, auth, caplog):
     base = f"/v1/partners/acme/endpoints/{ep['id']}"
     rotated = client.post(f"{base}/secret/rotate", headers=auth).get_json()["secret"]
     client.get(f"{base}/secret", headers=auth)
-    client.post("/v1/partners/acme/endpoints", headers=auth,
-                json={"url": "http://127.0.0.1:9/", "secret": mine + "broken"})
+    client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "http://127.0.0.1:9/", "secret": mine + "broken"},
+    )
     text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
     assert mine not in text and rotated not in text
 
@@ -397,27 +530,41 @@ def test_header_values_are_write_only_and_never_stored_with_attempts(client, aut
     contract_and_partner(client, auth)
     reader = _token(runtime, "reader", "read")
     with Receiver() as receiver, WorkerThread(runtime):
-        created = make_endpoint(client, auth, url=f"{receiver.url}/hook", headers={
-            "Authorization": "Bearer s3cr3t-value", "X-Tenant": "acme-eu"},
-            public_headers=["X-Tenant"])
+        created = make_endpoint(
+            client,
+            auth,
+            url=f"{receiver.url}/hook",
+            headers={"Authorization": "Bearer s3cr3t-value", "X-Tenant": "acme-eu"},
+            public_headers=["X-Tenant"],
+        )
         path = f"/v1/partners/acme/endpoints/{created['id']}"
-        for answer in (client.get(path, headers=reader),
-                       client.get("/v1/partners/acme/endpoints", headers=reader),
-                       client.patch(path, headers=auth, json={"description": "eu"})):
+        for answer in (
+            client.get(path, headers=reader),
+            client.get("/v1/partners/acme/endpoints", headers=reader),
+            client.patch(path, headers=auth, json={"description": "eu"}),
+        ):
             assert answer.status_code == 200
             assert "s3cr3t-value" not in answer.text
         shown = client.get(path, headers=reader).get_json()
         assert shown["headers"] == {"Authorization": None, "X-Tenant": "acme-eu"}
         # A reader's copy sent back (null) keeps the stored value; the partner still gets it.
-        changed = client.patch(path, headers=auth, json={
-            "headers": {**shown["headers"], "X-Region": "eu"},
-            "public_headers": ["X-Tenant", "X-Region"]})
+        changed = client.patch(
+            path,
+            headers=auth,
+            json={
+                "headers": {**shown["headers"], "X-Region": "eu"},
+                "public_headers": ["X-Tenant", "X-Region"],
+            },
+        )
         assert changed.status_code == 200, changed.get_json()
         event = client.post("/v1/partners/acme/events", headers=auth, json=order()).get_json()
         wait_for(lambda: receiver.on("/hook"), message="the webhook")
         sent = receiver.on("/hook")[0].headers
         assert (sent["authorization"], sent["x-tenant"], sent["x-region"]) == (
-            "Bearer s3cr3t-value", "acme-eu", "eu")
+            "Bearer s3cr3t-value",
+            "acme-eu",
+            "eu",
+        )
         wait_for(lambda: _attempts(runtime), message="the attempt record")
     (attempt,) = _attempts(runtime)
     assert attempt.request_headers["Authorization"] == "[redacted]"
@@ -433,8 +580,9 @@ def _attempts(runtime: Runtime) -> list[Attempt]:
         return rows
 
 
-@pytest.mark.parametrize("url", ["https://user:pass@hooks.example.com/in",
-                                 "https://token@hooks.example.com/in"])
+@pytest.mark.parametrize(
+    "url", ["https://user:pass@hooks.example.com/in", "https://token@hooks.example.com/in"]
+)
 def test_a_password_in_the_url_is_refused_at_create_and_change(client, auth, url):
     contract_and_partner(client, auth)
     response = client.post("/v1/partners/acme/endpoints", headers=auth, json={"url": url})
@@ -443,6 +591,7 @@ def test_a_password_in_the_url_is_refused_at_create_and_change(client, auth, url
     assert error["code"] == "invalid_url" and error["details"]["reason"] == "userinfo"
     assert "header" in error["message"]
     ep = make_endpoint(client, auth, url="https://hooks.example.com/in")
-    changed = client.patch(f"/v1/partners/acme/endpoints/{ep['id']}", headers=auth,
-                           json={"url": url})
+    changed = client.patch(
+        f"/v1/partners/acme/endpoints/{ep['id']}", headers=auth, json={"url": url}
+    )
     assert changed.status_code == 422

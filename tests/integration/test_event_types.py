@@ -10,9 +10,16 @@ from tests.support.publish import ORDER_SCHEMA, error_of, make_event_type
 
 
 def test_register_returns_201_and_reads_back(client, auth):
-    response = client.post("/v1/event-types", headers=auth, json={
-        "name": "order.created", "version": 1, "schema": ORDER_SCHEMA,
-        "description": "An order was placed"})
+    response = client.post(
+        "/v1/event-types",
+        headers=auth,
+        json={
+            "name": "order.created",
+            "version": 1,
+            "schema": ORDER_SCHEMA,
+            "description": "An order was placed",
+        },
+    )
     assert response.status_code == 201
     created = response.get_json()
     assert created["id"].startswith("ety_")
@@ -25,8 +32,11 @@ def test_register_returns_201_and_reads_back(client, auth):
 
 def test_identical_reregistration_is_idempotent_200(client, auth):
     first = make_event_type(client, auth)
-    again = client.post("/v1/event-types", headers=auth,
-                        json={"name": "order.created", "version": 1, "schema": ORDER_SCHEMA})
+    again = client.post(
+        "/v1/event-types",
+        headers=auth,
+        json={"name": "order.created", "version": 1, "schema": ORDER_SCHEMA},
+    )
     assert again.status_code == 200
     assert again.get_json()["id"] == first["id"]
     listed = client.get("/v1/event-types", headers=auth).get_json()
@@ -35,8 +45,12 @@ def test_identical_reregistration_is_idempotent_200(client, auth):
 
 def test_reregistering_with_a_new_description_updates_it(client, auth):
     first = make_event_type(client, auth)
-    body = {"name": "order.created", "version": 1, "schema": ORDER_SCHEMA,
-            "description": "Placed by a customer"}
+    body = {
+        "name": "order.created",
+        "version": 1,
+        "schema": ORDER_SCHEMA,
+        "description": "Placed by a customer",
+    }
     again = client.post("/v1/event-types", headers=auth, json=body)
     assert again.status_code == 200
     assert again.get_json()["id"] == first["id"]
@@ -45,15 +59,20 @@ def test_reregistering_with_a_new_description_updates_it(client, auth):
     assert read["description"] == "Placed by a customer"
     # Without a description, a re-registration leaves the stored one alone.
     body.pop("description")
-    assert client.post("/v1/event-types", headers=auth, json=body).get_json()[
-        "description"] == "Placed by a customer"
+    assert (
+        client.post("/v1/event-types", headers=auth, json=body).get_json()["description"]
+        == "Placed by a customer"
+    )
 
 
 def test_same_version_with_another_schema_is_409(client, auth):
     make_event_type(client, auth)
     changed = dict(ORDER_SCHEMA, required=["order_id"])
-    response = client.post("/v1/event-types", headers=auth,
-                           json={"name": "order.created", "version": 1, "schema": changed})
+    response = client.post(
+        "/v1/event-types",
+        headers=auth,
+        json={"name": "order.created", "version": 1, "schema": changed},
+    )
     assert response.status_code == 409
     assert error_of(response)["code"] == "event_type_version_exists"
     kept = client.get("/v1/event-types/order.created/1", headers=auth).get_json()
@@ -68,32 +87,39 @@ def test_new_version_of_same_name_is_its_own_contract(client, auth):
     assert sorted(t["version"] for t in names) == [1, 2]
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "no-such-type"},
-    {"properties": {"a": {"minimum": "zero"}}},
-    {"required": "order_id"},
-    "not an object",
-    [1, 2],
-    {"$ref": "https://example.com/schema.json"},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "no-such-type"},
+        {"properties": {"a": {"minimum": "zero"}}},
+        {"required": "order_id"},
+        "not an object",
+        [1, 2],
+        {"$ref": "https://example.com/schema.json"},
+    ],
+)
 def test_invalid_json_schema_is_422_and_not_stored(client, auth, schema):
-    response = client.post("/v1/event-types", headers=auth,
-                           json={"name": "bad.type", "version": 1, "schema": schema})
+    response = client.post(
+        "/v1/event-types", headers=auth, json={"name": "bad.type", "version": 1, "schema": schema}
+    )
     assert response.status_code == 422, response.get_json()
     assert error_of(response)["code"] == "invalid_schema"
     assert client.get("/v1/event-types/bad.type/1", headers=auth).status_code == 404
 
 
-@pytest.mark.parametrize("body", [
-    {"version": 1, "schema": {}},
-    {"name": "has space", "version": 1, "schema": {}},
-    {"name": "trailing.newline\n", "version": 1, "schema": {}},
-    {"name": "x", "version": 0, "schema": {}},
-    {"name": "x", "version": "1", "schema": {}},
-    {"name": "x", "version": True, "schema": {}},
-    {"name": "x", "version": 1},
-    {"name": "x", "version": 1, "schema": {}, "colour": "blue"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"version": 1, "schema": {}},
+        {"name": "has space", "version": 1, "schema": {}},
+        {"name": "trailing.newline\n", "version": 1, "schema": {}},
+        {"name": "x", "version": 0, "schema": {}},
+        {"name": "x", "version": "1", "schema": {}},
+        {"name": "x", "version": True, "schema": {}},
+        {"name": "x", "version": 1},
+        {"name": "x", "version": 1, "schema": {}, "colour": "blue"},
+    ],
+)
 def test_bad_fields_are_422(client, auth, body):
     response = client.post("/v1/event-types", headers=auth, json=body)
     assert response.status_code == 422, response.get_json()
@@ -108,8 +134,10 @@ def test_deprecate_marks_version_and_is_repeatable(client, auth):
     assert body["deprecated"] is True and body["deprecated_at"].endswith("Z")
     again = client.post("/v1/event-types/order.created/1/deprecate", headers=auth).get_json()
     assert again["deprecated_at"] == body["deprecated_at"]
-    assert client.get("/v1/event-types/order.created/2",
-                      headers=auth).get_json()["deprecated"] is False
+    assert (
+        client.get("/v1/event-types/order.created/2", headers=auth).get_json()["deprecated"]
+        is False
+    )
 
 
 def test_unknown_event_type_is_404(client, auth):
@@ -136,8 +164,11 @@ def test_registering_needs_write_scope(client, runtime):
 
     with runtime.db.begin() as session:
         _, token = create_api_key(session, "reader", ["read"])
-    response = client.post("/v1/event-types", headers={"Authorization": f"Bearer {token}"},
-                           json={"name": "x", "version": 1, "schema": {}})
+    response = client.post(
+        "/v1/event-types",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"name": "x", "version": 1, "schema": {}},
+    )
     assert response.status_code == 403
 
 
@@ -149,9 +180,12 @@ def test_concurrent_registration_of_one_version_stores_one_row(live_server, admi
 
     def register() -> None:
         barrier.wait()
-        response = requests.post(f"{live_server.url}/v1/event-types", timeout=30,
-                                 headers={"Authorization": f"Bearer {admin_token}"},
-                                 json={"name": "race.type", "version": 1, "schema": ORDER_SCHEMA})
+        response = requests.post(
+            f"{live_server.url}/v1/event-types",
+            timeout=30,
+            headers={"Authorization": f"Bearer {admin_token}"},
+            json={"name": "race.type", "version": 1, "schema": ORDER_SCHEMA},
+        )
         results.append(response.status_code)
 
     threads = [threading.Thread(target=register) for _ in range(8)]

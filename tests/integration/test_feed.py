@@ -30,9 +30,12 @@ from tests.support.publish import (
     order,
 )
 
-V2_SCHEMA = {"type": "object", "required": ["order_id", "total"],
-             "properties": {"order_id": {"type": "string"}, "total": {"type": "integer"}},
-             "additionalProperties": False}
+V2_SCHEMA = {
+    "type": "object",
+    "required": ["order_id", "total"],
+    "properties": {"order_id": {"type": "string"}, "total": {"type": "integer"}},
+    "additionalProperties": False,
+}
 
 
 def _feed(client: Any, auth: dict[str, str], uid: str = "acme", **params: Any) -> Any:
@@ -40,8 +43,9 @@ def _feed(client: Any, auth: dict[str, str], uid: str = "acme", **params: Any) -
     return client.get(f"/v1/partners/{uid}/feed?{query}", headers=auth)
 
 
-def _drain(client: Any, auth: dict[str, str], uid: str = "acme",
-           **params: Any) -> tuple[list[dict[str, Any]], str]:
+def _drain(
+    client: Any, auth: dict[str, str], uid: str = "acme", **params: Any
+) -> tuple[list[dict[str, Any]], str]:
     """Every event after `after`, page by page; the items and the last cursor."""
     items: list[dict[str, Any]] = []
     while True:
@@ -65,7 +69,8 @@ def acme(client: Any, auth: dict[str, str]) -> str:
 
 
 def test_a_consumer_sees_every_event_once_in_commit_order_under_eight_publishers(
-        live_server, auth, acme, client):
+    live_server, auth, acme, client
+):
     """8 threads publish over real HTTP (half with an Idempotency-Key, which takes the longer
     transactional path, so ids and commits interleave); a consumer pages every 50 ms."""
     publishers, per_thread = 8, 30
@@ -81,8 +86,12 @@ def test_a_consumer_sees_every_event_once_in_commit_order_under_eight_publishers
                 if n % 2:
                     headers["Idempotency-Key"] = f"t{thread}-{n}"
                 sent = time.monotonic()
-                answer = http.post(f"{live_server.url}/v1/partners/acme/events",
-                                   json=order(f"o-{thread}-{n}"), headers=headers, timeout=30)
+                answer = http.post(
+                    f"{live_server.url}/v1/partners/acme/events",
+                    json=order(f"o-{thread}-{n}"),
+                    headers=headers,
+                    timeout=30,
+                )
                 answered = time.monotonic()
                 if answer.status_code != 202:
                     errors.append(answer.text)
@@ -98,8 +107,12 @@ def test_a_consumer_sees_every_event_once_in_commit_order_under_eight_publishers
             while True:
                 finished = done.is_set()  # read before the page: a page after it is final
                 params = {"limit": 25, **({"after": cursor} if cursor else {})}
-                answer = http.get(f"{live_server.url}/v1/partners/acme/feed", params=params,
-                                  headers=auth, timeout=30)
+                answer = http.get(
+                    f"{live_server.url}/v1/partners/acme/feed",
+                    params=params,
+                    headers=auth,
+                    timeout=30,
+                )
                 if answer.status_code != 200:
                     errors.append(answer.text)
                     return
@@ -127,7 +140,8 @@ def test_a_consumer_sees_every_event_once_in_commit_order_under_eight_publishers
     ids = [event_id for event_id, _ in seen]
     assert len(ids) == len(set(ids)), "an event was seen twice"
     assert set(ids) == set(published), (
-        f"missed {len(set(published) - set(ids))}, unknown {len(set(ids) - set(published))}")
+        f"missed {len(set(published) - set(ids))}, unknown {len(set(ids) - set(published))}"
+    )
     assert len(ids) == publishers * per_thread
     position = {event_id: i for i, event_id in enumerate(ids)}
     # Commit order, as far as it can be observed from outside: an event whose 202 came back
@@ -138,7 +152,8 @@ def test_a_consumer_sees_every_event_once_in_commit_order_under_eight_publishers
             if sent > answered:
                 assert position[event_id] < position[other], (
                     f"{event_id} (thread {thread} #{n}) committed before {other} "
-                    f"(thread {other_thread} #{other_n}) was sent, yet comes after it")
+                    f"(thread {other_thread} #{other_n}) was sent, yet comes after it"
+                )
 
 
 def test_an_event_committing_after_a_newer_one_is_not_skipped(client, auth, acme, runtime):
@@ -146,19 +161,31 @@ def test_an_event_committing_after_a_newer_one_is_not_skipped(client, auth, acme
     consumer has already read past. Its position is given at commit, so it is after the
     cursor."""
     early_id = new_id("evt")  # made first: an older id, as a slow publish would have
-    assert client.post("/v1/partners/acme/events", headers=auth,
-                       json=order("o-late-id")).status_code == 202
+    assert (
+        client.post("/v1/partners/acme/events", headers=auth, json=order("o-late-id")).status_code
+        == 202
+    )
     seen, cursor = _drain(client, auth)
     assert [item["data"]["order_id"] for item in seen] == ["o-late-id"]
 
     now = utcnow()
     with runtime.db.begin() as session:
         partner = session.scalars(select(Partner).where(Partner.uid == "acme")).one()
-        request = PublishRequest("order.created", 1, {"order_id": "o-early-id", "amount": 1},
-                                 now, None, None)
-        session.add(Event(id=early_id, partner_id=partner.id, type="order.created",
-                          version=1, data=request.data, occurred_at=now, created_at=now,
-                          payload=payload_json(early_id, request, "acme", now)))
+        request = PublishRequest(
+            "order.created", 1, {"order_id": "o-early-id", "amount": 1}, now, None, None
+        )
+        session.add(
+            Event(
+                id=early_id,
+                partner_id=partner.id,
+                type="order.created",
+                version=1,
+                data=request.data,
+                occurred_at=now,
+                created_at=now,
+                payload=payload_json(early_id, request, "acme", now),
+            )
+        )
     later, _ = _drain(client, auth, after=cursor)
     assert [item["id"] for item in later] == [early_id]
     assert early_id < seen[0]["id"]  # older id, later in the feed
@@ -174,14 +201,26 @@ def test_an_open_transaction_holds_no_position_until_it_commits(client, auth, ac
         session.begin()
         partner_id = session.scalars(select(Partner.id).where(Partner.uid == "acme")).one()
         held_id = new_id("evt")
-        request = PublishRequest("order.created", 1, {"order_id": "o-held", "amount": 1},
-                                 now, None, None)
-        session.add(Event(id=held_id, partner_id=partner_id, type="order.created", version=1,
-                          data=request.data, occurred_at=now, created_at=now,
-                          payload=payload_json(held_id, request, "acme", now)))
+        request = PublishRequest(
+            "order.created", 1, {"order_id": "o-held", "amount": 1}, now, None, None
+        )
+        session.add(
+            Event(
+                id=held_id,
+                partner_id=partner_id,
+                type="order.created",
+                version=1,
+                data=request.data,
+                occurred_at=now,
+                created_at=now,
+                payload=payload_json(held_id, request, "acme", now),
+            )
+        )
         session.flush()
-        assert client.post("/v1/partners/acme/events", headers=auth,
-                           json=order("o-after")).status_code == 202
+        assert (
+            client.post("/v1/partners/acme/events", headers=auth, json=order("o-after")).status_code
+            == 202
+        )
         seen, cursor = _drain(client, auth)
         assert [item["data"]["order_id"] for item in seen] == ["o-after"]
         session.commit()
@@ -192,17 +231,31 @@ def test_an_open_transaction_holds_no_position_until_it_commits(client, auth, ac
 
 
 def test_the_feed_carries_the_exact_body_a_push_sends(client, auth, acme, runtime):
-    response = client.post("/v1/partners/acme/events", headers=auth, json=order(
-        "o-env", resource={"type": "order", "id": "o-env", "version": 3},
-        correlation_id="corr-1"))
+    response = client.post(
+        "/v1/partners/acme/events",
+        headers=auth,
+        json=order(
+            "o-env",
+            resource={"type": "order", "id": "o-env", "version": 3},
+            correlation_id="corr-1",
+        ),
+    )
     event_id = response.get_json()["id"]
     raw = _feed(client, auth).get_data(as_text=True)
     with runtime.db.begin() as session:
         payload = session.get_one(Event, event_id).payload
     assert raw.startswith('{"data":[' + payload + "]")
     item = _feed(client, auth).get_json()["data"][0]
-    assert set(item) == {"id", "type", "version", "occurred_at", "partner", "resource",
-                         "correlation_id", "data"}
+    assert set(item) == {
+        "id",
+        "type",
+        "version",
+        "occurred_at",
+        "partner",
+        "resource",
+        "correlation_id",
+        "data",
+    }
 
 
 def test_sequencer_numbers_a_backlog_in_batches_without_gaps(client, auth, acme, runtime):
@@ -219,28 +272,48 @@ def test_sequencer_numbers_a_backlog_in_batches_without_gaps(client, auth, acme,
 
 
 def test_feed_through_an_endpoint_honours_its_subscription_and_pins(client, auth, acme):
-    make_event_type(client, auth, "order.created", 2, schema=V2_SCHEMA,
-                    downgrade="{order_id: order_id, amount: total}")  # a pin needs a chain
+    make_event_type(
+        client,
+        auth,
+        "order.created",
+        2,
+        schema=V2_SCHEMA,
+        downgrade="{order_id: order_id, amount: total}",
+    )  # a pin needs a chain
     make_event_type(client, auth, "order.cancelled", 1)
-    pinned = make_endpoint(client, auth, url=None, mode="pull",
-                           event_types=["order.created"], versions={"order.created": 1})
+    pinned = make_endpoint(
+        client,
+        auth,
+        url=None,
+        mode="pull",
+        event_types=["order.created"],
+        versions={"order.created": 1},
+    )
     everything = make_endpoint(client, auth, url=None, mode="pull")
-    v2 = {"type": "order.created", "version": 2, "data": {"order_id": "o-2", "total": 5},
-          "renditions": {"1": {"order_id": "o-2", "amount": 5}}}
+    v2 = {
+        "type": "order.created",
+        "version": 2,
+        "data": {"order_id": "o-2", "total": 5},
+        "renditions": {"1": {"order_id": "o-2", "amount": 5}},
+    }
     assert client.post("/v1/partners/acme/events", headers=auth, json=v2).status_code == 202
     cancelled = dict(order("o-c"), type="order.cancelled")
-    assert client.post("/v1/partners/acme/events", headers=auth,
-                       json=cancelled).status_code == 202
+    assert client.post("/v1/partners/acme/events", headers=auth, json=cancelled).status_code == 202
 
     through_pin, _ = _drain(client, auth, endpoint=pinned["id"])
     assert [(i["type"], i["version"], i["data"]) for i in through_pin] == [
-        ("order.created", 1, {"order_id": "o-2", "amount": 5})]
+        ("order.created", 1, {"order_id": "o-2", "amount": 5})
+    ]
     through_all, _ = _drain(client, auth, endpoint=everything["id"])
     assert [(i["type"], i["version"]) for i in through_all] == [
-        ("order.created", 2), ("order.cancelled", 1)]
+        ("order.created", 2),
+        ("order.cancelled", 1),
+    ]
     published, _ = _drain(client, auth)
     assert [(i["type"], i["version"]) for i in published] == [
-        ("order.created", 2), ("order.cancelled", 1)]
+        ("order.created", 2),
+        ("order.cancelled", 1),
+    ]
     assert through_pin[0]["id"] == published[0]["id"]
 
 
@@ -248,8 +321,9 @@ def test_a_push_endpoint_feed_follows_its_subscription(client, auth, acme):
     make_event_type(client, auth, "order.cancelled", 1)
     push = make_endpoint(client, auth, event_types=["order.cancelled"])
     client.post("/v1/partners/acme/events", headers=auth, json=order("o-1"))
-    client.post("/v1/partners/acme/events", headers=auth,
-                json=dict(order("o-2"), type="order.cancelled"))
+    client.post(
+        "/v1/partners/acme/events", headers=auth, json=dict(order("o-2"), type="order.cancelled")
+    )
     items, _ = _drain(client, auth, endpoint=push["id"])
     assert [i["type"] for i in items] == ["order.cancelled"]
 
@@ -265,20 +339,32 @@ def test_a_pull_endpoint_has_no_url_and_is_never_pushed_to(client, auth, acme, r
     answer = client.post("/v1/partners/acme/events", headers=auth, json=order()).get_json()
     assert [d["endpoint"] for d in answer["deliveries"]] == [push["id"]]
     with runtime.db.begin() as session:
-        assert session.scalar(select(func.count()).select_from(Delivery).where(
-            Delivery.endpoint_id == pull["id"])) == 0
+        assert (
+            session.scalar(
+                select(func.count()).select_from(Delivery).where(Delivery.endpoint_id == pull["id"])
+            )
+            == 0
+        )
     # Nor can anything be sent to it by hand, and its mode and url stay as created.
     base = f"/v1/partners/acme/endpoints/{pull['id']}"
     assert error_of(client.post(f"{base}/test", headers=auth))["code"] == "pull_endpoint"
-    assert error_of(client.patch(base, headers=auth, json={"mode": "push"}))[
-        "code"] == "mode_immutable"
-    assert error_of(client.patch(base, headers=auth, json={
-        "url": "http://127.0.0.1:9/x"}))["code"] == "invalid_field"
-    refused = client.post("/v1/partners/acme/endpoints", headers=auth,
-                          json={"mode": "pull", "url": "http://127.0.0.1:9/x"})
+    assert (
+        error_of(client.patch(base, headers=auth, json={"mode": "push"}))["code"]
+        == "mode_immutable"
+    )
+    assert (
+        error_of(client.patch(base, headers=auth, json={"url": "http://127.0.0.1:9/x"}))["code"]
+        == "invalid_field"
+    )
+    refused = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"mode": "pull", "url": "http://127.0.0.1:9/x"},
+    )
     assert refused.status_code == 422 and error_of(refused)["details"] == {"field": "url"}
-    assert error_of(client.post("/v1/partners/acme/endpoints", headers=auth,
-                                json={"mode": "poll"}))["details"] == {"field": "mode"}
+    assert error_of(
+        client.post("/v1/partners/acme/endpoints", headers=auth, json={"mode": "poll"})
+    )["details"] == {"field": "mode"}
 
 
 def _metric(client: Any, name: str) -> float:
@@ -328,8 +414,9 @@ def test_ack_refuses_push_endpoints_and_bad_cursors(client, auth, acme):
     push = make_endpoint(client, auth)
     pull = make_endpoint(client, auth, url=None, mode="pull")
     cursor = _feed(client, auth).get_json()["next_cursor"]
-    refused = client.post(f"/v1/partners/acme/endpoints/{push['id']}/ack", headers=auth,
-                          json={"cursor": cursor})
+    refused = client.post(
+        f"/v1/partners/acme/endpoints/{push['id']}/ack", headers=auth, json={"cursor": cursor}
+    )
     assert refused.status_code == 409 and error_of(refused)["code"] == "push_endpoint"
     base = f"/v1/partners/acme/endpoints/{pull['id']}/ack"
     for body, status, code in [
@@ -357,7 +444,8 @@ def test_a_cursor_older_than_retention_is_gone(client, auth, acme, runtime):
 
 
 def test_a_pull_endpoint_behind_retention_gets_backlog_expired_not_a_silent_skip(
-        client, auth, acme, runtime):
+    client, auth, acme, runtime
+):
     """The unacknowledged events past retention are neither served nor skipped silently: the
     read is refused with what would be lost, lag counts them, and the consumer moves past
     them on purpose (skip-expired, audited; or acknowledging a later cursor)."""
@@ -381,8 +469,9 @@ def test_a_pull_endpoint_behind_retention_gets_backlog_expired_not_a_silent_skip
         horizon = parse_time(error["details"].pop("horizon"))
         assert before - retention - timedelta(seconds=5) <= horizon <= utcnow() - retention
         assert error["details"] == {"skipped": 2, "oldest_event": old_id}
-        lag = client.get(f"/v1/partners/acme/endpoints/{pull['id']}",
-                         headers=auth).get_json()["lag"]
+        lag = client.get(f"/v1/partners/acme/endpoints/{pull['id']}", headers=auth).get_json()[
+            "lag"
+        ]
         assert (lag["events"], lag["expired_events"]) == (3, 2)
         assert parse_time(lag["oldest_unacknowledged_at"]) < horizon
     # A cursor the consumer holds still reads on: only the read that would skip is refused.
@@ -391,26 +480,32 @@ def test_a_pull_endpoint_behind_retention_gets_backlog_expired_not_a_silent_skip
     base = f"/v1/partners/acme/endpoints/{skipper['id']}"
     skipped = client.post(f"{base}/skip-expired", headers=auth)
     assert skipped.status_code == 200, skipped.get_json()
-    assert (skipped.get_json()["lag"]["events"], skipped.get_json()["lag"]["expired_events"]) \
-        == (1, 0)
+    assert (skipped.get_json()["lag"]["events"], skipped.get_json()["lag"]["expired_events"]) == (
+        1,
+        0,
+    )
     through, _ = _drain(client, auth, endpoint=skipper["id"])
     assert [i["data"]["order_id"] for i in through] == ["o-new"]
     assert client.post(f"{base}/skip-expired", headers=auth).status_code == 200  # idempotent
     with runtime.db.begin() as session:
-        records = session.scalars(select(AuditRecord).where(
-            AuditRecord.action == "endpoint.backlog_skipped")).all()
-        assert [(r.subject_id, r.details["skipped"], r.details["oldest_event"])
-                for r in records] == [(skipper["id"], 2, old_id)]
+        records = session.scalars(
+            select(AuditRecord).where(AuditRecord.action == "endpoint.backlog_skipped")
+        ).all()
+        assert [
+            (r.subject_id, r.details["skipped"], r.details["oldest_event"]) for r in records
+        ] == [(skipper["id"], 2, old_id)]
 
-    acked = client.post(f"/v1/partners/acme/endpoints/{acker['id']}/ack", headers=auth,
-                        json={"cursor": later_cursor})
+    acked = client.post(
+        f"/v1/partners/acme/endpoints/{acker['id']}/ack",
+        headers=auth,
+        json={"cursor": later_cursor},
+    )
     lag = acked.get_json()["lag"]
     assert (lag["events"], lag["expired_events"]) == (0, 0)
     assert _feed(client, auth, endpoint=acker["id"]).get_json()["data"] == []
 
     push = make_endpoint(client, auth)
-    refused = client.post(f"/v1/partners/acme/endpoints/{push['id']}/skip-expired",
-                          headers=auth)
+    refused = client.post(f"/v1/partners/acme/endpoints/{push['id']}/skip-expired", headers=auth)
     assert refused.status_code == 409 and error_of(refused)["code"] == "push_endpoint"
 
 
@@ -424,9 +519,15 @@ def test_only_subscribed_types_make_a_backlog_expire(client, auth, acme, runtime
     assert (lag["lag"]["events"], lag["lag"]["expired_events"]) == (0, 0)
 
 
-@pytest.mark.parametrize("bad", [
-    "nope", base64.urlsafe_b64encode(b"f1.x.1").decode(), "f1.1.1", "%00",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "nope",
+        base64.urlsafe_b64encode(b"f1.x.1").decode(),
+        "f1.1.1",
+        "%00",
+    ],
+)
 def test_a_malformed_cursor_or_limit_is_a_clear_400(client, auth, acme, bad):
     response = _feed(client, auth, after=bad)
     assert response.status_code == 400
@@ -456,8 +557,14 @@ def test_a_partner_key_reads_its_own_feed_and_no_other(client, auth, acme):
     assert other.status_code == 404 and error_of(other)["code"] == "not_found"
     bravo_pull = make_endpoint(client, auth, "bravo", url=None, mode="pull")
     assert _feed(client, key, endpoint=bravo_pull["id"]).status_code == 404
-    assert client.post(f"/v1/partners/bravo/endpoints/{bravo_pull['id']}/ack", headers=key,
-                       json={"cursor": cursor}).status_code == 404
+    assert (
+        client.post(
+            f"/v1/partners/bravo/endpoints/{bravo_pull['id']}/ack",
+            headers=key,
+            json={"cursor": cursor},
+        ).status_code
+        == 404
+    )
     # A cursor carries no partner: it only says where in the feed, never whose events. Read
     # from the very start (before both partners' events), acme's key still sees only acme's.
     from_start, _ = _drain(client, key, after=cursors.encode(0, utcnow()))

@@ -23,8 +23,12 @@ from tests.support.publish import (
 
 @pytest.fixture
 def run(settings):
-    env = {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url,
-           "KURIR_DATA_DIR": str(settings.data_dir), "KURIR_SECRET_KEY": settings.secret_key}
+    env = {
+        "DATABASE_URL": settings.database_url,
+        "REDIS_URL": settings.redis_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+    }
 
     def invoke(*args: str):
         return CliRunner().invoke(cli, ["feed", *args], env=env)
@@ -73,10 +77,12 @@ def test_feed_says_backlog_expired_and_skips_it_on_request(run, client, auth, ru
     skipped = run("acme", "--endpoint", pull["id"], "--skip-expired")
     assert skipped.exit_code == 0, skipped.output
     assert "skipped 1 event(s) past retention" in skipped.stderr
-    assert [json.loads(line)["data"]["order_id"] for line in skipped.stdout.splitlines()] \
-        == ["o-new"]
+    assert [json.loads(line)["data"]["order_id"] for line in skipped.stdout.splitlines()] == [
+        "o-new"
+    ]
     with runtime.db.begin() as session:
-        actors = session.scalars(select(AuditRecord.actor).where(
-            AuditRecord.action == "endpoint.backlog_skipped")).all()
+        actors = session.scalars(
+            select(AuditRecord.actor).where(AuditRecord.action == "endpoint.backlog_skipped")
+        ).all()
         assert len(actors) == 1 and actors[0].startswith("cli")
     assert run("acme", "--skip-expired").exit_code == 2  # needs --endpoint

@@ -29,7 +29,8 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
 
 
 def test_every_operation_answers_generated_input_without_5xx(
-        app: Any, seeded: dict[str, str], auth: dict[str, str], backend: str) -> None:
+    app: Any, seeded: dict[str, str], auth: dict[str, str], backend: str
+) -> None:
     schema = schemathesis.openapi.from_wsgi("/openapi.json", app)
     # The key is ours to give: generated or mutated security headers would only test the 401.
     schema.config.generation.update(with_security_parameters=False)
@@ -38,13 +39,15 @@ def test_every_operation_answers_generated_input_without_5xx(
     assert len(operations) >= 35  # the whole document, not a subset
     for operation in operations:
         names = {p.name for p in operation.path_parameters}
-        known = {k: v for k, v in known_path_parameters(operation.path, seeded).items()
-                 if k in names}
+        known = {
+            k: v for k, v in known_path_parameters(operation.path, seeded).items() if k in names
+        }
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             strategies = [operation.as_strategy(generation_mode=mode)]
             if known:
-                strategies.append(operation.as_strategy(generation_mode=mode,
-                                                        path_parameters=known))
+                strategies.append(
+                    operation.as_strategy(generation_mode=mode, path_parameters=known)
+                )
             label = f"{operation.method.upper()} {operation.path} [{mode.value}]"
             try:
                 _drive(st.one_of(strategies), auth, tally, label)
@@ -52,26 +55,38 @@ def test_every_operation_answers_generated_input_without_5xx(
                 # Nothing in the operation can be made invalid (e.g. no parameters, no body).
                 assert mode is GenerationMode.NEGATIVE, label
                 tally.ungenerable.append(label)
-    print(f"\nfuzzed API ({backend}): {tally.requests} requests over {len(operations)} "
-          f"operations, {EXAMPLES} examples per operation and mode; statuses "
-          f"{dict(sorted(tally.by_status.items()))}; {tally.problem_count} broke the rules; "
-          f"no invalid input possible for {tally.ungenerable}")
+    print(
+        f"\nfuzzed API ({backend}): {tally.requests} requests over {len(operations)} "
+        f"operations, {EXAMPLES} examples per operation and mode; statuses "
+        f"{dict(sorted(tally.by_status.items()))}; {tally.problem_count} broke the rules; "
+        f"no invalid input possible for {tally.ungenerable}"
+    )
     assert tally.problems == []
 
 
-def _drive(strategy: st.SearchStrategy[Any], auth: dict[str, str], tally: Tally,
-           label: str) -> None:
+def _drive(
+    strategy: st.SearchStrategy[Any], auth: dict[str, str], tally: Tally, label: str
+) -> None:
     @given(case=strategy)
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-              phases=[Phase.explicit, Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case: Any) -> None:
         headers = dict(case.headers or {})
         headers["Authorization"] = auth["Authorization"]
         response = case.call(headers=headers)
-        tally.check(f"{label} {case.as_curl_command()[:300]}", response.status_code,
-                    response.headers.get("content-type", [None])[0]
-                    if isinstance(response.headers.get("content-type"), list)
-                    else response.headers.get("content-type"), response.content)
+        tally.check(
+            f"{label} {case.as_curl_command()[:300]}",
+            response.status_code,
+            response.headers.get("content-type", [None])[0]
+            if isinstance(response.headers.get("content-type"), list)
+            else response.headers.get("content-type"),
+            response.content,
+        )
 
     run()

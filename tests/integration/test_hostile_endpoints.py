@@ -71,9 +71,11 @@ def _path(url: str) -> str:
 
 def _attempts_by_path(rt: Runtime) -> dict[str, list[Attempt]]:
     with rt.db.begin() as session:
-        rows = session.execute(select(Attempt, Endpoint.url).join(
-            Delivery, Delivery.id == Attempt.delivery_id).join(
-            Endpoint, Endpoint.id == Delivery.endpoint_id)).all()
+        rows = session.execute(
+            select(Attempt, Endpoint.url)
+            .join(Delivery, Delivery.id == Attempt.delivery_id)
+            .join(Endpoint, Endpoint.id == Delivery.endpoint_id)
+        ).all()
     out: dict[str, list[Attempt]] = {}
     for attempt, url in rows:
         out.setdefault(_path(url), []).append(attempt)
@@ -84,24 +86,40 @@ def test_each_hostile_endpoint_costs_one_bounded_failed_attempt(rt: Runtime) -> 
     with HostileServer() as hostile, Receiver() as healthy_receiver:
         with rt.db.begin() as session:
             partner = make_partner(session)
-            hostile_eps = [make_endpoint(session, partner, hostile.url + path, rt.secret_box,
-                                         timeout_s=TIMEOUT_S)
-                           for path in [*EXPECTED, *DELIVERED_ANYWAY]]
-            healthy_eps = [make_endpoint(session, partner, f"{healthy_receiver.url}/ok{i}",
-                                         rt.secret_box, timeout_s=TIMEOUT_S)
-                           for i in range(HEALTHY_ENDPOINTS)]
+            hostile_eps = [
+                make_endpoint(
+                    session, partner, hostile.url + path, rt.secret_box, timeout_s=TIMEOUT_S
+                )
+                for path in [*EXPECTED, *DELIVERED_ANYWAY]
+            ]
+            healthy_eps = [
+                make_endpoint(
+                    session,
+                    partner,
+                    f"{healthy_receiver.url}/ok{i}",
+                    rt.secret_box,
+                    timeout_s=TIMEOUT_S,
+                )
+                for i in range(HEALTHY_ENDPOINTS)
+            ]
             # The first event goes everywhere, as one publish would fan it out: hostile and
             # healthy deliveries share its job. The rest go to the healthy endpoints only.
             mixed = make_events(session, partner, [*hostile_eps, *healthy_eps], 1)
             healthy = make_events(session, partner, healthy_eps, HEALTHY_EVENTS - 1)
         enqueue_now(rt.redis, mixed)
         for start in range(0, len(healthy), 30):
-            enqueue_now(rt.redis, healthy[start:start + 30])
+            enqueue_now(rt.redis, healthy[start : start + 30])
         with WorkerThread(rt):
-            wait_for(lambda: len(healthy_receiver.requests) >= HEALTHY_ENDPOINTS * HEALTHY_EVENTS,
-                     timeout_s=60, message="every healthy delivery")
-            wait_for(lambda: len(_attempts_by_path(rt)) == len(hostile_eps) + HEALTHY_ENDPOINTS,
-                     timeout_s=60, message="one attempt at every hostile endpoint")
+            wait_for(
+                lambda: len(healthy_receiver.requests) >= HEALTHY_ENDPOINTS * HEALTHY_EVENTS,
+                timeout_s=60,
+                message="every healthy delivery",
+            )
+            wait_for(
+                lambda: len(_attempts_by_path(rt)) == len(hostile_eps) + HEALTHY_ENDPOINTS,
+                timeout_s=60,
+                message="one attempt at every hostile endpoint",
+            )
             hostile.stop()
     by_path = _attempts_by_path(rt)
     problems = []
@@ -122,16 +140,22 @@ def test_each_hostile_endpoint_costs_one_bounded_failed_attempt(rt: Runtime) -> 
             problems.append(f"{path}: kept {len(attempt.response_body or b'')} bytes")
     assert problems == []
     with rt.db.begin() as session:
-        states = {_path(url): state for url, state in session.execute(
-            select(Endpoint.url, Delivery.state).join(Endpoint,
-                                                      Endpoint.id == Delivery.endpoint_id))}
+        states = {
+            _path(url): state
+            for url, state in session.execute(
+                select(Endpoint.url, Delivery.state).join(
+                    Endpoint, Endpoint.id == Delivery.endpoint_id
+                )
+            )
+        }
     assert {states[p] for p in EXPECTED} == {RETRYING}
     assert {states[p] for p in DELIVERED_ANYWAY} == {SUCCEEDED}
     assert len(healthy_receiver.event_ids()) == HEALTHY_ENDPOINTS * HEALTHY_EVENTS
 
 
-@pytest.mark.parametrize("path", ["/huge", "/gzip-bomb", "/huge-header", "/many-headers",
-                                  "/garbage", "/close-mid"])
+@pytest.mark.parametrize(
+    "path", ["/huge", "/gzip-bomb", "/huge-header", "/many-headers", "/garbage", "/close-mid"]
+)
 def test_memory_stays_flat_over_repeated_hostile_answers(path: str) -> None:
     """60 answers of the memory-heavy kinds leave the sender's RSS within 50 MB.
 

@@ -31,19 +31,30 @@ def _token(runtime: Runtime, *scopes: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _store(runtime: Runtime, name: str, event_id: str, version: int, status: str,
-           resource_id: str = "pay_1") -> str:
-    body, headers = kit.signed_callback(SW, event_id=event_id, resource_id=resource_id,
-                                        version=version, status=status)
+def _store(
+    runtime: Runtime,
+    name: str,
+    event_id: str,
+    version: int,
+    status: str,
+    resource_id: str = "pay_1",
+) -> str:
+    body, headers = kit.signed_callback(
+        SW, event_id=event_id, resource_id=resource_id, version=version, status=status
+    )
     return receive.receive(runtime, name, headers, body).inbound_event_id
 
 
 def test_create_and_read_a_source_over_the_api(runtime, live_server, auth):
-    spec = {"name": "acme-pay", "scheme": "stripe",
-            "secrets": [kit.SECRETS["stripe"], kit.OTHER_SECRETS["stripe"]],
-            "tolerance_s": 120, "mapping": {"resource_version": "/data/object/metadata/rev",
-                                            "status": None},
-            "allow_gaps": False, "reconcile_url": "http://127.0.0.1:9/state"}
+    spec = {
+        "name": "acme-pay",
+        "scheme": "stripe",
+        "secrets": [kit.SECRETS["stripe"], kit.OTHER_SECRETS["stripe"]],
+        "tolerance_s": 120,
+        "mapping": {"resource_version": "/data/object/metadata/rev", "status": None},
+        "allow_gaps": False,
+        "reconcile_url": "http://127.0.0.1:9/state",
+    }
     created = requests.post(f"{live_server.url}/v1/sources", json=spec, headers=auth, timeout=10)
     assert created.status_code == 201, created.text
     body = created.json()
@@ -54,7 +65,8 @@ def test_create_and_read_a_source_over_the_api(runtime, live_server, auth):
     assert body["mapping"]["status"] is None
     assert body["receive_path"] == "/inbound/acme-pay"
     assert len(body["secrets"]) == 2 and "secret" not in str(body["secrets"]).lower().replace(
-        "secrets", "")
+        "secrets", ""
+    )
     assert kit.SECRETS["stripe"] not in created.text
     with runtime.db.begin() as session:  # encrypted at rest
         stored = [s.secret_encrypted for s in session.scalars(select(InboundSourceSecret))]
@@ -67,27 +79,32 @@ def test_create_and_read_a_source_over_the_api(runtime, live_server, auth):
     assert listed["next_cursor"] is None
     # The source works at once with either secret.
     for n, secret in enumerate((kit.SECRETS["stripe"], kit.OTHER_SECRETS["stripe"])):
-        payload, headers = kit.signed_callback("stripe", secret=secret, event_id=f"evt_{n}",
-                                               resource_id="pi_1")
-        answer = requests.post(f"{live_server.url}/inbound/acme-pay", data=payload,
-                               headers=dict(headers), timeout=10)
+        payload, headers = kit.signed_callback(
+            "stripe", secret=secret, event_id=f"evt_{n}", resource_id="pi_1"
+        )
+        answer = requests.post(
+            f"{live_server.url}/inbound/acme-pay", data=payload, headers=dict(headers), timeout=10
+        )
         assert answer.status_code == 202
 
 
-@pytest.mark.parametrize(("change", "code"), [
-    ({"scheme": "hmac-md5"}, "invalid_source"),
-    ({"name": "Bad Name!"}, "invalid_source"),
-    ({"secrets": []}, "invalid_secret"),
-    ({"secrets": [" padded "]}, "invalid_secret"),
-    ({"mapping": {"event_id": "data.id"}}, "invalid_mapping"),
-    ({"mapping": {"colour": "/x"}}, "invalid_mapping"),
-    ({"tolerance_s": 0}, "invalid_source"),
-    ({"handlers": ["no.such.module:fn"]}, "unknown_handler"),
-    ({"handlers": [{"path": "os:system"}]}, "unknown_handler"),
-    ({"handlers": 5}, "invalid_handler"),
-    ({"reconcile_url": "gopher://x"}, "invalid_reconcile_url"),
-    ({"surprise": 1}, "invalid_source"),
-])
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"scheme": "hmac-md5"}, "invalid_source"),
+        ({"name": "Bad Name!"}, "invalid_source"),
+        ({"secrets": []}, "invalid_secret"),
+        ({"secrets": [" padded "]}, "invalid_secret"),
+        ({"mapping": {"event_id": "data.id"}}, "invalid_mapping"),
+        ({"mapping": {"colour": "/x"}}, "invalid_mapping"),
+        ({"tolerance_s": 0}, "invalid_source"),
+        ({"handlers": ["no.such.module:fn"]}, "unknown_handler"),
+        ({"handlers": [{"path": "os:system"}]}, "unknown_handler"),
+        ({"handlers": 5}, "invalid_handler"),
+        ({"reconcile_url": "gopher://x"}, "invalid_reconcile_url"),
+        ({"surprise": 1}, "invalid_source"),
+    ],
+)
 def test_invalid_sources_are_422_naming_the_problem(client, auth, change, code):
     spec = {"name": "acme", "scheme": "github", "secret": "s3cret", **change}
     response = client.post("/v1/sources", json=spec, headers=auth)
@@ -96,8 +113,11 @@ def test_invalid_sources_are_422_naming_the_problem(client, auth, change, code):
 
 
 def test_standard_webhooks_secret_must_decode(client, auth):
-    response = client.post("/v1/sources", headers=auth, json={
-        "name": "acme", "scheme": SW, "secret": "whsec_!!!not-base64"})
+    response = client.post(
+        "/v1/sources",
+        headers=auth,
+        json={"name": "acme", "scheme": SW, "secret": "whsec_!!!not-base64"},
+    )
     assert response.status_code == 422
 
 
@@ -122,15 +142,17 @@ def test_scopes_read_may_look_sources_write_may_change(runtime, client):
 
 def test_rotating_a_secret_keeps_the_old_one_for_the_overlap(runtime, client, auth):
     kit.create_source(runtime, "gh", "github")
-    response = client.post("/v1/sources/gh/secrets", headers=auth,
-                           json={"secret": "the-new-one", "rotate": True})
+    response = client.post(
+        "/v1/sources/gh/secrets", headers=auth, json={"secret": "the-new-one", "rotate": True}
+    )
     assert response.status_code == 201
     secrets = response.get_json()["secrets"]
     assert len(secrets) == 2 and all(s["active"] for s in secrets)
     assert secrets[0]["expires_at"] is None and secrets[1]["expires_at"] is not None
     for n, secret in enumerate(("the-new-one", kit.SECRETS["github"])):
-        body, headers = kit.signed_callback("github", secret=secret, event_id=f"d{n}",
-                                            resource_id="7")
+        body, headers = kit.signed_callback(
+            "github", secret=secret, event_id=f"d{n}", resource_id="7"
+        )
         assert client.post("/inbound/gh", data=body, headers=headers).status_code == 202
 
 
@@ -171,18 +193,34 @@ def test_inbound_events_are_listed_by_status_source_and_resource(runtime, client
 
     first = client.get("/v1/inbound-events?limit=3", headers=auth).get_json()
     assert len(first["data"]) == 3 and first["next_cursor"]
-    rest = client.get(f"/v1/inbound-events?limit=3&cursor={first['next_cursor']}",
-                      headers=auth).get_json()
+    rest = client.get(
+        f"/v1/inbound-events?limit=3&cursor={first['next_cursor']}", headers=auth
+    ).get_json()
     assert [e["id"] for e in rest["data"]] == [new] and rest["next_cursor"] is None
 
-    shape = client.get("/v1/inbound-events?source=psp&status=ignored",
-                       headers=auth).get_json()["data"][0]
-    assert set(shape) == {"id", "source", "event_id", "event_type", "resource_id",
-                          "resource_version", "occurred_at", "status", "reason",
-                          "received_at", "created_at"}
+    shape = client.get("/v1/inbound-events?source=psp&status=ignored", headers=auth).get_json()[
+        "data"
+    ][0]
+    assert set(shape) == {
+        "id",
+        "source",
+        "event_id",
+        "event_type",
+        "resource_id",
+        "resource_version",
+        "occurred_at",
+        "status",
+        "reason",
+        "received_at",
+        "created_at",
+    }
     assert shape["created_at"] == shape["received_at"]
     assert (shape["source"], shape["event_id"], shape["status"], shape["reason"]) == (
-        "psp", "e1", "ignored", "stale_event")
+        "psp",
+        "e1",
+        "ignored",
+        "stale_event",
+    )
     assert shape["resource_version"] == 1 and shape["event_type"] == "payment.created"
 
 
@@ -212,20 +250,49 @@ def test_inbound_event_detail_and_replay(runtime, client, auth):
 
 
 def _cli_env(settings: Any) -> dict[str, str]:
-    return {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url,
-            "KURIR_DATA_DIR": str(settings.data_dir), "KURIR_SECRET_KEY": settings.secret_key,
-            "KURIR_ALLOW_PRIVATE_TARGETS": "1"}
+    return {
+        "DATABASE_URL": settings.database_url,
+        "REDIS_URL": settings.redis_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+        "KURIR_ALLOW_PRIVATE_TARGETS": "1",
+    }
 
 
 def test_cli_sources_create_and_ls(runtime, settings, client):
     env = _cli_env(settings)
-    result = CliRunner().invoke(cli, [
-        "sources", "create", "acme", "--scheme", "standard-webhooks",
-        "--secret", kit.SECRETS[SW], "--secret", kit.OTHER_SECRETS[SW], "--tolerance", "60",
-        "--resource-id", "/order/id", "--resource-version", "/order/rev",
-        "--occurred-at", "header:X-Occurred-At", "--status", "none", "--event-type", "/kind",
-        "--event-id", "header:webhook-id", "--reconcile-url", "http://127.0.0.1:9/orders",
-        "--no-gaps"], env=env)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "sources",
+            "create",
+            "acme",
+            "--scheme",
+            "standard-webhooks",
+            "--secret",
+            kit.SECRETS[SW],
+            "--secret",
+            kit.OTHER_SECRETS[SW],
+            "--tolerance",
+            "60",
+            "--resource-id",
+            "/order/id",
+            "--resource-version",
+            "/order/rev",
+            "--occurred-at",
+            "header:X-Occurred-At",
+            "--status",
+            "none",
+            "--event-type",
+            "/kind",
+            "--event-id",
+            "header:webhook-id",
+            "--reconcile-url",
+            "http://127.0.0.1:9/orders",
+            "--no-gaps",
+        ],
+        env=env,
+    )
     assert result.exit_code == 0, result.output
     assert "receive at: POST /inbound/acme" in result.output
     listed = CliRunner().invoke(cli, ["sources", "ls"], env=env)
@@ -239,29 +306,40 @@ def test_cli_sources_create_and_ls(runtime, settings, client):
         source = get_source(session, "acme")
         mapping = effective_mapping(source)
         assert (source.tolerance_s, source.allow_gaps) == (60, False)
-    assert (mapping.resource_id, mapping.resource_version, mapping.occurred_at,
-            mapping.status, mapping.event_type, mapping.event_id) == (
-        "/order/id", "/order/rev", "header:X-Occurred-At", None, "/kind", "header:webhook-id")
+    assert (
+        mapping.resource_id,
+        mapping.resource_version,
+        mapping.occurred_at,
+        mapping.status,
+        mapping.event_type,
+        mapping.event_id,
+    ) == ("/order/id", "/order/rev", "header:X-Occurred-At", None, "/kind", "header:webhook-id")
     # Callbacks in the custom shape are accepted and read with the custom mapping.
     import json
 
     body = json.dumps({"kind": "order.paid", "order": {"id": "o-1", "rev": 1}}).encode()
-    headers = kit.sign(SW, kit.SECRETS[SW], body,
-                       [("webhook-id", "w1"), ("X-Occurred-At", "2026-01-01T00:00:00Z")])
+    headers = kit.sign(
+        SW, kit.SECRETS[SW], body, [("webhook-id", "w1"), ("X-Occurred-At", "2026-01-01T00:00:00Z")]
+    )
     assert client.post("/inbound/acme", data=body, headers=headers).status_code == 202
 
-    bad = CliRunner().invoke(cli, ["sources", "create", "acme", "--scheme", "github",
-                                   "--secret", "x"], env=env)
+    bad = CliRunner().invoke(
+        cli, ["sources", "create", "acme", "--scheme", "github", "--secret", "x"], env=env
+    )
     assert bad.exit_code == 1 and "already exists" in bad.output
-    bad = CliRunner().invoke(cli, ["sources", "create", "b", "--scheme", "github",
-                                   "--secret", "x", "--event-id", "nope"], env=env)
+    bad = CliRunner().invoke(
+        cli,
+        ["sources", "create", "b", "--scheme", "github", "--secret", "x", "--event-id", "nope"],
+        env=env,
+    )
     assert bad.exit_code == 1 and "event_id" in bad.output
 
 
 def test_cli_add_secret(runtime, settings):
     kit.create_source(runtime, "gh", "github")
-    result = CliRunner().invoke(cli, ["sources", "add-secret", "gh", "--secret", "new",
-                                      "--rotate"], env=_cli_env(settings))
+    result = CliRunner().invoke(
+        cli, ["sources", "add-secret", "gh", "--secret", "new", "--rotate"], env=_cli_env(settings)
+    )
     assert result.exit_code == 0, result.output
     with runtime.db.begin() as session:
         rows = list(session.scalars(select(InboundSourceSecret)))
@@ -271,11 +349,14 @@ def test_cli_add_secret(runtime, settings):
 def test_unknown_ids_on_inbound_paths_are_plain_not_found(runtime, client, auth):
     # One code for "no such thing" on every path, as on the publish side.
     kit.create_source(runtime, "psp", "standard-webhooks")
-    for method, path in [("get", "/v1/sources/nope"), ("get", "/v1/sources/nope/resources/x"),
-                         ("get", "/v1/sources/psp/resources/x"),
-                         ("get", "/v1/inbound-events/ine_nope"),
-                         ("post", "/v1/inbound-events/ine_nope/replay"),
-                         ("post", "/inbound/nope")]:
+    for method, path in [
+        ("get", "/v1/sources/nope"),
+        ("get", "/v1/sources/nope/resources/x"),
+        ("get", "/v1/sources/psp/resources/x"),
+        ("get", "/v1/inbound-events/ine_nope"),
+        ("post", "/v1/inbound-events/ine_nope/replay"),
+        ("post", "/inbound/nope"),
+    ]:
         extra = {} if path.startswith("/v1") else {"data": b"{}"}
         answer = getattr(client, method)(path, headers=auth, **extra)
         assert answer.status_code == 404, path
@@ -312,21 +393,32 @@ def record_handler(ctx: Any) -> None:
     _ran.append(ctx.event.event_id)
 
 
-def test_an_api_key_cannot_name_code_for_the_worker_to_run(client, auth, tmp_path,
-                                                           monkeypatch):
+def test_an_api_key_cannot_name_code_for_the_worker_to_run(client, auth, tmp_path, monkeypatch):
     """Handlers are code: over HTTP a source selects registered names only. A module path
     is refused with 422 and never imported (this module would write a file if it were)."""
     planted = tmp_path / "planted"
     planted.mkdir()
     marker = tmp_path / "imported"
     (planted / "kurir_planted_module.py").write_text(
-        f"open({str(marker)!r}, 'w').write('imported')\ndef run(ctx):\n    pass\n")
+        f"open({str(marker)!r}, 'w').write('imported')\ndef run(ctx):\n    pass\n"
+    )
     monkeypatch.syspath_prepend(str(planted))
-    for handlers in (["kurir_planted_module:run"], [{"path": "kurir_planted_module:run"}],
-                     ["os:system"], [{"event_type": "*", "handler": "os:system"}]):
-        response = client.post("/v1/sources", headers=auth, json={
-            "name": "psp", "scheme": "standard-webhooks",
-            "secret": kit.SECRETS["standard-webhooks"], "handlers": handlers})
+    for handlers in (
+        ["kurir_planted_module:run"],
+        [{"path": "kurir_planted_module:run"}],
+        ["os:system"],
+        [{"event_type": "*", "handler": "os:system"}],
+    ):
+        response = client.post(
+            "/v1/sources",
+            headers=auth,
+            json={
+                "name": "psp",
+                "scheme": "standard-webhooks",
+                "secret": kit.SECRETS["standard-webhooks"],
+                "handlers": handlers,
+            },
+        )
         assert response.status_code == 422, handlers
         assert response.get_json()["error"]["code"] == "unknown_handler"
     assert not marker.exists()
@@ -334,10 +426,10 @@ def test_an_api_key_cannot_name_code_for_the_worker_to_run(client, auth, tmp_pat
     assert client.get("/v1/sources", headers=auth).get_json()["data"] == []
 
 
-def test_a_source_selects_a_handler_the_operator_registered_by_name(settings, migrated,
-                                                                    redis_client):
-    registered = settings.with_overrides(
-        inbound_handlers=(("record", f"{HERE}:record_handler"),))
+def test_a_source_selects_a_handler_the_operator_registered_by_name(
+    settings, migrated, redis_client
+):
+    registered = settings.with_overrides(inbound_handlers=(("record", f"{HERE}:record_handler"),))
     rt = Runtime(registered, database=migrated.db)
     from app import runtime as runtime_mod
 
@@ -348,16 +440,24 @@ def test_a_source_selects_a_handler_the_operator_registered_by_name(settings, mi
         admin = _token(rt, "admin")
         listed = client.get("/v1/inbound-handlers", headers=admin).get_json()["data"]
         assert listed == [{"name": "record", "path": f"{HERE}:record_handler"}]
-        created = client.post("/v1/sources", headers=admin, json={
-            "name": "psp", "scheme": "standard-webhooks",
-            "secret": kit.SECRETS["standard-webhooks"],
-            "handlers": [{"event_type": "payment.*", "handler": "record"}]})
+        created = client.post(
+            "/v1/sources",
+            headers=admin,
+            json={
+                "name": "psp",
+                "scheme": "standard-webhooks",
+                "secret": kit.SECRETS["standard-webhooks"],
+                "handlers": [{"event_type": "payment.*", "handler": "record"}],
+            },
+        )
         assert created.status_code == 201, created.get_json()
         assert created.get_json()["handlers"] == [
-            {"event_type": "payment.*", "handler": "record", "side_effect_only": False}]
+            {"event_type": "payment.*", "handler": "record", "side_effect_only": False}
+        ]
         _ran.clear()
-        body, headers = kit.signed_callback("standard-webhooks", event_id="e-1",
-                                            resource_id="pay_1", version=1, status="paid")
+        body, headers = kit.signed_callback(
+            "standard-webhooks", event_id="e-1", resource_id="pay_1", version=1, status="paid"
+        )
         receipt = receive.receive(rt, "psp", headers, body)
 
         assert process.process_event(receipt.inbound_event_id) == "applied"

@@ -122,8 +122,9 @@ class Outage:
 
 
 @pytest.fixture
-def isolated(backend: str, migrated: Any, runtime: Runtime,
-             tmp_path: Path) -> Iterator[tuple[Runtime, Outage, Database]]:
+def isolated(
+    backend: str, migrated: Any, runtime: Runtime, tmp_path: Path
+) -> Iterator[tuple[Runtime, Outage, Database]]:
     """A Runtime whose database this test can take away; plus a direct handle to check it."""
     if backend == "postgresql":
         real = make_url(migrated.url)
@@ -143,8 +144,9 @@ def isolated(backend: str, migrated: Any, runtime: Runtime,
     home.mkdir()
     url = f"sqlite:///{home / 'kurir.db'}"
     migrate.upgrade(url)
-    engine = create_engine(url, poolclass=NullPool,
-                           connect_args={"timeout": 5, "check_same_thread": False})
+    engine = create_engine(
+        url, poolclass=NullPool, connect_args={"timeout": 5, "check_same_thread": False}
+    )
     _configure_sqlite(engine)
     database = Database(url, engine=engine)
     outage = Outage(lambda: home.rename(away), lambda: away.rename(home))
@@ -159,15 +161,17 @@ def test_database_lost_mid_stream_only_503s_and_every_ack_is_stored(isolated, mo
     # Re-read the source on every request, so the outage is met on the first query too.
     monkeypatch.setattr(sources, "CONFIG_CACHE_TTL_S", 0.0)
     with rt.db.begin() as session:
-        sources.create_source(session, rt.secret_box, rt.settings, name="psp", scheme=SW,
-                              secrets=[kit.SECRETS[SW]])
+        sources.create_source(
+            session, rt.secret_box, rt.settings, name="psp", scheme=SW, secrets=[kit.SECRETS[SW]]
+        )
     app = create_app(runtime=rt)
     bodies = {}
     for c in range(CLIENTS):
         for n in range(PER_CLIENT):
             event_id = f"evt-{c}-{n}"
-            bodies[event_id] = kit.signed_callback(SW, event_id=event_id,
-                                                   resource_id=f"pay_{n % 7}", version=n + 1)
+            bodies[event_id] = kit.signed_callback(
+                SW, event_id=event_id, resource_id=f"pay_{n % 7}", version=n + 1
+            )
     results: dict[str, list[int]] = {event_id: [] for event_id in bodies}
     lock = threading.Lock()
     acks = threading.Semaphore(0)
@@ -178,8 +182,9 @@ def test_database_lost_mid_stream_only_503s_and_every_ack_is_stored(isolated, mo
             for event_id in event_ids:
                 body, headers = bodies[event_id]
                 try:
-                    status = http.post(f"{server_url}/inbound/psp", data=body,
-                                       headers=dict(headers), timeout=30).status_code
+                    status = http.post(
+                        f"{server_url}/inbound/psp", data=body, headers=dict(headers), timeout=30
+                    ).status_code
                 except requests.RequestException:
                     status = -1
                 with lock:
@@ -188,8 +193,12 @@ def test_database_lost_mid_stream_only_503s_and_every_ack_is_stored(isolated, mo
                 time.sleep(0.004)  # a stream, not a burst
 
     with LiveServer(app) as server:
-        clients = [threading.Thread(target=send, args=(
-            server.url, [f"evt-{c}-{n}" for n in range(PER_CLIENT)])) for c in range(CLIENTS)]
+        clients = [
+            threading.Thread(
+                target=send, args=(server.url, [f"evt-{c}-{n}" for n in range(PER_CLIENT)])
+            )
+            for c in range(CLIENTS)
+        ]
         for thread in clients:
             thread.start()
         for _ in range(30):
@@ -218,8 +227,9 @@ def test_database_lost_mid_stream_only_503s_and_every_ack_is_stored(isolated, mo
             for event_id, seen in results.items():
                 if 503 in seen and not any(200 <= s < 300 for s in seen):
                     body, headers = bodies[event_id]
-                    answer = http.post(f"{server.url}/inbound/psp", data=body,
-                                       headers=dict(headers), timeout=30)
+                    answer = http.post(
+                        f"{server.url}/inbound/psp", data=body, headers=dict(headers), timeout=30
+                    )
                     assert answer.status_code in (200, 202)
     with direct.begin() as session:
         rows = list(session.scalars(select(InboundEvent.event_id)))
@@ -229,8 +239,9 @@ def test_database_lost_mid_stream_only_503s_and_every_ack_is_stored(isolated, mo
 def test_503_carries_retry_after(isolated):
     rt, outage, _ = isolated
     with rt.db.begin() as session:
-        sources.create_source(session, rt.secret_box, rt.settings, name="psp2", scheme=SW,
-                              secrets=[kit.SECRETS[SW]])
+        sources.create_source(
+            session, rt.secret_box, rt.settings, name="psp2", scheme=SW, secrets=[kit.SECRETS[SW]]
+        )
     body, headers = kit.signed_callback(SW, event_id="e1", resource_id="pay_1", version=1)
     client = create_app(runtime=rt).test_client()
     sources.invalidate_cache()

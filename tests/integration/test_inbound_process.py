@@ -42,8 +42,14 @@ _seen_lock = threading.Lock()
 
 def record(ctx: handler_registry.HandlerContext) -> None:
     with _seen_lock:
-        _seen.append(("state", ctx.event.resource_id,
-                      ctx.state.last_version if ctx.state else None, ctx.stale))
+        _seen.append(
+            (
+                "state",
+                ctx.event.resource_id,
+                ctx.state.last_version if ctx.state else None,
+                ctx.stale,
+            )
+        )
 
 
 @handler_registry.side_effect_only
@@ -59,8 +65,11 @@ def write_then_fail(ctx: handler_registry.HandlerContext) -> None:
 
 
 def write_row(ctx: handler_registry.HandlerContext) -> None:
-    ctx.session.add(OperationalEvent(kind="inbound.test", subject_id=ctx.event.id,
-                                     data={"version": ctx.state.last_version}))
+    ctx.session.add(
+        OperationalEvent(
+            kind="inbound.test", subject_id=ctx.event.id, data={"version": ctx.state.last_version}
+        )
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -69,18 +78,31 @@ def _clear_seen() -> None:
         _seen.clear()
 
 
-def store(runtime: Runtime, name: str, *, event_id: str, resource_id: str = "pay_1",
-          version: int | None = None, status: str = "created", scheme: str = SW,
-          occurred: float | None = None) -> receive.Receipt:
-    body, headers = kit.signed_callback(scheme, event_id=event_id, resource_id=resource_id,
-                                        version=version, status=status, occurred=occurred)
+def store(
+    runtime: Runtime,
+    name: str,
+    *,
+    event_id: str,
+    resource_id: str = "pay_1",
+    version: int | None = None,
+    status: str = "created",
+    scheme: str = SW,
+    occurred: float | None = None,
+) -> receive.Receipt:
+    body, headers = kit.signed_callback(
+        scheme,
+        event_id=event_id,
+        resource_id=resource_id,
+        version=version,
+        status=status,
+        occurred=occurred,
+    )
     return receive.receive(runtime, name, headers, body)
 
 
 def state_of(runtime: Runtime, resource_id: str = "pay_1") -> ResourceState | None:
     with runtime.db.begin() as session:
-        return session.scalar(select(ResourceState).where(ResourceState.resource_id
-                                                          == resource_id))
+        return session.scalar(select(ResourceState).where(ResourceState.resource_id == resource_id))
 
 
 def event_of(runtime: Runtime, inbound_id: str) -> InboundEvent:
@@ -95,10 +117,12 @@ def test_paid_before_created_ends_paid_end_to_end(runtime, live_server, redis_cl
     kit.create_source(runtime, "psp", SW)
     ids = []
     for event_id, version, status in (("evt_paid", 2, "paid"), ("evt_created", 1, "created")):
-        body, headers = kit.signed_callback(SW, event_id=event_id, resource_id="pay_1",
-                                            version=version, status=status)
-        response = requests.post(f"{live_server.url}/inbound/psp", data=body,
-                                 headers=dict(headers), timeout=10)
+        body, headers = kit.signed_callback(
+            SW, event_id=event_id, resource_id="pay_1", version=version, status=status
+        )
+        response = requests.post(
+            f"{live_server.url}/inbound/psp", data=body, headers=dict(headers), timeout=10
+        )
         assert response.status_code == 202
         ids.append(response.json()["id"])
     assert Queue(INBOUND, connection=redis_client).count == 2
@@ -114,8 +138,11 @@ def test_paid_before_created_ends_paid_end_to_end(runtime, live_server, redis_cl
 
     with runtime.db.begin() as session:
         _, token = create_api_key(session, "reader", ["read"])
-    answer = requests.get(f"{live_server.url}/v1/sources/psp/resources/pay_1",
-                          headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
+    answer = requests.get(
+        f"{live_server.url}/v1/sources/psp/resources/pay_1",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    ).json()
     assert answer["status"] == "paid" and answer["version"] == 2
     assert answer["occurred_at"] and answer["updated_at"]
 
@@ -132,17 +159,35 @@ def test_stale_event_is_ignored_and_only_side_effect_handlers_run(runtime):
     assert event_of(runtime, same.inbound_event_id).reason == "stale_event"
     state = state_of(runtime)
     assert (state.status, state.last_version) == ("paid", 3)
-    assert _seen == [("state", "pay_1", 3, False), ("audit", "pay_1", 3, False),
-                     ("audit", "pay_1", 2, True), ("audit", "pay_1", 3, True)]
+    assert _seen == [
+        ("state", "pay_1", 3, False),
+        ("audit", "pay_1", 3, False),
+        ("audit", "pay_1", 2, True),
+        ("audit", "pay_1", 3, True),
+    ]
 
 
 def test_occurred_at_orders_events_that_have_no_version(runtime):
     kit.create_source(runtime, "stripe", "stripe")
     t0 = time.time() - 100
-    late = store(runtime, "stripe", scheme="stripe", event_id="evt_b", resource_id="pi_1",
-                 status="succeeded", occurred=t0 + 10)
-    early = store(runtime, "stripe", scheme="stripe", event_id="evt_a", resource_id="pi_1",
-                  status="processing", occurred=t0)
+    late = store(
+        runtime,
+        "stripe",
+        scheme="stripe",
+        event_id="evt_b",
+        resource_id="pi_1",
+        status="succeeded",
+        occurred=t0 + 10,
+    )
+    early = store(
+        runtime,
+        "stripe",
+        scheme="stripe",
+        event_id="evt_a",
+        resource_id="pi_1",
+        status="processing",
+        occurred=t0,
+    )
     assert process.process_event(late.inbound_event_id) == "applied"
     assert process.process_event(early.inbound_event_id) == "ignored"
     state = state_of(runtime, "pi_1")
@@ -154,10 +199,24 @@ def test_occurred_at_orders_events_that_have_no_version(runtime):
 def test_same_time_with_another_status_is_a_contradiction(runtime):
     kit.create_source(runtime, "stripe", "stripe")
     t0 = time.time()
-    first = store(runtime, "stripe", scheme="stripe", event_id="evt_a", resource_id="pi_1",
-                  status="requires_capture", occurred=t0)
-    second = store(runtime, "stripe", scheme="stripe", event_id="evt_b", resource_id="pi_1",
-                   status="canceled", occurred=t0)
+    first = store(
+        runtime,
+        "stripe",
+        scheme="stripe",
+        event_id="evt_a",
+        resource_id="pi_1",
+        status="requires_capture",
+        occurred=t0,
+    )
+    second = store(
+        runtime,
+        "stripe",
+        scheme="stripe",
+        event_id="evt_b",
+        resource_id="pi_1",
+        status="canceled",
+        occurred=t0,
+    )
     assert process.process_event(first.inbound_event_id) == "applied"
     assert process.process_event(second.inbound_event_id) == "quarantined"
     assert event_of(runtime, second.inbound_event_id).reason.startswith("contradiction")
@@ -229,8 +288,12 @@ def test_handlers_run_inside_the_applying_transaction(runtime):
 
 
 def test_a_failing_handler_rolls_back_everything_and_the_event_fails(runtime):
-    kit.create_source(runtime, "bad", SW, handlers=[
-        {"event_type": "payment.*", "path": f"{HERE}:write_then_fail"}])
+    kit.create_source(
+        runtime,
+        "bad",
+        SW,
+        handlers=[{"event_type": "payment.*", "path": f"{HERE}:write_then_fail"}],
+    )
     receipt = store(runtime, "bad", event_id="e1", version=1, status="paid")
     assert process.process_event(receipt.inbound_event_id) == "failed"
     event = event_of(runtime, receipt.inbound_event_id)
@@ -241,8 +304,9 @@ def test_a_failing_handler_rolls_back_everything_and_the_event_fails(runtime):
 
 
 def test_handlers_match_event_types_by_pattern(runtime):
-    kit.create_source(runtime, "psp", SW, handlers=[
-        {"event_type": "payment.paid", "path": f"{HERE}:record"}])
+    kit.create_source(
+        runtime, "psp", SW, handlers=[{"event_type": "payment.paid", "path": f"{HERE}:record"}]
+    )
     for n, status in enumerate(("created", "paid")):
         receipt = store(runtime, "psp", event_id=f"e{n}", version=n + 1, status=status)
         process.process_event(receipt.inbound_event_id)
@@ -252,10 +316,10 @@ def test_handlers_match_event_types_by_pattern(runtime):
 def test_handler_registered_through_an_entry_point(runtime, tmp_path, monkeypatch):
     dist = tmp_path / "kurir_test_plugin-1.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kurir-test-plugin\n"
-                                   "Version: 1.0\n")
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kurir-test-plugin\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
-        f"[{handler_registry.ENTRY_POINT_GROUP}]\npayment.* = {HERE}:record\n")
+        f"[{handler_registry.ENTRY_POINT_GROUP}]\npayment.* = {HERE}:record\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     handler_registry.reload_entry_points()
     try:
@@ -281,8 +345,12 @@ def test_event_without_a_resource_is_applied_by_its_handlers(runtime):
     import json
 
     body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
-    headers = kit.sign("github", kit.SECRETS["github"], body,
-                       [("X-GitHub-Delivery", "d-1"), ("X-GitHub-Event", "ping")])
+    headers = kit.sign(
+        "github",
+        kit.SECRETS["github"],
+        body,
+        [("X-GitHub-Delivery", "d-1"), ("X-GitHub-Event", "ping")],
+    )
     receipt = receive.receive(runtime, "gh", headers, body)
     assert process.process_event(receipt.inbound_event_id) == "applied"
     assert event_of(runtime, receipt.inbound_event_id).reason == "no_resource"
@@ -365,16 +433,23 @@ def test_replay_rereads_the_body_with_the_current_mapping(runtime):
     kit.create_source(runtime, "psp", SW)
     import json
 
-    doc = {"id": "e1", "type": "payment.paid", "occurred_at": kit.iso(time.time()),
-           "payment": {"id": "pay_9", "rev": 3, "state": "paid"}}
+    doc = {
+        "id": "e1",
+        "type": "payment.paid",
+        "occurred_at": kit.iso(time.time()),
+        "payment": {"id": "pay_9", "rev": 3, "state": "paid"},
+    }
     body = json.dumps(doc).encode()
     headers = kit.sign(SW, kit.SECRETS[SW], body, [("webhook-id", "e1")])
     receipt = receive.receive(runtime, "psp", headers, body)  # no /resource: no resource
     assert process.process_event(receipt.inbound_event_id) == "applied"
     with runtime.db.begin() as session:
         source = session.scalars(select(InboundSource)).one()
-        source.mapping = {"resource_id": "/payment/id", "resource_version": "/payment/rev",
-                          "status": "/payment/state"}
+        source.mapping = {
+            "resource_id": "/payment/id",
+            "resource_version": "/payment/rev",
+            "status": "/payment/state",
+        }
     sources.invalidate_cache()
     with runtime.db.begin() as session:
         replay.replay(session, runtime, receipt.inbound_event_id)
@@ -400,12 +475,20 @@ _example = count()
 RESOURCES, VERSIONS, WORKERS, RECEIVERS = 50, 20, 4, 2
 
 
-@hsettings(max_examples=5, deadline=None, derandomize=False,
-           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), duplicate_sends=st.integers(0, 200),
-       duplicate_jobs=st.integers(0, 200))
+@hsettings(
+    max_examples=5,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    duplicate_sends=st.integers(0, 200),
+    duplicate_jobs=st.integers(0, 200),
+)
 def test_shuffled_duplicated_events_end_at_the_highest_version_under_four_workers(
-        runtime, seed, duplicate_sends, duplicate_jobs):
+    runtime, seed, duplicate_sends, duplicate_jobs
+):
     """1,000 events over 50 resources, shuffled, some sent twice, some jobs run twice,
     received by 2 threads while 4 workers process concurrently: every resource ends at its
     highest version, and no resource ever moved backwards on the way."""
@@ -418,7 +501,8 @@ def test_shuffled_duplicated_events_end_at_the_highest_version_under_four_worker
     bodies = {}
     for rid, v in events:
         bodies[(rid, v)] = kit.signed_callback(
-            SW, event_id=f"{name}-{rid}-v{v}", resource_id=rid, version=v, status=f"s{v}")
+            SW, event_id=f"{name}-{rid}-v{v}", resource_id=rid, version=v, status=f"s{v}"
+        )
 
     work: queue.Queue[str | None] = queue.Queue()
     errors: list[BaseException] = []
@@ -450,8 +534,9 @@ def test_shuffled_duplicated_events_end_at_the_highest_version_under_four_worker
             elif not receipt.duplicate:  # pragma: no cover
                 errors.append(AssertionError(receipt))
 
-    receivers = [threading.Thread(target=receiver, args=(sends[n::RECEIVERS],))
-                 for n in range(RECEIVERS)]
+    receivers = [
+        threading.Thread(target=receiver, args=(sends[n::RECEIVERS],)) for n in range(RECEIVERS)
+    ]
     try:
         for thread in receivers:
             thread.start()
@@ -469,21 +554,28 @@ def test_shuffled_duplicated_events_end_at_the_highest_version_under_four_worker
 
     with runtime.db.begin() as session:
         source_id = session.scalar(select(InboundSource.id).where(InboundSource.name == name))
-        states = {s.resource_id: s for s in session.scalars(
-            select(ResourceState).where(ResourceState.source_id == source_id))}
-        rows = list(session.scalars(select(InboundEvent).where(
-            InboundEvent.source_id == source_id)))
+        states = {
+            s.resource_id: s
+            for s in session.scalars(
+                select(ResourceState).where(ResourceState.source_id == source_id)
+            )
+        }
+        rows = list(
+            session.scalars(select(InboundEvent).where(InboundEvent.source_id == source_id))
+        )
     assert len(states) == RESOURCES
-    wrong = [(rid, s.last_version, s.status) for rid, s in states.items()
-             if (s.last_version, s.status) != (VERSIONS, f"s{VERSIONS}")]
+    wrong = [
+        (rid, s.last_version, s.status)
+        for rid, s in states.items()
+        if (s.last_version, s.status) != (VERSIONS, f"s{VERSIONS}")
+    ]
     assert wrong == []  # 100 % of resources at their highest version
     assert len(rows) == len(events)
     assert {r.status for r in rows} <= {"applied", "ignored"}
     assert all(r.reason == "stale_event" for r in rows if r.status == "ignored")
     # Every application moved its resource forward: the sequence per resource only rises.
     with _seen_lock:
-        applied = [(rid, v) for kind, rid, v, _ in _seen if kind == "state"
-                   and rid in states]
+        applied = [(rid, v) for kind, rid, v, _ in _seen if kind == "state" and rid in states]
         _seen.clear()
     per_resource: dict[str, list[int]] = {}
     for rid, v in applied:

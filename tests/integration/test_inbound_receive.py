@@ -35,12 +35,19 @@ def _count(runtime: Runtime) -> int:
 
 
 def _post(server: Any, name: str, body: bytes, headers: list[tuple[str, str]]) -> Any:
-    return requests.post(f"{server.url}/inbound/{name}", data=body, headers=dict(headers),
-                         timeout=10)
+    return requests.post(
+        f"{server.url}/inbound/{name}", data=body, headers=dict(headers), timeout=10
+    )
 
 
-def _raw_post(server: Any, name: str, body: bytes, headers: list[tuple[str, bytes | str]],
-              *, path: str | None = None) -> int:
+def _raw_post(
+    server: Any,
+    name: str,
+    body: bytes,
+    headers: list[tuple[str, bytes | str]],
+    *,
+    path: str | None = None,
+) -> int:
     """http.client, so a header can be repeated or carry raw non-ASCII bytes."""
     url = urlsplit(server.url)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
@@ -76,8 +83,7 @@ def test_good_signature_is_stored_then_answered_202(scheme, runtime, live_server
 
 
 @pytest.mark.parametrize("scheme", kit.SCHEMES)
-def test_tampered_body_and_wrong_secret_are_401_with_nothing_stored(scheme, runtime,
-                                                                   live_server):
+def test_tampered_body_and_wrong_secret_are_401_with_nothing_stored(scheme, runtime, live_server):
     kit.create_source(runtime, "partner", scheme)
     body, headers = kit.signed_callback(scheme, event_id="evt_1", resource_id=_rid(scheme))
     tampered = body.replace(b"created", b"paid!!!")
@@ -86,8 +92,9 @@ def test_tampered_body_and_wrong_secret_are_401_with_nothing_stored(scheme, runt
     assert response.status_code == 401
     assert response.json()["error"]["details"]["reason"] == "signature_mismatch"
 
-    body, headers = kit.signed_callback(scheme, secret=kit.OTHER_SECRETS[scheme],
-                                        event_id="evt_2", resource_id=_rid(scheme))
+    body, headers = kit.signed_callback(
+        scheme, secret=kit.OTHER_SECRETS[scheme], event_id="evt_2", resource_id=_rid(scheme)
+    )
     response = _post(live_server, "partner", body, headers)
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "invalid_signature"
@@ -100,8 +107,9 @@ def test_expired_and_future_timestamps_are_401(scheme, offset, runtime, live_ser
     # 10 s past the tolerance: a loaded machine may take seconds between signing and
     # verifying, which brings a future timestamp closer (a past one only further away).
     kit.create_source(runtime, "partner", scheme, tolerance_s=300)
-    body, headers = kit.signed_callback(scheme, event_id="evt_1", resource_id="pay_1",
-                                        timestamp=int(time.time()) + offset)
+    body, headers = kit.signed_callback(
+        scheme, event_id="evt_1", resource_id="pay_1", timestamp=int(time.time()) + offset
+    )
     response = _post(live_server, "partner", body, headers)
     assert response.status_code == 401
     assert response.json()["error"]["details"]["reason"] == "timestamp_out_of_tolerance"
@@ -111,8 +119,9 @@ def test_expired_and_future_timestamps_are_401(scheme, offset, runtime, live_ser
 @pytest.mark.parametrize("scheme", kit.TIMESTAMPED)
 def test_timestamp_inside_the_tolerance_is_accepted(scheme, runtime, live_server):
     kit.create_source(runtime, "partner", scheme, tolerance_s=300)
-    body, headers = kit.signed_callback(scheme, event_id="evt_1", resource_id="pay_1",
-                                        timestamp=int(time.time()) - 240)
+    body, headers = kit.signed_callback(
+        scheme, event_id="evt_1", resource_id="pay_1", timestamp=int(time.time()) - 240
+    )
     assert _post(live_server, "partner", body, headers).status_code == 202
 
 
@@ -121,8 +130,9 @@ def test_untimestamped_schemes_stop_replays_by_event_id(scheme, runtime, live_se
     # GitHub and Shopify sign no timestamp: a replayed genuine delivery verifies, and the
     # (source, event id) uniqueness is what stops it.
     kit.create_source(runtime, "partner", scheme)
-    body, headers = kit.signed_callback(scheme, event_id="delivery-1",
-                                        resource_id=_rid(scheme), occurred=time.time() - 3 * 86400)
+    body, headers = kit.signed_callback(
+        scheme, event_id="delivery-1", resource_id=_rid(scheme), occurred=time.time() - 3 * 86400
+    )
     assert _post(live_server, "partner", body, headers).status_code == 202
     replayed = _post(live_server, "partner", body, headers)
     assert replayed.status_code == 200 and replayed.json()["duplicate"] is True
@@ -130,23 +140,26 @@ def test_untimestamped_schemes_stop_replays_by_event_id(scheme, runtime, live_se
 
 
 def test_several_secrets_verify_during_a_rotation(runtime, live_server):
-    kit.create_source(runtime, "partner", "stripe",
-                      secrets=[kit.OTHER_SECRETS["stripe"], kit.SECRETS["stripe"]])
+    kit.create_source(
+        runtime, "partner", "stripe", secrets=[kit.OTHER_SECRETS["stripe"], kit.SECRETS["stripe"]]
+    )
     for n, secret in enumerate((kit.SECRETS["stripe"], kit.OTHER_SECRETS["stripe"])):
-        body, headers = kit.signed_callback("stripe", secret=secret, event_id=f"evt_{n}",
-                                            resource_id="pi_1")
+        body, headers = kit.signed_callback(
+            "stripe", secret=secret, event_id=f"evt_{n}", resource_id="pi_1"
+        )
         assert _post(live_server, "partner", body, headers).status_code == 202
 
 
 MALFORMED: dict[str, list[list[tuple[str, str]]]] = {
     "standard-webhooks": [
         [("webhook-id", "evt_1"), ("webhook-timestamp", "{ts}"), ("webhook-signature", "v1")],
-        [("webhook-id", "evt_1"), ("webhook-timestamp", "{ts}"),
-         ("webhook-signature", "v1,a,b")],
-        [("webhook-id", "evt_1"), ("webhook-timestamp", "{ts}"),
-         ("webhook-signature", "v1,!!!notbase64")],
-        [("webhook-id", "evt_1"), ("webhook-timestamp", "12.5"),
-         ("webhook-signature", "v1,AAAA")],
+        [("webhook-id", "evt_1"), ("webhook-timestamp", "{ts}"), ("webhook-signature", "v1,a,b")],
+        [
+            ("webhook-id", "evt_1"),
+            ("webhook-timestamp", "{ts}"),
+            ("webhook-signature", "v1,!!!notbase64"),
+        ],
+        [("webhook-id", "evt_1"), ("webhook-timestamp", "12.5"), ("webhook-signature", "v1,AAAA")],
         [("webhook-id", "evt_1"), ("webhook-signature", "v1,AAAA")],
     ],
     "stripe": [
@@ -170,14 +183,18 @@ MALFORMED: dict[str, list[list[tuple[str, str]]]] = {
 }
 
 
-@pytest.mark.parametrize(("scheme", "case"), [
-    (scheme, n) for scheme, cases in MALFORMED.items() for n in range(len(cases))])
-def test_missing_or_malformed_signature_headers_are_401_never_500(scheme, case, runtime,
-                                                                 live_server):
+@pytest.mark.parametrize(
+    ("scheme", "case"),
+    [(scheme, n) for scheme, cases in MALFORMED.items() for n in range(len(cases))],
+)
+def test_missing_or_malformed_signature_headers_are_401_never_500(
+    scheme, case, runtime, live_server
+):
     kit.create_source(runtime, "partner", scheme)
     body, base = kit.callback(scheme, event_id="evt_1", resource_id=_rid(scheme))
-    headers = base + [(k, v.replace("{ts}", str(int(time.time()))))
-                      for k, v in MALFORMED[scheme][case]]
+    headers = base + [
+        (k, v.replace("{ts}", str(int(time.time())))) for k, v in MALFORMED[scheme][case]
+    ]
     response = _post(live_server, "partner", body, headers)
     assert response.status_code == 401, response.text
     assert _count(runtime) == 0
@@ -188,8 +205,12 @@ def test_duplicated_signature_header_is_401(scheme, runtime, live_server):
     """Werkzeug folds repeats into one comma-joined value, which never verifies."""
     kit.create_source(runtime, "partner", scheme)
     body, headers = kit.signed_callback(scheme, event_id="evt_1", resource_id=_rid(scheme))
-    signature_names = {"standard-webhooks": "webhook-signature", "stripe": "Stripe-Signature",
-                       "github": "X-Hub-Signature-256", "shopify": "X-Shopify-Hmac-Sha256"}
+    signature_names = {
+        "standard-webhooks": "webhook-signature",
+        "stripe": "Stripe-Signature",
+        "github": "X-Hub-Signature-256",
+        "shopify": "X-Shopify-Hmac-Sha256",
+    }
     name = signature_names[scheme]
     value = dict(headers)[name]
     # The genuine value twice: a verifier that took either copy would accept it.
@@ -218,22 +239,24 @@ def test_werkzeug_passes_repeated_headers_as_one_joined_value(app):
         return ""
 
     with LiveServer(app) as server:
-        assert _raw_post(server, "", b"", [("X-Twice", "a"), ("X-Twice", "b")],
-                         path="/_probe/headers") == 200
+        assert (
+            _raw_post(server, "", b"", [("X-Twice", "a"), ("X-Twice", "b")], path="/_probe/headers")
+            == 200
+        )
     assert ("X-Twice", "a,b") in seen[0]
 
 
 def test_duplicate_is_200_and_processed_once(runtime, live_server, redis_client):
     kit.create_source(runtime, "partner", "standard-webhooks")
-    body, headers = kit.signed_callback("standard-webhooks", event_id="evt_dup",
-                                        resource_id="pay_1", version=1)
+    body, headers = kit.signed_callback(
+        "standard-webhooks", event_id="evt_dup", resource_id="pay_1", version=1
+    )
     first = _post(live_server, "partner", body, headers)
     assert first.status_code == 202
     for _ in range(3):
         again = _post(live_server, "partner", body, headers)
         assert again.status_code == 200
-        assert again.json() == {"id": first.json()["id"], "status": "received",
-                                "duplicate": True}
+        assert again.json() == {"id": first.json()["id"], "status": "received", "duplicate": True}
     assert _count(runtime) == 1
     assert Queue(INBOUND, connection=redis_client).count == 1
     assert process.process_event(first.json()["id"]) == "applied"
@@ -267,13 +290,15 @@ def test_unknown_source_is_404(runtime, live_server):
 def test_genuine_body_that_is_not_json_is_400_and_audited_once(runtime, live_server):
     kit.create_source(runtime, "partner", "shopify")
     body = b"not json at all \xff"
-    headers = kit.sign("shopify", kit.SECRETS["shopify"], body,
-                       [("X-Shopify-Topic", "orders/paid")])
+    headers = kit.sign(
+        "shopify", kit.SECRETS["shopify"], body, [("X-Shopify-Topic", "orders/paid")]
+    )
     first = _post(live_server, "partner", body, headers)
     assert first.status_code == 400
     error = first.json()["error"]
     assert error["code"] == "invalid_payload" and error["details"]["reason"].startswith(
-        "invalid_json")
+        "invalid_json"
+    )
     again = _post(live_server, "partner", body, headers)
     assert again.status_code == 400
     assert again.json()["error"]["details"]["id"] == error["details"]["id"]
@@ -287,27 +312,33 @@ def test_genuine_body_that_is_not_json_is_400_and_audited_once(runtime, live_ser
     assert row.headers["x-shopify-topic"] == "orders/paid"
 
 
-def test_a_body_that_is_not_json_keeps_the_provider_delivery_id_from_a_header(runtime,
-                                                                           live_server):
+def test_a_body_that_is_not_json_keeps_the_provider_delivery_id_from_a_header(runtime, live_server):
     # Operators look a failed callback up by the id the provider shows them.
     kit.create_source(runtime, "gh", "github")
     body = b""
-    headers = kit.sign("github", kit.SECRETS["github"], body,
-                       [("X-GitHub-Delivery", "empty-1"), ("X-GitHub-Event", "push")])
+    headers = kit.sign(
+        "github",
+        kit.SECRETS["github"],
+        body,
+        [("X-GitHub-Delivery", "empty-1"), ("X-GitHub-Event", "push")],
+    )
     assert _post(live_server, "gh", body, headers).status_code == 400
     with runtime.db.begin() as session:
         row = session.scalars(select(InboundEvent)).one()
     assert (row.event_id, row.status) == ("empty-1", "failed")
 
 
-def test_genuine_body_missing_fields_is_400_audited_under_its_own_event_id(runtime,
-                                                                          live_server):
+def test_genuine_body_missing_fields_is_400_audited_under_its_own_event_id(runtime, live_server):
     kit.create_source(runtime, "partner", "standard-webhooks")
-    doc = {"id": "evt_nores", "type": "payment.created",
-           "resource": {"type": "payment", "id": "pay_1"}}  # neither version nor time
+    doc = {
+        "id": "evt_nores",
+        "type": "payment.created",
+        "resource": {"type": "payment", "id": "pay_1"},
+    }  # neither version nor time
     body = json.dumps(doc).encode()
-    headers = kit.sign("standard-webhooks", kit.SECRETS["standard-webhooks"], body,
-                       [("webhook-id", "evt_nores")])
+    headers = kit.sign(
+        "standard-webhooks", kit.SECRETS["standard-webhooks"], body, [("webhook-id", "evt_nores")]
+    )
     response = _post(live_server, "partner", body, headers)
     assert response.status_code == 400
     assert "resource_version or occurred_at" in response.json()["error"]["message"]
@@ -321,18 +352,32 @@ def test_nul_and_overlong_fields_are_400_not_5xx(runtime, live_server):
     """PostgreSQL refuses NUL in text and long varchars; the receiver must refuse first."""
     kit.create_source(runtime, "partner", "standard-webhooks")
     for n, resource_id in enumerate(("pay\u0000nul", "p" * 300)):
-        doc = {"id": f"evt_{n}", "type": "payment.created", "occurred_at": kit.iso(time.time()),
-               "resource": {"id": resource_id, "version": 1}}
+        doc = {
+            "id": f"evt_{n}",
+            "type": "payment.created",
+            "occurred_at": kit.iso(time.time()),
+            "resource": {"id": resource_id, "version": 1},
+        }
         body = json.dumps(doc).encode()
-        headers = kit.sign("standard-webhooks", kit.SECRETS["standard-webhooks"], body,
-                           [("webhook-id", f"evt_{n}")])
+        headers = kit.sign(
+            "standard-webhooks",
+            kit.SECRETS["standard-webhooks"],
+            body,
+            [("webhook-id", f"evt_{n}")],
+        )
         assert _post(live_server, "partner", body, headers).status_code == 400
     # NUL elsewhere in the body is fine: raw bytes are stored as bytes.
-    doc = {"id": "evt_ok", "type": "payment.created", "occurred_at": kit.iso(time.time()),
-           "resource": {"id": "pay_1", "version": 1}, "data": {"memo": "a\u0000b"}}
+    doc = {
+        "id": "evt_ok",
+        "type": "payment.created",
+        "occurred_at": kit.iso(time.time()),
+        "resource": {"id": "pay_1", "version": 1},
+        "data": {"memo": "a\u0000b"},
+    }
     body = json.dumps(doc).encode()
-    headers = kit.sign("standard-webhooks", kit.SECRETS["standard-webhooks"], body,
-                       [("webhook-id", "evt_ok")])
+    headers = kit.sign(
+        "standard-webhooks", kit.SECRETS["standard-webhooks"], body, [("webhook-id", "evt_ok")]
+    )
     assert _post(live_server, "partner", body, headers).status_code == 202
     with runtime.db.begin() as session:
         stored = session.scalars(select(InboundEvent).where(InboundEvent.event_id == "evt_ok"))
@@ -353,10 +398,14 @@ def test_credentials_and_the_signature_are_stored_by_name_only(runtime, live_ser
 
 def test_inbound_callbacks_are_stored_without_credentials_or_signatures(client, auth, runtime):
     kit.create_source(runtime, "psp", "standard-webhooks")
-    body, headers = kit.signed_callback("standard-webhooks", event_id="e-1",
-                                        resource_id="pay_1", version=1)
-    headers += [("Authorization", "Bearer partner-token"),
-                ("Proxy-Authorization", "Basic cHJveHk="), ("X-Request-Id", "r-1")]
+    body, headers = kit.signed_callback(
+        "standard-webhooks", event_id="e-1", resource_id="pay_1", version=1
+    )
+    headers += [
+        ("Authorization", "Bearer partner-token"),
+        ("Proxy-Authorization", "Basic cHJveHk="),
+        ("X-Request-Id", "r-1"),
+    ]
     response = client.post("/inbound/psp", data=body, headers=headers)
     assert response.status_code == 202, response.get_json()
     detail = client.get(f"/v1/inbound-events/{response.get_json()['id']}", headers=auth)
@@ -371,8 +420,9 @@ def test_inbound_callbacks_are_stored_without_credentials_or_signatures(client, 
 
 
 def test_redis_down_still_202_and_the_sweeper_enqueues_it(settings, runtime, redis_client):
-    dead = Runtime(settings.with_overrides(redis_url=f"redis://127.0.0.1:{free_port()}/0"),
-                   database=runtime.db)
+    dead = Runtime(
+        settings.with_overrides(redis_url=f"redis://127.0.0.1:{free_port()}/0"), database=runtime.db
+    )
     kit.create_source(runtime, "partner", "github")
     body, headers = kit.signed_callback("github", event_id="evt_1", resource_id="4242")
     with LiveServer(create_app(runtime=dead)) as server:
@@ -395,30 +445,33 @@ def test_settings_default_tolerance_applies_to_new_sources(settings, runtime):
     kit.create_source(custom, "partner", "stripe")
     from app.inbound.sources import verification_config
 
-    assert verification_config(runtime.db.Session, runtime.secret_box,
-                               "partner").tolerance_s == 42
+    assert verification_config(runtime.db.Session, runtime.secret_box, "partner").tolerance_s == 42
 
 
 def _signed_with(scheme: str, event_id: str, status_json: bytes) -> tuple[bytes, list]:
     """A genuine callback whose status is ``status_json``, verbatim JSON string contents."""
-    body, headers = kit.callback(scheme, event_id=event_id, resource_id=_rid(scheme),
-                                 version=1, status="__STATUS__")
+    body, headers = kit.callback(
+        scheme, event_id=event_id, resource_id=_rid(scheme), version=1, status="__STATUS__"
+    )
     body = body.replace(b"__STATUS__", status_json)
     return body, kit.sign(scheme, kit.SECRETS[scheme], body, headers)
 
 
 def _only_row(runtime: Runtime, event_id: str) -> InboundEvent:
     with runtime.db.begin() as session:
-        return session.scalars(select(InboundEvent)
-                               .where(InboundEvent.event_id == event_id)).one()
+        return session.scalars(select(InboundEvent).where(InboundEvent.event_id == event_id)).one()
 
 
-@pytest.mark.parametrize(("scheme", "status_json"), [
-    ("standard-webhooks", rb"x\ud800"),      # the escape, the only way in for UTF-8 JSON
-    ("github", b"x\xed\xa0\x80"),            # raw surrogate bytes, which json.loads passes
-])
+@pytest.mark.parametrize(
+    ("scheme", "status_json"),
+    [
+        ("standard-webhooks", rb"x\ud800"),  # the escape, the only way in for UTF-8 JSON
+        ("github", b"x\xed\xa0\x80"),  # raw surrogate bytes, which json.loads passes
+    ],
+)
 def test_lone_surrogate_is_400_and_audited_then_good_callbacks_still_work(
-        scheme, status_json, runtime, live_server):
+    scheme, status_json, runtime, live_server
+):
     kit.create_source(runtime, "partner", scheme)
     body, headers = _signed_with(scheme, "evt_bad", status_json)
     first = _post(live_server, "partner", body, headers)
@@ -444,8 +497,7 @@ def test_lone_surrogate_is_400_and_audited_then_good_callbacks_still_work(
     assert _count(runtime) == 2
 
 
-def test_lone_surrogate_in_the_event_id_is_audited_under_a_synthetic_id(runtime,
-                                                                       live_server):
+def test_lone_surrogate_in_the_event_id_is_audited_under_a_synthetic_id(runtime, live_server):
     kit.create_source(runtime, "partner", "stripe")
     body, headers = kit.callback("stripe", event_id="evt__ID__", resource_id="pi_1")
     body = body.replace(b"__ID__", rb"\udc00")
@@ -461,8 +513,9 @@ def test_lone_surrogate_in_the_event_id_is_audited_under_a_synthetic_id(runtime,
 @pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
 def test_non_finite_number_is_400_and_audited(number, runtime, live_server):
     kit.create_source(runtime, "partner", "standard-webhooks")
-    body, headers = kit.callback("standard-webhooks", event_id="evt_nan", resource_id="pay_1",
-                                 version=1)
+    body, headers = kit.callback(
+        "standard-webhooks", event_id="evt_nan", resource_id="pay_1", version=1
+    )
     body = body.replace(b'"version" : 1', b'"version" : 1, "amount" : ' + number, 1)
     assert number in body
     headers = kit.sign("standard-webhooks", kit.SECRETS["standard-webhooks"], body, headers)

@@ -72,8 +72,9 @@ class FakeProvider:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/v1/payments/state"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
 
     def close(self) -> None:
@@ -88,10 +89,17 @@ def provider() -> Iterator[FakeProvider]:
     fake.close()
 
 
-def store(runtime: Runtime, name: str, event_id: str, version: int, status: str,
-          resource_id: str = "pay_1") -> str:
-    body, headers = kit.signed_callback(SW, event_id=event_id, resource_id=resource_id,
-                                        version=version, status=status)
+def store(
+    runtime: Runtime,
+    name: str,
+    event_id: str,
+    version: int,
+    status: str,
+    resource_id: str = "pay_1",
+) -> str:
+    body, headers = kit.signed_callback(
+        SW, event_id=event_id, resource_id=resource_id, version=version, status=status
+    )
     return receive.receive(runtime, name, headers, body).inbound_event_id
 
 
@@ -102,8 +110,7 @@ def event_of(runtime: Runtime, inbound_id: str) -> InboundEvent:
 
 def state_of(runtime: Runtime, resource_id: str = "pay_1") -> ResourceState | None:
     with runtime.db.begin() as session:
-        return session.scalar(select(ResourceState).where(ResourceState.resource_id
-                                                          == resource_id))
+        return session.scalar(select(ResourceState).where(ResourceState.resource_id == resource_id))
 
 
 def requests_of(runtime: Runtime) -> list[ReconcileRequest]:
@@ -112,16 +119,18 @@ def requests_of(runtime: Runtime) -> list[ReconcileRequest]:
 
 
 def test_gap_is_quarantined_then_reconciled_from_the_provider_end_to_end(
-        runtime, live_server, provider, redis_client, admin_token):
+    runtime, live_server, provider, redis_client, admin_token
+):
     kit.create_source(runtime, "psp", SW, allow_gaps=False, reconcile_url=provider.url)
-    provider.state["pay_1"] = {"id": "pay_1", "version": 4, "status": "refunded",
-                               "amount": 1200}
+    provider.state["pay_1"] = {"id": "pay_1", "version": 4, "status": "refunded", "amount": 1200}
     ids = []
     for event_id, version, status in (("e1", 1, "created"), ("e3", 3, "paid")):
-        body, headers = kit.signed_callback(SW, event_id=event_id, resource_id="pay_1",
-                                            version=version, status=status)
-        response = requests.post(f"{live_server.url}/inbound/psp", data=body,
-                                 headers=dict(headers), timeout=10)
+        body, headers = kit.signed_callback(
+            SW, event_id=event_id, resource_id="pay_1", version=version, status=status
+        )
+        response = requests.post(
+            f"{live_server.url}/inbound/psp", data=body, headers=dict(headers), timeout=10
+        )
         assert response.status_code == 202
         ids.append(response.json()["id"])
     # A real worker: processes both events, then the reconcile job the quarantine filed.
@@ -135,11 +144,17 @@ def test_gap_is_quarantined_then_reconciled_from_the_provider_end_to_end(
     state = state_of(runtime)
     assert (state.status, state.last_version) == ("refunded", 4)
     assert state.data["amount"] == 1200
-    answer = requests.get(f"{live_server.url}/v1/sources/psp/resources/pay_1",
-                          headers={"Authorization": f"Bearer {admin_token}"}, timeout=10)
+    answer = requests.get(
+        f"{live_server.url}/v1/sources/psp/resources/pay_1",
+        headers={"Authorization": f"Bearer {admin_token}"},
+        timeout=10,
+    )
     assert answer.json()["status"] == "refunded" and answer.json()["version"] == 4
-    listed = requests.get(f"{live_server.url}/v1/inbound-events?status=quarantined",
-                          headers={"Authorization": f"Bearer {admin_token}"}, timeout=10)
+    listed = requests.get(
+        f"{live_server.url}/v1/inbound-events?status=quarantined",
+        headers={"Authorization": f"Bearer {admin_token}"},
+        timeout=10,
+    )
     assert listed.json()["data"] == []
 
 
@@ -153,7 +168,9 @@ def test_quarantined_event_newer_than_the_snapshot_is_applied(runtime, provider)
     outcome = reconcile.run_request(request.id, runtime)
     assert (outcome.state, outcome.applied, outcome.resolved) == ("done", 1, 1)
     assert (event_of(runtime, gap).status, event_of(runtime, gap).reason) == (
-        "applied", "reconciled")
+        "applied",
+        "reconciled",
+    )
     state = state_of(runtime)
     assert (state.status, state.last_version, state.last_event_id) == ("paid", 3, gap)
 
@@ -186,8 +203,7 @@ def test_a_snapshot_older_than_the_state_changes_nothing(runtime, provider):
     assert (state.status, state.last_version) == ("shipped", 5)
 
 
-def test_transient_failures_back_off_then_fail_with_the_error_kept(runtime, provider,
-                                                                   redis_client):
+def test_transient_failures_back_off_then_fail_with_the_error_kept(runtime, provider, redis_client):
     kit.create_source(runtime, "psp", SW, allow_gaps=False, reconcile_url=provider.url)
     provider.failures = [503] * 20
     process.process_event(store(runtime, "psp", "e1", 1, "created"))
@@ -259,8 +275,10 @@ def test_scheduled_sweep_lists_changes_since_the_last_sweep(runtime, provider):
     kit.create_source(runtime, "psp", SW, reconcile_url=provider.url)
     provider.pages = [
         {"data": [{"id": "pay_1", "version": 2, "status": "paid"}], "next_cursor": "p2"},
-        {"data": [{"id": "pay_2", "version": 1, "status": "created"}, {"no": "id"}],
-         "next_cursor": None},
+        {
+            "data": [{"id": "pay_2", "version": 1, "status": "created"}, {"no": "id"}],
+            "next_cursor": None,
+        },
     ]
     outcomes = reconcile.reconcile_now(runtime, source_name="psp")
     assert [(o.state, o.applied) for o in outcomes] == [("done", 2)]
@@ -282,9 +300,13 @@ def test_cli_reconcile_runs_quarantined_resources_and_the_sweep(runtime, setting
     with runtime.db.begin() as session:  # the automatic request gave up earlier
         request = session.scalars(select(ReconcileRequest)).one()
         request.state, request.last_error = "failed", "HTTP 503"
-    env = {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url,
-           "KURIR_DATA_DIR": str(settings.data_dir), "KURIR_SECRET_KEY": settings.secret_key,
-           "KURIR_ALLOW_PRIVATE_TARGETS": "1"}
+    env = {
+        "DATABASE_URL": settings.database_url,
+        "REDIS_URL": settings.redis_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+        "KURIR_ALLOW_PRIVATE_TARGETS": "1",
+    }
     result = CliRunner().invoke(cli, ["inbound", "reconcile", "--source", "psp"], env=env)
     assert result.exit_code == 0, result.output
     assert "2 reconcile request(s) run" in result.output
@@ -294,8 +316,7 @@ def test_cli_reconcile_runs_quarantined_resources_and_the_sweep(runtime, setting
 
 
 def test_reconciliation_is_scheduled_by_the_configured_cron(runtime, settings):
-    custom = Runtime(settings.with_overrides(reconcile_cron="*/7 4 * * *"),
-                     database=runtime.db)
+    custom = Runtime(settings.with_overrides(reconcile_cron="*/7 4 * * *"), database=runtime.db)
     jobs = {job.name: job for job in periodic_jobs(custom)}
     cron = jobs["scheduled-reconcile"].trigger
     assert isinstance(cron, CronTrigger)
@@ -327,11 +348,14 @@ def test_reconcile_url_is_checked_by_the_ssrf_guard(runtime, settings):
     kit.create_source(strict, "later", SW, reconcile_url="https://api.psp.invalid/state")
 
 
-@pytest.mark.parametrize("snapshot", [
-    {"id": "pay_1", "version": 4, "status": "refunded\ud800"},
-    {"id": "pay_1", "version": 4, "status": "refunded", "amount": float("nan")},
-    {"id": "pay_1", "version": 4, "status": "refunded", "amount": float("inf")},
-])
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        {"id": "pay_1", "version": 4, "status": "refunded\ud800"},
+        {"id": "pay_1", "version": 4, "status": "refunded", "amount": float("nan")},
+        {"id": "pay_1", "version": 4, "status": "refunded", "amount": float("inf")},
+    ],
+)
 def test_a_snapshot_that_is_not_strict_json_fails_permanently(runtime, provider, snapshot):
     # None of these can be stored with the state as JSON: they used to end as a logged crash,
     # a retry "for the next pass" forever (PostgreSQL refuses NaN), or a non-JSON state.
@@ -367,8 +391,11 @@ def test_a_pull_connects_to_the_address_the_guard_checked(settings, provider):
 
     with Transport(resolver=resolver) as transport:
         document = reconcile.fetch_json(
-            transport, f"http://psp.example:{port}/v1/payments/state?account=7",
-            {"resource_id": "pay_1"}, settings)
+            transport,
+            f"http://psp.example:{port}/v1/payments/state?account=7",
+            {"resource_id": "pay_1"},
+            settings,
+        )
     assert document == provider.state["pay_1"]
     assert lookups == ["psp.example"]
     assert provider.hosts == [f"psp.example:{port}"]
@@ -377,8 +404,10 @@ def test_a_pull_connects_to_the_address_the_guard_checked(settings, provider):
 
 def test_a_pull_to_a_name_resolving_inside_is_refused_at_fetch_time(settings, provider):
     strict = settings.with_overrides(allow_private_targets=False)
-    with Transport(resolver=lambda _h, _p: ["169.254.169.254"]) as transport, \
-            pytest.raises(reconcile.FetchError, match="reconcile_url refused") as refused:
+    with (
+        Transport(resolver=lambda _h, _p: ["169.254.169.254"]) as transport,
+        pytest.raises(reconcile.FetchError, match="reconcile_url refused") as refused,
+    ):
         reconcile.fetch_json(transport, "http://psp.example/state", {}, strict)
     assert refused.value.transient is False
     assert provider.requests == []
@@ -386,7 +415,9 @@ def test_a_pull_to_a_name_resolving_inside_is_refused_at_fetch_time(settings, pr
 
 def test_an_oversized_snapshot_fails_permanently(settings, provider):
     provider.oversized = True
-    with Transport() as transport, \
-            pytest.raises(reconcile.FetchError, match="larger than") as too_big:
+    with (
+        Transport() as transport,
+        pytest.raises(reconcile.FetchError, match="larger than") as too_big,
+    ):
         reconcile.fetch_json(transport, provider.url, {"resource_id": "pay_1"}, settings)
     assert too_big.value.transient is False

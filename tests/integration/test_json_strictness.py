@@ -21,11 +21,15 @@ PAIR = r"\ud83d\ude00"  # U+1F600, escaped as its surrogate pair
 
 # (path, body template) for every write API; <S> marks the contents of a string.
 WRITES_WITH_A_LONE_SURROGATE = [
-    ("/v1/partners/acme/events",
-     '{"type": "order.created", "version": 1, "data": {"order_id": "o<S>", "amount": 1}}'),
+    (
+        "/v1/partners/acme/events",
+        '{"type": "order.created", "version": 1, "data": {"order_id": "o<S>", "amount": 1}}',
+    ),
     ("/v1/partners", '{"uid": "globex", "name": "Globex <S>"}'),
-    ("/v1/event-types",
-     '{"name": "thing.done", "version": 1, "schema": {"type": "object"}, "description": "<S>"}'),
+    (
+        "/v1/event-types",
+        '{"name": "thing.done", "version": 1, "schema": {"type": "object"}, "description": "<S>"}',
+    ),
     ("/v1/partners/acme/endpoints", '{"url": "http://127.0.0.1:9/h", "description": "<S>"}'),
     ("/v1/dead-letters/resend", '{"filter": {"q": "<S>"}}'),
     ("/v1/sources", '{"name": "psp", "scheme": "github", "secrets": ["s3cret<S>"]}'),
@@ -52,8 +56,9 @@ def _assert_invalid_json(response: Any) -> None:
 
 
 @pytest.mark.parametrize(("path", "template"), WRITES_WITH_A_LONE_SURROGATE)
-def test_lone_surrogate_is_400_on_every_write_and_stores_nothing(client, auth, acme, runtime,
-                                                                 path, template):
+def test_lone_surrogate_is_400_on_every_write_and_stores_nothing(
+    client, auth, acme, runtime, path, template
+):
     before = _stored(runtime.db)
     response = _post(client, auth, path, _with(template, LONE))
     _assert_invalid_json(response)
@@ -64,16 +69,21 @@ def test_lone_surrogate_is_400_on_every_write_and_stores_nothing(client, auth, a
 def test_lone_surrogate_as_raw_bytes_is_400_too(client, auth, acme, runtime):
     # json.loads(bytes) would decode these bytes into a lone surrogate ('surrogatepass').
     before = _stored(runtime.db)
-    body = b'{"type": "order.created", "version": 1, "data": {"order_id": "o\xed\xa0\x80", ' \
-           b'"amount": 1}}'
+    body = (
+        b'{"type": "order.created", "version": 1, "data": {"order_id": "o\xed\xa0\x80", '
+        b'"amount": 1}}'
+    )
     _assert_invalid_json(_post(client, auth, "/v1/partners/acme/events", body))
     assert _stored(runtime.db) == before
 
 
 def test_lone_surrogate_in_a_key_is_400(client, auth, acme, runtime):
     before = _stored(runtime.db)
-    body = _with('{"type": "order.created", "version": 1, '
-                 '"data": {"order_id": "o", "amount": 1}, "x<S>": 1}', LONE)
+    body = _with(
+        '{"type": "order.created", "version": 1, '
+        '"data": {"order_id": "o", "amount": 1}, "x<S>": 1}',
+        LONE,
+    )
     _assert_invalid_json(_post(client, auth, "/v1/partners/acme/events", body))
     assert _stored(runtime.db) == before
 

@@ -22,13 +22,22 @@ pytestmark = pytest.mark.slow
 
 def test_kurir_up_serves_ready_and_stops_every_child_on_sigint(tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("KURIR_") and k not in {"DATABASE_URL", "REDIS_URL"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("KURIR_") and k not in {"DATABASE_URL", "REDIS_URL"}
+    }
     kurir = Path(sys.executable).with_name("kurir")
-    process = subprocess.Popen([str(kurir), "up", "--port", str(port)], cwd=tmp_path, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [str(kurir), "up", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     children: list[psutil.Process] = []
     try:
+
         def ready() -> bool:
             assert process.poll() is None, process.stdout.read().decode()  # type: ignore[union-attr]
             try:
@@ -49,10 +58,12 @@ def test_kurir_up_serves_ready_and_stops_every_child_on_sigint(tmp_path: Path) -
             kids = psutil.Process(process.pid).children(recursive=True)
             try:
                 commands = {kid: " ".join(kid.cmdline()) for kid in kids}
-                scheduler = [kid for kid, command in commands.items()
-                             if command.endswith(" scheduler")]
+                scheduler = [
+                    kid for kid, command in commands.items() if command.endswith(" scheduler")
+                ]
                 swept = bool(scheduler) and os.path.realpath(database) in {
-                    os.path.realpath(f.path) for f in scheduler[0].open_files()}
+                    os.path.realpath(f.path) for f in scheduler[0].open_files()
+                }
             except psutil.NoSuchProcess:
                 return None  # a child came or went: look again
             with redis.Redis(unix_socket_path=str(tmp_path / "var" / "redis.sock")) as conn:
@@ -60,8 +71,9 @@ def test_kurir_up_serves_ready_and_stops_every_child_on_sigint(tmp_path: Path) -
             redis_up = any("redis-server" in command for command in commands.values())
             return kids if swept and registered and redis_up else None
 
-        children = wait_for(started, timeout_s=90, interval_s=0.3,
-                            message="every child to get past its start-up")
+        children = wait_for(
+            started, timeout_s=90, interval_s=0.3, message="every child to get past its start-up"
+        )
         assert all(c.status() != psutil.STATUS_ZOMBIE for c in children)
         names = " ".join(" ".join(c.cmdline()) for c in children)
         assert "redis-server" in names and " api" in names

@@ -15,12 +15,15 @@ from tests.support.publish import contract_and_partner, make_endpoint
 
 
 def _env(settings: Any) -> dict[str, str]:
-    return {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url,
-            "KURIR_DATA_DIR": str(settings.data_dir), "KURIR_SECRET_KEY": settings.secret_key}
+    return {
+        "DATABASE_URL": settings.database_url,
+        "REDIS_URL": settings.redis_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+    }
 
 
-def test_secrets_reencrypt_moves_every_secret_to_the_newest_key(client, auth, settings,
-                                                                runtime):
+def test_secrets_reencrypt_moves_every_secret_to_the_newest_key(client, auth, settings, runtime):
     """Rotating KURIR_SECRET_KEY: new key first, re-encrypt, drop the old one. Secrets made
     under the first passphrase derivation (one SHA-256) are moved too."""
     contract_and_partner(client, auth)
@@ -28,8 +31,7 @@ def test_secrets_reencrypt_moves_every_secret_to_the_newest_key(client, auth, se
     with runtime.db.begin() as session:
         legacy_row = session.scalar(select(EndpointSecret))
         plain = runtime.secret_box.decrypt(legacy_row.secret_encrypted)
-        legacy_row.secret_encrypted = _legacy(settings.secret_key).encrypt(
-            plain.encode()).decode()
+        legacy_row.secret_encrypted = _legacy(settings.secret_key).encrypt(plain.encode()).decode()
     new_key = "a brand new master passphrase"
     env = {**_env(settings), "KURIR_SECRET_KEY": f"{new_key},{settings.secret_key}"}
     result = CliRunner().invoke(cli, ["secrets", "reencrypt"], env=env)

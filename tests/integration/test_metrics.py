@@ -24,7 +24,7 @@ from tests.support.publish import (
     order,
 )
 
-_SAMPLE = re.compile(r'^([a-z_]+)(\{[^}]*\})? (-?[0-9.e+]+)$')
+_SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (-?[0-9.e+]+)$")
 
 
 def parse(text: str) -> dict[str, float]:
@@ -46,8 +46,11 @@ def test_metrics_report_the_stores(client, runtime, redis_client):
         source = InboundSource(name="gh", scheme="github", mapping={})
         session.add(source)
         session.flush()
-        session.add(InboundEvent(source_id=source.id, event_id="e1", status="quarantined",
-                                 raw_body=b"{}", headers={}))
+        session.add(
+            InboundEvent(
+                source_id=source.id, event_id="e1", status="quarantined", raw_body=b"{}", headers={}
+            )
+        )
     Queue(DELIVERIES, connection=redis_client).enqueue("os.getcwd")
     response = client.get("/metrics")
     assert response.status_code == 200
@@ -81,8 +84,9 @@ def test_metrics_survive_redis_being_down(client, runtime, monkeypatch):
 
 
 def test_with_a_metrics_token_a_scrape_must_bear_it(client, runtime, monkeypatch):
-    monkeypatch.setattr(runtime, "settings",
-                        runtime.settings.with_overrides(metrics_token="scrape-s3cret"))
+    monkeypatch.setattr(
+        runtime, "settings", runtime.settings.with_overrides(metrics_token="scrape-s3cret")
+    )
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "scrape-s3cret"}):
         refused = client.get("/metrics", headers=headers)
         assert refused.status_code == 401, headers
@@ -103,8 +107,9 @@ def _scrape(client: Any, headers: dict[str, str] | None = None) -> str:
     return response.text
 
 
-def _pull_and_blocked(client: Any, auth: dict[str, str], uid: str, pulls: int,
-                      blocked: int) -> list[str]:
+def _pull_and_blocked(
+    client: Any, auth: dict[str, str], uid: str, pulls: int, blocked: int
+) -> list[str]:
     """`pulls` pull endpoints of partner `uid` (the odd ones subscribed to `order.created`
     only), then `blocked` endpoints subscribed to `stock.changed`, each made holding a key of
     its own (the ones made before it, disabled too, hold that key as well); their ids."""
@@ -113,9 +118,16 @@ def _pull_and_blocked(client: Any, auth: dict[str, str], uid: str, pulls: int,
         types = {"event_types": ["order.created"]} if n % 2 else {}
         ids.append(make_endpoint(client, auth, uid, url=None, mode="pull", **types)["id"])
     for n in range(blocked):
-        ids.append(blocked_endpoint(client, auth, uid, keys=(f"{uid}-k{n}",),
-                                    event_type="stock.changed",
-                                    event_types=["stock.changed"])["id"])
+        ids.append(
+            blocked_endpoint(
+                client,
+                auth,
+                uid,
+                keys=(f"{uid}-k{n}",),
+                event_type="stock.changed",
+                event_types=["stock.changed"],
+            )["id"]
+        )
     return ids
 
 
@@ -138,12 +150,14 @@ def _statements(runtime: Any, client: Any, headers: dict[str, str]) -> int:
     return len(seen)
 
 
-def test_a_render_costs_the_same_statements_for_one_endpoint_or_many(client, auth, runtime,
-                                                                     monkeypatch):
+def test_a_render_costs_the_same_statements_for_one_endpoint_or_many(
+    client, auth, runtime, monkeypatch
+):
     """Counted, not timed: the per-endpoint lag used to cost two statements per pull
     endpoint on every scrape."""
-    monkeypatch.setattr(runtime, "settings",
-                        runtime.settings.with_overrides(metrics_token="scrape-s3cret"))
+    monkeypatch.setattr(
+        runtime, "settings", runtime.settings.with_overrides(metrics_token="scrape-s3cret")
+    )
     scraper = {"Authorization": "Bearer scrape-s3cret"}
     _contracts(client, auth)
     make_partner(client, auth, "acme")
@@ -182,8 +196,9 @@ def test_default_series_name_no_partner_nor_endpoint(client, auth, runtime, monk
     assert m["kurir_pull_endpoints_backlog_expired"] == 0
 
     # An authenticated scraper also gets them per endpoint.
-    monkeypatch.setattr(runtime, "settings",
-                        runtime.settings.with_overrides(metrics_token="scrape-s3cret"))
+    monkeypatch.setattr(
+        runtime, "settings", runtime.settings.with_overrides(metrics_token="scrape-s3cret")
+    )
     m = parse(_scrape(client, {"Authorization": "Bearer scrape-s3cret"}))
     for pull, lag in zip(ids[:2], (3, 1), strict=True):
         labels = f'{{endpoint="{pull}",partner="acme-secret-partner"}}'
@@ -198,12 +213,14 @@ def test_a_blocked_key_shows_whatever_the_endpoint_ordering_says_now(client, aut
     make_event_type(client, auth)
     make_partner(client, auth, "acme")
     held = blocked_endpoint(client, auth, keys=("stock:1", "stock:2"))
-    client.patch(f"/v1/partners/acme/endpoints/{held['id']}", headers=auth,
-                 json={"ordering": "none"})
+    client.patch(
+        f"/v1/partners/acme/endpoints/{held['id']}", headers=auth, json={"ordering": "none"}
+    )
     assert parse(_scrape(client))["kurir_blocked_keys"] == 2
     # "skip" lets every key go: nothing is held any more.
-    client.patch(f"/v1/partners/acme/endpoints/{held['id']}", headers=auth,
-                 json={"on_dead": "skip"})
+    client.patch(
+        f"/v1/partners/acme/endpoints/{held['id']}", headers=auth, json={"on_dead": "skip"}
+    )
     assert parse(_scrape(client))["kurir_blocked_keys"] == 0
 
 
@@ -235,8 +252,7 @@ def _statements_of_unscraped(runtime: Any, client: Any) -> int:
     return len(seen)
 
 
-def test_an_open_metrics_endpoint_on_postgresql_is_a_start_up_warning(runtime, caplog,
-                                                                       monkeypatch):
+def test_an_open_metrics_endpoint_on_postgresql_is_a_start_up_warning(runtime, caplog, monkeypatch):
     from app.web import create_app
 
     with caplog.at_level(logging.WARNING, logger="app.web.metrics"):
@@ -244,8 +260,9 @@ def test_an_open_metrics_endpoint_on_postgresql_is_a_start_up_warning(runtime, c
     warned = [r for r in caplog.records if "/metrics is open" in r.getMessage()]
     assert len(warned) == (0 if runtime.settings.is_sqlite else 1)
     caplog.clear()
-    monkeypatch.setattr(runtime, "settings",
-                        runtime.settings.with_overrides(metrics_token="scrape-s3cret"))
+    monkeypatch.setattr(
+        runtime, "settings", runtime.settings.with_overrides(metrics_token="scrape-s3cret")
+    )
     with caplog.at_level(logging.WARNING, logger="app.web.metrics"):
         create_app(runtime=runtime)
     assert not [r for r in caplog.records if "/metrics is open" in r.getMessage()]

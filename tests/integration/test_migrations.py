@@ -56,7 +56,11 @@ def test_upgrading_a_filled_sqlite_database_keeps_every_row(tmp_path) -> None:
     try:
         with new.engine.connect() as connection:
             assert connection.execute(text("SELECT count(*) FROM attempts")).scalar() == 1
-            assert connection.execute(
-                text("SELECT forced FROM deliveries WHERE id = 'dlv_1'")).scalar() == 0
+            assert (
+                connection.execute(
+                    text("SELECT forced FROM deliveries WHERE id = 'dlv_1'")
+                ).scalar()
+                == 0
+            )
     finally:
         new.dispose()

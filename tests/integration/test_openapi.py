@@ -37,8 +37,7 @@ def _is_rfc3339(value: object) -> bool:
 
 def _validator(doc: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:
     # `#/components/...` refs resolve against a root that carries the document's components.
-    return Draft202012Validator({**schema, "components": doc["components"]},
-                                format_checker=formats)
+    return Draft202012Validator({**schema, "components": doc["components"]}, format_checker=formats)
 
 
 def _flask_template(rule: str) -> str:
@@ -48,8 +47,11 @@ def _flask_template(rule: str) -> str:
 def _matcher(template: str) -> re.Pattern[str]:
     parts = re.split(r"(\{[a-z_]+\})", template)
     pattern = "".join(
-        ("(.+)" if part == "{resource_id}" else "([^/]+)") if part.startswith("{")
-        else re.escape(part) for part in parts)
+        ("(.+)" if part == "{resource_id}" else "([^/]+)")
+        if part.startswith("{")
+        else re.escape(part)
+        for part in parts
+    )
     return re.compile(f"^{pattern}$")
 
 
@@ -78,17 +80,20 @@ class CheckedClient:
         documented = operation["responses"]
         assert status in documented, (
             f"{method} {template} answered {status}, documented: {sorted(documented)}; "
-            f"{response.get_data(as_text=True)[:300]}")
+            f"{response.get_data(as_text=True)[:300]}"
+        )
         content = documented[status].get("content")
         if content is None:
             assert response.get_data() == b"", f"{method} {template} {status} has a body"
         else:
             body = response.get_json()
-            errors = sorted(_validator(self.doc, content["application/json"]["schema"])
-                            .iter_errors(body), key=str)
-            assert not errors, (f"{method} {template} {status}: "
-                                + "; ".join(f"{list(e.absolute_path)}: {e.message}"
-                                            for e in errors[:5]))
+            errors = sorted(
+                _validator(self.doc, content["application/json"]["schema"]).iter_errors(body),
+                key=str,
+            )
+            assert not errors, f"{method} {template} {status}: " + "; ".join(
+                f"{list(e.absolute_path)}: {e.message}" for e in errors[:5]
+            )
         if 200 <= response.status_code < 300 and "json" in kwargs and "requestBody" in operation:
             request_schema = operation["requestBody"]["content"]["application/json"]["schema"]
             errors = list(_validator(self.doc, request_schema).iter_errors(kwargs["json"]))
@@ -166,32 +171,50 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     assert api.get("/v1/me").status_code == 401
 
     # event types
-    et = {"name": "order.created", "version": 1, "schema": ORDER_SCHEMA,
-          "description": "placed"}
+    et = {"name": "order.created", "version": 1, "schema": ORDER_SCHEMA, "description": "placed"}
     assert api.post("/v1/event-types", headers=auth, json=et).status_code == 201
     assert api.post("/v1/event-types", headers=auth, json=et).status_code == 200
-    assert api.post("/v1/event-types", headers=auth,
-                    json={**et, "schema": {"type": "object"}}).status_code == 409
-    assert api.post("/v1/event-types", headers=auth,
-                    json={**et, "version": 2, "schema": {"type": 1}}).status_code == 422
+    assert (
+        api.post(
+            "/v1/event-types", headers=auth, json={**et, "schema": {"type": "object"}}
+        ).status_code
+        == 409
+    )
+    assert (
+        api.post(
+            "/v1/event-types", headers=auth, json={**et, "version": 2, "schema": {"type": 1}}
+        ).status_code
+        == 422
+    )
     assert api.post("/v1/event-types", headers=raw, data=b"{").status_code == 400
     assert api.post("/v1/event-types", headers=auth, data=b"x").status_code == 415
-    api.post("/v1/event-types", headers=auth,
-             json={"name": "order.old", "version": 1, "schema": {"type": "object"}})
+    api.post(
+        "/v1/event-types",
+        headers=auth,
+        json={"name": "order.old", "version": 1, "schema": {"type": "object"}},
+    )
     assert api.get("/v1/event-types?limit=1", headers=auth).status_code == 200
     assert api.get("/v1/event-types?limit=999", headers=auth).status_code == 400
     assert api.get("/v1/event-types/order.created/1", headers=auth).status_code == 200
     assert api.get("/v1/event-types/order.created/9", headers=auth).status_code == 404
     assert api.post("/v1/event-types/order.old/1/deprecate", headers=auth).status_code == 200
-    assert api.post("/v1/event-types/order.old/1/deprecate", headers=auth,
-                    json={"sunset_at": "2027-01-01T00:00:00Z"}).status_code == 200
+    assert (
+        api.post(
+            "/v1/event-types/order.old/1/deprecate",
+            headers=auth,
+            json={"sunset_at": "2027-01-01T00:00:00Z"},
+        ).status_code
+        == 200
+    )
     assert api.get("/v1/event-types/order.old/versions", headers=auth).status_code == 200
     assert api.get("/v1/event-types/nope/versions", headers=auth).status_code == 404
     assert api.post("/v1/event-types/nope/1/deprecate", headers=auth).status_code == 404
 
     # partners
-    assert api.post("/v1/partners", headers=auth, json={"uid": "acme", "name": "Acme"}
-                    ).status_code == 201
+    assert (
+        api.post("/v1/partners", headers=auth, json={"uid": "acme", "name": "Acme"}).status_code
+        == 201
+    )
     assert api.post("/v1/partners", headers=auth, json={"uid": "acme"}).status_code == 409
     assert api.post("/v1/partners", headers=auth, json={"uid": "a b"}).status_code == 422
     assert api.get("/v1/partners", headers=auth).status_code == 200
@@ -200,38 +223,72 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
 
     # endpoints
     base = "/v1/partners/acme/endpoints"
-    created = api.post(base, headers=auth, json={
-        "url": "http://127.0.0.1:9/hook", "event_types": ["order.created"],
-        "description": "d", "headers": {"X-Team": "a"}, "timeout_s": 10,
-        "rate_limit_per_s": 3, "secret": generate_secret()})
+    created = api.post(
+        base,
+        headers=auth,
+        json={
+            "url": "http://127.0.0.1:9/hook",
+            "event_types": ["order.created"],
+            "description": "d",
+            "headers": {"X-Team": "a"},
+            "timeout_s": 10,
+            "rate_limit_per_s": 3,
+            "secret": generate_secret(),
+        },
+    )
     assert created.status_code == 201
     ep = created.get_json()["id"]
     plain = api.post(base, headers=auth, json={"url": "http://127.0.0.1:9/two"}).get_json()
     parked = api.post(base, headers=auth, json={"url": "http://127.0.0.1:9/three"}).get_json()
-    assert api.post(base, headers=auth, json={"url": "http://127.0.0.1:9/",
-                                              "headers": {"Host": "x"}}).status_code == 422
-    assert api.post("/v1/partners/ghost/endpoints", headers=auth,
-                    json={"url": "http://127.0.0.1:9/"}).status_code == 404
+    assert (
+        api.post(
+            base, headers=auth, json={"url": "http://127.0.0.1:9/", "headers": {"Host": "x"}}
+        ).status_code
+        == 422
+    )
+    assert (
+        api.post(
+            "/v1/partners/ghost/endpoints", headers=auth, json={"url": "http://127.0.0.1:9/"}
+        ).status_code
+        == 404
+    )
     assert api.get(base, headers=auth).status_code == 200
     assert api.get(f"{base}?state=enabled&limit=1", headers=auth).status_code == 200
     assert api.get(f"{base}/{ep}", headers=auth).status_code == 200
     assert api.get(f"{base}/ep_nope", headers=auth).status_code == 404
-    assert api.patch(f"{base}/{ep}", headers=auth, json={"timeout_s": 5, "description": None,
-                                                         "rate_limit_per_s": None}
-                     ).status_code == 200
+    assert (
+        api.patch(
+            f"{base}/{ep}",
+            headers=auth,
+            json={"timeout_s": 5, "description": None, "rate_limit_per_s": None},
+        ).status_code
+        == 200
+    )
     assert api.patch(f"{base}/{ep}", headers=auth, json={"timeout_s": 0}).status_code == 422
     assert api.post(f"{base}/{ep}/disable", headers=auth).status_code == 200
-    assert api.post(f"{base}/{ep}/disable", headers=auth,
-                    json={"reason": "maintenance"}).status_code == 200
+    assert (
+        api.post(f"{base}/{ep}/disable", headers=auth, json={"reason": "maintenance"}).status_code
+        == 200
+    )
     assert api.post(f"{base}/{ep}/enable", headers=auth).status_code == 200
     assert api.post(f"{base}/{ep}/secret/rotate", headers=auth).status_code == 200
-    assert api.post(f"{base}/{ep}/secret/rotate", headers=auth,
-                    json={"secret": generate_secret()}).status_code == 200
-    assert api.post(f"{base}/{ep}/secret/rotate", headers=auth,
-                    json={"secret": "nope"}).status_code == 422
+    assert (
+        api.post(
+            f"{base}/{ep}/secret/rotate", headers=auth, json={"secret": generate_secret()}
+        ).status_code
+        == 200
+    )
+    assert (
+        api.post(f"{base}/{ep}/secret/rotate", headers=auth, json={"secret": "nope"}).status_code
+        == 422
+    )
     assert api.get(f"{base}/{ep}/secret", headers=auth).status_code == 200
-    assert api.patch(f"{base}/{ep}", headers=auth,
-                     json={"ordering": "key", "on_dead": "block"}).status_code == 200
+    assert (
+        api.patch(
+            f"{base}/{ep}", headers=auth, json={"ordering": "key", "on_dead": "block"}
+        ).status_code
+        == 200
+    )
     assert api.patch(f"{base}/{ep}", headers=auth, json={"ordering": "fifo"}).status_code == 422
     assert api.get(f"{base}/{ep}/blocked-keys?limit=5", headers=auth).status_code == 200
     assert api.get(f"{base}/{ep}/blocked-keys?cursor=%25%25", headers=auth).status_code == 400
@@ -239,25 +296,44 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     tested = api.post(f"{base}/{ep}/test", headers=auth)
     assert tested.status_code == 202 and tested.get_json()["state"] == "pending"
     assert api.post(f"{base}/ep_nope/test", headers=auth).status_code == 404
-    assert api.get(f"/v1/deliveries?endpoint={ep}&state=pending&type=kurir.test"
-                   f"&status_code=none&since=2020-01-01T00:00:00Z", headers=auth
-                   ).status_code == 200
+    assert (
+        api.get(
+            f"/v1/deliveries?endpoint={ep}&state=pending&type=kurir.test"
+            f"&status_code=none&since=2020-01-01T00:00:00Z",
+            headers=auth,
+        ).status_code
+        == 200
+    )
     assert api.get("/v1/deliveries?state=lost", headers=auth).status_code == 400
     assert api.get("/v1/deliveries?partner=ghost", headers=auth).status_code == 404
 
     # partner keys and portal links
-    partner_key = api.post("/v1/partners/acme/keys", headers=auth,
-                           json={"name": "acme self-service", "scopes": ["read"]})
+    partner_key = api.post(
+        "/v1/partners/acme/keys",
+        headers=auth,
+        json={"name": "acme self-service", "scopes": ["read"]},
+    )
     assert partner_key.status_code == 201 and partner_key.get_json()["key"]
-    assert api.post("/v1/partners/acme/keys", headers=auth,
-                    json={"name": "x", "scopes": ["events:write"]}).status_code == 422
-    assert api.post("/v1/partners/ghost/keys", headers=auth,
-                    json={"name": "x"}).status_code == 404
+    assert (
+        api.post(
+            "/v1/partners/acme/keys", headers=auth, json={"name": "x", "scopes": ["events:write"]}
+        ).status_code
+        == 422
+    )
+    assert api.post("/v1/partners/ghost/keys", headers=auth, json={"name": "x"}).status_code == 404
     assert api.post("/v1/partners/acme/portal-links", headers=auth).status_code == 201
-    assert api.post("/v1/partners/acme/portal-links", headers=auth,
-                    json={"expires_in_s": 3600}).status_code == 201
-    assert api.post("/v1/partners/acme/portal-links", headers=auth,
-                    json={"expires_in_s": 5}).status_code == 422
+    assert (
+        api.post(
+            "/v1/partners/acme/portal-links", headers=auth, json={"expires_in_s": 3600}
+        ).status_code
+        == 201
+    )
+    assert (
+        api.post(
+            "/v1/partners/acme/portal-links", headers=auth, json={"expires_in_s": 5}
+        ).status_code
+        == 422
+    )
     assert api.post("/v1/partners/ghost/portal-links", headers=auth).status_code == 404
     revoked = api.delete("/v1/partners/acme/portal-sessions", headers=auth)
     assert revoked.get_json() == {"ended": 0, "revoked": 2}
@@ -268,41 +344,75 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
 
     # events
     events = "/v1/partners/acme/events"
-    full = order(resource={"type": "order", "id": "o-1", "version": 3},
-                 correlation_id="c-1", occurred_at="2026-12-02T10:00:00Z")
+    full = order(
+        resource={"type": "order", "id": "o-1", "version": 3},
+        correlation_id="c-1",
+        occurred_at="2026-12-02T10:00:00Z",
+    )
     published = api.post(events, headers={**auth, "Idempotency-Key": "k1"}, json=full)
     assert published.status_code == 202
     replay = api.post(events, headers={**auth, "Idempotency-Key": "k1"}, json=full)
     assert replay.status_code == 202 and replay.headers["Idempotent-Replayed"] == "true"
-    assert api.post(events, headers={**auth, "Idempotency-Key": "k1"},
-                    json=order(amount=1)).status_code == 422
-    assert api.post(events, headers={**auth, "Idempotency-Key": ""},
-                    json=order()).status_code == 400
-    assert api.post(events, headers=auth, json=order(resource={"type": "order", "id": "x"})
-                    ).status_code == 202
-    assert api.post(events, headers=auth, json={"type": "order.old", "version": 1, "data": {}}
-                    ).status_code == 202
+    assert (
+        api.post(
+            events, headers={**auth, "Idempotency-Key": "k1"}, json=order(amount=1)
+        ).status_code
+        == 422
+    )
+    assert (
+        api.post(events, headers={**auth, "Idempotency-Key": ""}, json=order()).status_code == 400
+    )
+    assert (
+        api.post(
+            events, headers=auth, json=order(resource={"type": "order", "id": "x"})
+        ).status_code
+        == 202
+    )
+    assert (
+        api.post(
+            events, headers=auth, json={"type": "order.old", "version": 1, "data": {}}
+        ).status_code
+        == 202
+    )
     assert api.post(events, headers=auth, json={**order(), "data": {}}).status_code == 422
-    assert api.post(events, headers=auth, json={"type": "x", "version": 1, "data": {}}
-                    ).status_code == 422
+    assert (
+        api.post(events, headers=auth, json={"type": "x", "version": 1, "data": {}}).status_code
+        == 422
+    )
     assert api.post("/v1/partners/ghost/events", headers=auth, json=order()).status_code == 404
     assert api.post(events, headers=raw, data=b"[").status_code == 400
     assert api.post(events, headers=auth, data=b"{}").status_code == 415
     big = b"x" * (runtime.settings.max_payload_bytes + 1)
     assert api.post(events, headers=raw, data=big).status_code == 413
     assert api.get(events, headers=auth).status_code == 200
-    assert api.get(f"{events}?type=order.created&delivery_success=false&limit=1"
-                   f"&since=2020-01-01T00:00:00Z&until=2100-01-01T00:00:00Z",
-                   headers=auth).status_code == 200
+    assert (
+        api.get(
+            f"{events}?type=order.created&delivery_success=false&limit=1"
+            f"&since=2020-01-01T00:00:00Z&until=2100-01-01T00:00:00Z",
+            headers=auth,
+        ).status_code
+        == 200
+    )
     assert api.get(f"{events}?since=soon", headers=auth).status_code == 400
     assert api.get("/v1/partners/ghost/events", headers=auth).status_code == 404
     event_id = published.get_json()["id"]
     with runtime.db.begin() as session:
-        delivery = session.scalars(select(Delivery).where(Delivery.event_id == event_id,
-                                                          Delivery.state == "pending")).first()
-        session.add(Attempt(delivery_id=delivery.id, n=1, started_at=utcnow(), duration_ms=3,
-                            url="http://127.0.0.1:9/hook", request_headers={},
-                            response_status=503, response_body=b"busy", error=None))
+        delivery = session.scalars(
+            select(Delivery).where(Delivery.event_id == event_id, Delivery.state == "pending")
+        ).first()
+        session.add(
+            Attempt(
+                delivery_id=delivery.id,
+                n=1,
+                started_at=utcnow(),
+                duration_ms=3,
+                url="http://127.0.0.1:9/hook",
+                request_headers={},
+                response_status=503,
+                response_body=b"busy",
+                error=None,
+            )
+        )
     detail = api.get(f"/v1/events/{event_id}", headers=auth)
     assert detail.status_code == 200
     assert any(d["attempts"] for d in detail.get_json()["deliveries"])
@@ -316,18 +426,21 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     page = api.get(f"{feed}?limit=2", headers=auth)
     assert page.status_code == 200 and page.get_json()["data"]
     cursor = page.get_json()["next_cursor"]
-    assert api.get(f"{feed}?after={cursor}&endpoint={pull.get_json()['id']}",
-                   headers=auth).status_code == 200
+    assert (
+        api.get(f"{feed}?after={cursor}&endpoint={pull.get_json()['id']}", headers=auth).status_code
+        == 200
+    )
     assert api.get(f"{feed}?after=nope", headers=auth).status_code == 400
     assert api.get("/v1/partners/ghost/feed", headers=auth).status_code == 404
     pull_base = f"{base}/{pull.get_json()['id']}"
     assert api.get(pull_base, headers=auth).get_json()["lag"]["events"] >= 1
-    assert api.post(f"{pull_base}/ack", headers=auth, json={"cursor": cursor}
-                    ).status_code == 200
+    assert api.post(f"{pull_base}/ack", headers=auth, json={"cursor": cursor}).status_code == 200
     assert api.post(f"{pull_base}/ack", headers=auth, json={}).status_code == 422
     assert api.post(f"{pull_base}/ack", headers=auth, data=b"x").status_code == 415
-    assert api.post(f"{base}/{parked['id']}/ack", headers=auth, json={"cursor": cursor}
-                    ).status_code == 409
+    assert (
+        api.post(f"{base}/{parked['id']}/ack", headers=auth, json={"cursor": cursor}).status_code
+        == 409
+    )
 
     # the other families, read side: the shapes their owners documented
     letters = api.get("/v1/dead-letters", headers=auth)
@@ -353,7 +466,11 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
 
     # every operation of the publish API was seen succeeding
     mine = {"keys", "event-types", "partners", "endpoints", "events"}
-    expected = {(method, template) for template, methods in doc["paths"].items()
-                for method, operation in methods.items() if set(operation["tags"]) & mine}
+    expected = {
+        (method, template)
+        for template, methods in doc["paths"].items()
+        for method, operation in methods.items()
+        if set(operation["tags"]) & mine
+    }
     succeeded = {(m, t) for m, t, status in api.seen if status.startswith("2")}
     assert expected <= succeeded, sorted(expected - succeeded)

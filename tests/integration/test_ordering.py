@@ -70,8 +70,15 @@ class KeyedReceiver:
         sequence = int(raw) if raw is not None else None
         ok = self.decide(key, sequence)
         with self.lock:
-            self.hits.append(Hit(key, received.headers["webhook-id"], sequence,
-                                 received.headers.get("webhook-previous-id"), ok))
+            self.hits.append(
+                Hit(
+                    key,
+                    received.headers["webhook-id"],
+                    sequence,
+                    received.headers.get("webhook-previous-id"),
+                    ok,
+                )
+            )
         return (200, {}, b"ok") if ok else (500, {}, b"try again")
 
     def __enter__(self) -> KeyedReceiver:
@@ -100,7 +107,8 @@ class Publisher:
             key, _ = create_api_key(session, "ordering-test", ["admin"])
             partner = endpoint_rules.create_partner(session, {"uid": "shop", "name": "Shop"})
             created = endpoint_rules.create_endpoint(
-                session, partner, {"url": url, **endpoint}, rt.settings, rt.secret_box)
+                session, partner, {"url": url, **endpoint}, rt.settings, rt.secret_box
+            )
             self.api_key_id = key.id
             self.endpoint_id = created.endpoint.id
         self.published: dict[str, list[str]] = {}
@@ -109,10 +117,19 @@ class Publisher:
     def publish(self, key: str) -> str:
         """Publish one event whose ordering key is the resource's `stock:<key>`."""
         self.count += 1
-        result = publish_event(self.rt.db, self.rt.redis, self.rt.settings, partner_uid="shop",
-                               body={"type": TYPE, "version": 1, "data": {"n": self.count},
-                                     "resource": {"type": "stock", "id": key}},
-                               api_key_id=self.api_key_id)
+        result = publish_event(
+            self.rt.db,
+            self.rt.redis,
+            self.rt.settings,
+            partner_uid="shop",
+            body={
+                "type": TYPE,
+                "version": 1,
+                "data": {"n": self.count},
+                "resource": {"type": "stock", "id": key},
+            },
+            api_key_id=self.api_key_id,
+        )
         event_id = str(result.body["id"])
         self.published.setdefault(key, []).append(event_id)
         return event_id
@@ -146,7 +163,8 @@ def check_order(receiver: KeyedReceiver, key: str, published: list[str]) -> None
 
 
 def test_each_key_arrives_in_publish_order_with_gap_free_sequences_despite_30pct_failures(
-        make_rt: Callable[..., Runtime]) -> None:
+    make_rt: Callable[..., Runtime],
+) -> None:
     rt = make_rt()
     rng = random.Random(15)  # noqa: S311 - a reproducible failure pattern, not security
     lock = threading.Lock()
@@ -163,8 +181,12 @@ def test_each_key_arrives_in_publish_order_with_gap_free_sequences_despite_30pct
             for i in range(1000):
                 publisher.publish(f"k{i % 50}")
             events = [e for ids in publisher.published.values() for e in ids]
-            wait_for(lambda: publisher.all_in(events, SUCCEEDED), timeout_s=180,
-                     interval_s=0.2, message="1,000 ordered deliveries")
+            wait_for(
+                lambda: publisher.all_in(events, SUCCEEDED),
+                timeout_s=180,
+                interval_s=0.2,
+                message="1,000 ordered deliveries",
+            )
     assert sum(not h.ok for h in receiver.hits) > 100  # the failures did happen
     for key, published in publisher.published.items():
         assert len(published) == 20
@@ -188,16 +210,20 @@ def test_a_retrying_head_holds_only_its_own_key(make_rt: Callable[..., Runtime])
         fast = [e for key, ids in publisher.published.items() if key != "slow" for e in ids]
         slow = publisher.published["slow"]
         with WorkerThread(rt):
-            wait_for(lambda: publisher.all_in(fast, SUCCEEDED), timeout_s=60,
-                     message="the other keys")
+            wait_for(
+                lambda: publisher.all_in(fast, SUCCEEDED), timeout_s=60, message="the other keys"
+            )
             # Measured at the moment the other keys are done: the slow head still retries,
             # and nothing behind it was sent.
             assert publisher.state_of(slow[0]) in (RETRYING, PENDING, "delivering")
             assert publisher.all_in(slow[1:], PENDING)
             assert {h.event_id for h in receiver.of("slow")} == {slow[0]}
             stuck.clear()
-            wait_for(lambda: publisher.all_in(slow, SUCCEEDED), timeout_s=60,
-                     message="the slow key after its head recovered")
+            wait_for(
+                lambda: publisher.all_in(slow, SUCCEEDED),
+                timeout_s=60,
+                message="the slow key after its head recovered",
+            )
     for key, published in publisher.published.items():
         check_order(receiver, key, published)
 
@@ -210,14 +236,14 @@ def _held(rt: Runtime, publisher: Publisher, receiver: KeyedReceiver, bad: list[
 
 
 def _blocked(client: Any, auth: dict[str, str], endpoint_id: str) -> list[dict[str, Any]]:
-    response = client.get(f"/v1/partners/shop/endpoints/{endpoint_id}/blocked-keys",
-                          headers=auth)
+    response = client.get(f"/v1/partners/shop/endpoints/{endpoint_id}/blocked-keys", headers=auth)
     assert response.status_code == 200, response.get_json()
     return list(response.get_json()["data"])
 
 
-def _setup_dead_head(make_rt: Callable[..., Runtime], receiver: KeyedReceiver,
-                     on_dead: str) -> tuple[Runtime, Publisher]:
+def _setup_dead_head(
+    make_rt: Callable[..., Runtime], receiver: KeyedReceiver, on_dead: str
+) -> tuple[Runtime, Publisher]:
     """Key "bad": 3 events whose head fails both its attempts; key "good": 2 events."""
     rt = make_rt(retry_schedule=(1,))
     publisher = Publisher(rt, receiver.url + "/hook", ordering="key", on_dead=on_dead)
@@ -230,8 +256,8 @@ def _setup_dead_head(make_rt: Callable[..., Runtime], receiver: KeyedReceiver,
 
 @pytest.mark.parametrize("release", ["resend", "discard", "skip"])
 def test_block_holds_the_key_until_an_operator_resends_discards_or_skips(
-        make_rt: Callable[..., Runtime], client: Any, auth: dict[str, str],
-        release: str) -> None:
+    make_rt: Callable[..., Runtime], client: Any, auth: dict[str, str], release: str
+) -> None:
     failing = threading.Event()
     failing.set()
 
@@ -242,9 +268,11 @@ def test_block_holds_the_key_until_an_operator_resends_discards_or_skips(
         rt, publisher = _setup_dead_head(make_rt, receiver, "block")
         bad, good = publisher.published["bad"], publisher.published["good"]
         with WorkerThread(rt):
-            wait_for(lambda: publisher.state_of(bad[0]) == DEAD
-                     and publisher.all_in(good, SUCCEEDED), timeout_s=30,
-                     message="the head dead, the other key delivered")
+            wait_for(
+                lambda: publisher.state_of(bad[0]) == DEAD and publisher.all_in(good, SUCCEEDED),
+                timeout_s=30,
+                message="the head dead, the other key delivered",
+            )
             _held(rt, publisher, receiver, bad)
             [blocked] = _blocked(client, auth, publisher.endpoint_id)
             assert blocked["ordering_key"] == "stock:bad"
@@ -255,15 +283,19 @@ def test_block_holds_the_key_until_an_operator_resends_discards_or_skips(
             if release == "skip":
                 # Changing the endpoint to on_dead "skip" lets every held key go on.
                 answer = client.patch(
-                    f"/v1/partners/shop/endpoints/{publisher.endpoint_id}", headers=auth,
-                    json={"on_dead": "skip"})
+                    f"/v1/partners/shop/endpoints/{publisher.endpoint_id}",
+                    headers=auth,
+                    json={"on_dead": "skip"},
+                )
             else:
-                answer = client.post(f"/v1/dead-letters/{letter}/{release}", headers=auth,
-                                     json={})
+                answer = client.post(f"/v1/dead-letters/{letter}/{release}", headers=auth, json={})
             assert answer.status_code == 200, answer.get_json()
             expected = bad if release == "resend" else bad[1:]
-            wait_for(lambda: publisher.all_in(expected, SUCCEEDED), timeout_s=30,
-                     message=f"the key released by {release}")
+            wait_for(
+                lambda: publisher.all_in(expected, SUCCEEDED),
+                timeout_s=30,
+                message=f"the key released by {release}",
+            )
             assert _blocked(client, auth, publisher.endpoint_id) == []
     successes = [h for h in receiver.of("bad") if h.ok]
     assert [h.event_id for h in successes] == expected
@@ -275,7 +307,8 @@ def test_block_holds_the_key_until_an_operator_resends_discards_or_skips(
 
 
 def test_skip_goes_on_with_the_next_event_after_a_dead_head(
-        make_rt: Callable[..., Runtime], client: Any, auth: dict[str, str]) -> None:
+    make_rt: Callable[..., Runtime], client: Any, auth: dict[str, str]
+) -> None:
     def decide(key: str, sequence: int | None) -> bool:
         return not (key == "bad" and sequence == 1)
 
@@ -283,9 +316,14 @@ def test_skip_goes_on_with_the_next_event_after_a_dead_head(
         rt, publisher = _setup_dead_head(make_rt, receiver, "skip")
         bad = publisher.published["bad"]
         with WorkerThread(rt):
-            wait_for(lambda: publisher.state_of(bad[0]) == DEAD
-                     and publisher.all_in(bad[1:] + publisher.published["good"], SUCCEEDED),
-                     timeout_s=30, message="the key going on past its dead head")
+            wait_for(
+                lambda: (
+                    publisher.state_of(bad[0]) == DEAD
+                    and publisher.all_in(bad[1:] + publisher.published["good"], SUCCEEDED)
+                ),
+                timeout_s=30,
+                message="the key going on past its dead head",
+            )
     hits = receiver.of("bad")
     assert [h.event_id for h in hits] == [bad[0], bad[0], bad[1], bad[2]]
     assert [h.sequence for h in hits if h.ok] == [2, 3]
@@ -295,7 +333,8 @@ def test_skip_goes_on_with_the_next_event_after_a_dead_head(
 
 
 def test_concurrent_publishers_of_one_key_get_one_gap_free_chain(
-        make_rt: Callable[..., Runtime]) -> None:
+    make_rt: Callable[..., Runtime],
+) -> None:
     rt = make_rt()
     publisher = Publisher(rt, "http://127.0.0.1:9/never", ordering="key")
     errors: list[BaseException] = []
@@ -303,10 +342,14 @@ def test_concurrent_publishers_of_one_key_get_one_gap_free_chain(
     def publish_many() -> None:
         try:
             for _ in range(25):
-                publish_event(rt.db, rt.redis, rt.settings, partner_uid="shop",
-                              body={"type": TYPE, "version": 1, "data": {"n": 1},
-                                    "ordering_key": "one"},
-                              api_key_id=publisher.api_key_id)
+                publish_event(
+                    rt.db,
+                    rt.redis,
+                    rt.settings,
+                    partner_uid="shop",
+                    body={"type": TYPE, "version": 1, "data": {"n": 1}, "ordering_key": "one"},
+                    api_key_id=publisher.api_key_id,
+                )
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -317,16 +360,22 @@ def test_concurrent_publishers_of_one_key_get_one_gap_free_chain(
         thread.join(60)
     assert not errors
     with rt.db.begin() as session:
-        rows = session.execute(select(Delivery.event_id, Delivery.ordering_seq,
-                                      Delivery.previous_event_id, Delivery.ordering_key)
-                               .order_by(Delivery.ordering_seq)).all()
+        rows = session.execute(
+            select(
+                Delivery.event_id,
+                Delivery.ordering_seq,
+                Delivery.previous_event_id,
+                Delivery.ordering_key,
+            ).order_by(Delivery.ordering_seq)
+        ).all()
     assert [r.ordering_seq for r in rows] == list(range(1, 101))
     assert {r.ordering_key for r in rows} == {"one"}
     assert [r.previous_event_id for r in rows] == [None] + [r.event_id for r in rows[:-1]]
 
 
 def test_the_sweeper_leaves_a_held_delivery_alone_and_takes_the_head(
-        make_rt: Callable[..., Runtime]) -> None:
+    make_rt: Callable[..., Runtime],
+) -> None:
     from datetime import timedelta
 
     from app.clock import utcnow
@@ -348,7 +397,8 @@ def test_the_sweeper_leaves_a_held_delivery_alone_and_takes_the_head(
 
 
 def test_turning_ordering_on_applies_to_the_very_next_publish(
-        make_rt: Callable[..., Runtime]) -> None:
+    make_rt: Callable[..., Runtime],
+) -> None:
     rt = make_rt()
     publisher = Publisher(rt, "http://127.0.0.1:9/never")
     before = publisher.publish("k")  # on PostgreSQL, this caches the endpoints

@@ -30,8 +30,7 @@ def test_ordering_key_is_stored_shown_and_defaults_to_the_resource(client, auth)
     make_endpoint(client, auth)
     given = _publish(client, auth, ordering_key="cart-7")
     default = _publish(client, auth, resource={"type": "order", "id": "o-1"})
-    opted_out = _publish(client, auth, resource={"type": "order", "id": "o-1"},
-                         ordering_key=None)
+    opted_out = _publish(client, auth, resource={"type": "order", "id": "o-1"}, ordering_key=None)
     bare = _publish(client, auth)
     long_id = "x" * 200
     hashed = _publish(client, auth, resource={"type": "y" * 100, "id": long_id})
@@ -46,8 +45,9 @@ def test_a_bad_ordering_key_is_refused_and_nothing_stored(client, auth):
     contract_and_partner(client, auth)
     make_endpoint(client, auth)
     for bad in ("", "k" * 256, 7, ["a"]):
-        response = client.post("/v1/partners/acme/events", headers=auth,
-                               json=order(ordering_key=bad))
+        response = client.post(
+            "/v1/partners/acme/events", headers=auth, json=order(ordering_key=bad)
+        )
         assert response.status_code == 422, bad
         assert error_of(response)["details"] == {"field": "ordering_key"}
     listed = client.get("/v1/partners/acme/events", headers=auth).get_json()
@@ -68,8 +68,11 @@ def test_endpoint_ordering_fields_on_create_patch_and_read(client, auth):
         assert response.status_code == 422
         error = error_of(response)
         assert error["code"] == "invalid_field" and error["details"]["field"] == field
-    refused = client.post("/v1/partners/acme/endpoints", headers=auth,
-                          json={"url": "http://127.0.0.1:9/x", "on_dead": "park"})
+    refused = client.post(
+        "/v1/partners/acme/endpoints",
+        headers=auth,
+        json={"url": "http://127.0.0.1:9/x", "on_dead": "park"},
+    )
     assert refused.status_code == 422
 
 
@@ -86,10 +89,12 @@ def test_deliveries_to_an_ordered_endpoint_are_numbered_per_key(client, auth):
         deliveries = _event(client, auth, event_id)["deliveries"]
         return next(d["ordering"] for d in deliveries if d["endpoint"] == endpoint_id)
 
-    assert place(first["id"], ordered["id"]) == {"key": "k", "sequence": 1,
-                                                 "previous_event": None}
-    assert place(second["id"], ordered["id"]) == {"key": "k", "sequence": 2,
-                                                  "previous_event": first["id"]}
+    assert place(first["id"], ordered["id"]) == {"key": "k", "sequence": 1, "previous_event": None}
+    assert place(second["id"], ordered["id"]) == {
+        "key": "k",
+        "sequence": 2,
+        "previous_event": first["id"],
+    }
     assert place(other["id"], ordered["id"])["sequence"] == 1
     assert place(unkeyed["id"], ordered["id"]) is None
     assert place(second["id"], plain["id"]) is None

@@ -146,43 +146,81 @@ def world(client, auth, runtime) -> dict[str, Any]:
     own_endpoint = make_endpoint(client, auth, OWN, url="http://127.0.0.1:9/alpha-hook")
     other_endpoint = make_endpoint(client, auth, OTHER, url="http://127.0.0.1:9/bravo-hook")
     for uid in (OWN, OTHER):
-        assert client.post(f"/v1/partners/{uid}/events", headers=auth,
-                           json=order()).status_code == 202
+        assert (
+            client.post(f"/v1/partners/{uid}/events", headers=auth, json=order()).status_code == 202
+        )
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, other_endpoint["id"])
-        letter = make_dead_letter(session, endpoint, make_dl_event(
-            session, endpoint.partner, type="order.created"))
+        letter = make_dead_letter(
+            session, endpoint, make_dl_event(session, endpoint.partner, type="order.created")
+        )
         letter_id, dead_delivery = letter.id, letter.delivery_id
         own = session.get_one(Endpoint, own_endpoint["id"])
-        make_dead_letter(session, own, make_dl_event(session, own.partner,
-                                                     type="order.created"))
-    job = client.post("/v1/dead-letters/resend", headers=auth,
-                      json={"filter": {"partner": OTHER}}).get_json()
-    other_key = client.post(f"/v1/partners/{OTHER}/keys", headers=auth,
-                            json={"name": "bravo-robot"}).get_json()
-    own_key = client.post(f"/v1/partners/{OWN}/keys", headers=auth,
-                          json={"name": "alpha-robot"}).get_json()
-    source = client.post("/v1/sources", headers=auth, json={
-        "name": "bravo-source", "scheme": "github", "secret": "g" * 32}).get_json()
+        make_dead_letter(session, own, make_dl_event(session, own.partner, type="order.created"))
+    job = client.post(
+        "/v1/dead-letters/resend", headers=auth, json={"filter": {"partner": OTHER}}
+    ).get_json()
+    other_key = client.post(
+        f"/v1/partners/{OTHER}/keys", headers=auth, json={"name": "bravo-robot"}
+    ).get_json()
+    own_key = client.post(
+        f"/v1/partners/{OWN}/keys", headers=auth, json={"name": "alpha-robot"}
+    ).get_json()
+    source = client.post(
+        "/v1/sources",
+        headers=auth,
+        json={"name": "bravo-source", "scheme": "github", "secret": "g" * 32},
+    ).get_json()
     with runtime.db.begin() as session:
-        session.add(InboundEvent(source_id=source["id"], event_id="bravo-callback-1",
-                                 resource_id="res-1", raw_body=b"{}", headers={}))
+        session.add(
+            InboundEvent(
+                source_id=source["id"],
+                event_id="bravo-callback-1",
+                resource_id="res-1",
+                raw_body=b"{}",
+                headers={},
+            )
+        )
     with runtime.db.begin() as session:
         inbound_id = session.scalars(select(InboundEvent.id)).one()
-        other_event = session.scalars(select(Delivery.event_id).where(
-            Delivery.endpoint_id == other_endpoint["id"])).first()
+        other_event = session.scalars(
+            select(Delivery.event_id).where(Delivery.endpoint_id == other_endpoint["id"])
+        ).first()
     values = {
-        "uid": OTHER, "endpoint_id": other_endpoint["id"], "event_id": other_event,
-        "delivery_id": dead_delivery, "letter_id": letter_id, "op_id": job["job_id"],
-        "key_id": other_key["id"], "name": "bravo-source", "resource_id": "res-1",
-        "version": "1", "source": "bravo-source", "own": OWN,
+        "uid": OTHER,
+        "endpoint_id": other_endpoint["id"],
+        "event_id": other_event,
+        "delivery_id": dead_delivery,
+        "letter_id": letter_id,
+        "op_id": job["job_id"],
+        "key_id": other_key["id"],
+        "name": "bravo-source",
+        "resource_id": "res-1",
+        "version": "1",
+        "source": "bravo-source",
+        "own": OWN,
     }
     secrets = [other_key["key"]]
-    return {"values": values, "own_key": own_key["key"], "own_endpoint": own_endpoint,
-            "inbound_id": inbound_id,
-            "marks": [OTHER, "bravo-hook", "bravo-robot", "bravo-source", "bravo-callback",
-                      other_endpoint["id"], other_event, dead_delivery, letter_id,
-                      job["job_id"], other_key["id"], *secrets]}
+    return {
+        "values": values,
+        "own_key": own_key["key"],
+        "own_endpoint": own_endpoint,
+        "inbound_id": inbound_id,
+        "marks": [
+            OTHER,
+            "bravo-hook",
+            "bravo-robot",
+            "bravo-source",
+            "bravo-callback",
+            other_endpoint["id"],
+            other_event,
+            dead_delivery,
+            letter_id,
+            job["job_id"],
+            other_key["id"],
+            *secrets,
+        ],
+    }
 
 
 def _call(client: Any, method: str, url: str, key: str, body: Any) -> Any:
@@ -196,12 +234,20 @@ def _leaks(text: str, marks: list[str]) -> list[str]:
     return [mark for mark in marks if mark and mark in text]
 
 
-GHOSTS = {"uid": "zulu-corp", "endpoint_id": "ep_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-          "event_id": "evt_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-          "delivery_id": "dlv_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-          "letter_id": "dl_01ZZZZZZZZZZZZZZZZZZZZZZZZ", "op_id": "bop_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-          "key_id": "key_01ZZZZZZZZZZZZZZZZZZZZZZZZ", "name": "zulu-source",
-          "source": "zulu-source", "resource_id": "res-1", "version": "1", "own": OWN}
+GHOSTS = {
+    "uid": "zulu-corp",
+    "endpoint_id": "ep_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
+    "event_id": "evt_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
+    "delivery_id": "dlv_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
+    "letter_id": "dl_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
+    "op_id": "bop_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
+    "key_id": "key_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
+    "name": "zulu-source",
+    "source": "zulu-source",
+    "resource_id": "res-1",
+    "version": "1",
+    "own": OWN,
+}
 _JOB_ID = re.compile(r"bop_[0-9A-Z]{26}")
 
 
@@ -224,11 +270,13 @@ def _as_if_absent(text: str, real: dict[str, str], ghost: dict[str, str]) -> str
 
 
 def test_the_table_names_every_documented_route():
-    documented = {(method, path) for path, methods in document()["paths"].items()
-                  for method in methods}
+    documented = {
+        (method, path) for path, methods in document()["paths"].items() for method in methods
+    }
     assert documented - NO_KEY == set(TABLE), (
         f"decide what a partner key gets: {sorted(documented - NO_KEY - set(TABLE))}; "
-        f"no longer documented: {sorted(set(TABLE) - documented)}")
+        f"no longer documented: {sorted(set(TABLE) - documented)}"
+    )
 
 
 def test_a_partner_key_reaches_nothing_of_another_partner(client, world, runtime):
@@ -244,17 +292,21 @@ def test_a_partner_key_reaches_nothing_of_another_partner(client, world, runtime
         response = _call(client, method, url, key, body)
         text = response.get_data(as_text=True)
         if response.status_code != expected:
-            failures.append(f"{method.upper()} {url}: {response.status_code}, "
-                            f"expected {expected}: {text[:200]}")
+            failures.append(
+                f"{method.upper()} {url}: {response.status_code}, expected {expected}: {text[:200]}"
+            )
         if response.status_code == 403:
             failures.append(f"{method.upper()} {url}: 403 confirms the resource exists")
         # The same call about things that do not exist must answer the same, byte for byte.
-        absent = _call(client, method, _url(template, ghost), key,
-                       _body(method, template, ghost))
+        absent = _call(client, method, _url(template, ghost), key, _body(method, template, ghost))
         if (absent.status_code, _JOB_ID.sub("bop_X", absent.get_data(as_text=True))) != (
-                response.status_code, _as_if_absent(text, real, ghost)):
-            failures.append(f"{method.upper()} {url} answers unlike a missing resource: "
-                            f"{text[:200]} vs {absent.get_data(as_text=True)[:200]}")
+            response.status_code,
+            _as_if_absent(text, real, ghost),
+        ):
+            failures.append(
+                f"{method.upper()} {url} answers unlike a missing resource: "
+                f"{text[:200]} vs {absent.get_data(as_text=True)[:200]}"
+            )
         if not _leaks(url + json.dumps(body), world["marks"]):
             # The call named nothing of B's: nothing of B's may come back at all.
             leaked = _leaks(text, world["marks"])
@@ -270,35 +322,37 @@ def test_a_partner_key_reaches_nothing_of_another_partner(client, world, runtime
         endpoint = session.get_one(Endpoint, world["values"]["endpoint_id"])
         assert endpoint.deleted_at is None and endpoint.description is None
         assert len(endpoint.secrets) == 1
-        changed = session.scalars(select(AuditRecord.action).where(
-            AuditRecord.actor == "key:alpha-robot")).all()
+        changed = session.scalars(
+            select(AuditRecord.action).where(AuditRecord.actor == "key:alpha-robot")
+        ).all()
         assert changed == []
 
 
 def test_the_lists_show_a_partner_key_its_own_rows(client, world):
     key = world["own_key"]
-    for url in ("/v1/partners", "/v1/deliveries", "/v1/dead-letters",
-                f"/v1/partners/{OWN}/endpoints", f"/v1/partners/{OWN}/events"):
+    for url in (
+        "/v1/partners",
+        "/v1/deliveries",
+        "/v1/dead-letters",
+        f"/v1/partners/{OWN}/endpoints",
+        f"/v1/partners/{OWN}/events",
+    ):
         data = _call(client, "get", url, key, None).get_json()["data"]
         assert data, url
         assert OTHER not in json.dumps(data), url
     me = _call(client, "get", "/v1/me", key, None).get_json()
-    assert me["partner"] == OWN and sorted(me["scopes"]) == ["dlq:write", "endpoints:write",
-                                                             "read"]
+    assert me["partner"] == OWN and sorted(me["scopes"]) == ["dlq:write", "endpoints:write", "read"]
     # And it can do its own partner's work: change, test, read the secret, make a portal link.
     endpoint = world["own_endpoint"]["id"]
     base = f"/v1/partners/{OWN}/endpoints/{endpoint}"
     assert _call(client, "patch", base, key, {"description": "ours"}).status_code == 200
     assert _call(client, "post", f"{base}/test", key, None).status_code == 202
     assert _call(client, "get", f"{base}/secret", key, None).status_code == 200
-    assert _call(client, "post", f"/v1/partners/{OWN}/portal-links", key,
-                 None).status_code == 201
+    assert _call(client, "post", f"/v1/partners/{OWN}/portal-links", key, None).status_code == 201
     # ...but its links live an hour at most (a revoked key's unused links die with it).
-    hour = _call(client, "post", f"/v1/partners/{OWN}/portal-links", key,
-                 {"expires_in_s": 3600})
+    hour = _call(client, "post", f"/v1/partners/{OWN}/portal-links", key, {"expires_in_s": 3600})
     assert hour.status_code == 201
-    day = _call(client, "post", f"/v1/partners/{OWN}/portal-links", key,
-                {"expires_in_s": 86400})
+    day = _call(client, "post", f"/v1/partners/{OWN}/portal-links", key, {"expires_in_s": 86400})
     assert day.status_code == 422 and day.get_json()["error"]["details"]["max"] == 3600
 
 
@@ -308,4 +362,3 @@ def test_a_partner_key_never_publishes_nor_manages_contracts_sources_or_keys(cli
         body = _body(method, template.replace("{own}", "{uid}"), world["values"])
         response = _call(client, method, url, world["own_key"], body)
         assert response.status_code == NOT_FOUND, (method, url, response.get_json())
-

@@ -34,12 +34,20 @@ def _snippet(key: str, secret: str) -> str:
 def _forged(url: str) -> int:
     body = b'{"id":"evt_forged","type":"order.created","data":{}}'
     timestamp = str(int(time.time()))
-    wrong = hmac.new(b"not the secret", f"evt_forged.{timestamp}.".encode() + body,
-                     hashlib.sha256).digest()
-    return requests.post(url, data=body, timeout=10, headers={
-        "content-type": "application/json", "webhook-id": "evt_forged",
-        "webhook-timestamp": timestamp,
-        "webhook-signature": "v1," + base64.b64encode(wrong).decode()}).status_code
+    wrong = hmac.new(
+        b"not the secret", f"evt_forged.{timestamp}.".encode() + body, hashlib.sha256
+    ).digest()
+    return requests.post(
+        url,
+        data=body,
+        timeout=10,
+        headers={
+            "content-type": "application/json",
+            "webhook-id": "evt_forged",
+            "webhook-timestamp": timestamp,
+            "webhook-signature": "v1," + base64.b64encode(wrong).decode(),
+        },
+    ).status_code
 
 
 @pytest.fixture
@@ -78,8 +86,7 @@ def test_the_python_snippet_verifies_real_webhooks(client, auth, runtime, python
     url, env = python_receiver
     # The secret is only known once the endpoint exists: the app reads it on first request.
     make_partner(client, auth, "probe")
-    probe = client.post("/v1/partners/probe/endpoints", headers=auth,
-                        json={"url": url}).get_json()
+    probe = client.post("/v1/partners/probe/endpoints", headers=auth, json={"url": url}).get_json()
     env["secret"] = probe["secret"]
     env["code"] = _snippet("python", probe["secret"])
     assert "standardwebhooks" in env["code"] and probe["secret"][:10] in env["code"]
@@ -88,8 +95,11 @@ def test_the_python_snippet_verifies_real_webhooks(client, auth, runtime, python
     client.post(f"{base}/secret/rotate", headers=auth)
     second = client.post(f"{base}/test", headers=auth).get_json()["id"]
     with WorkerThread(runtime):
-        wait_for(lambda: _states(runtime, [first, second]) == ["succeeded", "succeeded"],
-                 timeout_s=30, message="the snippet to accept both test events")
+        wait_for(
+            lambda: _states(runtime, [first, second]) == ["succeeded", "succeeded"],
+            timeout_s=30,
+            message="the snippet to accept both test events",
+        )
     assert _forged(url) == 400
 
 
@@ -98,56 +108,80 @@ def _states(runtime, ids: list[str]) -> list[str]:
         found = [session.get_one(Delivery, i) for i in ids]
         states = [d.state for d in found]
         if any(s in ("retrying", "dead") for s in states):  # say why, rather than time out
-            raise AssertionError([(d.state, [(a.response_status, a.error, a.response_body)
-                                             for a in d.attempts]) for d in found])
+            raise AssertionError(
+                [
+                    (d.state, [(a.response_status, a.error, a.response_body) for a in d.attempts])
+                    for d in found
+                ]
+            )
         return states
 
 
 RUNNERS = {
     # language: (program, how the snippet listens, how the test makes it listen, file name)
-    "node": (shutil.which("node"), ".listen(3000)", '.listen({port}, "127.0.0.1")',
-             "webhooks.js"),
-    "go": (shutil.which("go"), 'ListenAndServe(":3000"', 'ListenAndServe("127.0.0.1:{port}"',
-           "webhooks.go"),
+    "node": (shutil.which("node"), ".listen(3000)", '.listen({port}, "127.0.0.1")', "webhooks.js"),
+    "go": (
+        shutil.which("go"),
+        'ListenAndServe(":3000"',
+        'ListenAndServe("127.0.0.1:{port}"',
+        "webhooks.go",
+    ),
 }
 
 
 @pytest.mark.parametrize("language", sorted(RUNNERS))
-def test_the_node_and_go_snippets_verify_real_webhooks(client, auth, runtime, tmp_path: Path,
-                                                       language: str):
+def test_the_node_and_go_snippets_verify_real_webhooks(
+    client, auth, runtime, tmp_path: Path, language: str
+):
     program, listens, instead, name = RUNNERS[language]
     if program is None:
         pytest.skip(f"{language} is not installed (apt-get install nodejs golang-go)")
     port = free_port()
     url = f"http://127.0.0.1:{port}/webhooks"
     make_partner(client, auth, "probe")
-    probe = client.post("/v1/partners/probe/endpoints", headers=auth,
-                        json={"url": url}).get_json()
+    probe = client.post("/v1/partners/probe/endpoints", headers=auth, json={"url": url}).get_json()
     code = _snippet(language, probe["secret"])
     assert listens in code and probe["secret"][:10] in code
     script = tmp_path / name
     script.write_text(code.replace(listens, instead.format(port=port)))
-    env = dict(os.environ, WEBHOOK_SECRET=probe["secret"], GOCACHE=str(tmp_path / "gocache"),
-               GOPATH=str(tmp_path / "gopath"), GO111MODULE="off")
+    env = dict(
+        os.environ,
+        WEBHOOK_SECRET=probe["secret"],
+        GOCACHE=str(tmp_path / "gocache"),
+        GOPATH=str(tmp_path / "gopath"),
+        GO111MODULE="off",
+    )
     command = [program, str(script)]
     if language == "go":
-        built = subprocess.run([program, "build", "-o", str(tmp_path / "webhooks"), str(script)],
-                               env=env, cwd=tmp_path, capture_output=True, timeout=300)
+        built = subprocess.run(
+            [program, "build", "-o", str(tmp_path / "webhooks"), str(script)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=300,
+        )
         assert built.returncode == 0, built.stderr.decode()
         command = [str(tmp_path / "webhooks")]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, cwd=tmp_path)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path
+    )
     try:
-        wait_for(lambda: _listening(port) or process.poll() is not None, timeout_s=120,
-                 message=f"the {language} receiver to listen")
+        wait_for(
+            lambda: _listening(port) or process.poll() is not None,
+            timeout_s=120,
+            message=f"the {language} receiver to listen",
+        )
         assert process.poll() is None, process.communicate()[0].decode()
         base = f"/v1/partners/probe/endpoints/{probe['id']}"
         first = client.post(f"{base}/test", headers=auth).get_json()["id"]
         client.post(f"{base}/secret/rotate", headers=auth)  # two signatures from now on
         second = client.post(f"{base}/test", headers=auth).get_json()["id"]
         with WorkerThread(runtime):
-            wait_for(lambda: _states(runtime, [first, second]) == ["succeeded", "succeeded"],
-                     timeout_s=30, message="the snippet to accept both test events")
+            wait_for(
+                lambda: _states(runtime, [first, second]) == ["succeeded", "succeeded"],
+                timeout_s=30,
+                message="the snippet to accept both test events",
+            )
         assert _forged(url) == 400
     finally:
         process.terminate()
@@ -167,5 +201,7 @@ def test_the_go_snippet_uses_only_the_standard_library_and_names_the_secret():
     code = _snippet("go", "whsec_AbCdEfGhIjKl")
     imports = code.split("import (", 1)[1].split(")", 1)[0].split()
     assert all("." not in name.strip('"') for name in imports), imports  # no module to fetch
-    assert "whsec_AbCd…" in code and 'strings.TrimPrefix(os.Getenv("WEBHOOK_SECRET"), ' \
-        '"whsec_")' in code
+    assert (
+        "whsec_AbCd…" in code
+        and 'strings.TrimPrefix(os.Getenv("WEBHOOK_SECRET"), "whsec_")' in code
+    )

@@ -60,34 +60,50 @@ def test_publish_answers_202_with_deliveries(client, auth, acme, runtime):
 
 
 def test_event_ids_sort_in_publish_order(client, auth, acme):
-    ids = [client.post("/v1/partners/acme/events", headers=auth,
-                       json=order(f"o-{i}")).get_json()["id"] for i in range(5)]
+    ids = [
+        client.post("/v1/partners/acme/events", headers=auth, json=order(f"o-{i}")).get_json()["id"]
+        for i in range(5)
+    ]
     assert ids == sorted(ids) and len(set(ids)) == 5
 
 
 def test_payload_is_the_exact_spec_body(client, auth, acme, runtime):
     make_endpoint(client, auth)
-    body = order(resource={"type": "order", "id": "o-1", "version": 7},
-                 correlation_id="corr-1", occurred_at="2026-12-02T10:00:00+01:00")
-    event_id = client.post("/v1/partners/acme/events", headers=auth,
-                           json=body).get_json()["id"]
+    body = order(
+        resource={"type": "order", "id": "o-1", "version": 7},
+        correlation_id="corr-1",
+        occurred_at="2026-12-02T10:00:00+01:00",
+    )
+    event_id = client.post("/v1/partners/acme/events", headers=auth, json=body).get_json()["id"]
     with runtime.db.Session() as session:
         event = session.get(Event, event_id)
     payload = json.loads(event.payload)
-    assert list(payload) == ["id", "type", "version", "occurred_at", "partner", "resource",
-                             "correlation_id", "data"]
-    assert payload == {"id": event_id, "type": "order.created", "version": 1,
-                       "occurred_at": "2026-12-02T09:00:00Z", "partner": "acme",
-                       "resource": {"type": "order", "id": "o-1", "version": 7},
-                       "correlation_id": "corr-1",
-                       "data": {"order_id": "o-1", "amount": 100}}
+    assert list(payload) == [
+        "id",
+        "type",
+        "version",
+        "occurred_at",
+        "partner",
+        "resource",
+        "correlation_id",
+        "data",
+    ]
+    assert payload == {
+        "id": event_id,
+        "type": "order.created",
+        "version": 1,
+        "occurred_at": "2026-12-02T09:00:00Z",
+        "partner": "acme",
+        "resource": {"type": "order", "id": "o-1", "version": 7},
+        "correlation_id": "corr-1",
+        "data": {"order_id": "o-1", "amount": 100},
+    }
     assert (event.resource_type, event.resource_id, event.resource_version) == ("order", "o-1", 7)
     assert event.correlation_id == "corr-1"
 
 
 def test_defaults_occurred_at_now_and_null_resource(client, auth, acme, runtime):
-    event_id = client.post("/v1/partners/acme/events", headers=auth,
-                           json=order()).get_json()["id"]
+    event_id = client.post("/v1/partners/acme/events", headers=auth, json=order()).get_json()["id"]
     with runtime.db.Session() as session:
         payload = json.loads(session.get(Event, event_id).payload)
     assert payload["resource"] is None and payload["correlation_id"] is None
@@ -95,17 +111,26 @@ def test_defaults_occurred_at_now_and_null_resource(client, auth, acme, runtime)
 
 
 def test_resource_version_is_optional(client, auth, acme):
-    response = client.post("/v1/partners/acme/events", headers=auth,
-                           json=order(resource={"type": "order", "id": "o-1"}))
+    response = client.post(
+        "/v1/partners/acme/events",
+        headers=auth,
+        json=order(resource={"type": "order", "id": "o-1"}),
+    )
     assert response.status_code == 202
 
 
-@pytest.mark.parametrize("resource", [{"type": "order"}, {"id": "o-1"}, "order",
-                                      {"type": "order", "id": "o", "version": -1},
-                                      {"type": "order", "id": "o", "extra": 1}])
+@pytest.mark.parametrize(
+    "resource",
+    [
+        {"type": "order"},
+        {"id": "o-1"},
+        "order",
+        {"type": "order", "id": "o", "version": -1},
+        {"type": "order", "id": "o", "extra": 1},
+    ],
+)
 def test_malformed_resource_is_422(client, auth, acme, resource):
-    response = client.post("/v1/partners/acme/events", headers=auth,
-                           json=order(resource=resource))
+    response = client.post("/v1/partners/acme/events", headers=auth, json=order(resource=resource))
     assert response.status_code == 422
 
 
@@ -113,8 +138,11 @@ def test_unicode_and_control_characters_survive_both_databases(client, auth, run
     make_event_type(client, auth, "note.added", schema={"type": "object"})
     make_partner(client, auth, "acme")
     data = {"text": "café ✓ \u0000 nul \n new line", "emoji": "🚀"}
-    event_id = client.post("/v1/partners/acme/events", headers=auth, json={
-        "type": "note.added", "version": 1, "data": data}).get_json()["id"]
+    event_id = client.post(
+        "/v1/partners/acme/events",
+        headers=auth,
+        json={"type": "note.added", "version": 1, "data": data},
+    ).get_json()["id"]
     with runtime.db.Session() as session:
         event = session.get(Event, event_id)
     assert json.loads(event.payload)["data"] == data
@@ -124,44 +152,80 @@ def test_unicode_and_control_characters_survive_both_databases(client, auth, run
 def test_data_violating_schema_is_422_with_every_error(client, auth, acme, runtime):
     make_endpoint(client, auth)
     before = counts(runtime.db)
-    response = client.post("/v1/partners/acme/events", headers=auth, json={
-        "type": "order.created", "version": 1,
-        "data": {"amount": -5, "currency": "GBP", "colour": "red"}})
+    response = client.post(
+        "/v1/partners/acme/events",
+        headers=auth,
+        json={
+            "type": "order.created",
+            "version": 1,
+            "data": {"amount": -5, "currency": "GBP", "colour": "red"},
+        },
+    )
     assert response.status_code == 422
     err = error_of(response)
     assert err["code"] == "schema_validation_failed"
     by_path = {(e["path"], e["keyword"]) for e in err["details"]}
-    assert by_path == {("/", "required"), ("/", "additionalProperties"),
-                       ("/amount", "minimum"), ("/currency", "enum")}
+    assert by_path == {
+        ("/", "required"),
+        ("/", "additionalProperties"),
+        ("/amount", "minimum"),
+        ("/currency", "enum"),
+    }
     assert all(e["message"] for e in err["details"])
     assert counts(runtime.db) == before
 
 
 @pytest.mark.parametrize(("type_", "version"), [("order.unknown", 1), ("order.created", 2)])
 def test_unknown_type_or_version_is_422(client, auth, acme, type_, version):
-    response = client.post("/v1/partners/acme/events", headers=auth,
-                           json={"type": type_, "version": version, "data": {}})
+    response = client.post(
+        "/v1/partners/acme/events",
+        headers=auth,
+        json={"type": type_, "version": version, "data": {}},
+    )
     assert response.status_code == 422
     assert error_of(response)["code"] == "unknown_event_type"
 
 
-@pytest.mark.parametrize("body", [
-    {"version": 1, "data": {}},
-    {"type": "order.created", "data": {"order_id": "o", "amount": 1}},
-    {"type": "order.created", "version": "1", "data": {"order_id": "o", "amount": 1}},
-    {"type": "order.created", "version": 1},
-    {"type": "order.created", "version": 1, "data": [1]},
-    {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
-     "occurred_at": "yesterday"},
-    {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
-     "occurred_at": "2026-12-02T10:00:00"},  # no offset: which zone is unknown
-    {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
-     "occurred_at": "2026-12-02"},
-    {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
-     "correlation_id": 5},
-    {"type": "order.created", "version": 1, "data": {"order_id": "o", "amount": 1},
-     "priority": "high"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"version": 1, "data": {}},
+        {"type": "order.created", "data": {"order_id": "o", "amount": 1}},
+        {"type": "order.created", "version": "1", "data": {"order_id": "o", "amount": 1}},
+        {"type": "order.created", "version": 1},
+        {"type": "order.created", "version": 1, "data": [1]},
+        {
+            "type": "order.created",
+            "version": 1,
+            "data": {"order_id": "o", "amount": 1},
+            "occurred_at": "yesterday",
+        },
+        {
+            "type": "order.created",
+            "version": 1,
+            "data": {"order_id": "o", "amount": 1},
+            "occurred_at": "2026-12-02T10:00:00",
+        },  # no offset: which zone is unknown
+        {
+            "type": "order.created",
+            "version": 1,
+            "data": {"order_id": "o", "amount": 1},
+            "occurred_at": "2026-12-02",
+        },
+        {
+            "type": "order.created",
+            "version": 1,
+            "data": {"order_id": "o", "amount": 1},
+            "correlation_id": 5,
+        },
+        {
+            "type": "order.created",
+            "version": 1,
+            "data": {"order_id": "o", "amount": 1},
+            "priority": "high",
+        },
+    ],
+)
 def test_malformed_envelope_is_422(client, auth, acme, body):
     assert client.post("/v1/partners/acme/events", headers=auth, json=body).status_code == 422
 
@@ -175,11 +239,15 @@ def test_deprecated_version_is_accepted_with_a_warning(client, auth, acme):
 
 
 def test_deprecation_is_seen_by_a_process_that_cached_the_contract(client, auth, acme):
-    assert client.post("/v1/partners/acme/events", headers=auth,
-                       json=order()).get_json()["warnings"] == []
+    assert (
+        client.post("/v1/partners/acme/events", headers=auth, json=order()).get_json()["warnings"]
+        == []
+    )
     client.post("/v1/event-types/order.created/1/deprecate", headers=auth)
-    assert client.post("/v1/partners/acme/events", headers=auth,
-                       json=order()).get_json()["warnings"] != []
+    assert (
+        client.post("/v1/partners/acme/events", headers=auth, json=order()).get_json()["warnings"]
+        != []
+    )
 
 
 def test_fan_out_follows_subscriptions_state_and_deletion(client, auth, acme, runtime):
@@ -196,8 +264,11 @@ def test_fan_out_follows_subscriptions_state_and_deletion(client, auth, acme, ru
 
     body = client.post("/v1/partners/acme/events", headers=auth, json=order()).get_json()
     states = {d["endpoint"]: d["state"] for d in body["deliveries"]}
-    assert states == {everything["id"]: "pending", subscribed["id"]: "pending",
-                      disabled["id"]: "dead"}
+    assert states == {
+        everything["id"]: "pending",
+        subscribed["id"]: "pending",
+        disabled["id"]: "dead",
+    }
     assert other["id"] not in states and deleted["id"] not in states
     with runtime.db.Session() as session:
         rows = session.scalars(select(Delivery).where(Delivery.event_id == body["id"])).all()
@@ -219,12 +290,19 @@ def test_partner_without_endpoints_still_records_the_event(client, auth, acme, r
     assert counts(runtime.db)["events"] == 1
 
 
-def test_job_is_enqueued_only_after_commit_with_a_deterministic_id(client, auth, acme,
-                                                                   runtime, redis_client):
+def test_job_is_enqueued_only_after_commit_with_a_deterministic_id(
+    client, auth, acme, runtime, redis_client
+):
     make_endpoint(client, auth)
     with runtime.db.begin() as session:
-        result = publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                         body=order(), api_key_id="key_none")
+        result = publish(
+            session,
+            runtime.redis,
+            runtime.settings,
+            partner_uid="acme",
+            body=order(),
+            api_key_id="key_none",
+        )
         assert _queued_ids(redis_client) == []  # not before the commit
     assert _queued_ids(redis_client) == result.enqueued
     [job] = Queue(DELIVERIES, connection=redis_client).jobs
@@ -232,15 +310,20 @@ def test_job_is_enqueued_only_after_commit_with_a_deterministic_id(client, auth,
     assert job.func_name == "sender.jobs.deliver_batch"
 
 
-def test_rolled_back_publish_enqueues_and_stores_nothing(client, auth, acme, runtime,
-                                                          redis_client):
+def test_rolled_back_publish_enqueues_and_stores_nothing(client, auth, acme, runtime, redis_client):
     make_endpoint(client, auth)
     before = counts(runtime.db)
 
     def publish_then_fail() -> None:
         with runtime.db.begin() as session:
-            publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                    body=order(), api_key_id="key_none")
+            publish(
+                session,
+                runtime.redis,
+                runtime.settings,
+                partner_uid="acme",
+                body=order(),
+                api_key_id="key_none",
+            )
             raise RuntimeError("the caller fails after publishing")
 
     with pytest.raises(RuntimeError):
@@ -249,8 +332,9 @@ def test_rolled_back_publish_enqueues_and_stores_nothing(client, auth, acme, run
     assert _queued_ids(redis_client) == []
 
 
-def test_event_and_deliveries_commit_together_or_not_at_all(client, auth, acme, runtime,
-                                                            monkeypatch):
+def test_event_and_deliveries_commit_together_or_not_at_all(
+    client, auth, acme, runtime, monkeypatch
+):
     make_endpoint(client, auth)
     make_endpoint(client, auth)
     before = counts(runtime.db)
@@ -258,33 +342,42 @@ def test_event_and_deliveries_commit_together_or_not_at_all(client, auth, acme, 
 
     real = publish_module.new_id
     # Two deliveries with one id: the second INSERT fails after the event row was written.
-    monkeypatch.setattr(publish_module, "new_id",
-                        lambda prefix: "dlv_DUPLICATE" if prefix == "dlv" else real(prefix))
-    response = client.post("/v1/partners/acme/events", json=order(),
-                           headers={**auth, "Idempotency-Key": "k-1"})
+    monkeypatch.setattr(
+        publish_module,
+        "new_id",
+        lambda prefix: "dlv_DUPLICATE" if prefix == "dlv" else real(prefix),
+    )
+    response = client.post(
+        "/v1/partners/acme/events", json=order(), headers={**auth, "Idempotency-Key": "k-1"}
+    )
     assert response.status_code == 500
     assert counts(runtime.db) == before  # no event, no delivery, no idempotency record
 
 
-def test_redis_down_still_answers_202_and_logs_a_warning(settings, migrated, auth, client,
-                                                         caplog):
+def test_redis_down_still_answers_202_and_logs_a_warning(settings, migrated, auth, client, caplog):
     make_event_type(client, auth)
     make_partner(client, auth, "acme")
     make_endpoint(client, auth)
-    down = Runtime(settings.with_overrides(redis_url=f"redis://127.0.0.1:{free_port()}/0"),
-                   database=migrated.db)
+    down = Runtime(
+        settings.with_overrides(redis_url=f"redis://127.0.0.1:{free_port()}/0"),
+        database=migrated.db,
+    )
     caplog.set_level(logging.WARNING)
     try:
-        response = create_app(runtime=down).test_client().post(
-            "/v1/partners/acme/events", headers=auth, json=order())
+        response = (
+            create_app(runtime=down)
+            .test_client()
+            .post("/v1/partners/acme/events", headers=auth, json=order())
+        )
     finally:
         down.close()
     assert response.status_code == 202
     delivery_id = response.get_json()["deliveries"][0]["id"]
     with migrated.db.Session() as session:
         assert session.get(Delivery, delivery_id).state == "pending"  # the sweeper's to send
-    assert any(r.levelno == logging.WARNING and "redis" in r.getMessage().lower()
-               for r in caplog.records)
+    assert any(
+        r.levelno == logging.WARNING and "redis" in r.getMessage().lower() for r in caplog.records
+    )
 
 
 def test_publishing_needs_events_write_scope(client, auth, acme, runtime):
@@ -295,6 +388,7 @@ def test_publishing_needs_events_write_scope(client, auth, acme, runtime):
         _, endpoints_only = create_api_key(session, "ops", ["endpoints:write"])
         _, publisher = create_api_key(session, "svc", ["events:write"])
     for token, status in ((reader, 403), (endpoints_only, 403), (publisher, 202)):
-        response = client.post("/v1/partners/acme/events", json=order(),
-                               headers={"Authorization": f"Bearer {token}"})
+        response = client.post(
+            "/v1/partners/acme/events", json=order(), headers={"Authorization": f"Bearer {token}"}
+        )
         assert response.status_code == status

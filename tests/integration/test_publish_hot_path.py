@@ -45,16 +45,19 @@ def test_an_endpoint_added_after_a_publish_gets_the_next_event(client, auth, par
     first = make_endpoint(client, auth)
     assert _endpoints_of(_publish(client, auth)) == {first["id"]: "pending"}
     second = make_endpoint(client, auth, url="http://127.0.0.1:9/second")
-    assert _endpoints_of(_publish(client, auth)) == {first["id"]: "pending",
-                                                      second["id"]: "pending"}
+    assert _endpoints_of(_publish(client, auth)) == {
+        first["id"]: "pending",
+        second["id"]: "pending",
+    }
 
 
-def test_a_disabled_endpoint_is_parked_even_right_after_a_publish(client, auth, partner,
-                                                                  runtime):
+def test_a_disabled_endpoint_is_parked_even_right_after_a_publish(client, auth, partner, runtime):
     ep = make_endpoint(client, auth)
     _publish(client, auth)
-    assert client.post(f"/v1/partners/acme/endpoints/{ep['id']}/disable",
-                       headers=auth).status_code == 200
+    assert (
+        client.post(f"/v1/partners/acme/endpoints/{ep['id']}/disable", headers=auth).status_code
+        == 200
+    )
     answer = _publish(client, auth)
     assert _endpoints_of(answer) == {ep["id"]: "dead"}
     with runtime.db.Session() as session:
@@ -66,14 +69,25 @@ def test_subscription_changes_and_deletions_apply_to_the_next_publish(client, au
     kept = make_endpoint(client, auth)
     narrowed = make_endpoint(client, auth, url="http://127.0.0.1:9/narrowed")
     _publish(client, auth)
-    assert client.patch(f"/v1/partners/acme/endpoints/{narrowed['id']}", headers=auth,
-                        json={"event_types": ["order.paid"]}).status_code in (200, 422)
+    assert client.patch(
+        f"/v1/partners/acme/endpoints/{narrowed['id']}",
+        headers=auth,
+        json={"event_types": ["order.paid"]},
+    ).status_code in (200, 422)
     make_event_type(client, auth, name="order.paid")
-    assert client.patch(f"/v1/partners/acme/endpoints/{narrowed['id']}", headers=auth,
-                        json={"event_types": ["order.paid"]}).status_code == 200
+    assert (
+        client.patch(
+            f"/v1/partners/acme/endpoints/{narrowed['id']}",
+            headers=auth,
+            json={"event_types": ["order.paid"]},
+        ).status_code
+        == 200
+    )
     assert _endpoints_of(_publish(client, auth)) == {kept["id"]: "pending"}
-    assert client.delete(f"/v1/partners/acme/endpoints/{kept['id']}",
-                         headers=auth).status_code in (200, 204)
+    assert client.delete(f"/v1/partners/acme/endpoints/{kept['id']}", headers=auth).status_code in (
+        200,
+        204,
+    )
     assert _publish(client, auth)["deliveries"] == []
 
 
@@ -96,15 +110,17 @@ def test_a_contract_registered_after_an_unknown_type_publish_is_found(client, au
 
 
 def test_endpoints_changing_under_every_read_fall_back_to_a_transaction(
-        client, auth, partner, runtime, monkeypatch):
+    client, auth, partner, runtime, monkeypatch
+):
     ep = make_endpoint(client, auth)
     real = publish_module._targets
 
     def stale(connection, uid, type_, version, **kwargs):
         # As if another request changed the endpoints right after each read.
         targets = real(connection, uid, type_, version, **kwargs)
-        return publish_module._Targets(targets.partner_id, targets.endpoints,
-                                       targets.contract, digest="0" * 32)
+        return publish_module._Targets(
+            targets.partner_id, targets.endpoints, targets.contract, digest="0" * 32
+        )
 
     transactional = []
     real_publish = publish_module.publish
@@ -123,36 +139,45 @@ def test_endpoints_changing_under_every_read_fall_back_to_a_transaction(
         assert [d.endpoint_id for d in session.scalars(select(Delivery))] == [ep["id"]]
 
 
-def test_a_failing_fan_out_statement_stores_nothing(client, auth, partner, runtime,
-                                                    monkeypatch):
+def test_a_failing_fan_out_statement_stores_nothing(client, auth, partner, runtime, monkeypatch):
     make_endpoint(client, auth)
     make_endpoint(client, auth, url="http://127.0.0.1:9/two")
     _publish(client, auth)  # the targets are cached now
     before = counts(runtime.db)
     real = publish_module.new_id
     # Two deliveries with one id: the statement fails after the event row was inserted.
-    monkeypatch.setattr(publish_module, "new_id",
-                        lambda prefix: "dlv_DUPLICATE" if prefix == "dlv" else real(prefix))
+    monkeypatch.setattr(
+        publish_module,
+        "new_id",
+        lambda prefix: "dlv_DUPLICATE" if prefix == "dlv" else real(prefix),
+    )
     response = client.post("/v1/partners/acme/events", headers=auth, json=order())
     assert response.status_code == 500
     assert counts(runtime.db) == before
 
 
 def test_a_pooled_connection_killed_while_idle_is_replaced_before_use(
-        client, auth, partner, migrated, runtime, backend, monkeypatch):
+    client, auth, partner, migrated, runtime, backend, monkeypatch
+):
     if backend != "postgresql":
         pytest.skip("server-side connection termination is a PostgreSQL affair")
     make_endpoint(client, auth)
     own = Database(migrated.url, pool_size=1)  # a pool this test may break
     try:
         app_client = create_app(runtime=Runtime(runtime.settings, database=own)).test_client()
-        assert app_client.post("/v1/partners/acme/events", headers=auth,
-                               json=order()).status_code == 202
+        assert (
+            app_client.post("/v1/partners/acme/events", headers=auth, json=order()).status_code
+            == 202
+        )
         with own.engine.connect() as connection:
             pooled = connection.execute(text("SELECT pg_backend_pid()")).scalar()
         with migrated.db.engine.connect() as admin:
-            assert admin.execute(text("SELECT pg_terminate_backend(:pid, 5000)"),
-                                 {"pid": pooled}).scalar() is True  # waits until it is gone
+            assert (
+                admin.execute(
+                    text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pooled}
+                ).scalar()
+                is True
+            )  # waits until it is gone
         monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 0.0)
         response = app_client.post("/v1/partners/acme/events", headers=auth, json=order())
         assert response.status_code == 202, response.get_json()

@@ -28,12 +28,12 @@ from tests.support.publish import (
 
 
 def _post(client, auth, body, key):
-    return client.post("/v1/partners/acme/events", json=body,
-                       headers={**auth, "Idempotency-Key": key})
+    return client.post(
+        "/v1/partners/acme/events", json=body, headers={**auth, "Idempotency-Key": key}
+    )
 
 
-def test_same_key_same_body_replays_the_first_answer(client, auth, acme, runtime,
-                                                     redis_client):
+def test_same_key_same_body_replays_the_first_answer(client, auth, acme, runtime, redis_client):
     first = _post(client, auth, order(), "k-1")
     assert first.status_code == 202 and "Idempotent-Replayed" not in first.headers
     after_first = counts(runtime.db)
@@ -59,11 +59,15 @@ def test_key_is_stored_with_the_event_and_response(client, auth, acme, runtime):
 
 def test_body_is_compared_canonically(client, auth, acme, runtime):
     first = _post(client, auth, order(), "k-1").get_json()
-    reordered = json.dumps({"data": {"amount": 100, "order_id": "o-1"}, "version": 1,
-                            "type": "order.created"}, indent=2)
-    replay = client.post("/v1/partners/acme/events", data=reordered,
-                         headers={**auth, "Idempotency-Key": "k-1",
-                                  "Content-Type": "application/json"})
+    reordered = json.dumps(
+        {"data": {"amount": 100, "order_id": "o-1"}, "version": 1, "type": "order.created"},
+        indent=2,
+    )
+    replay = client.post(
+        "/v1/partners/acme/events",
+        data=reordered,
+        headers={**auth, "Idempotency-Key": "k-1", "Content-Type": "application/json"},
+    )
     assert replay.status_code == 202 and replay.get_json()["id"] == first["id"]
     assert counts(runtime.db)["events"] == 1
 
@@ -79,8 +83,9 @@ def test_same_key_other_body_is_422_reused(client, auth, acme, runtime):
 def test_same_key_for_another_partner_is_reuse(client, auth, acme):
     make_partner(client, auth, "globex")
     _post(client, auth, order(), "k-1")
-    response = client.post("/v1/partners/globex/events", json=order(),
-                           headers={**auth, "Idempotency-Key": "k-1"})
+    response = client.post(
+        "/v1/partners/globex/events", json=order(), headers={**auth, "Idempotency-Key": "k-1"}
+    )
     assert response.status_code == 422
     assert error_of(response)["code"] == "idempotency_key_reused"
 
@@ -114,23 +119,46 @@ def test_expired_key_starts_afresh(client, auth, acme, runtime):
     ttl = runtime.settings.idempotency_ttl_seconds
     t0 = utcnow()
     with runtime.db.begin() as session:
-        first = publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                        body=order(), api_key_id=key_id, idempotency_key="k", now=t0)
+        first = publish(
+            session,
+            runtime.redis,
+            runtime.settings,
+            partner_uid="acme",
+            body=order(),
+            api_key_id=key_id,
+            idempotency_key="k",
+            now=t0,
+        )
     with runtime.db.begin() as session:
-        within = publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                         body=order(), api_key_id=key_id, idempotency_key="k",
-                         now=t0 + timedelta(seconds=ttl - 1))
+        within = publish(
+            session,
+            runtime.redis,
+            runtime.settings,
+            partner_uid="acme",
+            body=order(),
+            api_key_id=key_id,
+            idempotency_key="k",
+            now=t0 + timedelta(seconds=ttl - 1),
+        )
     assert within.replayed and within.body["id"] == first.body["id"]
     with runtime.db.begin() as session:
-        later = publish(session, runtime.redis, runtime.settings, partner_uid="acme",
-                        body=order(amount=5), api_key_id=key_id, idempotency_key="k",
-                        now=t0 + timedelta(seconds=ttl + 1))
+        later = publish(
+            session,
+            runtime.redis,
+            runtime.settings,
+            partner_uid="acme",
+            body=order(amount=5),
+            api_key_id=key_id,
+            idempotency_key="k",
+            now=t0 + timedelta(seconds=ttl + 1),
+        )
     assert not later.replayed and later.body["id"] != first.body["id"]
     assert counts(runtime.db)["idempotency_keys"] == 1
 
 
-def test_fifty_concurrent_publishes_with_one_key_make_one_event(live_server, admin_token,
-                                                                client, auth, acme, runtime):
+def test_fifty_concurrent_publishes_with_one_key_make_one_event(
+    live_server, admin_token, client, auth, acme, runtime
+):
     barrier = threading.Barrier(50)
     results: list[tuple[int, dict]] = []
     lock = threading.Lock()
@@ -138,9 +166,12 @@ def test_fifty_concurrent_publishes_with_one_key_make_one_event(live_server, adm
     def fire() -> None:
         with requests.Session() as http:
             barrier.wait()
-            response = http.post(f"{live_server.url}/v1/partners/acme/events", json=order(),
-                                 timeout=60, headers={"Authorization": f"Bearer {admin_token}",
-                                                      "Idempotency-Key": "race"})
+            response = http.post(
+                f"{live_server.url}/v1/partners/acme/events",
+                json=order(),
+                timeout=60,
+                headers={"Authorization": f"Bearer {admin_token}", "Idempotency-Key": "race"},
+            )
         with lock:
             results.append((response.status_code, response.json()))
 
@@ -166,10 +197,19 @@ def _hold_key(db, api_key_id: str, key: str, digest: str, body: dict):
     connection = db.engine.connect()
     transaction = connection.begin()
     now = utcnow()
-    connection.execute(IdempotencyKey.__table__.insert().values(
-        id=new_id("idk"), api_key_id=api_key_id, key=key, request_hash=digest,
-        response_status=202, response_body=body, event_id=body["id"], created_at=now,
-        expires_at=now + timedelta(days=1)))
+    connection.execute(
+        IdempotencyKey.__table__.insert().values(
+            id=new_id("idk"),
+            api_key_id=api_key_id,
+            key=key,
+            request_hash=digest,
+            response_status=202,
+            response_body=body,
+            event_id=body["id"],
+            created_at=now,
+            expires_at=now + timedelta(days=1),
+        )
+    )
     return connection, transaction
 
 
@@ -178,20 +218,29 @@ def _wait_until_blocked(db, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     with db.engine.connect() as probe:
         while time.monotonic() < deadline:
-            waiting = probe.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()")).scalar()
+            waiting = probe.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()"
+                )
+            ).scalar()
             if waiting:
                 return
             time.sleep(0.01)
     raise AssertionError("the second request never blocked on the key")
 
 
-def test_twin_waiting_on_an_unfinished_key_gets_the_stored_answer(live_server, admin_token,
-                                                                  client, auth, acme, runtime):
+def test_twin_waiting_on_an_unfinished_key_gets_the_stored_answer(
+    live_server, admin_token, client, auth, acme, runtime
+):
     key_id = client.get("/v1/me", headers=auth).get_json()["id"]
-    stored = {"id": "evt_FROMTHEWINNER", "type": "order.created", "version": 1,
-              "deliveries": [], "warnings": []}
+    stored = {
+        "id": "evt_FROMTHEWINNER",
+        "type": "order.created",
+        "version": 1,
+        "deliveries": [],
+        "warnings": [],
+    }
     digest = request_hash("acme", order())
     if runtime.db.is_sqlite:
         # SQLite has one writer: the twin cannot even start until the winner commits.
@@ -202,9 +251,16 @@ def test_twin_waiting_on_an_unfinished_key_gets_the_stored_answer(live_server, a
     else:
         connection, transaction = _hold_key(runtime.db, key_id, "k", digest, stored)
         answer: list[requests.Response] = []
-        thread = threading.Thread(target=lambda: answer.append(requests.post(
-            f"{live_server.url}/v1/partners/acme/events", json=order(), timeout=30,
-            headers={"Authorization": f"Bearer {admin_token}", "Idempotency-Key": "k"})))
+        thread = threading.Thread(
+            target=lambda: answer.append(
+                requests.post(
+                    f"{live_server.url}/v1/partners/acme/events",
+                    json=order(),
+                    timeout=30,
+                    headers={"Authorization": f"Bearer {admin_token}", "Idempotency-Key": "k"},
+                )
+            )
+        )
         thread.start()
         _wait_until_blocked(runtime.db)
         transaction.commit()
@@ -217,21 +273,32 @@ def test_twin_waiting_on_an_unfinished_key_gets_the_stored_answer(live_server, a
     assert counts(runtime.db)["events"] == 0
 
 
-def test_twin_stuck_behind_an_unfinished_key_gets_409(live_server, admin_token, client, auth,
-                                                      acme, runtime, monkeypatch):
+def test_twin_stuck_behind_an_unfinished_key_gets_409(
+    live_server, admin_token, client, auth, acme, runtime, monkeypatch
+):
     if runtime.db.is_sqlite:
-        pytest.skip("SQLite serialises writers: a twin waits (busy timeout), never sees one "
-                    "in flight")
+        pytest.skip(
+            "SQLite serialises writers: a twin waits (busy timeout), never sees one in flight"
+        )
     monkeypatch.setattr(publish_module, "IN_FLIGHT_WAIT_MS", 300)
     key_id = client.get("/v1/me", headers=auth).get_json()["id"]
-    stored = {"id": "evt_X", "type": "order.created", "version": 1, "deliveries": [],
-              "warnings": []}
-    connection, transaction = _hold_key(runtime.db, key_id, "k", request_hash("acme", order()),
-                                        stored)
+    stored = {
+        "id": "evt_X",
+        "type": "order.created",
+        "version": 1,
+        "deliveries": [],
+        "warnings": [],
+    }
+    connection, transaction = _hold_key(
+        runtime.db, key_id, "k", request_hash("acme", order()), stored
+    )
     try:
-        response = requests.post(f"{live_server.url}/v1/partners/acme/events", json=order(),
-                                 timeout=30, headers={"Authorization": f"Bearer {admin_token}",
-                                                      "Idempotency-Key": "k"})
+        response = requests.post(
+            f"{live_server.url}/v1/partners/acme/events",
+            json=order(),
+            timeout=30,
+            headers={"Authorization": f"Bearer {admin_token}", "Idempotency-Key": "k"},
+        )
     finally:
         transaction.rollback()
         connection.close()

@@ -34,8 +34,15 @@ def test_park_kills_the_delivery_and_opens_one_audited_letter(runtime, pending):
         delivery.lease_expires_at = utcnow() + timedelta(seconds=60)
         event = session.get(Event, pending["id"])
         endpoint = session.get(Endpoint, delivery.endpoint_id)
-        letter = park(session, delivery, event, endpoint, "retries_exhausted",
-                      last_status_code=503, last_error="http_503")
+        letter = park(
+            session,
+            delivery,
+            event,
+            endpoint,
+            "retries_exhausted",
+            last_status_code=503,
+            last_error="http_503",
+        )
         assert isinstance(letter, DeadLetter)
     with runtime.db.Session() as session:
         delivery = session.get(Delivery, delivery_id)
@@ -45,12 +52,14 @@ def test_park_kills_the_delivery_and_opens_one_audited_letter(runtime, pending):
         [stored] = session.scalars(select(DeadLetter)).all()
         assert stored.id == letter.id and stored.state == "open"
         assert (stored.reason, stored.last_status_code, stored.last_error) == (
-            "retries_exhausted", 503, "http_503")
+            "retries_exhausted",
+            503,
+            "http_503",
+        )
         assert stored.search_text == session.get(Event, pending["id"]).payload
         assert stored.event_type == "order.created"
         [audit] = session.scalars(select(DeadLetterAudit)).all()
-        assert (audit.actor, audit.action, audit.outcome) == ("system", "park",
-                                                             "retries_exhausted")
+        assert (audit.actor, audit.action, audit.outcome) == ("system", "park", "retries_exhausted")
 
 
 def test_park_keeps_the_delivery_last_outcome_when_none_is_given(runtime, pending):
@@ -58,8 +67,13 @@ def test_park_keeps_the_delivery_last_outcome_when_none_is_given(runtime, pendin
     with runtime.db.begin() as session:
         delivery = session.get(Delivery, delivery_id)
         delivery.last_status_code, delivery.last_error = 500, "http_500"
-        letter = park(session, delivery, session.get(Event, pending["id"]),
-                      session.get(Endpoint, delivery.endpoint_id), "endpoint_disabled")
+        letter = park(
+            session,
+            delivery,
+            session.get(Event, pending["id"]),
+            session.get(Endpoint, delivery.endpoint_id),
+            "endpoint_disabled",
+        )
         assert (letter.last_status_code, letter.last_error) == (500, "http_500")
 
 

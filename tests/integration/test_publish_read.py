@@ -47,8 +47,18 @@ def test_list_is_newest_first_and_only_this_partner(client, auth, acme):
     assert _ids(client, auth) == [b, a]
     page = client.get("/v1/partners/acme/events", headers=auth).get_json()
     item = page["data"][0]
-    assert set(item) == {"id", "type", "version", "occurred_at", "partner", "resource",
-                         "correlation_id", "ordering_key", "data", "created_at"}
+    assert set(item) == {
+        "id",
+        "type",
+        "version",
+        "occurred_at",
+        "partner",
+        "resource",
+        "correlation_id",
+        "ordering_key",
+        "data",
+        "created_at",
+    }
     assert item["partner"] == "acme" and item["data"] == order()["data"]
 
 
@@ -64,8 +74,11 @@ def test_filter_by_since_and_until(client, auth, acme, runtime):
     base = utcnow() - timedelta(days=3)
     with runtime.db.begin() as session:
         for offset, event_id in enumerate((old, mid, new)):
-            session.execute(update(Event).where(Event.id == event_id)
-                            .values(created_at=base + timedelta(days=offset)))
+            session.execute(
+                update(Event)
+                .where(Event.id == event_id)
+                .values(created_at=base + timedelta(days=offset))
+            )
     since = isoformat(base + timedelta(hours=12))
     until = isoformat(base + timedelta(days=1, hours=12))
     assert _ids(client, auth, f"?since={since}") == [new, mid]
@@ -81,15 +94,22 @@ def test_delivery_success_false_lists_what_did_not_arrive(client, auth, acme, ru
     nothing_to_deliver = _publish(client, auth, "order.paid")
     with runtime.db.begin() as session:
         for event in (delivered, nothing_to_deliver):
-            session.execute(update(Delivery).where(Delivery.event_id == event["id"])
-                            .values(state="succeeded"))
-        session.execute(update(Delivery).where(
-            Delivery.id == half["deliveries"][0]["id"]).values(state="succeeded"))
-        session.execute(update(Delivery).where(Delivery.event_id == failed["id"])
-                        .values(state="dead"))
+            session.execute(
+                update(Delivery).where(Delivery.event_id == event["id"]).values(state="succeeded")
+            )
+        session.execute(
+            update(Delivery)
+            .where(Delivery.id == half["deliveries"][0]["id"])
+            .values(state="succeeded")
+        )
+        session.execute(
+            update(Delivery).where(Delivery.event_id == failed["id"]).values(state="dead")
+        )
     assert _ids(client, auth, "?delivery_success=false") == [failed["id"], half["id"]]
-    assert _ids(client, auth, "?delivery_success=true") == [nothing_to_deliver["id"],
-                                                            delivered["id"]]
+    assert _ids(client, auth, "?delivery_success=true") == [
+        nothing_to_deliver["id"],
+        delivered["id"],
+    ]
 
 
 def test_cursor_pagination_walks_every_event_once(client, auth, acme):
@@ -107,10 +127,19 @@ def test_cursor_pagination_walks_every_event_once(client, auth, acme):
     assert seen == list(reversed(published))
 
 
-@pytest.mark.parametrize("query", ["?limit=251", "?limit=0", "?limit=x", "?since=yesterday",
-                                   "?until=2026-13-01", "?delivery_success=maybe",
-                                   "?cursor=garbage!", "?cursor=eyJ4IjoxfQ",  # {"x":1}
-                                   ])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?limit=251",
+        "?limit=0",
+        "?limit=x",
+        "?since=yesterday",
+        "?until=2026-13-01",
+        "?delivery_success=maybe",
+        "?cursor=garbage!",
+        "?cursor=eyJ4IjoxfQ",  # {"x":1}
+    ],
+)
 def test_bad_query_parameters_are_400(client, auth, acme, query):
     response = client.get(f"/v1/partners/acme/events{query}", headers=auth)
     assert response.status_code == 400, query
@@ -127,15 +156,27 @@ def test_unknown_partner_feed_is_404(client, auth):
 def test_one_event_with_its_deliveries_and_attempts(client, auth, acme, runtime):
     second = make_endpoint(client, auth)
     published = _publish(client, auth)
-    first_delivery = next(d["id"] for d in published["deliveries"]
-                          if d["endpoint"] == acme["id"])
+    first_delivery = next(d["id"] for d in published["deliveries"] if d["endpoint"] == acme["id"])
     started = utcnow()
     with runtime.db.begin() as session:
-        session.add(Attempt(delivery_id=first_delivery, n=1, started_at=started, duration_ms=12,
-                            url=acme["url"], request_headers={}, response_status=500,
-                            response_body=b"oops \xff\xfe", error=None))
-        session.execute(update(Delivery).where(Delivery.id == first_delivery)
-                        .values(state="retrying", attempt_count=1, last_status_code=500))
+        session.add(
+            Attempt(
+                delivery_id=first_delivery,
+                n=1,
+                started_at=started,
+                duration_ms=12,
+                url=acme["url"],
+                request_headers={},
+                response_status=500,
+                response_body=b"oops \xff\xfe",
+                error=None,
+            )
+        )
+        session.execute(
+            update(Delivery)
+            .where(Delivery.id == first_delivery)
+            .values(state="retrying", attempt_count=1, last_status_code=500)
+        )
     response = client.get(f"/v1/events/{published['id']}", headers=auth)
     assert response.status_code == 200
     body = response.get_json()
@@ -144,14 +185,37 @@ def test_one_event_with_its_deliveries_and_attempts(client, auth, acme, runtime)
     by_endpoint = {d["endpoint"]: d for d in body["deliveries"]}
     assert set(by_endpoint) == {acme["id"], second["id"]}
     tried = by_endpoint[acme["id"]]
-    assert set(tried) == {"id", "event", "endpoint", "version", "state", "attempt_count",
-                          "next_attempt_at", "last_status_code", "last_error", "ordering",
-                          "created_at", "updated_at", "attempts"}
+    assert set(tried) == {
+        "id",
+        "event",
+        "endpoint",
+        "version",
+        "state",
+        "attempt_count",
+        "next_attempt_at",
+        "last_status_code",
+        "last_error",
+        "ordering",
+        "created_at",
+        "updated_at",
+        "attempts",
+    }
     assert (tried["state"], tried["attempt_count"], tried["event"]) == (
-        "retrying", 1, published["id"])
-    assert tried["attempts"] == [{"n": 1, "started_at": isoformat(started), "duration_ms": 12,
-                                  "response_status": 500, "response_body": "oops \ufffd\ufffd",
-                                  "response_headers": None, "error": None}]
+        "retrying",
+        1,
+        published["id"],
+    )
+    assert tried["attempts"] == [
+        {
+            "n": 1,
+            "started_at": isoformat(started),
+            "duration_ms": 12,
+            "response_status": 500,
+            "response_body": "oops \ufffd\ufffd",
+            "response_headers": None,
+            "error": None,
+        }
+    ]
     assert by_endpoint[second["id"]]["attempts"] == []
 
 

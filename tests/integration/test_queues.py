@@ -32,8 +32,9 @@ def test_an_enqueued_job_is_run_by_rq_own_worker(redis_client):
 def test_a_reused_job_id_starts_from_a_clean_hash(redis_client):
     spec = JobSpec(DEFAULT, "os.getcwd", (), job_id="probe-2")
     enqueue_many(redis_client, [spec])
-    SimpleWorker([Queue(DEFAULT, connection=redis_client)],
-                 connection=redis_client).work(burst=True)
+    SimpleWorker([Queue(DEFAULT, connection=redis_client)], connection=redis_client).work(
+        burst=True
+    )
     assert redis_client.ttl(Job.key_for("probe-2")) > 0  # a finished job expires
 
     enqueue_many(redis_client, [spec])  # the same deterministic id, queued again
@@ -49,7 +50,6 @@ def test_jobs_without_an_id_get_distinct_ones(redis_client):
     assert enqueue_many(redis_client, specs) == 3
     ids = Queue(DEFAULT, connection=redis_client).job_ids
     assert len(set(ids)) == 3
-
 
 
 def test_a_worker_stops_its_command_listener_at_once(redis_client):

@@ -77,18 +77,26 @@ def api(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Ap
 def _bodies(api: Api) -> list[tuple[str, bytes, dict[str, str]]]:
     auth = {"Authorization": f"Bearer {api.admin}", "Content-Type": "application/json"}
     schema = {"type": "object", "properties": {"pad": {"type": "string", "maxLength": 10}}}
-    made = requests.post(f"{api.url}/v1/event-types", headers=auth, timeout=30, json={
-        "name": "bounds.big", "version": 1, "schema": schema})
+    made = requests.post(
+        f"{api.url}/v1/event-types",
+        headers=auth,
+        timeout=30,
+        json={"name": "bounds.big", "version": 1, "schema": schema},
+    )
     assert made.status_code in (200, 201), made.text
     frame = json.dumps({"type": "bounds.big", "version": 1, "data": {"pad": ""}})
-    big = json.dumps({"type": "bounds.big", "version": 1,
-                      "data": {"pad": "p" * (BODY_BYTES - len(frame) - 64)}}).encode()
-    stored = json.dumps({"type": "bounds.big", "version": 1,
-                         "data": {"note": "n" * (BODY_BYTES - len(frame) - 64)}}).encode()
-    return [("/v1/partners/acme/events", big, auth),  # parsed whole, then 422
-            ("/v1/partners/acme/events", b"x" * (BODY_BYTES + 1), auth),  # 413 unread
-            ("/inbound/shop", b"y" * BODY_BYTES, {"X-Hub-Signature-256": "sha256=" + "0" * 64}),
-            ("/v1/partners/acme/events", stored, auth)]  # 202, stored
+    big = json.dumps(
+        {"type": "bounds.big", "version": 1, "data": {"pad": "p" * (BODY_BYTES - len(frame) - 64)}}
+    ).encode()
+    stored = json.dumps(
+        {"type": "bounds.big", "version": 1, "data": {"note": "n" * (BODY_BYTES - len(frame) - 64)}}
+    ).encode()
+    return [
+        ("/v1/partners/acme/events", big, auth),  # parsed whole, then 422
+        ("/v1/partners/acme/events", b"x" * (BODY_BYTES + 1), auth),  # 413 unread
+        ("/inbound/shop", b"y" * BODY_BYTES, {"X-Hub-Signature-256": "sha256=" + "0" * 64}),
+        ("/v1/partners/acme/events", stored, auth),
+    ]  # 202, stored
 
 
 def test_api_processes_stay_under_300_mb_with_8_clients_sending_256_kib(api: Api) -> None:
@@ -100,8 +108,9 @@ def test_api_processes_stay_under_300_mb_with_8_clients_sending_256_kib(api: Api
         with requests.Session() as session:
             for i in range(REQUESTS_PER_CLIENT):
                 path, body, headers = bodies[(offset + i) % len(bodies)]
-                status = session.post(f"{api.url}{path}", data=body, headers=headers,
-                                      timeout=120).status_code
+                status = session.post(
+                    f"{api.url}{path}", data=body, headers=headers, timeout=120
+                ).status_code
                 with lock:
                     statuses.append(status)
 
@@ -118,27 +127,37 @@ def test_api_processes_stay_under_300_mb_with_8_clients_sending_256_kib(api: Api
     assert over == {}, f"MiB: {over}"
 
 
-def test_a_worker_draining_a_backlog_stays_under_300_mb(runtime: Any, settings: Any,
-                                                         tmp_path: Any) -> None:
+def test_a_worker_draining_a_backlog_stays_under_300_mb(
+    runtime: Any, settings: Any, tmp_path: Any
+) -> None:
     with Receiver() as receiver:
         with runtime.db.begin() as session:
             partner = make_partner(session)
-            endpoints = [make_endpoint(session, partner, f"{receiver.url}/b{i}",
-                                       runtime.secret_box) for i in range(10)]
+            endpoints = [
+                make_endpoint(session, partner, f"{receiver.url}/b{i}", runtime.secret_box)
+                for i in range(10)
+            ]
             ids = make_events(session, partner, endpoints, 300)
         with WorkerProcess(settings, tmp_path / "worker.log") as worker:
             assert worker.process is not None
             with PeakRss(worker.process.pid) as rss:
                 for start in range(0, len(ids), 100):
-                    enqueue_now(runtime.redis, ids[start:start + 100])
+                    enqueue_now(runtime.redis, ids[start : start + 100])
 
                 def delivered() -> bool:
                     with runtime.db.begin() as session:
-                        return session.scalar(select(func.count()).select_from(Delivery).where(
-                            Delivery.state == SUCCEEDED)) == len(ids)
+                        return session.scalar(
+                            select(func.count())
+                            .select_from(Delivery)
+                            .where(Delivery.state == SUCCEEDED)
+                        ) == len(ids)
 
-                wait_until(delivered, timeout_s=180, interval_s=0.2,
-                           message=f"the backlog of {len(ids)}\n{worker.log()[-2000:]}")
+                wait_until(
+                    delivered,
+                    timeout_s=180,
+                    interval_s=0.2,
+                    message=f"the backlog of {len(ids)}\n{worker.log()[-2000:]}",
+                )
         assert len(receiver.event_ids()) == len(ids)  # each once
     peak = rss.peak[worker.process.pid]
     assert peak < LIMIT, f"worker peaked at {peak >> 20} MiB"

@@ -53,8 +53,9 @@ def operator(runtime):
 @pytest.fixture
 def ui(client, operator):
     """A test client signed in as an operator."""
-    response = client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
-                                              "csrf_token": token(client)})
+    response = client.post(
+        "/ui/login", data={"email": EMAIL, "password": PASSWORD, "csrf_token": token(client)}
+    )
     assert response.status_code == 302
     return client
 
@@ -62,10 +63,15 @@ def ui(client, operator):
 @pytest.fixture
 def letters(runtime):
     with runtime.db.begin() as session:
-        scene = make_scene(session, runtime.secret_box, uid="acme",
-                           headers={"X-Api-Key": "partner-api-key-value", "X-Trace": "t-1"})
-        ids = letters_for(session, scene, 3, attempts=2,
-                          data=lambda i: {"sku": ["apple", "banana", "cherry"][i]})
+        scene = make_scene(
+            session,
+            runtime.secret_box,
+            uid="acme",
+            headers={"X-Api-Key": "partner-api-key-value", "X-Trace": "t-1"},
+        )
+        ids = letters_for(
+            session, scene, 3, attempts=2, data=lambda i: {"sku": ["apple", "banana", "cherry"][i]}
+        )
     return scene, ids
 
 
@@ -83,18 +89,26 @@ def test_logged_out_user_is_sent_to_login_and_back_after(client, operator):
     assert response.headers["Location"].startswith("/ui/login?next=")
     query = parse_qs(urlsplit(response.headers["Location"]).query)
     assert query["next"] == ["/ui/dead-letters?q=apple"]
-    login = client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
-                                           "next": "/ui/dead-letters?q=apple",
-                                           "csrf_token": token(client)})
+    login = client.post(
+        "/ui/login",
+        data={
+            "email": EMAIL,
+            "password": PASSWORD,
+            "next": "/ui/dead-letters?q=apple",
+            "csrf_token": token(client),
+        },
+    )
     assert login.headers["Location"] == "/ui/dead-letters?q=apple"
 
 
 def test_wrong_password_is_refused_and_the_session_cookie_is_locked_down(client, operator):
-    bad = client.post("/ui/login", data={"email": EMAIL, "password": "nope",
-                                         "csrf_token": token(client)})
+    bad = client.post(
+        "/ui/login", data={"email": EMAIL, "password": "nope", "csrf_token": token(client)}
+    )
     assert bad.status_code == 401 and "Wrong email or password" in bad.text
-    good = client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
-                                          "csrf_token": token(client)})
+    good = client.post(
+        "/ui/login", data={"email": EMAIL, "password": PASSWORD, "csrf_token": token(client)}
+    )
     cookie = good.headers["Set-Cookie"]
     assert "kurir_session=" in cookie and "HttpOnly" in cookie
     assert "SameSite=Lax" in cookie and "Path=/ui" in cookie
@@ -102,9 +116,11 @@ def test_wrong_password_is_refused_and_the_session_cookie_is_locked_down(client,
 
 
 def _sign_in(client, password: str, email: str = EMAIL, address: str = "203.0.113.7"):
-    return client.post("/ui/login", data={"email": email, "password": password,
-                                          "csrf_token": token(client)},
-                       environ_base={"REMOTE_ADDR": address})
+    return client.post(
+        "/ui/login",
+        data={"email": email, "password": password, "csrf_token": token(client)},
+        environ_base={"REMOTE_ADDR": address},
+    )
 
 
 @pytest.fixture
@@ -132,8 +148,7 @@ def test_repeated_wrong_passwords_make_the_account_wait(client, operator, clock)
     assert _sign_in(client, "guess").status_code == 401
 
 
-def test_the_wait_doubles_with_each_failure_and_is_capped_not_a_lockout(client, operator,
-                                                                          clock):
+def test_the_wait_doubles_with_each_failure_and_is_capped_not_a_lockout(client, operator, clock):
     """Back off instead of a fixed 15-minute lock anyone could keep renewing: each counted
     failure past the free ones doubles the next wait, up to MAX_DELAY_S; refused attempts
     count for nothing and do not extend it."""
@@ -155,7 +170,8 @@ def test_the_wait_doubles_with_each_failure_and_is_capped_not_a_lockout(client, 
 
 
 def test_a_concurrent_burst_is_counted_before_any_password_is_checked(
-        live_server, operator, monkeypatch, clock):
+    live_server, operator, monkeypatch, clock
+):
     """Every attempt is counted before the slow hash runs: a burst of guesses arriving
     together reaches the password check no more often than the free attempts allow. Each
     guess is held inside the password check until the whole burst has been answered or is
@@ -185,10 +201,13 @@ def test_a_concurrent_burst_is_counted_before_any_password_is_checked(
     codes: list[int] = []
 
     def guess() -> None:
-        response = requests.post(live_server.url + "/ui/login", allow_redirects=False,
-                                 cookies=cookies, timeout=60, data={
-                                     "email": EMAIL, "password": "guess",
-                                     "csrf_token": csrf_token})
+        response = requests.post(
+            live_server.url + "/ui/login",
+            allow_redirects=False,
+            cookies=cookies,
+            timeout=60,
+            data={"email": EMAIL, "password": "guess", "csrf_token": csrf_token},
+        )
         with lock:
             codes.append(response.status_code)
             answered[0] += 1
@@ -196,8 +215,11 @@ def test_a_concurrent_burst_is_counted_before_any_password_is_checked(
     threads = [threading.Thread(target=guess) for _ in range(burst)]
     for thread in threads:
         thread.start()
-    wait_for(lambda: arrived[0] + answered[0] >= burst, timeout_s=30,
-             message="every guess to be answered or inside the password check")
+    wait_for(
+        lambda: arrived[0] + answered[0] >= burst,
+        timeout_s=30,
+        message="every guess to be answered or inside the password check",
+    )
     go.set()
     for thread in threads:
         thread.join(60)
@@ -215,8 +237,7 @@ def test_one_address_spraying_many_accounts_is_throttled(client, operator, clock
 
 def test_sign_in_still_works_when_redis_is_down(client, operator, runtime, monkeypatch):
     # The counters are disposable: an operator must get in to see why Redis is down.
-    dead = redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0",
-                                socket_connect_timeout=0.5)
+    dead = redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.5)
     monkeypatch.setattr(runtime, "redis", dead)
     assert _sign_in(client, "guess").status_code == 401
     assert _sign_in(client, PASSWORD).status_code == 302
@@ -224,8 +245,15 @@ def test_sign_in_still_works_when_redis_is_down(client, operator, runtime, monke
 
 def test_login_never_redirects_off_site(client, operator):
     for target in ("https://evil.example/ui", "//evil.example/ui", "/\\evil.example"):
-        response = client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
-                                                  "next": target, "csrf_token": token(client)})
+        response = client.post(
+            "/ui/login",
+            data={
+                "email": EMAIL,
+                "password": PASSWORD,
+                "next": target,
+                "csrf_token": token(client),
+            },
+        )
         assert response.headers["Location"] == "/ui/"
 
 
@@ -288,52 +316,78 @@ def test_list_paginates_with_a_cursor(ui, letters):
 def test_bulk_resend_and_discard_of_selected_letters(ui, runtime, letters):
     _, ids = letters
     csrf = token(ui, "/ui/dead-letters")
-    response = ui.post("/ui/dead-letters/bulk", data={
-        "csrf_token": csrf, "action": "resend", "ids": [ids[0], ids[1]],
-        "back": "/ui/dead-letters"}, follow_redirects=True)
+    response = ui.post(
+        "/ui/dead-letters/bulk",
+        data={
+            "csrf_token": csrf,
+            "action": "resend",
+            "ids": [ids[0], ids[1]],
+            "back": "/ui/dead-letters",
+        },
+        follow_redirects=True,
+    )
     assert "Resent 2 dead letters." in response.text
-    response = ui.post("/ui/dead-letters/bulk", data={
-        "csrf_token": csrf, "action": "discard", "ids": [ids[2]], "note": "dup of #12"},
-        follow_redirects=True)
+    response = ui.post(
+        "/ui/dead-letters/bulk",
+        data={"csrf_token": csrf, "action": "discard", "ids": [ids[2]], "note": "dup of #12"},
+        follow_redirects=True,
+    )
     assert "Discarded 1 dead letter." in response.text
     with runtime.db.begin() as session:
         letters_ = {dl.id: dl for dl in session.scalars(select(DeadLetter))}
         assert [letters_[i].state for i in ids] == ["resent", "resent", "discarded"]
         assert letters_[ids[2]].note == "dup of #12"
         assert letters_[ids[0]].audit[-1].actor == f"operator:{EMAIL}"
-    none = ui.post("/ui/dead-letters/bulk", data={"csrf_token": csrf, "action": "resend"},
-                   follow_redirects=True)
+    none = ui.post(
+        "/ui/dead-letters/bulk",
+        data={"csrf_token": csrf, "action": "resend"},
+        follow_redirects=True,
+    )
     assert "Select at least one" in none.text
 
 
-def test_a_bulk_discard_passes_over_letters_no_longer_open_and_keeps_the_others(ui, runtime,
-                                                                                letters):
+def test_a_bulk_discard_passes_over_letters_no_longer_open_and_keeps_the_others(
+    ui, runtime, letters
+):
     _, ids = letters
     csrf = token(ui, "/ui/dead-letters")
     ui.post(f"/ui/dead-letters/{ids[1]}/discard", data={"csrf_token": csrf, "note": "first"})
-    response = ui.post("/ui/dead-letters/bulk", data={
-        "csrf_token": csrf, "action": "discard", "ids": [ids[0], ids[1], ids[2], "dl_gone"],
-        "note": "bulk"}, follow_redirects=True)
+    response = ui.post(
+        "/ui/dead-letters/bulk",
+        data={
+            "csrf_token": csrf,
+            "action": "discard",
+            "ids": [ids[0], ids[1], ids[2], "dl_gone"],
+            "note": "bulk",
+        },
+        follow_redirects=True,
+    )
     assert "Discarded 2 dead letters; 2 were no longer open." in response.text
     with runtime.db.begin() as session:
         notes = {dl.id: (dl.state, dl.note) for dl in session.scalars(select(DeadLetter))}
-    assert [notes[i] for i in ids] == [("discarded", "bulk"), ("discarded", "first"),
-                                       ("discarded", "bulk")]
+    assert [notes[i] for i in ids] == [
+        ("discarded", "bulk"),
+        ("discarded", "first"),
+        ("discarded", "bulk"),
+    ]
 
 
 def test_many_selected_letters_resend_in_the_background(ui, runtime, letters, monkeypatch):
     monkeypatch.setattr(resend_mod, "INLINE_LIMIT", 2)
     _, ids = letters
-    response = ui.post("/ui/dead-letters/bulk", data={
-        "csrf_token": token(ui, "/ui/dead-letters"), "action": "resend", "ids": ids})
+    response = ui.post(
+        "/ui/dead-letters/bulk",
+        data={"csrf_token": token(ui, "/ui/dead-letters"), "action": "resend", "ids": ids},
+    )
     assert response.headers["Location"].startswith("/ui/jobs/bop_")
 
 
-def test_resend_all_matching_runs_a_job_whose_progress_is_shown(ui, runtime, letters,
-                                                                redis_client):
+def test_resend_all_matching_runs_a_job_whose_progress_is_shown(ui, runtime, letters, redis_client):
     _, ids = letters
-    response = ui.post("/ui/dead-letters/resend-matching", data={
-        "csrf_token": token(ui, "/ui/dead-letters"), "q": "apple"})
+    response = ui.post(
+        "/ui/dead-letters/resend-matching",
+        data={"csrf_token": token(ui, "/ui/dead-letters"), "q": "apple"},
+    )
     job_url = response.headers["Location"]
     assert job_url.startswith("/ui/jobs/")
     pending = ui.get(job_url)
@@ -342,7 +396,10 @@ def test_resend_all_matching_runs_a_job_whose_progress_is_shown(ui, runtime, let
     job.perform()
     done = ui.get(job_url)
     assert "succeeded" in done.text and [_state(runtime, i) for i in ids] == [
-        "resent", "open", "open"]
+        "resent",
+        "open",
+        "open",
+    ]
     # The job is done, its run is not: the page counts outcomes, and keeps refreshing.
     assert 'data-testid="job-in-progress">1<' in done.text
     assert 'http-equiv="refresh"' in done.text
@@ -357,21 +414,25 @@ def test_resend_all_matching_runs_a_job_whose_progress_is_shown(ui, runtime, let
     assert 'data-testid="job-failed-again">1<' in ui.get(job_url).text
 
 
-def test_resend_all_matching_without_criteria_needs_the_explicit_all(ui, runtime, letters,
-                                                                     redis_client):
+def test_resend_all_matching_without_criteria_needs_the_explicit_all(
+    ui, runtime, letters, redis_client
+):
     _, ids = letters
     listing = ui.get("/ui/dead-letters")
     assert 'name="all" value="1"' in listing.text
     assert "resends <strong>every</strong>" in listing.text
     assert 'name="all"' not in ui.get("/ui/dead-letters?q=apple").text
-    implied = ui.post("/ui/dead-letters/resend-matching", data={
-        "csrf_token": token(ui, "/ui/dead-letters")})
+    implied = ui.post(
+        "/ui/dead-letters/resend-matching", data={"csrf_token": token(ui, "/ui/dead-letters")}
+    )
     assert implied.headers["Location"] == "/ui/dead-letters"
     assert "no search criteria were given" in ui.get("/ui/dead-letters").text
     assert [_state(runtime, i) for i in ids] == ["open"] * 3
     assert Queue(DEFAULT, connection=redis_client).count == 0
-    explicit = ui.post("/ui/dead-letters/resend-matching", data={
-        "csrf_token": token(ui, "/ui/dead-letters"), "all": "1"})
+    explicit = ui.post(
+        "/ui/dead-letters/resend-matching",
+        data={"csrf_token": token(ui, "/ui/dead-letters"), "all": "1"},
+    )
     assert explicit.headers["Location"].startswith("/ui/jobs/")
     (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
     job.perform()
@@ -400,19 +461,28 @@ def test_resend_from_detail_to_a_disabled_endpoint_enables_it_or_is_forced(ui, r
     page = ui.get(f"/ui/dead-letters/{first}")
     assert "Enable the endpoint and resend" in page.text and "Resend anyway" in page.text
     csrf = token(ui, f"/ui/dead-letters/{first}")
-    refused = ui.post(f"/ui/dead-letters/{first}/resend", data={"csrf_token": csrf},
-                      headers={"Referer": f"http://localhost/ui/dead-letters/{first}"},
-                      follow_redirects=True)
+    refused = ui.post(
+        f"/ui/dead-letters/{first}/resend",
+        data={"csrf_token": csrf},
+        headers={"Referer": f"http://localhost/ui/dead-letters/{first}"},
+        follow_redirects=True,
+    )
     assert "endpoint is disabled" in refused.text
     assert _state(runtime, first) == "open"
-    forced = ui.post(f"/ui/dead-letters/{first}/resend",
-                     data={"csrf_token": csrf, "force": "1"}, follow_redirects=True)
+    forced = ui.post(
+        f"/ui/dead-letters/{first}/resend",
+        data={"csrf_token": csrf, "force": "1"},
+        follow_redirects=True,
+    )
     assert "starts run 2" in forced.text
     assert _state(runtime, first) == "resent"
     with runtime.db.begin() as session:
         assert session.get_one(Endpoint, off.endpoint_id).state == "disabled"
-    enabled = ui.post(f"/ui/dead-letters/{second}/resend",
-                      data={"csrf_token": csrf, "enable": "1"}, follow_redirects=True)
+    enabled = ui.post(
+        f"/ui/dead-letters/{second}/resend",
+        data={"csrf_token": csrf, "enable": "1"},
+        follow_redirects=True,
+    )
     assert "Endpoint enabled. Resent" in enabled.text
     assert _state(runtime, second) == "resent"
     with runtime.db.begin() as session:
@@ -421,9 +491,11 @@ def test_resend_from_detail_to_a_disabled_endpoint_enables_it_or_is_forced(ui, r
 
 def test_discard_from_detail_with_a_note(ui, runtime, letters):
     _, ids = letters
-    response = ui.post(f"/ui/dead-letters/{ids[0]}/discard", data={
-        "csrf_token": token(ui, f"/ui/dead-letters/{ids[0]}"), "note": "refunded by hand"},
-        follow_redirects=True)
+    response = ui.post(
+        f"/ui/dead-letters/{ids[0]}/discard",
+        data={"csrf_token": token(ui, f"/ui/dead-letters/{ids[0]}"), "note": "refunded by hand"},
+        follow_redirects=True,
+    )
     assert "Discarded." in response.text and "refunded by hand" in response.text
     assert _state(runtime, ids[0]) == "discarded"
 
@@ -445,8 +517,7 @@ def test_disable_enable_and_rotate_an_endpoint(ui, runtime, letters):
     ui.post(f"{url}/disable", data={"csrf_token": csrf, "reason": "partner maintenance"})
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, scene.endpoint_id)
-        assert (endpoint.state, endpoint.disabled_reason) == ("disabled",
-                                                              "partner maintenance")
+        assert (endpoint.state, endpoint.disabled_reason) == ("disabled", "partner maintenance")
     ui.post(f"{url}/enable", data={"csrf_token": csrf})
     rotated = ui.post(f"{url}/rotate-secret", data={"csrf_token": csrf})
     # Post, redirect, get: the page showing the secret is safe to reload.
@@ -463,13 +534,21 @@ def test_disable_enable_and_rotate_an_endpoint(ui, runtime, letters):
         assert current_secret(endpoint, runtime.secret_box, utcnow()) == secret != scene.secret
         kinds = session.scalars(select(OperationalEvent.kind).order_by(OperationalEvent.id))
         assert list(kinds) == ["endpoint.disabled", "endpoint.enabled"]
-        trail = session.execute(select(AuditRecord.action, AuditRecord.actor)
-                                .where(AuditRecord.subject_id == scene.endpoint_id)
-                                .order_by(AuditRecord.id)).all()
+        trail = session.execute(
+            select(AuditRecord.action, AuditRecord.actor)
+            .where(AuditRecord.subject_id == scene.endpoint_id)
+            .order_by(AuditRecord.id)
+        ).all()
         # Showing the secret is audited too: who saw it, and when.
-        assert trail == [(action, f"operator:{EMAIL}") for action in (
-            "endpoint.disabled", "endpoint.enabled", "endpoint.secret_rotated",
-            "endpoint.secret_revealed")]
+        assert trail == [
+            (action, f"operator:{EMAIL}")
+            for action in (
+                "endpoint.disabled",
+                "endpoint.enabled",
+                "endpoint.secret_rotated",
+                "endpoint.secret_revealed",
+            )
+        ]
     page = ui.get(url).text
     assert "endpoint.enabled" in page and "endpoint.secret_rotated" in page
 
@@ -483,8 +562,9 @@ def test_reloading_the_secret_page_after_a_rotation_rotates_nothing(ui, runtime,
     pattern = r'data-testid="secret">(whsec_[^<]+)<'
     assert re.search(pattern, first).group(1) == re.search(pattern, again).group(1)
     with runtime.db.begin() as session:
-        secrets = session.scalars(select(EndpointSecret.id).where(
-            EndpointSecret.endpoint_id == scene.endpoint_id)).all()
+        secrets = session.scalars(
+            select(EndpointSecret.id).where(EndpointSecret.endpoint_id == scene.endpoint_id)
+        ).all()
     assert len(secrets) == 2  # the first one and one rotation, however often it is shown
 
 
@@ -536,8 +616,10 @@ def test_event_lookup_by_any_id(ui, runtime, letters):
         letter = session.get_one(DeadLetter, ids[0])
         event_id, delivery_id = letter.event_id, letter.delivery_id
     assert ui.get(f"/ui/events?id={event_id}").headers["Location"] == f"/ui/events/{event_id}"
-    assert ui.get(f"/ui/events?id={delivery_id}").headers["Location"] == \
-        f"/ui/deliveries/{delivery_id}"
+    assert (
+        ui.get(f"/ui/events?id={delivery_id}").headers["Location"]
+        == f"/ui/deliveries/{delivery_id}"
+    )
     assert ui.get(f"/ui/events?id={ids[0]}").headers["Location"] == f"/ui/dead-letters/{ids[0]}"
     page = ui.get(f"/ui/events/{event_id}")
     assert "apple" in page.text and "badge-dead" in page.text
@@ -551,26 +633,40 @@ def test_inbound_page_lists_by_status_and_replays(ui, runtime):
         source = InboundSource(name="shop", scheme="github", mapping={})
         session.add(source)
         session.flush()
-        session.add(InboundEvent(
-            source_id=source.id, event_id="gh-1", status="quarantined", reason="version_gap",
-            raw_body=b'{"issue": {"id": 7, "state": "open", "updated_at": "2026-01-01T00:00:00Z"}}',
-            headers={"x-github-delivery": "gh-1", "x-github-event": "issues"}))
-        session.add(InboundEvent(source_id=source.id, event_id="gh-2", status="applied",
-                                 raw_body=b"{}", headers={}))
+        session.add(
+            InboundEvent(
+                source_id=source.id,
+                event_id="gh-1",
+                status="quarantined",
+                reason="version_gap",
+                raw_body=b'{"issue": {"id": 7, "state": "open", "updated_at": "2026-01-01T00:00:00Z"}}',
+                headers={"x-github-delivery": "gh-1", "x-github-event": "issues"},
+            )
+        )
+        session.add(
+            InboundEvent(
+                source_id=source.id, event_id="gh-2", status="applied", raw_body=b"{}", headers={}
+            )
+        )
     page = ui.get("/ui/inbound?status=quarantined")
     assert "gh-1" in page.text and "gh-2" not in page.text and "version_gap" in page.text
     empty = ui.get("/ui/inbound?status=failed")
     assert "No inbound event matches" in empty.text
     with runtime.db.begin() as session:
-        inbound_id = session.scalar(select(InboundEvent.id)
-                                    .where(InboundEvent.event_id == "gh-1"))
-    response = ui.post(f"/ui/inbound/{inbound_id}/replay",
-                       data={"csrf_token": token(ui, "/ui/inbound")}, follow_redirects=True)
+        inbound_id = session.scalar(select(InboundEvent.id).where(InboundEvent.event_id == "gh-1"))
+    response = ui.post(
+        f"/ui/inbound/{inbound_id}/replay",
+        data={"csrf_token": token(ui, "/ui/inbound")},
+        follow_redirects=True,
+    )
     assert "queued for processing again" in response.text
     with runtime.db.begin() as session:
         assert session.get_one(InboundEvent, inbound_id).status == "received"
-    missing = ui.post("/ui/inbound/ine_nope/replay",
-                      data={"csrf_token": token(ui, "/ui/inbound")}, follow_redirects=True)
+    missing = ui.post(
+        "/ui/inbound/ine_nope/replay",
+        data={"csrf_token": token(ui, "/ui/inbound")},
+        follow_redirects=True,
+    )
     assert "flash-error" in missing.text
 
 
@@ -592,9 +688,11 @@ def test_a_filter_typo_is_marked_and_never_widens_a_bulk_action(ui, runtime, red
     assert 'data-testid="bulk-off"' in page.text
     assert "resend-matching" not in page.text
     assert re.search(r'<button[^>]*value="resend"[^>]*disabled', page.text)
-    posted = ui.post("/ui/dead-letters/resend-matching",
-                     data={"csrf_token": token(ui, "/ui/dead-letters"), "partner": "acme",
-                           "since": "yesterday"}, follow_redirects=True)
+    posted = ui.post(
+        "/ui/dead-letters/resend-matching",
+        data={"csrf_token": token(ui, "/ui/dead-letters"), "partner": "acme", "since": "yesterday"},
+        follow_redirects=True,
+    )
     assert "Not resent" in posted.text and "since" in posted.text
     assert [_state(runtime, i) for i in mine + other] == ["open"] * 4
     assert Queue(DEFAULT, connection=redis_client).get_jobs() == []
@@ -603,20 +701,34 @@ def test_a_filter_typo_is_marked_and_never_widens_a_bulk_action(ui, runtime, red
 _sprayed = itertools.count()
 
 
-def test_behind_trusted_proxies_the_throttle_counts_the_real_client(settings, runtime,
-                                                                    operator, clock):
+def test_behind_trusted_proxies_the_throttle_counts_the_real_client(
+    settings, runtime, operator, clock
+):
     from app.web import create_app
 
-    app = create_app(runtime=Runtime(settings.with_overrides(trusted_proxies=("10.0.0.0/8",)),
-                                     database=runtime.db))
+    app = create_app(
+        runtime=Runtime(
+            settings.with_overrides(trusted_proxies=("10.0.0.0/8",)), database=runtime.db
+        )
+    )
     client = app.test_client()
 
-    def attempt(forwarded: str, password: str = "guess", peer: str = "10.1.2.3",  # noqa: S107
-                email: str | None = None) -> int:
-        return client.post("/ui/login", data={
-            "email": email or f"u{next(_sprayed)}@example.com", "password": password,
-            "csrf_token": token(client)}, headers={"X-Forwarded-For": forwarded},
-            environ_base={"REMOTE_ADDR": peer}).status_code
+    def attempt(
+        forwarded: str,
+        password: str = "guess",
+        peer: str = "10.1.2.3",  # noqa: S107
+        email: str | None = None,
+    ) -> int:
+        return client.post(
+            "/ui/login",
+            data={
+                "email": email or f"u{next(_sprayed)}@example.com",
+                "password": password,
+                "csrf_token": token(client),
+            },
+            headers={"X-Forwarded-For": forwarded},
+            environ_base={"REMOTE_ADDR": peer},
+        ).status_code
 
     for _ in range(throttle.MAX_FAILURES_PER_CLIENT):
         assert attempt("203.0.113.7") == 401
@@ -627,8 +739,7 @@ def test_behind_trusted_proxies_the_throttle_counts_the_real_client(settings, ru
     assert attempt("198.51.100.21", PASSWORD, email=EMAIL, peer="203.0.113.7") == 429
 
 
-def test_a_forwarded_request_with_no_trusted_proxy_is_warned_about_once(settings, runtime,
-                                                                        caplog):
+def test_a_forwarded_request_with_no_trusted_proxy_is_warned_about_once(settings, runtime, caplog):
     """Behind an unnamed proxy every operator shares one address (and one sign-in count):
     the first request that shows a proxy in front says so in the log."""
     from app.web import create_app
@@ -643,25 +754,30 @@ def test_a_forwarded_request_with_no_trusted_proxy_is_warned_about_once(settings
         for hop in ("203.0.113.7", "203.0.113.8"):
             client.get("/healthz", headers={"X-Forwarded-For": hop})
         assert len(warnings()) == 1 and "KURIR_TRUSTED_PROXIES" in warnings()[0]
-        trusted = create_app(runtime=Runtime(settings.with_overrides(trusted_proxies=1),
-                                             database=runtime.db)).test_client()
+        trusted = create_app(
+            runtime=Runtime(settings.with_overrides(trusted_proxies=1), database=runtime.db)
+        ).test_client()
         trusted.get("/healthz", headers={"X-Forwarded-For": "203.0.113.9"})
         assert len(warnings()) == 1
 
 
-@pytest.mark.parametrize(("base_url", "configured", "secure"), [
-    ("http://localhost", None, False),  # a laptop over plain HTTP: the browser keeps it
-    ("http://127.0.0.1:8080", None, False),
-    ("http://kurir.internal.example", None, True),
-    ("https://kurir.example.com", None, True),
-    ("http://kurir.internal.example", False, False),  # said outright
-    ("http://localhost", True, True),
-])
+@pytest.mark.parametrize(
+    ("base_url", "configured", "secure"),
+    [
+        ("http://localhost", None, False),  # a laptop over plain HTTP: the browser keeps it
+        ("http://127.0.0.1:8080", None, False),
+        ("http://kurir.internal.example", None, True),
+        ("https://kurir.example.com", None, True),
+        ("http://kurir.internal.example", False, False),  # said outright
+        ("http://localhost", True, True),
+    ],
+)
 def test_session_cookie_secure_flag(settings, runtime, operator, base_url, configured, secure):
     from app.web import create_app
 
-    app = create_app(runtime=Runtime(settings.with_overrides(cookie_secure=configured),
-                                     database=runtime.db))
+    app = create_app(
+        runtime=Runtime(settings.with_overrides(cookie_secure=configured), database=runtime.db)
+    )
     client = app.test_client()
     page = client.get("/ui/login", base_url=base_url)
     cookie = page.headers["Set-Cookie"]
@@ -671,12 +787,12 @@ def test_session_cookie_secure_flag(settings, runtime, operator, base_url, confi
 def test_nul_and_giant_values_are_refused_not_a_server_error(client, ui, letters):
     """PostgreSQL refuses NUL in text, SQLite a LIKE pattern over 50,000 bytes: both a 400."""
     signed_out = client.application.test_client()
-    answer = signed_out.post("/ui/login", data={"email": "a\x00b@example.com",
-                                                "password": PASSWORD,
-                                                "csrf_token": token(signed_out)})
+    answer = signed_out.post(
+        "/ui/login",
+        data={"email": "a\x00b@example.com", "password": PASSWORD, "csrf_token": token(signed_out)},
+    )
     assert answer.status_code == 302  # sent back, the reason flashed
-    assert "NUL character" in signed_out.get(answer.headers["Location"],
-                                             follow_redirects=True).text
+    assert "NUL character" in signed_out.get(answer.headers["Location"], follow_redirects=True).text
     for query in ("q=%00", "error=" + "e" * 1_000_000, "partner=%00", "next=%00"):
         page = ui.get(f"/ui/dead-letters?{query}")
         assert page.status_code == 400, (query[:20], page.status_code)

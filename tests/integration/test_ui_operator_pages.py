@@ -37,8 +37,9 @@ _LINK = re.compile(r'data-testid="portal-link">(http[^<]+)<')
 def ui(client, runtime):
     with runtime.db.begin() as session:
         create_operator(session, EMAIL, PASSWORD)
-    response = client.post("/ui/login", data={"email": EMAIL, "password": PASSWORD,
-                                              "csrf_token": token(client)})
+    response = client.post(
+        "/ui/login", data={"email": EMAIL, "password": PASSWORD, "csrf_token": token(client)}
+    )
     assert response.status_code == 302
     return client
 
@@ -49,10 +50,14 @@ def scene(runtime):
         made = make_scene(session, runtime.secret_box, uid="acme")
         ids = letters_for(session, made, 2, attempts=2, data=lambda i: {"n": i})
         delivery_ids = [session.get_one(DeadLetter, i).delivery_id for i in ids]
-        attempt = session.scalars(select(Attempt).where(
-            Attempt.delivery_id == delivery_ids[0]).order_by(Attempt.n.desc())).first()
-        attempt.response_headers = {"Content-Type": "text/plain", "Set-Cookie": "sid=abc123",
-                                    "X-Request-Id": "req-77"}
+        attempt = session.scalars(
+            select(Attempt).where(Attempt.delivery_id == delivery_ids[0]).order_by(Attempt.n.desc())
+        ).first()
+        attempt.response_headers = {
+            "Content-Type": "text/plain",
+            "Set-Cookie": "sid=abc123",
+            "X-Request-Id": "req-77",
+        }
     return made, ids, delivery_ids
 
 
@@ -62,8 +67,10 @@ def test_delivery_log_filters_and_opens_a_delivery_with_both_header_sets(ui, sce
     assert all(d in listing for d in delivery_ids) and "acme" in listing
     assert delivery_ids[0] in ui.get("/ui/deliveries?partner=acme&state=dead").text
     assert delivery_ids[0] not in ui.get("/ui/deliveries?state=succeeded").text
-    assert delivery_ids[0] in ui.get(f"/ui/deliveries?endpoint={made.endpoint_id}"
-                                      f"&status_code=500").text
+    assert (
+        delivery_ids[0]
+        in ui.get(f"/ui/deliveries?endpoint={made.endpoint_id}&status_code=500").text
+    )
     marked = ui.get("/ui/deliveries?state=lost&until=later")
     assert 'data-testid="error-state"' in marked.text and 'data-testid="error-until"' in marked.text
     missing = ui.get("/ui/deliveries?partner=ghost")
@@ -74,16 +81,16 @@ def test_delivery_log_filters_and_opens_a_delivery_with_both_header_sets(ui, sce
     assert "Request headers" in page and 'data-testid="retry"' in page
 
 
-def test_retry_button_resends_a_dead_delivery_and_forces_a_disabled_endpoint(ui, scene,
-                                                                               runtime):
+def test_retry_button_resends_a_dead_delivery_and_forces_a_disabled_endpoint(ui, scene, runtime):
     made, ids, delivery_ids = scene
     url = f"/ui/deliveries/{delivery_ids[0]}"
     retried = ui.post(f"{url}/retry", data={"csrf_token": token(ui, url)})
     assert retried.status_code == 302
     with runtime.db.begin() as session:
         assert session.get_one(Delivery, delivery_ids[0]).state == "pending"
-        audit = session.scalars(select(AuditRecord).where(
-            AuditRecord.action == "delivery.retried")).one()
+        audit = session.scalars(
+            select(AuditRecord).where(AuditRecord.action == "delivery.retried")
+        ).one()
         assert audit.actor == f"operator:{EMAIL}" and audit.details["dead_letter"] == ids[0]
         session.get_one(Endpoint, made.endpoint_id).state = "disabled"
     second = f"/ui/deliveries/{delivery_ids[1]}"
@@ -118,12 +125,21 @@ def test_endpoint_edit_and_test_event_from_the_operator_side(ui, scene, runtime)
     assert "Send test event" in ui.get(url).text
     form = ui.get(f"{url}/edit").text
     assert 'data-testid="endpoint-form"' in form
-    saved = ui.post(f"{url}/edit", data={
-        "csrf_token": token(ui, url), "url": "http://127.0.0.1:9/renamed", "all_types": "1",
-        "timeout_s": "7", "description": "ops changed it"})
+    saved = ui.post(
+        f"{url}/edit",
+        data={
+            "csrf_token": token(ui, url),
+            "url": "http://127.0.0.1:9/renamed",
+            "all_types": "1",
+            "timeout_s": "7",
+            "description": "ops changed it",
+        },
+    )
     assert saved.status_code == 302, saved.text
-    bad = ui.post(f"{url}/edit", data={"csrf_token": token(ui, url), "url": "nope",
-                                       "all_types": "1", "timeout_s": "99"})
+    bad = ui.post(
+        f"{url}/edit",
+        data={"csrf_token": token(ui, url), "url": "nope", "all_types": "1", "timeout_s": "99"},
+    )
     assert bad.status_code == 422 and 'data-testid="error-url"' in bad.text
     tested = ui.post(f"{url}/test", data={"csrf_token": token(ui, url)})
     assert tested.headers["Location"].startswith("/ui/deliveries/dlv_")
@@ -131,8 +147,13 @@ def test_endpoint_edit_and_test_event_from_the_operator_side(ui, scene, runtime)
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, made.endpoint_id)
         assert (endpoint.url, endpoint.timeout_s) == ("http://127.0.0.1:9/renamed", 7)
-        actions = list(session.scalars(select(AuditRecord.action).where(
-            AuditRecord.subject_id == made.endpoint_id).order_by(AuditRecord.id)))
+        actions = list(
+            session.scalars(
+                select(AuditRecord.action)
+                .where(AuditRecord.subject_id == made.endpoint_id)
+                .order_by(AuditRecord.id)
+            )
+        )
         assert actions == ["endpoint.updated", "endpoint.test_sent"]
 
 
@@ -147,8 +168,11 @@ def test_a_resent_letter_says_what_became_of_its_new_run(ui, scene, runtime):
         delivery.state, delivery.last_status_code = "delivering", 502
         session.flush()
         park(session, delivery, delivery.event, delivery.endpoint, "retries_exhausted")
-        again = session.scalars(select(DeadLetter.id).where(
-            DeadLetter.delivery_id == delivery.id, DeadLetter.state == "open")).one()
+        again = session.scalars(
+            select(DeadLetter.id).where(
+                DeadLetter.delivery_id == delivery.id, DeadLetter.state == "open"
+            )
+        ).one()
     page = ui.get(url).text
     assert 'data-testid="failed-again"' in page and "Failed again" in page and again in page
     with runtime.db.begin() as session:
@@ -159,26 +183,31 @@ def test_a_resent_letter_says_what_became_of_its_new_run(ui, scene, runtime):
     assert 'data-testid="delivered"' in ui.get(f"/ui/dead-letters/{ids[1]}").text
 
 
-def test_partner_page_lists_keys_revokes_one_and_opens_the_portal(ui, client, auth, scene,
-                                                                  runtime, app):
-    key = client.post("/v1/partners/acme/keys", headers=auth,
-                      json={"name": "acme-ci", "scopes": ["read"]}).get_json()
+def test_partner_page_lists_keys_revokes_one_and_opens_the_portal(
+    ui, client, auth, scene, runtime, app
+):
+    key = client.post(
+        "/v1/partners/acme/keys", headers=auth, json={"name": "acme-ci", "scopes": ["read"]}
+    ).get_json()
     assert key["partner"] == "acme" and key["key"].startswith(key["prefix"])
     make_partner(client, auth, "globex")
     assert "globex" in ui.get("/ui/partners").text
     page = ui.get("/ui/partners/acme").text
     assert "acme-ci" in page and "read" in page and key["key"] not in page
     assert "Nothing done in the portal yet" in page
-    revoked = ui.post(f"/ui/keys/{key['id']}/revoke",
-                      data={"csrf_token": token(ui, "/ui/partners/acme")})
+    revoked = ui.post(
+        f"/ui/keys/{key['id']}/revoke", data={"csrf_token": token(ui, "/ui/partners/acme")}
+    )
     assert revoked.headers["Location"] == "/ui/partners/acme"
     with runtime.db.begin() as session:
         assert session.get_one(ApiKey, key["id"]).revoked_at is not None
     clear_cache()  # this process saw the key before: what every process does within 1 s
-    assert client.get("/v1/me", headers={"Authorization": f"Bearer {key['key']}"}
-                      ).status_code == 401
-    made = ui.post("/ui/partners/acme/portal-link",
-                   data={"csrf_token": token(ui, "/ui/partners/acme")})
+    assert (
+        client.get("/v1/me", headers={"Authorization": f"Bearer {key['key']}"}).status_code == 401
+    )
+    made = ui.post(
+        "/ui/partners/acme/portal-link", data={"csrf_token": token(ui, "/ui/partners/acme")}
+    )
     assert made.status_code == 200 and "opens acme" in made.text
     link = _LINK.search(made.text).group(1)
     partner_browser = app.test_client()
@@ -187,21 +216,23 @@ def test_partner_page_lists_keys_revokes_one_and_opens_the_portal(ui, client, au
     home = partner_browser.get("/portal/")
     assert home.status_code == 200
     csrf = re.search(r'name="csrf_token" value="([^"]+)"', home.text).group(1)
-    partner_browser.post(f"/portal/endpoints/{scene[0].endpoint_id}/secret/reveal",
-                         data={"csrf_token": csrf})
+    partner_browser.post(
+        f"/portal/endpoints/{scene[0].endpoint_id}/secret/reveal", data={"csrf_token": csrf}
+    )
     activity = ui.get("/ui/partners/acme").text
     assert "portal.signed_in" in activity and "endpoint.secret_revealed" in activity
     with runtime.db.begin() as session:
-        created = session.scalars(select(AuditRecord).where(
-            AuditRecord.action == "portal_link.created")).one()
+        created = session.scalars(
+            select(AuditRecord).where(AuditRecord.action == "portal_link.created")
+        ).one()
         assert created.actor == f"operator:{EMAIL}"
-        signed_in = session.scalars(select(AuditRecord).where(
-            AuditRecord.action == "portal.signed_in")).one()
+        signed_in = session.scalars(
+            select(AuditRecord).where(AuditRecord.action == "portal.signed_in")
+        ).one()
         assert signed_in.details["link_created_by"] == f"operator:{EMAIL}"
 
 
-def test_a_pull_endpoint_page_shows_its_mode_and_lag_and_edits_without_a_url(ui, client,
-                                                                              runtime):
+def test_a_pull_endpoint_page_shows_its_mode_and_lag_and_edits_without_a_url(ui, client, runtime):
     from tests.support.publish import make_endpoint, make_event_type, order
 
     with runtime.db.begin() as session:
@@ -211,16 +242,25 @@ def test_a_pull_endpoint_page_shows_its_mode_and_lag_and_edits_without_a_url(ui,
     make_partner(client, auth, "acme")
     pull = make_endpoint(client, auth, url=None, mode="pull")
     for n in range(2):
-        assert client.post("/v1/partners/acme/events", headers=auth,
-                           json=order(f"o-{n}")).status_code == 202
+        assert (
+            client.post("/v1/partners/acme/events", headers=auth, json=order(f"o-{n}")).status_code
+            == 202
+        )
     url = f"/ui/endpoints/{pull['id']}"
     page = ui.get(url).text
     assert re.search(r'data-testid="mode">pull', page)
     assert re.search(r'data-testid="lag">2 events, the oldest', page)
     form = ui.get(f"{url}/edit").text
     assert 'data-testid="pull-note"' in form and 'name="url"' not in form
-    saved = ui.post(f"{url}/edit", data={"csrf_token": token(ui, url), "all_types": "1",
-                                         "timeout_s": "5", "description": "poller"})
+    saved = ui.post(
+        f"{url}/edit",
+        data={
+            "csrf_token": token(ui, url),
+            "all_types": "1",
+            "timeout_s": "5",
+            "description": "poller",
+        },
+    )
     assert saved.status_code == 302, saved.text
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, pull["id"])
@@ -228,15 +268,32 @@ def test_a_pull_endpoint_page_shows_its_mode_and_lag_and_edits_without_a_url(ui,
 
 
 def test_ordering_is_set_in_the_endpoint_form_and_blocked_keys_are_released_from_the_page(
-        ui, scene, runtime):
+    ui, scene, runtime
+):
     made, ids, delivery_ids = scene
     url = f"/ui/endpoints/{made.endpoint_id}"
-    saved = ui.post(f"{url}/edit", data={
-        "csrf_token": token(ui, url), "url": "http://127.0.0.1:9/hook", "all_types": "1",
-        "timeout_s": "7", "ordering": "key", "on_dead": "block"})
+    saved = ui.post(
+        f"{url}/edit",
+        data={
+            "csrf_token": token(ui, url),
+            "url": "http://127.0.0.1:9/hook",
+            "all_types": "1",
+            "timeout_s": "7",
+            "ordering": "key",
+            "on_dead": "block",
+        },
+    )
     assert saved.status_code == 302, saved.text
-    bad = ui.post(f"{url}/edit", data={"csrf_token": token(ui, url), "url": "http://127.0.0.1:9/",
-                                       "all_types": "1", "timeout_s": "7", "ordering": "fifo"})
+    bad = ui.post(
+        f"{url}/edit",
+        data={
+            "csrf_token": token(ui, url),
+            "url": "http://127.0.0.1:9/",
+            "all_types": "1",
+            "timeout_s": "7",
+            "ordering": "fifo",
+        },
+    )
     assert bad.status_code == 422 and 'data-testid="error-ordering"' in bad.text
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, made.endpoint_id)
@@ -248,8 +305,10 @@ def test_ordering_is_set_in_the_endpoint_form_and_blocked_keys_are_released_from
     page = ui.get(url).text
     assert "Blocked keys" in page and 'data-testid="blocked-keys"' in page
     assert "order:1" in page and f"/ui/dead-letters/{ids[0]}/discard" in page
-    discarded = ui.post(f"/ui/dead-letters/{ids[0]}/discard",
-                        data={"csrf_token": token(ui, url), "note": "release the key"})
+    discarded = ui.post(
+        f"/ui/dead-letters/{ids[0]}/discard",
+        data={"csrf_token": token(ui, url), "note": "release the key"},
+    )
     assert discarded.status_code == 302
     # The key now stops at the second letter, which is the new head.
     page = ui.get(url).text
@@ -257,33 +316,38 @@ def test_ordering_is_set_in_the_endpoint_form_and_blocked_keys_are_released_from
     assert f"/ui/dead-letters/{ids[0]}/discard" not in page
 
 
-def test_blocked_keys_stay_on_the_endpoint_page_after_ordering_is_turned_off(ui, auth,
-                                                                             runtime):
+def test_blocked_keys_stay_on_the_endpoint_page_after_ordering_is_turned_off(ui, auth, runtime):
     """The gate holds every numbered delivery whatever `ordering` says now, so the page
     must show the keys too."""
     make_event_type(ui, auth)
     make_partner(ui, auth, "acme")
     held = blocked_endpoint(ui, auth, keys=("stock:1", "stock:2"))
-    assert ui.patch(f"/v1/partners/acme/endpoints/{held['id']}", headers=auth,
-                    json={"ordering": "none"}).status_code == 200
+    assert (
+        ui.patch(
+            f"/v1/partners/acme/endpoints/{held['id']}", headers=auth, json={"ordering": "none"}
+        ).status_code
+        == 200
+    )
     page = ui.get(f"/ui/endpoints/{held['id']}").text
     assert 'data-testid="blocked-keys"' in page
     assert "stock:1" in page and "stock:2" in page
     assert "Ordering is off for deliveries made from now on" in page
     # The dashboard names the endpoints that hold keys.
     dashboard = ui.get("/ui/").text
-    assert re.search(rf'{held["id"]}</a>: 2 keys held', dashboard)
+    assert re.search(rf"{held['id']}</a>: 2 keys held", dashboard)
 
 
-def test_enabling_a_blocking_endpoint_offers_to_resend_what_it_parked(ui, auth, runtime,
-                                                                      redis_client):
+def test_enabling_a_blocking_endpoint_offers_to_resend_what_it_parked(
+    ui, auth, runtime, redis_client
+):
     make_event_type(ui, auth)
     make_partner(ui, auth, "acme")
     held = blocked_endpoint(ui, auth, keys=("stock:1",), per_key=3)
     url = f"/ui/endpoints/{held['id']}"
     assert 'data-testid="parked-hold-keys"' in ui.get(url).text
-    enabled = ui.post(f"{url}/enable", data={"csrf_token": token(ui, url)},
-                      follow_redirects=True).text
+    enabled = ui.post(
+        f"{url}/enable", data={"csrf_token": token(ui, url)}, follow_redirects=True
+    ).text
     assert "hold their ordering keys" in enabled and "Resend everything parked" in enabled
     assert 'data-testid="parked-hold-keys"' in enabled  # the offer stays after enabling
     resent = ui.post(f"{url}/resend-parked", data={"csrf_token": token(ui, url)})
@@ -291,37 +355,40 @@ def test_enabling_a_blocking_endpoint_offers_to_resend_what_it_parked(ui, auth, 
     (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
     job.perform()
     with runtime.db.begin() as session:
-        letters = session.scalars(select(DeadLetter.state).where(
-            DeadLetter.endpoint_id == held["id"])).all()
+        letters = session.scalars(
+            select(DeadLetter.state).where(DeadLetter.endpoint_id == held["id"])
+        ).all()
         assert sorted(letters) == ["resent"] * 3
-        trail = session.execute(select(AuditRecord.action, AuditRecord.actor, AuditRecord.details)
-                                .where(AuditRecord.subject_id == held["id"],
-                                       AuditRecord.action == "endpoint.parked_resent")).all()
+        trail = session.execute(
+            select(AuditRecord.action, AuditRecord.actor, AuditRecord.details).where(
+                AuditRecord.subject_id == held["id"], AuditRecord.action == "endpoint.parked_resent"
+            )
+        ).all()
         assert [(a, actor, d["letters"]) for a, actor, d in trail] == [
-            ("endpoint.parked_resent", f"operator:{EMAIL}", 3)]
+            ("endpoint.parked_resent", f"operator:{EMAIL}", 3)
+        ]
     page = ui.get(url).text
     assert 'data-testid="parked-hold-keys"' not in page and "stock:1" not in page
 
 
-def test_a_pull_endpoint_behind_retention_shows_it_and_is_skipped_from_its_page(
-        ui, auth, runtime):
+def test_a_pull_endpoint_behind_retention_shows_it_and_is_skipped_from_its_page(ui, auth, runtime):
     make_event_type(ui, auth)
     make_partner(ui, auth, "acme")
     pull = make_endpoint(ui, auth, url=None, mode="pull")
     old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retention_days + 1))
-    assert ui.get(f"/v1/partners/acme/feed?endpoint={pull['id']}",
-                  headers=auth).status_code == 410
+    assert ui.get(f"/v1/partners/acme/feed?endpoint={pull['id']}", headers=auth).status_code == 410
     url = f"/ui/endpoints/{pull['id']}"
     assert re.search(r'data-testid="backlog-expired"><strong>1 of them', ui.get(url).text)
-    skipped = ui.post(f"{url}/skip-expired", data={"csrf_token": token(ui, url)},
-                      follow_redirects=True).text
+    skipped = ui.post(
+        f"{url}/skip-expired", data={"csrf_token": token(ui, url)}, follow_redirects=True
+    ).text
     assert "Skipped 1 event(s) past retention" in skipped
     assert 'data-testid="backlog-expired"' not in skipped
     with runtime.db.begin() as session:
-        assert session.scalars(select(AuditRecord.actor).where(
-            AuditRecord.action == "endpoint.backlog_skipped")).all() == [f"operator:{EMAIL}"]
-    assert ui.get(f"/v1/partners/acme/feed?endpoint={pull['id']}",
-                  headers=auth).status_code == 200
+        assert session.scalars(
+            select(AuditRecord.actor).where(AuditRecord.action == "endpoint.backlog_skipped")
+        ).all() == [f"operator:{EMAIL}"]
+    assert ui.get(f"/v1/partners/acme/feed?endpoint={pull['id']}", headers=auth).status_code == 200
 
 
 def test_the_figures_over_every_partner_are_not_for_a_partner_bound_actor(runtime):

@@ -31,29 +31,42 @@ class Api:
 
 def _kurir(*args: str, env: dict[str, str]) -> str:
     kurir = Path(sys.executable).with_name("kurir")
-    done = subprocess.run([str(kurir), *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    done = subprocess.run(
+        [str(kurir), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
-def serve_api(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
-              *extra_args: str) -> Iterator[Api]:
+def serve_api(
+    tmp_path_factory: pytest.TempPathFactory, redis_url: str, *extra_args: str
+) -> Iterator[Api]:
     """Migrate, make an admin and a read-only key, start `kurir api`, create a partner
     `acme` and a GitHub-signed inbound source `shop`; stop it (SIGTERM) afterwards."""
     data = tmp_path_factory.mktemp("kurir-api")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("KURIR_") and k not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(DATABASE_URL=f"sqlite:///{data / 'kurir.db'}", REDIS_URL=redis_url,
-               KURIR_DATA_DIR=str(data), KURIR_SECRET_KEY="api-process-test-secret")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("KURIR_") and k not in {"DATABASE_URL", "REDIS_URL"}
+    }
+    env.update(
+        DATABASE_URL=f"sqlite:///{data / 'kurir.db'}",
+        REDIS_URL=redis_url,
+        KURIR_DATA_DIR=str(data),
+        KURIR_SECRET_KEY="api-process-test-secret",
+    )
     _kurir("db", "upgrade", env=env)
     admin = _kurir("keys", "create", "--name", "admin", env=env).strip().splitlines()[-1]
-    reader = _kurir("keys", "create", "--name", "reader", "--scope", "read",
-                    env=env).strip().splitlines()[-1]
+    reader = (
+        _kurir("keys", "create", "--name", "reader", "--scope", "read", env=env)
+        .strip()
+        .splitlines()[-1]
+    )
     port = free_port()
     kurir = Path(sys.executable).with_name("kurir")
-    process = subprocess.Popen([str(kurir), "api", "--port", str(port), *extra_args],
-                               env=env, start_new_session=True)
+    process = subprocess.Popen(
+        [str(kurir), "api", "--port", str(port), *extra_args], env=env, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -67,11 +80,24 @@ def serve_api(tmp_path_factory: pytest.TempPathFactory, redis_url: str,
             assert time.monotonic() < deadline, "kurir api did not come up"
             time.sleep(0.2)
         bearer = {"Authorization": f"Bearer {admin}"}
-        assert requests.post(f"{url}/v1/partners", json={"uid": "acme", "name": "Acme"},
-                             headers=bearer, timeout=10).status_code == 201
-        assert requests.post(f"{url}/v1/sources", headers=bearer, timeout=10, json={
-            "name": "shop", "scheme": "github", "secret": "github-webhook-secret"},
-        ).status_code == 201
+        assert (
+            requests.post(
+                f"{url}/v1/partners",
+                json={"uid": "acme", "name": "Acme"},
+                headers=bearer,
+                timeout=10,
+            ).status_code
+            == 201
+        )
+        assert (
+            requests.post(
+                f"{url}/v1/sources",
+                headers=bearer,
+                timeout=10,
+                json={"name": "shop", "scheme": "github", "secret": "github-webhook-secret"},
+            ).status_code
+            == 201
+        )
         yield Api(url, admin, reader, process.pid)
     finally:
         stop_group(process)

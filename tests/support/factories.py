@@ -35,15 +35,32 @@ def make_partner(session: Session, uid: str | None = None, name: str | None = No
     return partner
 
 
-def make_endpoint(session: Session, partner: Partner, url: str, box: SecretBox, *,
-                  secret: str | None = None, headers: dict[str, str] | None = None,
-                  timeout_s: int = 15, rate_limit_per_s: int | None = None,
-                  event_types: list[str] | None = None, state: str = "enabled",
-                  **fields: Any) -> Endpoint:
+def make_endpoint(
+    session: Session,
+    partner: Partner,
+    url: str,
+    box: SecretBox,
+    *,
+    secret: str | None = None,
+    headers: dict[str, str] | None = None,
+    timeout_s: int = 15,
+    rate_limit_per_s: int | None = None,
+    event_types: list[str] | None = None,
+    state: str = "enabled",
+    **fields: Any,
+) -> Endpoint:
     """An endpoint with one encrypted signing secret (`endpoint.test_secret` holds it)."""
-    endpoint = Endpoint(id=new_id("ep"), partner=partner, url=url, headers=headers or {},
-                        timeout_s=timeout_s, rate_limit_per_s=rate_limit_per_s,
-                        event_types=event_types, state=state, **fields)
+    endpoint = Endpoint(
+        id=new_id("ep"),
+        partner=partner,
+        url=url,
+        headers=headers or {},
+        timeout_s=timeout_s,
+        rate_limit_per_s=rate_limit_per_s,
+        event_types=event_types,
+        state=state,
+        **fields,
+    )
     session.add(endpoint)
     session.flush()
     secret = secret or generate_secret()
@@ -57,48 +74,89 @@ def event_payload(event: Event, partner_uid: str) -> str:
     """The exact body a partner receives, as the publish API writes it."""
     resource = None
     if event.resource_type or event.resource_id:
-        resource = {"type": event.resource_type, "id": event.resource_id,
-                    "version": event.resource_version}
-    return json.dumps({
-        "id": event.id, "type": event.type, "version": event.version,
-        "occurred_at": isoformat(event.occurred_at), "partner": partner_uid,
-        "resource": resource, "correlation_id": event.correlation_id, "data": event.data,
-    }, separators=(",", ":"))
+        resource = {
+            "type": event.resource_type,
+            "id": event.resource_id,
+            "version": event.resource_version,
+        }
+    return json.dumps(
+        {
+            "id": event.id,
+            "type": event.type,
+            "version": event.version,
+            "occurred_at": isoformat(event.occurred_at),
+            "partner": partner_uid,
+            "resource": resource,
+            "correlation_id": event.correlation_id,
+            "data": event.data,
+        },
+        separators=(",", ":"),
+    )
 
 
-def make_event(session: Session, partner: Partner, *, type: str = "payment.succeeded",
-               version: int = 1, data: dict[str, Any] | None = None,
-               occurred_at: datetime | None = None) -> Event:
-    event = Event(id=new_id("evt"), partner_id=partner.id, type=type, version=version,
-                  data=data if data is not None else {"amount": 100},
-                  occurred_at=occurred_at or utcnow(), payload="")
+def make_event(
+    session: Session,
+    partner: Partner,
+    *,
+    type: str = "payment.succeeded",
+    version: int = 1,
+    data: dict[str, Any] | None = None,
+    occurred_at: datetime | None = None,
+) -> Event:
+    event = Event(
+        id=new_id("evt"),
+        partner_id=partner.id,
+        type=type,
+        version=version,
+        data=data if data is not None else {"amount": 100},
+        occurred_at=occurred_at or utcnow(),
+        payload="",
+    )
     event.payload = event_payload(event, partner.uid)
     session.add(event)
     return event
 
 
-def make_event_with_deliveries(session: Session, partner: Partner,
-                               endpoints: Sequence[Endpoint], *, state: str = PENDING,
-                               next_attempt_at: datetime | None = None,
-                               **event_fields: Any) -> tuple[Event, list[Delivery]]:
+def make_event_with_deliveries(
+    session: Session,
+    partner: Partner,
+    endpoints: Sequence[Endpoint],
+    *,
+    state: str = PENDING,
+    next_attempt_at: datetime | None = None,
+    **event_fields: Any,
+) -> tuple[Event, list[Delivery]]:
     """One event and one due delivery per endpoint, as a publish would commit them."""
     event = make_event(session, partner, **event_fields)
     now = utcnow()
-    deliveries = [Delivery(id=new_id("dlv"), event_id=event.id, endpoint_id=endpoint.id,
-                           state=state, next_attempt_at=next_attempt_at or now)
-                  for endpoint in endpoints]
+    deliveries = [
+        Delivery(
+            id=new_id("dlv"),
+            event_id=event.id,
+            endpoint_id=endpoint.id,
+            state=state,
+            next_attempt_at=next_attempt_at or now,
+        )
+        for endpoint in endpoints
+    ]
     session.add_all(deliveries)
     session.flush()
     return event, deliveries
 
 
-def make_events(session: Session, partner: Partner, endpoints: Sequence[Endpoint],
-                count: int, **event_fields: Any) -> list[str]:
+def make_events(
+    session: Session,
+    partner: Partner,
+    endpoints: Sequence[Endpoint],
+    count: int,
+    **event_fields: Any,
+) -> list[str]:
     """`count` events fanned out to `endpoints`; returns every delivery id, in order."""
     ids: list[str] = []
     for i in range(count):
-        _, deliveries = make_event_with_deliveries(session, partner, endpoints,
-                                                   data={"n": i}, **event_fields)
+        _, deliveries = make_event_with_deliveries(
+            session, partner, endpoints, data={"n": i}, **event_fields
+        )
         ids.extend(d.id for d in deliveries)
     return ids
 
@@ -130,8 +188,11 @@ class Receiver:
     receiver closes), like a partner that hangs.
     """
 
-    def __init__(self, reply: Callable[[Received, int], Reply | None] | None = None,
-                 hang_paths: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        reply: Callable[[Received, int], Reply | None] | None = None,
+        hang_paths: Sequence[str] = (),
+    ) -> None:
         self.requests: list[Received] = []
         self.reply = reply
         self.hang_paths = set(hang_paths)
@@ -149,8 +210,13 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
-                item = Received(self.path, {k.lower(): v for k, v in self.headers.items()},
-                                body, time.time(), self.client_address[1])
+                item = Received(
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                    time.time(),
+                    self.client_address[1],
+                )
                 with receiver.lock:
                     receiver.requests.append(item)
                     count = receiver.counts[self.path] = receiver.counts.get(self.path, 0) + 1
@@ -196,12 +262,17 @@ class Receiver:
 
     def event_ids(self, path: str | None = None) -> list[str]:
         with self.lock:
-            return [r.headers["webhook-id"] for r in self.requests
-                    if path is None or r.path == path]
+            return [
+                r.headers["webhook-id"] for r in self.requests if path is None or r.path == path
+            ]
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0,
-             interval_s: float = 0.02, message: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout_s: float = 30.0,
+    interval_s: float = 0.02,
+    message: str = "condition",
+) -> Any:
     """Poll until `predicate()` is truthy; a deadline, not a sleep, bounds the test."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -216,21 +287,26 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0,
 # ------------------------------------------------------------------------------- processes
 
 
-def _joined(thread: threading.Thread, timeout_s: float, what: str,
-            exc_type: type[BaseException] | None) -> None:
+def _joined(
+    thread: threading.Thread, timeout_s: float, what: str, exc_type: type[BaseException] | None
+) -> None:
     """Join `thread`; one still running would go on into the next test, so that fails loudly
     (unless the test is already failing: its own error matters more)."""
     thread.join(timeout_s)
     if thread.is_alive() and exc_type is None:
-        raise AssertionError(f"{what} did not stop within {timeout_s}s; where every thread "
-                             f"stands:\n{_thread_stacks()}")
+        raise AssertionError(
+            f"{what} did not stop within {timeout_s}s; where every thread "
+            f"stands:\n{_thread_stacks()}"
+        )
 
 
 def _thread_stacks() -> str:
     """Every live thread's stack, for a thread that would not stop (which wait held it)."""
     names = {t.ident: t.name for t in threading.enumerate()}
-    return "\n".join(f"--- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
-                     for ident, frame in sys._current_frames().items())
+    return "\n".join(
+        f"--- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    )
 
 
 class WorkerThread:
@@ -240,8 +316,9 @@ class WorkerThread:
         from app.processes.worker import run_worker
 
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=run_worker, args=(runtime,),
-                                       kwargs={"stop": self.stop}, daemon=True)
+        self.thread = threading.Thread(
+            target=run_worker, args=(runtime,), kwargs={"stop": self.stop}, daemon=True
+        )
 
     def __enter__(self) -> WorkerThread:
         self.thread.start()
@@ -285,17 +362,24 @@ class WorkerProcess:
     """A real `kurir worker` process on the test's stores (SIGKILL it with `.kill()`)."""
 
     def __init__(self, settings: Any, log_path: Any, **env: str) -> None:
-        self.env = dict(os.environ, DATABASE_URL=settings.database_url,
-                        REDIS_URL=settings.redis_url, KURIR_SECRET_KEY=settings.secret_key,
-                        KURIR_DATA_DIR=str(settings.data_dir), KURIR_ALLOW_PRIVATE_TARGETS="1",
-                        KURIR_LOG_LEVEL="info", **env)
+        self.env = dict(
+            os.environ,
+            DATABASE_URL=settings.database_url,
+            REDIS_URL=settings.redis_url,
+            KURIR_SECRET_KEY=settings.secret_key,
+            KURIR_DATA_DIR=str(settings.data_dir),
+            KURIR_ALLOW_PRIVATE_TARGETS="1",
+            KURIR_LOG_LEVEL="info",
+            **env,
+        )
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"],
-                                        env=self.env, stdout=log, stderr=log)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker"], env=self.env, stdout=log, stderr=log
+        )
         log.close()
         return self
 

@@ -41,7 +41,7 @@ def take_requests(buffer: bytes) -> tuple[list[RawRequest], bytes]:
                 webhook_id = value.strip()
         if len(buffer) < end + 4 + length:
             break
-        buffer = buffer[end + 4 + length:]
+        buffer = buffer[end + 4 + length :]
         method, path = head[0].split(" ")[:2]
         taken.append(RawRequest(method, path, webhook_id))
     return taken, buffer
@@ -69,8 +69,9 @@ def _receiver_main(port_queue: Any) -> None:
                     out = json.dumps(len(records) if path == "/_count" else records).encode()
                     if path == "/_dump":
                         records.clear()
-                    self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
-                                         % (len(out), out))
+                    self.transport.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(out), out)
+                    )
                     continue
                 records.append((msg_id, path, time.time()))
                 if path.startswith("/hang"):
@@ -78,8 +79,9 @@ def _receiver_main(port_queue: Any) -> None:
                 self.transport.write(ok)
 
     async def serve() -> None:
-        server = await asyncio.get_running_loop().create_server(Protocol, "127.0.0.1", 0,
-                                                                backlog=1024)
+        server = await asyncio.get_running_loop().create_server(
+            Protocol, "127.0.0.1", 0, backlog=1024
+        )
         port_queue.put(server.sockets[0].getsockname()[1])
         await server.serve_forever()
 

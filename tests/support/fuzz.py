@@ -66,8 +66,11 @@ def seeded(runtime: Runtime, app: Any, client: Any, auth: dict[str, str]) -> dic
     make_event_type(client, auth, name="order.created", version=1)
     make_partner(client, auth, uid="acme")
     endpoint = make_endpoint(client, auth, uid="acme")
-    published = client.post("/v1/partners/acme/events", headers=auth, json={
-        "type": "order.created", "version": 1, "data": {"order_id": "o1", "amount": 5}})
+    published = client.post(
+        "/v1/partners/acme/events",
+        headers=auth,
+        json={"type": "order.created", "version": 1, "data": {"order_id": "o1", "amount": 5}},
+    )
     assert published.status_code == 202, published.get_json()
     event = published.get_json()
     from app.models import Endpoint, Partner
@@ -81,10 +84,17 @@ def seeded(runtime: Runtime, app: Any, client: Any, auth: dict[str, str]) -> dic
     received = client.post("/inbound/shop", data=body, headers=headers)
     assert received.status_code == 202, received.get_json()
     inbound_id = received.get_json()["id"]
-    return {"uid": "acme", "endpoint_id": endpoint["id"], "event_id": event["id"],
-            "delivery_id": event["deliveries"][0]["id"], "letter_id": letter_id,
-            "source": "shop", "resource_id": "101", "op_id": "op_unknown",
-            "inbound_event_id": inbound_id}
+    return {
+        "uid": "acme",
+        "endpoint_id": endpoint["id"],
+        "event_id": event["id"],
+        "delivery_id": event["deliveries"][0]["id"],
+        "letter_id": letter_id,
+        "source": "shop",
+        "resource_id": "101",
+        "op_id": "op_unknown",
+        "inbound_event_id": inbound_id,
+    }
 
 
 def known_path_parameters(path: str, seeded: dict[str, str]) -> dict[str, Any]:

@@ -34,8 +34,17 @@ from urllib.parse import parse_qs, urlsplit
 
 GIB = 1 << 30
 MIB = 1 << 20
-HOSTILE_PATHS = ("/trickle", "/huge", "/gzip-bomb", "/many-headers", "/huge-header",
-                 "/silent", "/garbage", "/redirect-loop", "/close-mid")
+HOSTILE_PATHS = (
+    "/trickle",
+    "/huge",
+    "/gzip-bomb",
+    "/many-headers",
+    "/huge-header",
+    "/silent",
+    "/garbage",
+    "/redirect-loop",
+    "/close-mid",
+)
 _MAX_REQUEST_HEAD = 64 * 1024
 
 
@@ -76,10 +85,15 @@ class HostileServer:
         self._open: set[socket.socket] = set()
         self._thread = threading.Thread(target=self._serve, name="hostile-accept", daemon=True)
         self._behaviours: dict[str, Callable[[socket.socket, str], bool]] = {
-            "/trickle": self._trickle, "/huge": self._huge, "/gzip-bomb": self._gzip_bomb,
-            "/many-headers": self._many_headers, "/huge-header": self._huge_header,
-            "/silent": self._silent, "/garbage": self._garbage,
-            "/redirect-loop": self._redirect_loop, "/close-mid": self._close_mid,
+            "/trickle": self._trickle,
+            "/huge": self._huge,
+            "/gzip-bomb": self._gzip_bomb,
+            "/many-headers": self._many_headers,
+            "/huge-header": self._huge_header,
+            "/silent": self._silent,
+            "/garbage": self._garbage,
+            "/redirect-loop": self._redirect_loop,
+            "/close-mid": self._close_mid,
         }
 
     def __enter__(self) -> HostileServer:
@@ -110,8 +124,9 @@ class HostileServer:
                 continue
             with self._lock:
                 self._open.add(sock)
-            threading.Thread(target=self._connection, args=(sock,), name="hostile-conn",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._connection, args=(sock,), name="hostile-conn", daemon=True
+            ).start()
 
     def _connection(self, sock: socket.socket) -> None:
         buf = b""
@@ -138,7 +153,7 @@ class HostileServer:
         for i in range(len(data)):
             if self.stopping.wait(every_s):
                 return
-            sock.sendall(data[i:i + 1])
+            sock.sendall(data[i : i + 1])
 
     # ------------------------------------------------------------------ behaviours
 
@@ -154,8 +169,10 @@ class HostileServer:
         return False
 
     def _huge(self, sock: socket.socket, path: str) -> bool:
-        sock.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/octet-stream\r\n"
-                     b"Content-Length: %d\r\n\r\n" % (_status(path), GIB))
+        sock.sendall(
+            b"HTTP/1.1 %d X\r\nContent-Type: application/octet-stream\r\n"
+            b"Content-Length: %d\r\n\r\n" % (_status(path), GIB)
+        )
         block = b"H" * (64 * 1024)
         for _ in range(GIB // len(block)):
             if self.stopping.is_set():
@@ -165,8 +182,10 @@ class HostileServer:
 
     def _gzip_bomb(self, sock: socket.socket, path: str) -> bool:
         bomb = gzip_bomb()
-        sock.sendall(b"HTTP/1.1 %d X\r\nContent-Encoding: gzip\r\nContent-Type: text/plain\r\n"
-                     b"Content-Length: %d\r\n\r\n" % (_status(path), len(bomb)) + bomb)
+        sock.sendall(
+            b"HTTP/1.1 %d X\r\nContent-Encoding: gzip\r\nContent-Type: text/plain\r\n"
+            b"Content-Length: %d\r\n\r\n" % (_status(path), len(bomb)) + bomb
+        )
         return True
 
     def _many_headers(self, sock: socket.socket, path: str) -> bool:
@@ -175,8 +194,9 @@ class HostileServer:
         return True
 
     def _huge_header(self, sock: socket.socket, path: str) -> bool:
-        sock.sendall(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * MIB + b"\r\n"
-                     b"Content-Length: 2\r\n\r\nok")
+        sock.sendall(
+            b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * MIB + b"\r\nContent-Length: 2\r\n\r\nok"
+        )
         return True
 
     def _silent(self, sock: socket.socket, path: str) -> bool:
@@ -195,8 +215,10 @@ class HostileServer:
         return False
 
     def _redirect_loop(self, sock: socket.socket, path: str) -> bool:
-        sock.sendall(b"HTTP/1.1 302 Found\r\nLocation: %s%s\r\nContent-Length: 0\r\n\r\n"
-                     % (self.url.encode(), path.encode()))
+        sock.sendall(
+            b"HTTP/1.1 302 Found\r\nLocation: %s%s\r\nContent-Length: 0\r\n\r\n"
+            % (self.url.encode(), path.encode())
+        )
         return True
 
     def _close_mid(self, sock: socket.socket, path: str) -> bool:

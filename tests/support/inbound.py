@@ -43,8 +43,15 @@ def create_source(runtime: Runtime, name: str, scheme: str, **options: Any) -> s
     # As the operator's command line does: handlers may be given as module paths.
     options.setdefault("allow_handler_paths", True)
     with runtime.db.begin() as session:
-        source = sources.create_source(session, runtime.secret_box, runtime.settings,
-                                       name=name, scheme=scheme, secrets=secrets, **options)
+        source = sources.create_source(
+            session,
+            runtime.secret_box,
+            runtime.settings,
+            name=name,
+            scheme=scheme,
+            secrets=secrets,
+            **options,
+        )
         return source.id
 
 
@@ -52,35 +59,54 @@ def iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
-def callback(scheme: str, *, event_id: str, resource_id: str, version: int | None = None,
-             status: str = "created", event_type: str | None = None,
-             occurred: float | None = None) -> tuple[bytes, list[tuple[str, str]]]:
+def callback(
+    scheme: str,
+    *,
+    event_id: str,
+    resource_id: str,
+    version: int | None = None,
+    status: str = "created",
+    event_type: str | None = None,
+    occurred: float | None = None,
+) -> tuple[bytes, list[tuple[str, str]]]:
     """A body in the shape the scheme's preset mapping reads, and its unsigned headers."""
     occurred = time.time() if occurred is None else occurred
     headers: list[tuple[str, str]] = [("Content-Type", "application/json")]
     if scheme == "standard-webhooks":
         doc: dict[str, Any] = {
-            "id": event_id, "type": event_type or f"payment.{status}", "version": 1,
-            "occurred_at": iso(occurred), "partner": "acme",
+            "id": event_id,
+            "type": event_type or f"payment.{status}",
+            "version": 1,
+            "occurred_at": iso(occurred),
+            "partner": "acme",
             "resource": {"type": "payment", "id": resource_id, "version": version},
             "data": {"status": status, "note": "caf\u00e9 \u2603"},
         }
         headers.append(("webhook-id", event_id))
     elif scheme == "stripe":
-        doc = {"id": event_id, "object": "event", "type": event_type or f"payment_intent.{status}",
-               "created": int(occurred),
-               "data": {"object": {"id": resource_id, "object": "payment_intent",
-                                   "status": status}}}
+        doc = {
+            "id": event_id,
+            "object": "event",
+            "type": event_type or f"payment_intent.{status}",
+            "created": int(occurred),
+            "data": {"object": {"id": resource_id, "object": "payment_intent", "status": status}},
+        }
     elif scheme == "github":
-        doc = {"action": status, "pull_request": {"id": int(resource_id), "state": status,
-                                                  "updated_at": iso(occurred)}}
-        headers += [("X-GitHub-Delivery", event_id),
-                    ("X-GitHub-Event", event_type or "pull_request")]
+        doc = {
+            "action": status,
+            "pull_request": {"id": int(resource_id), "state": status, "updated_at": iso(occurred)},
+        }
+        headers += [
+            ("X-GitHub-Delivery", event_id),
+            ("X-GitHub-Event", event_type or "pull_request"),
+        ]
     elif scheme == "shopify":
         doc = {"id": int(resource_id), "financial_status": status, "updated_at": iso(occurred)}
-        headers += [("X-Shopify-Webhook-Id", event_id),
-                    ("X-Shopify-Topic", event_type or f"orders/{status}"),
-                    ("X-Shopify-Shop-Domain", "acme.myshopify.com")]
+        headers += [
+            ("X-Shopify-Webhook-Id", event_id),
+            ("X-Shopify-Topic", event_type or f"orders/{status}"),
+            ("X-Shopify-Shop-Domain", "acme.myshopify.com"),
+        ]
     else:
         raise ValueError(scheme)
     # Not json.dumps defaults: keep odd spacing so a re-serialised body would not match.
@@ -88,8 +114,14 @@ def callback(scheme: str, *, event_id: str, resource_id: str, version: int | Non
     return body, headers
 
 
-def sign(scheme: str, secret: str, body: bytes, headers: list[tuple[str, str]], *,
-         timestamp: int | None = None) -> list[tuple[str, str]]:
+def sign(
+    scheme: str,
+    secret: str,
+    body: bytes,
+    headers: list[tuple[str, str]],
+    *,
+    timestamp: int | None = None,
+) -> list[tuple[str, str]]:
     """Add the scheme's signature headers, computed as the provider computes them."""
     timestamp = int(time.time()) if timestamp is None else timestamp
     signed = list(headers)
@@ -97,8 +129,9 @@ def sign(scheme: str, secret: str, body: bytes, headers: list[tuple[str, str]], 
         msg_id = dict((k.lower(), v) for k, v in headers).get("webhook-id", "msg_test")
         if not any(k.lower() == "webhook-id" for k, _ in headers):
             signed.append(("webhook-id", msg_id))
-        signature = Webhook(secret).sign(msg_id, datetime.fromtimestamp(timestamp, tz=UTC),
-                                         body.decode())
+        signature = Webhook(secret).sign(
+            msg_id, datetime.fromtimestamp(timestamp, tz=UTC), body.decode()
+        )
         signed += [("webhook-timestamp", str(timestamp)), ("webhook-signature", signature)]
     elif scheme == "stripe":
         mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
@@ -119,14 +152,14 @@ def stripe_accepts(body: bytes, headers: list[tuple[str, str]], secret: str) -> 
     """Stripe's own verifier agrees with our header (tolerance far wider than any test)."""
     header = dict(headers)["Stripe-Signature"]
     try:
-        stripe.WebhookSignature.verify_header(body.decode(), header, secret,
-                                              tolerance=10**10)
+        stripe.WebhookSignature.verify_header(body.decode(), header, secret, tolerance=10**10)
     except stripe.SignatureVerificationError:
         return False
     return True
 
 
-def signed_callback(scheme: str, *, secret: str | None = None, timestamp: int | None = None,
-                    **fields: Any) -> tuple[bytes, list[tuple[str, str]]]:
+def signed_callback(
+    scheme: str, *, secret: str | None = None, timestamp: int | None = None, **fields: Any
+) -> tuple[bytes, list[tuple[str, str]]]:
     body, headers = callback(scheme, **fields)
     return body, sign(scheme, secret or SECRETS[scheme], body, headers, timestamp=timestamp)

@@ -17,8 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 
-def stop_groups(processes: Iterable[subprocess.Popen[Any] | None],
-                timeout_s: float = 20.0) -> None:
+def stop_groups(processes: Iterable[subprocess.Popen[Any] | None], timeout_s: float = 20.0) -> None:
     """SIGTERM every group first, so they shut down side by side, then wait for each leader;
     a group whose leader has not exited within `timeout_s` gets SIGKILL. A group that is
     already gone is no error (the leader may have died on its own)."""

@@ -57,8 +57,10 @@ def test_every_variable_is_read() -> None:
     assert settings.secret_rotation_overlap_seconds == 10
     assert settings.reconcile_cron == "*/5 * * * *"
     assert settings.log_format == "json"
-    assert settings.handler_registry == {"on_paid": "billing.hooks:on_paid",
-                                         "audit": "billing.audit:log"}
+    assert settings.handler_registry == {
+        "on_paid": "billing.hooks:on_paid",
+        "audit": "billing.audit:log",
+    }
     assert settings.trusted_proxies == ("10.0.0.0/8", "192.168.1.5")
     assert settings.cookie_secure is False
 
@@ -76,8 +78,12 @@ def test_postgresql_without_a_secret_key_is_refused_naming_the_variable() -> Non
     other's secrets: a deployment must share one."""
     with pytest.raises(ConfigError, match="KURIR_SECRET_KEY"):
         load_settings({"DATABASE_URL": "postgresql://u@db/kurir"})
-    assert load_settings({"DATABASE_URL": "postgresql://u@db/kurir",
-                          "KURIR_SECRET_KEY": "k"}).secret_key == "k"
+    assert (
+        load_settings(
+            {"DATABASE_URL": "postgresql://u@db/kurir", "KURIR_SECRET_KEY": "k"}
+        ).secret_key
+        == "k"
+    )
     assert load_settings({}).secret_key is None  # the embedded default makes its own
 
 
@@ -120,26 +126,33 @@ def test_redis_url_falls_back_to_embedded_server_file(tmp_path: Path) -> None:
     settings = load_settings({"KURIR_DATA_DIR": str(tmp_path)})
     assert settings.resolved_redis_url == "unix:///tmp/x.sock"
     assert load_settings({"KURIR_DATA_DIR": str(tmp_path / "none")}).resolved_redis_url == (
-        "redis://127.0.0.1:6379/0")
+        "redis://127.0.0.1:6379/0"
+    )
 
 
 def test_portal_settings_are_read_and_frame_ancestors_cannot_end_the_directive() -> None:
     defaults = load_settings({})
     assert (defaults.portal_title, defaults.portal_frame_ancestors) == ("Webhooks", "'none'")
     assert defaults.portal_framable is False and defaults.public_url is None
-    settings = load_settings({
-        "KURIR_PORTAL_TITLE": "Acme webhooks",
-        "KURIR_PORTAL_FRAME_ANCESTORS": "https://app.example.com  https://*.example.org:8443",
-        "KURIR_PORTAL_LINK_TTL_SECONDS": "3600",
-        "KURIR_PUBLIC_URL": "https://hooks.example.com/",
-    })
+    settings = load_settings(
+        {
+            "KURIR_PORTAL_TITLE": "Acme webhooks",
+            "KURIR_PORTAL_FRAME_ANCESTORS": "https://app.example.com  https://*.example.org:8443",
+            "KURIR_PORTAL_LINK_TTL_SECONDS": "3600",
+            "KURIR_PUBLIC_URL": "https://hooks.example.com/",
+        }
+    )
     assert settings.portal_title == "Acme webhooks"
     assert settings.portal_frame_ancestors == "https://app.example.com https://*.example.org:8443"
     assert settings.portal_framable is True
     assert settings.portal_link_ttl_seconds == 3600
     assert settings.public_url == "https://hooks.example.com"
-    for bad in ("https://a.example; script-src *", "'none' https://a.example",
-                "https://a.example,https://b.example", ""):
+    for bad in (
+        "https://a.example; script-src *",
+        "'none' https://a.example",
+        "https://a.example,https://b.example",
+        "",
+    ):
         with pytest.raises(ConfigError, match="KURIR_PORTAL_FRAME_ANCESTORS"):
             load_settings({"KURIR_PORTAL_FRAME_ANCESTORS": bad})
     with pytest.raises(ConfigError, match="KURIR_PORTAL_LINK_TTL_SECONDS"):

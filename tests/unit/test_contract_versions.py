@@ -16,24 +16,48 @@ from app.event_types import (
     reachable,
 )
 
-V1 = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}},
-      "additionalProperties": False}
-V2 = {"type": "object", "required": ["amount", "currency"],
-      "properties": {"amount": {"type": "integer"}, "currency": {"type": "string"}},
-      "additionalProperties": False}
-V3 = {"type": "object", "required": ["amount_minor", "currency"],
-      "properties": {"amount_minor": {"type": "integer"}, "currency": {"type": "string"},
-                     "fx": {"type": "number"}}}
+V1 = {
+    "type": "object",
+    "required": ["amount"],
+    "properties": {"amount": {"type": "integer"}},
+    "additionalProperties": False,
+}
+V2 = {
+    "type": "object",
+    "required": ["amount", "currency"],
+    "properties": {"amount": {"type": "integer"}, "currency": {"type": "string"}},
+    "additionalProperties": False,
+}
+V3 = {
+    "type": "object",
+    "required": ["amount_minor", "currency"],
+    "properties": {
+        "amount_minor": {"type": "integer"},
+        "currency": {"type": "string"},
+        "fx": {"type": "number"},
+    },
+}
 
 
-def family(v3_downgrade: str | None = "{amount: amount_minor, currency: currency}",
-           v2_downgrade: str | None = "{amount: amount}") -> dict[int, Version]:
+def family(
+    v3_downgrade: str | None = "{amount: amount_minor, currency: currency}",
+    v2_downgrade: str | None = "{amount: amount}",
+) -> dict[int, Version]:
     def version(n: int, schema: dict, downgrade: str | None) -> Version:
-        return Version(f"ety_{n}", n, False, None, compile_schema(schema),
-                       compile_downgrade(downgrade) if downgrade else None)
+        return Version(
+            f"ety_{n}",
+            n,
+            False,
+            None,
+            compile_schema(schema),
+            compile_downgrade(downgrade) if downgrade else None,
+        )
 
-    return {1: version(1, V1, None), 2: version(2, V2, v2_downgrade),
-            3: version(3, V3, v3_downgrade)}
+    return {
+        1: version(1, V1, None),
+        2: version(2, V2, v2_downgrade),
+        3: version(3, V3, v3_downgrade),
+    }
 
 
 DATA = {"amount_minor": 1250, "currency": "EUR", "fx": 1.1}
@@ -41,8 +65,10 @@ DATA = {"amount_minor": 1250, "currency": "EUR", "fx": 1.1}
 
 def test_a_chain_of_downgrades_makes_every_older_version():
     made = produce(family(), 3, DATA, {}, {1, 2, 3})
-    assert made == {2: ({"amount": 1250, "currency": "EUR"}, "downgrade"),
-                    1: ({"amount": 1250}, "downgrade")}
+    assert made == {
+        2: ({"amount": 1250, "currency": "EUR"}, "downgrade"),
+        1: ({"amount": 1250}, "downgrade"),
+    }
 
 
 def test_a_rendition_wins_over_the_transform_and_feeds_the_chain_below_it():
@@ -91,9 +117,17 @@ def test_a_bad_expression_does_not_compile():
 
 
 def test_a_version_too_large_to_make_names_itself():
-    loose = {1: Version("ety_1", 1, False, None, compile_schema({"type": "object"}), None),
-             2: Version("ety_2", 2, False, None, compile_schema({"type": "object"}),
-                        compile_downgrade("{a: @, b: @} | {a: @, b: @}"))}
+    loose = {
+        1: Version("ety_1", 1, False, None, compile_schema({"type": "object"}), None),
+        2: Version(
+            "ety_2",
+            2,
+            False,
+            None,
+            compile_schema({"type": "object"}),
+            compile_downgrade("{a: @, b: @} | {a: @, b: @}"),
+        ),
+    }
     data = {"note": "n" * 3000}
     assert produce(loose, 2, data, {}, {1}, max_bytes=16_000)[1][0]["a"]["b"] == data
     with pytest.raises(VersionTooLarge) as info:

@@ -32,8 +32,12 @@ def test_only_failures_add_up_without_a_reset():
     assert result.first_failure_at == at(1) and result.last_failure_at == at(2)
 
 
-def _health(failures: int, last_success: datetime | None, first_failure: datetime | None,
-            state: str = "enabled") -> Health:
+def _health(
+    failures: int,
+    last_success: datetime | None,
+    first_failure: datetime | None,
+    state: str = "enabled",
+) -> Health:
     return Health("ep_1", state, failures, last_success, first_failure)
 
 

@@ -23,11 +23,22 @@ def test_signed_headers_verify_and_carry_the_event_id():
 
 
 def test_custom_headers_cannot_override_protocol_or_framing_headers():
-    headers = request_headers("evt_1", BODY, [SECRET], {
-        "X-Tenant": "t-1", "Webhook-Id": "forged", "webhook-signature": "v1,forged",
-        "Content-Type": "text/plain", "Host": "evil", "Transfer-Encoding": "chunked",
-        "X-Split": "a\r\nInjected: yes", "User-Agent": "other",
-    }, 1614265330)
+    headers = request_headers(
+        "evt_1",
+        BODY,
+        [SECRET],
+        {
+            "X-Tenant": "t-1",
+            "Webhook-Id": "forged",
+            "webhook-signature": "v1,forged",
+            "Content-Type": "text/plain",
+            "Host": "evil",
+            "Transfer-Encoding": "chunked",
+            "X-Split": "a\r\nInjected: yes",
+            "User-Agent": "other",
+        },
+        1614265330,
+    )
     assert headers["X-Tenant"] == "t-1"
     assert headers["webhook-id"] == "evt_1"
     assert headers["content-type"] == "application/json"

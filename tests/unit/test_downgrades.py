@@ -25,16 +25,19 @@ def refused_bound(expression: str) -> str:
     return info.value.bound
 
 
-@pytest.mark.parametrize("expression", [
-    "{amount: amount_minor, currency: currency}",
-    "merge(@, {amount: amount_minor})",
-    "items[*].{sku: sku, quantity: qty}",
-    "{a: x, b: x.y, c: x.y.z}",  # nested parts: three copies of x.y.z
-    "{" + ", ".join(f"f{i}: data.f{i}" for i in range(300)) + "}",  # wide but disjoint
-    "sort_by(items, &price)[0].{sku: sku}",
-    "{a: @, b: @} | {a: @, b: @}",  # four copies: the most allowed
-    "join(', ', tags)",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "{amount: amount_minor, currency: currency}",
+        "merge(@, {amount: amount_minor})",
+        "items[*].{sku: sku, quantity: qty}",
+        "{a: x, b: x.y, c: x.y.z}",  # nested parts: three copies of x.y.z
+        "{" + ", ".join(f"f{i}: data.f{i}" for i in range(300)) + "}",  # wide but disjoint
+        "sort_by(items, &price)[0].{sku: sku}",
+        "{a: @, b: @} | {a: @, b: @}",  # four copies: the most allowed
+        "join(', ', tags)",
+    ],
+)
 def test_ordinary_downgrades_pass_the_static_screen(expression):
     compile_checked(expression)
 
@@ -67,14 +70,20 @@ def test_a_shared_value_is_sized_as_json_writes_it():
     assert meter.work < 10_000
 
 
-@pytest.mark.parametrize(("expression", "data"), [
-    # Copies nothing from its input (no static count sees it): 600 x 10 x 10 zeros.
-    ("map(&map(&`[0,0,0,0,0,0,0,0,0,0]`, `[0,0,0,0,0,0,0,0,0,0]`), "
-     "`[" + ",".join(["0"] * 600) + "]`) | [*][*][*]", {}),
-    ("|".join(["join('', [@, @, @, @])"] * 8), "x" * 100),  # sized before it is joined
-    ("to_string(" + "|".join(["[@, @]"] * 20) + ")", {"x": 1}),  # sized before it is written
-    ("[" + ", ".join(["items[]"] * 12) + "][][][]", {"items": list(range(3000))}),
-])
+@pytest.mark.parametrize(
+    ("expression", "data"),
+    [
+        # Copies nothing from its input (no static count sees it): 600 x 10 x 10 zeros.
+        (
+            "map(&map(&`[0,0,0,0,0,0,0,0,0,0]`, `[0,0,0,0,0,0,0,0,0,0]`), "
+            "`[" + ",".join(["0"] * 600) + "]`) | [*][*][*]",
+            {},
+        ),
+        ("|".join(["join('', [@, @, @, @])"] * 8), "x" * 100),  # sized before it is joined
+        ("to_string(" + "|".join(["[@, @]"] * 20) + ")", {"x": 1}),  # sized before it is written
+        ("[" + ", ".join(["items[]"] * 12) + "][][][]", {"items": list(range(3000))}),
+    ],
+)
 def test_materialising_functions_are_stopped_before_they_build(expression, data):
     with pytest.raises(TooLarge) as info:
         run(compile_expression(expression), data, Meter(LIMIT))
@@ -98,11 +107,18 @@ def test_equality_of_two_built_values_is_charged():
 
 
 def test_results_are_the_plain_jmespath_results():
-    data = {"amount_minor": 1250, "currency": "EUR", "items": [{"sku": "a", "price": 2},
-                                                               {"sku": "b", "price": 1}]}
-    for expression in ("{amount: amount_minor, currency: currency}",
-                       "sort_by(items, &price)[*].sku", "to_string(items[0])",
-                       "items[?price > `1`].sku | [0]", "join('-', items[*].sku)"):
+    data = {
+        "amount_minor": 1250,
+        "currency": "EUR",
+        "items": [{"sku": "a", "price": 2}, {"sku": "b", "price": 1}],
+    }
+    for expression in (
+        "{amount: amount_minor, currency: currency}",
+        "sort_by(items, &price)[*].sku",
+        "to_string(items[0])",
+        "items[?price > `1`].sku | [0]",
+        "join('-', items[*].sku)",
+    ):
         parsed = compile_expression(expression)
         assert run(parsed, data, Meter(LIMIT)) == parsed.search(data)
 
@@ -115,4 +131,5 @@ def test_a_type_error_is_a_failure_not_a_crash():
 def test_encoded_size_is_the_exact_utf8_json_length():
     value = {"note": "é", "n": [1, 2.5, None]}
     assert downgrades.encoded_size(value) == len(
-        json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    )

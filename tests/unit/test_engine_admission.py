@@ -19,8 +19,9 @@ from sender.ratelimit import RateLimiter
 def make_admission(ledger: Ledger) -> Admission:
     # Nothing here talks to Redis: the client never connects (port 1 would refuse).
     connection = redis.Redis(host="127.0.0.1", port=1)
-    return Admission(ledger, connection, RateLimiter(connection), random.Random(1),
-                     fast_cap=4, slow_cap=1)
+    return Admission(
+        ledger, connection, RateLimiter(connection), random.Random(1), fast_cap=4, slow_cap=1
+    )
 
 
 def answer(duration_ms: int, status: int | None = 200, error: str | None = None) -> AttemptResult:

@@ -714,15 +714,20 @@ def test_an_answer_that_is_not_http_is_a_protocol_error(
     assert result.error == "protocol_error" and result.status is None
 
 
-@pytest.mark.parametrize("head", [
-    b"".join(b"X-Flood-%d: 1\r\n" % i for i in range(10_000)),
-    b"X-Huge: " + b"h" * (1024 * 1024) + b"\r\n",
-], ids=["10k-headers", "1MiB-header"])
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"".join(b"X-Flood-%d: 1\r\n" % i for i in range(10_000)),
+        b"X-Huge: " + b"h" * (1024 * 1024) + b"\r\n",
+    ],
+    ids=["10k-headers", "1MiB-header"],
+)
 def test_a_header_flood_is_a_protocol_error(
     serve: Callable[..., RawServer], transport: Transport, head: bytes
 ) -> None:
-    server = serve(lambda c, s: c.send(b"HTTP/1.1 200 OK\r\n" + head
-                                       + b"Content-Length: 2\r\n\r\nok") or False)
+    server = serve(
+        lambda c, s: c.send(b"HTTP/1.1 200 OK\r\n" + head + b"Content-Length: 2\r\n\r\nok") or False
+    )
     result = transport.post(server.url(), BODY, HEADERS, 5, LOCAL)
     assert result.error == "protocol_error" and not result.ok
 
@@ -731,8 +736,9 @@ def test_broken_chunk_framing_is_a_protocol_error(
     serve: Callable[..., RawServer], transport: Transport
 ) -> None:
     def handler(conn: Conn, seen: Seen) -> bool:
-        conn.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                  b"5\r\nhello\r\nnot-a-size\r\n")
+        conn.send(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nnot-a-size\r\n"
+        )
         return False
 
     server = serve(handler)

@@ -388,14 +388,24 @@ def test_an_unusable_v1_entry_does_not_spoil_a_matching_one() -> None:
     mine = dict(sign_standard(SW_SECRET, BODY))["webhook-signature"]
     ts_and_id = sign_standard(SW_SECRET, BODY)[:2]
     for junk in ("v1,AAAA", "v1,bad!", "v1," + base64.b64encode(b"x" * 20).decode()):
-        verify("standard-webhooks", [SW_SECRET], [*ts_and_id, ("webhook-signature",
-                                                               f"{junk} {mine}")], BODY, NOW)
+        verify(
+            "standard-webhooks",
+            [SW_SECRET],
+            [*ts_and_id, ("webhook-signature", f"{junk} {mine}")],
+            BODY,
+            NOW,
+        )
         alone = [*ts_and_id, ("webhook-signature", junk)]
         assert reason_of("standard-webhooks", [SW_SECRET], alone) == "malformed_header"
     good = dict(sign_stripe(STRIPE_SECRET, BODY))["Stripe-Signature"]
     t_part, v1_part = good.split(",", 1)
-    verify("stripe", [STRIPE_SECRET],
-           [("Stripe-Signature", f"{t_part},v1=deadbeef,{v1_part}")], BODY, NOW)
+    verify(
+        "stripe",
+        [STRIPE_SECRET],
+        [("Stripe-Signature", f"{t_part},v1=deadbeef,{v1_part}")],
+        BODY,
+        NOW,
+    )
     only_junk = [("Stripe-Signature", f"{t_part},v1=deadbeef")]
     assert reason_of("stripe", [STRIPE_SECRET], only_junk) == "malformed_header"
 
@@ -859,8 +869,18 @@ def test_refusal_messages_name_the_standard_header_and_the_direction_of_the_skew
     with pytest.raises(SignatureError, match="webhook-id"):
         verify("standard-webhooks", [SW_SECRET], [], BODY, NOW)
     with pytest.raises(SignatureError, match="400 s in the future"):
-        verify("standard-webhooks", [SW_SECRET], sign_standard(SW_SECRET, BODY, ts=NOW + 400),
-               BODY, NOW)
+        verify(
+            "standard-webhooks",
+            [SW_SECRET],
+            sign_standard(SW_SECRET, BODY, ts=NOW + 400),
+            BODY,
+            NOW,
+        )
     with pytest.raises(SignatureError, match="400 s in the past"):
-        verify("standard-webhooks", [SW_SECRET], sign_standard(SW_SECRET, BODY, ts=NOW - 400),
-               BODY, NOW)
+        verify(
+            "standard-webhooks",
+            [SW_SECRET],
+            sign_standard(SW_SECRET, BODY, ts=NOW - 400),
+            BODY,
+            NOW,
+        )

@@ -12,15 +12,18 @@ from hypothesis import strategies as st
 from app.jsonstrict import InvalidJSON, has_lone_surrogate, loads, nul_at
 
 
-@pytest.mark.parametrize("body", [
-    rb'{"s": "\ud800"}',                    # high surrogate alone
-    rb'{"s": "x\uDFFF"}',                   # low surrogate alone, upper-case hex
-    rb'{"s": "\ude00\ud83d"}',              # a pair in the wrong order is two lone halves
-    rb'{"s": "\ud83d\u0041"}',              # high surrogate followed by a non-surrogate
-    rb'{"k\udc00": 1}',                     # in a key
-    rb'[{"a": ["ok", "\ud800"]}]',          # deep in arrays and objects
-    rb'"\ud800"',                           # the document itself
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        rb'{"s": "\ud800"}',  # high surrogate alone
+        rb'{"s": "x\uDFFF"}',  # low surrogate alone, upper-case hex
+        rb'{"s": "\ude00\ud83d"}',  # a pair in the wrong order is two lone halves
+        rb'{"s": "\ud83d\u0041"}',  # high surrogate followed by a non-surrogate
+        rb'{"k\udc00": 1}',  # in a key
+        rb'[{"a": ["ok", "\ud800"]}]',  # deep in arrays and objects
+        rb'"\ud800"',  # the document itself
+    ],
+)
 def test_lone_surrogate_escapes_are_refused(body):
     json.loads(body)  # what Python lets through
     with pytest.raises(InvalidJSON, match="lone UTF-16 surrogate"):
@@ -39,17 +42,22 @@ def test_the_refusal_says_where_and_is_itself_encodable():
     str(caught.value).encode()
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    (rb'{"s": "\ud83d\ude00"}', {"s": "\U0001f600"}),      # a valid pair is one code point
-    (rb'{"s": "\uD83D\uDE00"}', {"s": "\U0001f600"}),
-    (rb'{"s": "\\ud800"}', {"s": "\\ud800"}),              # an escaped backslash, not an escape
-    (rb'{"s": "\ud7ff\ue000"}', {"s": "\ud7ff\ue000"}),    # either side of the block
-    ('{"s": "caf\u00e9 \U0001f600"}'.encode(), {"s": "caf\u00e9 \U0001f600"}),
-    (b'\xef\xbb\xbf{"a": 1}', {"a": 1}),                    # a UTF-8 byte order mark
-    ('{"a": "\u00e9"}'.encode("utf-16"), {"a": "\u00e9"}),  # UTF-16, as json.loads allows
-    (b'[1.5, -0.0, 1e-400, 1E+308, 12345678901234567890]',
-     [1.5, -0.0, 0.0, 1e308, 12345678901234567890]),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (rb'{"s": "\ud83d\ude00"}', {"s": "\U0001f600"}),  # a valid pair is one code point
+        (rb'{"s": "\uD83D\uDE00"}', {"s": "\U0001f600"}),
+        (rb'{"s": "\\ud800"}', {"s": "\\ud800"}),  # an escaped backslash, not an escape
+        (rb'{"s": "\ud7ff\ue000"}', {"s": "\ud7ff\ue000"}),  # either side of the block
+        ('{"s": "caf\u00e9 \U0001f600"}'.encode(), {"s": "caf\u00e9 \U0001f600"}),
+        (b'\xef\xbb\xbf{"a": 1}', {"a": 1}),  # a UTF-8 byte order mark
+        ('{"a": "\u00e9"}'.encode("utf-16"), {"a": "\u00e9"}),  # UTF-16, as json.loads allows
+        (
+            b"[1.5, -0.0, 1e-400, 1E+308, 12345678901234567890]",
+            [1.5, -0.0, 0.0, 1e308, 12345678901234567890],
+        ),
+    ],
+)
 def test_valid_json_parses_as_json_loads_would(body, expected):
     assert loads(body) == expected == json.loads(body)
 
@@ -68,8 +76,9 @@ def test_raw_surrogate_bytes_are_refused_though_json_loads_decodes_them():
         loads(escaped_in_utf16)
 
 
-@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400",
-                                     "1.5e999", "1" * 400 + ".0"])
+@pytest.mark.parametrize(
+    "literal", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1.5e999", "1" * 400 + ".0"]
+)
 def test_non_finite_numbers_are_refused(literal):
     body = f'{{"v": [{literal}]}}'.encode()
     json.loads(body)  # what Python lets through
@@ -77,13 +86,16 @@ def test_non_finite_numbers_are_refused(literal):
         loads(body)
 
 
-@pytest.mark.parametrize(("body", "reason"), [
-    (b"", "Expecting value"),
-    (b"{not json", "Expecting property name"),
-    (b"\xff\xfe\x00", "decode"),
-    (b"1" * (sys.get_int_max_str_digits() + 1), "too many digits"),
-    (b"[" * 100_000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"", "Expecting value"),
+        (b"{not json", "Expecting property name"),
+        (b"\xff\xfe\x00", "decode"),
+        (b"1" * (sys.get_int_max_str_digits() + 1), "too many digits"),
+        (b"[" * 100_000, "nested too deeply"),
+    ],
+)
 def test_every_other_failure_is_invalid_json_too(body, reason):
     with pytest.raises(InvalidJSON, match=reason):
         loads(body)
@@ -96,7 +108,10 @@ def test_has_lone_surrogate():
 
 # Hypothesis' text() never draws surrogates, so these documents are all storable.
 documents = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda children: st.lists(children) | st.dictionaries(st.text(), children),
     max_leaves=20,
@@ -116,14 +131,17 @@ def test_one_lone_surrogate_anywhere_is_refused(document, code_point):
         loads(body)
 
 
-@pytest.mark.parametrize(("document", "where"), [
-    ({"name": "a\x00b"}, "the string at '/name'"),
-    ({"a": [{"b": "\x00"}]}, "the string at '/a/0/b'"),
-    ({"x\x00": 1}, "a key of the object at the root"),
-    ({"data": {"k": "\x00"}, "name": "ok"}, None),  # skipped: kept as JSON only
-    ({"data": {"k": "\x00"}, "type": "\x00"}, "the string at '/type'"),
-    ({"name": "no nul here"}, None),
-])
+@pytest.mark.parametrize(
+    ("document", "where"),
+    [
+        ({"name": "a\x00b"}, "the string at '/name'"),
+        ({"a": [{"b": "\x00"}]}, "the string at '/a/0/b'"),
+        ({"x\x00": 1}, "a key of the object at the root"),
+        ({"data": {"k": "\x00"}, "name": "ok"}, None),  # skipped: kept as JSON only
+        ({"data": {"k": "\x00"}, "type": "\x00"}, "the string at '/type'"),
+        ({"name": "no nul here"}, None),
+    ],
+)
 def test_nul_is_found_where_it_would_be_stored_as_text(document, where):
     for ensure_ascii in (True, False):
         raw = json.dumps(document, ensure_ascii=ensure_ascii).encode()

@@ -10,8 +10,9 @@ import pytest
 from app.web.keepalive import CLOSE_CONNECTION, UnreadBodyGuard
 
 
-def _run(body: bytes, *, reads: list[int | None], chunked: bool = False,
-         readline: bool = False) -> bool:
+def _run(
+    body: bytes, *, reads: list[int | None], chunked: bool = False, readline: bool = False
+) -> bool:
     """Serve one request whose app makes `reads`; True when the guard asked to close."""
     closed: list[bool] = []
 
@@ -25,8 +26,10 @@ def _run(body: bytes, *, reads: list[int | None], chunked: bool = False,
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"ok"]
 
-    environ: dict[str, Any] = {"wsgi.input": io.BytesIO(body),
-                               CLOSE_CONNECTION: lambda: closed.append(True)}
+    environ: dict[str, Any] = {
+        "wsgi.input": io.BytesIO(body),
+        CLOSE_CONNECTION: lambda: closed.append(True),
+    }
     if chunked:
         environ["HTTP_TRANSFER_ENCODING"] = "chunked"
     elif body:

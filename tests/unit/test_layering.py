@@ -19,10 +19,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Which package (the unit the graph is drawn between) each module belongs to.
 UNITS = {
-    "core": ("app.config", "app.clock", "app.crypto", "app.db", "app.errors", "app.headers",
-             "app.ids", "app.jsonstrict", "app.logs", "app.migrate", "app.models",
-             "app.pagination", "app.ports", "app.queues", "app.runtime", "app.embedded_redis",
-             "app.signing", "app.vocabulary", "app.cache", "app"),
+    "core": (
+        "app.config",
+        "app.clock",
+        "app.crypto",
+        "app.db",
+        "app.errors",
+        "app.headers",
+        "app.ids",
+        "app.jsonstrict",
+        "app.logs",
+        "app.migrate",
+        "app.models",
+        "app.pagination",
+        "app.ports",
+        "app.queues",
+        "app.runtime",
+        "app.embedded_redis",
+        "app.signing",
+        "app.vocabulary",
+        "app.cache",
+        "app",
+    ),
     "app.net": ("app.net",),
     "domain": ("app.accounts", "app.event_types"),
     "app.registry": ("app.registry",),
@@ -72,9 +90,24 @@ MODULE_EXCEPTIONS = {
     "app.web.api.partners_doc": {"domain"},
 }
 # SQL a face must not build: reads and writes belong in a service.
-QUERY_BUILDERS = {f"sqlalchemy.{name}" for name in (
-    "select", "insert", "update", "delete", "func", "text", "case", "and_", "or_", "exists",
-    "literal", "union", "union_all")}
+QUERY_BUILDERS = {
+    f"sqlalchemy.{name}"
+    for name in (
+        "select",
+        "insert",
+        "update",
+        "delete",
+        "func",
+        "text",
+        "case",
+        "and_",
+        "or_",
+        "exists",
+        "literal",
+        "union",
+        "union_all",
+    )
+}
 
 
 def _imports(path: Path) -> set[str]:
@@ -156,16 +189,21 @@ def test_the_check_sees_each_kind_of_violation() -> None:
     assert violations("app.web.api.partners", {"sqlalchemy.select"})
     assert violations("sender.engine.claim", {"dlq.resend"})
     assert violations("app.services.endpoints", {"flask", "app.web.links"}) == [
-        "app.web.links (app.services -> app.web)"]
+        "app.web.links (app.services -> app.web)"
+    ]
     assert violations("app.models", {"sender.ordering"})
     assert not violations("app.cli.run", {"app.processes.worker"})
     assert violations("app.cli.admin", {"app.processes.worker"})
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "app/services").rglob("*.py")),
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "app/services").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_services_import_no_framework(path: Path) -> None:
     frameworks = ("flask", "werkzeug", "click", "jinja2", "gunicorn")
-    found = {name for name in _imports(path)
-             if any(name == f or name.startswith(f + ".") for f in frameworks)}
+    found = {
+        name
+        for name in _imports(path)
+        if any(name == f or name.startswith(f + ".") for f in frameworks)
+    }
     assert not found, f"{path.relative_to(ROOT)} imports {sorted(found)}"

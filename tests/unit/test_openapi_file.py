@@ -19,7 +19,8 @@ def test_the_committed_document_is_what_the_code_serves() -> None:
     committed = (ROOT / COMMITTED_PATH).read_text(encoding="utf-8")
     assert committed == render(), (
         f"{COMMITTED_PATH} is out of date with the API description in the code; "
-        f"regenerate it with `{REGENERATE}` and commit it")
+        f"regenerate it with `{REGENERATE}` and commit it"
+    )
 
 
 def _route_modules() -> list[Path]:
@@ -35,8 +36,11 @@ def _route_modules() -> list[Path]:
 def _imported_parts() -> set[str]:
     """The `_doc` modules `_load_parts` imports, read from its source."""
     tree = ast.parse(Path(openapi.__file__).read_text())
-    load = next(node for node in tree.body
-                if isinstance(node, ast.FunctionDef) and node.name == "_load_parts")
+    load = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "_load_parts"
+    )
     names: set[str] = set()
     for node in ast.walk(load):
         if isinstance(node, ast.ImportFrom) and node.module:
@@ -54,6 +58,9 @@ def test_each_module_of_routes_has_its_part_of_the_description(path: Path) -> No
 
 def test_an_operation_under_an_undeclared_tag_is_refused() -> None:
     with pytest.raises(ValueError, match="undeclared tag"):
-        openapi.add("/v1/nowhere", "get", openapi.op("nothing", tag="no-such-tag", scope="read",
-                                                     ok={200: None}))
+        openapi.add(
+            "/v1/nowhere",
+            "get",
+            openapi.op("nothing", tag="no-such-tag", scope="read", ok={200: None}),
+        )
     assert "/v1/nowhere" not in openapi.PATHS

@@ -23,13 +23,17 @@ def test_a_default_key_too_long_to_store_is_hashed_the_same_way_every_time() -> 
 def test_headers_carry_the_sequence_and_name_the_previous_event_after_the_first() -> None:
     assert ordering.headers(None, None) is None
     assert ordering.headers(1, None) == {"webhook-sequence": "1"}
-    assert ordering.headers(8, "evt_7") == {"webhook-sequence": "8",
-                                            "webhook-previous-id": "evt_7"}
+    assert ordering.headers(8, "evt_7") == {"webhook-sequence": "8", "webhook-previous-id": "evt_7"}
 
 
 def test_ordering_headers_cannot_be_forged_by_custom_headers_and_are_sent() -> None:
-    sent = request_headers("evt_1", b"{}", [generate_secret()],
-                           {"webhook-sequence": "99", "X-Team": "a"}, 1_700_000_000,
-                           ordering.headers(3, "evt_0"))
+    sent = request_headers(
+        "evt_1",
+        b"{}",
+        [generate_secret()],
+        {"webhook-sequence": "99", "X-Team": "a"},
+        1_700_000_000,
+        ordering.headers(3, "evt_0"),
+    )
     assert sent["webhook-sequence"] == "3" and sent["webhook-previous-id"] == "evt_0"
     assert sent["X-Team"] == "a"

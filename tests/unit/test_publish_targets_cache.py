@@ -6,8 +6,9 @@ from app.intake.publish import _Targets, _TargetsCache
 
 
 def _targets(endpoints: int) -> _Targets:
-    return _Targets("ptn_1", [(f"ep_{i}", "enabled", None) for i in range(endpoints)], None,
-                    digest="d")
+    return _Targets(
+        "ptn_1", [(f"ep_{i}", "enabled", None) for i in range(endpoints)], None, digest="d"
+    )
 
 
 def test_it_forgets_everything_rather_than_hold_more_endpoints_than_allowed():

@@ -22,9 +22,15 @@ ORDER = {
         "lines": {"type": "array", "minItems": 2, "items": {"$ref": "#/$defs/line"}},
         "gift": {"type": "boolean", "default": False},
     },
-    "$defs": {"line": {"type": "object", "properties": {
-        "sku": {"type": "string", "examples": ["SKU-1"]},
-        "quantity": {"type": "integer", "exclusiveMinimum": 0}}}},
+    "$defs": {
+        "line": {
+            "type": "object",
+            "properties": {
+                "sku": {"type": "string", "examples": ["SKU-1"]},
+                "quantity": {"type": "integer", "exclusiveMinimum": 0},
+            },
+        }
+    },
 }
 
 
@@ -34,9 +40,15 @@ def test_a_schemas_own_example_wins():
 
 def test_an_example_is_made_from_the_schema_and_validates():
     made = example_for(ORDER)
-    assert made == {"order_id": "string", "amount": 0, "currency": "EUR",
-                    "placed_at": "2026-01-31T12:00:00Z", "email": "someone@example.com",
-                    "lines": [{"sku": "SKU-1", "quantity": 1}] * 2, "gift": False}
+    assert made == {
+        "order_id": "string",
+        "amount": 0,
+        "currency": "EUR",
+        "placed_at": "2026-01-31T12:00:00Z",
+        "email": "someone@example.com",
+        "lines": [{"sku": "SKU-1", "quantity": 1}] * 2,
+        "gift": False,
+    }
     assert not list(Draft202012Validator(ORDER).iter_errors(made))
 
 
@@ -61,17 +73,25 @@ def _values(value):
 
 
 def test_a_ref_met_again_below_itself_is_not_followed_again():
-    tree = {"type": "object", "properties": {"name": {"type": "string"},
-                                             "children": {"type": "array",
-                                                          "items": {"$ref": "#/$defs/node"}}},
-            "$defs": {"node": {"$ref": "#"}}}
-    assert example_for(tree) == {"name": "string",
-                                 "children": [{"name": "string", "children": []}]}
+    tree = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+        },
+        "$defs": {"node": {"$ref": "#"}},
+    }
+    assert example_for(tree) == {"name": "string", "children": [{"name": "string", "children": []}]}
     # A ref used twice side by side is not a recursion: both are shown.
     address = {"type": "object", "properties": {"city": {"type": "string"}}}
-    twice = {"type": "object", "$defs": {"address": address},
-             "properties": {"billing": {"$ref": "#/$defs/address"},
-                            "shipping": {"$ref": "#/$defs/address"}}}
+    twice = {
+        "type": "object",
+        "$defs": {"address": address},
+        "properties": {
+            "billing": {"$ref": "#/$defs/address"},
+            "shipping": {"$ref": "#/$defs/address"},
+        },
+    }
     assert example_for(twice) == {"billing": {"city": "string"}, "shipping": {"city": "string"}}
 
 
@@ -85,9 +105,11 @@ def test_a_self_referencing_schema_makes_a_small_example(properties):
 
 
 def test_lists_and_long_strings_are_charged_as_written():
-    nested = {"type": "array", "minItems": 3, "items": {"type": "array", "minItems": 3,
-                                                         "items": {"type": "string",
-                                                                   "minLength": 4000}}}
+    nested = {
+        "type": "array",
+        "minItems": 3,
+        "items": {"type": "array", "minItems": 3, "items": {"type": "string", "minLength": 4000}},
+    }
     made = example_for({"type": "object", "properties": {f"k{i}": nested for i in range(10)}})
     assert len(json.dumps(made)) <= MAX_BYTES + 1000
     assert example_for({"type": "string", "minLength": 10**9}) is None

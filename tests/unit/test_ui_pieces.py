@@ -16,16 +16,28 @@ from app.web import present
 from app.web.ui import security
 
 
-@pytest.mark.parametrize("name", ["webhook-signature", "Authorization", "X-Api-Key",
-                                  "x-partner-token", "Proxy-Authorization", "X-Client-Secret",
-                                  "Cookie", "X-Session-Id", "X-Auth"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "webhook-signature",
+        "Authorization",
+        "X-Api-Key",
+        "x-partner-token",
+        "Proxy-Authorization",
+        "X-Client-Secret",
+        "Cookie",
+        "X-Session-Id",
+        "X-Auth",
+    ],
+)
 def test_credential_headers_are_hidden(name):
     (shown,) = present.shown_headers({name: "s3cr3t"})
     assert shown.hidden and "s3cr3t" not in shown.value and shown.name == name
 
 
-@pytest.mark.parametrize("name", ["webhook-id", "webhook-timestamp", "content-type",
-                                  "user-agent", "X-Trace", "X-Tenant"])
+@pytest.mark.parametrize(
+    "name", ["webhook-id", "webhook-timestamp", "content-type", "user-agent", "X-Trace", "X-Tenant"]
+)
 def test_ordinary_headers_are_shown(name):
     (shown,) = present.shown_headers({name: "v"})
     assert not shown.hidden and shown.value == "v"
@@ -57,7 +69,8 @@ def test_id_floor_orders_ids_by_creation_time():
 def test_session_key_is_stable_purpose_bound_and_not_the_master_key(tmp_path):
     given = Runtime(Settings(data_dir=tmp_path, secret_key="master-key"))
     assert security.session_secret(given) == security.session_secret(
-        Runtime(Settings(data_dir=tmp_path / "other", secret_key="master-key")))
+        Runtime(Settings(data_dir=tmp_path / "other", secret_key="master-key"))
+    )
     assert "master-key" not in security.session_secret(given)
     dev = Runtime(Settings(data_dir=tmp_path / "dev"))
     first = security.session_secret(dev)  # generates the dev key file once
@@ -65,15 +78,18 @@ def test_session_key_is_stable_purpose_bound_and_not_the_master_key(tmp_path):
     assert first != security.session_secret(given)
 
 
-@pytest.mark.parametrize(("target", "expected"), [
-    ("/ui/dead-letters?q=a", "/ui/dead-letters?q=a"),
-    ("/ui/", "/ui/"),
-    ("https://evil.example/ui/", "/ui/"),
-    ("//evil.example/ui", "/ui/"),
-    ("/v1/dead-letters", "/ui/"),
-    ("/ui\\..\\evil", "/ui/"),
-    ("", "/ui/"),
-])
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("/ui/dead-letters?q=a", "/ui/dead-letters?q=a"),
+        ("/ui/", "/ui/"),
+        ("https://evil.example/ui/", "/ui/"),
+        ("//evil.example/ui", "/ui/"),
+        ("/v1/dead-letters", "/ui/"),
+        ("/ui\\..\\evil", "/ui/"),
+        ("", "/ui/"),
+    ],
+)
 def test_login_redirects_only_to_local_ui_paths(target, expected):
     app = Flask(__name__)
     app.add_url_rule("/ui/", "ui.dashboard", lambda: "")
@@ -82,8 +98,11 @@ def test_login_redirects_only_to_local_ui_paths(target, expected):
 
 
 def test_workers_importing_dlq_do_not_load_flask():
-    code = ("import sys, dlq.resend, dlq.discard, dlq.retention, dlq.search; "
-            "assert 'flask' not in sys.modules, 'flask was imported'")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=False, timeout=60)
+    code = (
+        "import sys, dlq.resend, dlq.discard, dlq.retention, dlq.search; "
+        "assert 'flask' not in sys.modules, 'flask was imported'"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
     assert result.returncode == 0, result.stderr

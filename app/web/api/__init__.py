@@ -20,8 +20,17 @@ from app.web.jsonio import check_url_and_headers
 
 
 def register_api(app: Flask) -> None:
-    for module in (keys, event_types, partners, events, feed, deliveries, dead_letters, sources,
-                   inbound_events):
+    for module in (
+        keys,
+        event_types,
+        partners,
+        events,
+        feed,
+        deliveries,
+        dead_letters,
+        sources,
+        inbound_events,
+    ):
         app.register_blueprint(module.blueprint, url_prefix="/v1")
     app.register_blueprint(openapi.blueprint)
 

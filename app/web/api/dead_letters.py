@@ -23,14 +23,26 @@ blueprint = Blueprint("api_dead_letters", __name__)
 def audit_json(letter: DeadLetter, reader: Actor) -> list[dict[str, Any]]:
     """The letter's trail; a partner's credential sees the publisher's people as
     "publisher" (`Actor.shows`)."""
-    return [{"actor": reader.shows(a.actor, a.actor_partner_id), "action": a.action,
-             "outcome": a.outcome, "note": a.note, "at": isoformat(a.created_at)}
-            for a in letter.audit]
+    return [
+        {
+            "actor": reader.shows(a.actor, a.actor_partner_id),
+            "action": a.action,
+            "outcome": a.outcome,
+            "note": a.note,
+            "at": isoformat(a.created_at),
+        }
+        for a in letter.audit
+    ]
 
 
-def dead_letter_json(letter: DeadLetter, partner_uid: str, version: int | None,
-                     reader: Actor, *, attempts: list[Attempt] | None = None
-                     ) -> dict[str, Any]:
+def dead_letter_json(
+    letter: DeadLetter,
+    partner_uid: str,
+    version: int | None,
+    reader: Actor,
+    *,
+    attempts: list[Attempt] | None = None,
+) -> dict[str, Any]:
     """The dead-letter shape, plus links to the event, the delivery and its attempts.
 
     `version` is the contract version the delivery carries: for an endpoint pinned to an
@@ -104,11 +116,18 @@ def list_dead_letters() -> Response:
     flt = dead_letters.DeadLetterFilter.from_params(request.args)
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        page = dead_letters.page(session, actor, flt, limit=limit,
-                                 cursor=request.args.get("cursor"))
-        data = [dead_letter_json(letter, page.partner_uids.get(letter.partner_id, ""),
-                                 page.versions.get(letter.delivery_id), actor)
-                for letter in page.letters]
+        page = dead_letters.page(
+            session, actor, flt, limit=limit, cursor=request.args.get("cursor")
+        )
+        data = [
+            dead_letter_json(
+                letter,
+                page.partner_uids.get(letter.partner_id, ""),
+                page.versions.get(letter.delivery_id),
+                actor,
+            )
+            for letter in page.letters
+        ]
     return jsonify({"data": data, "next_cursor": page.next_cursor})
 
 
@@ -147,37 +166,54 @@ def resend_many() -> tuple[Response, int]:
     body = read_json_object()
     unknown = sorted(set(body) - {"ids", "filter", "force"})
     if unknown or ("ids" in body) == ("filter" in body):
-        raise ValidationFailed('body must be {"ids": [...]} or {"filter": {...}}, optionally '
-                               'with "force": true', code="invalid_parameter",
-                               details={"unknown": unknown})
+        raise ValidationFailed(
+            'body must be {"ids": [...]} or {"filter": {...}}, optionally with "force": true',
+            code="invalid_parameter",
+            details={"unknown": unknown},
+        )
     force = force_flag(body)
     rt = runtime()
     if "ids" in body:
         ids = body["ids"]
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise ValidationFailed("ids must be a list of dead letter ids",
-                                   code="invalid_parameter", details={"parameter": "ids"})
+            raise ValidationFailed(
+                "ids must be a list of dead letter ids",
+                code="invalid_parameter",
+                details={"parameter": "ids"},
+            )
         with rt.db.begin() as session:
             outcome = dead_letters.resend_ids(session, rt, actor, ids, force=force)
             op_id, total = outcome.job.id, outcome.job.total
         if outcome.inline:
-            return jsonify({"count": len(outcome.resent), "job_id": op_id,
-                            "status_url": _status_url(op_id), "resent": outcome.resent,
-                            "skipped": [{"id": i, "reason": r}
-                                        for i, r in outcome.skipped.items()]}), 200
+            return jsonify(
+                {
+                    "count": len(outcome.resent),
+                    "job_id": op_id,
+                    "status_url": _status_url(op_id),
+                    "resent": outcome.resent,
+                    "skipped": [{"id": i, "reason": r} for i, r in outcome.skipped.items()],
+                }
+            ), 200
         return jsonify({"count": total, "job_id": op_id, "status_url": _status_url(op_id)}), 202
     raw = body["filter"]
     if not isinstance(raw, dict):
-        raise ValidationFailed("filter must be an object of search parameters",
-                               code="invalid_parameter", details={"parameter": "filter"})
+        raise ValidationFailed(
+            "filter must be an object of search parameters",
+            code="invalid_parameter",
+            details={"parameter": "filter"},
+        )
     everything = raw.get("all", False)
     if not isinstance(everything, bool):
-        raise ValidationFailed("filter.all must be a boolean", code="invalid_parameter",
-                               details={"parameter": "filter.all"})
+        raise ValidationFailed(
+            "filter.all must be a boolean",
+            code="invalid_parameter",
+            details={"parameter": "filter.all"},
+        )
     form = dead_letters.parse_filter({k: v for k, v in raw.items() if k != "all"}, strict=True)
     with rt.db.begin() as session:
-        op = dead_letters.resend_matching(session, rt, actor, form, everything=everything,
-                                          force=force)
+        op = dead_letters.resend_matching(
+            session, rt, actor, form, everything=everything, force=force
+        )
         answer = {"count": op.total, "job_id": op.id, "status_url": _status_url(op.id)}
     return jsonify(answer), 202
 
@@ -195,8 +231,9 @@ def discard_dead_letter(letter_id: str) -> Response:
     body = optional_json()
     note = body.get("note")
     if note is not None and not isinstance(note, str):
-        raise ValidationFailed("note must be a string", code="invalid_parameter",
-                               details={"parameter": "note"})
+        raise ValidationFailed(
+            "note must be a string", code="invalid_parameter", details={"parameter": "note"}
+        )
     rt = runtime()
     with rt.db.begin() as session:
         dead_letters.discard(session, actor, letter_id, note=note, rt=rt)

@@ -23,12 +23,14 @@ def list_deliveries() -> Response:
     flt, errors = deliveries.DeliveryFilter.parse(request.args)
     if errors:
         name = next(iter(errors))
-        raise BadRequest(f"{name} {errors[name]}", code="invalid_parameter",
-                         details={"parameter": name, "errors": errors})
+        raise BadRequest(
+            f"{name} {errors[name]}",
+            code="invalid_parameter",
+            details={"parameter": name, "errors": errors},
+        )
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        page = deliveries.page(session, actor, flt, limit=limit,
-                               cursor=request.args.get("cursor"))
+        page = deliveries.page(session, actor, flt, limit=limit, cursor=request.args.get("cursor"))
         data = [delivery_json(d, with_attempts=False) for d in page.deliveries]
     return jsonify({"data": data, "next_cursor": page.next_cursor})
 

@@ -22,8 +22,7 @@ def create_event_type() -> tuple[Response, int]:
     body = read_json_object()
     rt = runtime()
     with rt.db.begin() as session:
-        result = event_types.register(session, actor, body,
-                                      max_bytes=rt.settings.max_payload_bytes)
+        result = event_types.register(session, actor, body, max_bytes=rt.settings.max_payload_bytes)
         answer = event_type_json(result.event_type)
     return jsonify(answer), 201 if result.created else 200
 
@@ -33,8 +32,13 @@ def list_event_types() -> Response:
     actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        rows, cursor = event_types.page(session, actor, name=request.args.get("name"),
-                                        limit=limit, cursor=request.args.get("cursor"))
+        rows, cursor = event_types.page(
+            session,
+            actor,
+            name=request.args.get("name"),
+            limit=limit,
+            cursor=request.args.get("cursor"),
+        )
         data = [event_type_json(row) for row in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 
@@ -56,9 +60,11 @@ def deprecate_event_type(name: str, version: int) -> Response:
         try:
             sunset_at = parse_rfc3339(str(body["sunset_at"]))
         except ValueError:
-            raise ValidationFailed("sunset_at must be an RFC 3339 timestamp",
-                                   code="invalid_field",
-                                   details={"field": "sunset_at"}) from None
+            raise ValidationFailed(
+                "sunset_at must be an RFC 3339 timestamp",
+                code="invalid_field",
+                details={"field": "sunset_at"},
+            ) from None
     with runtime().db.begin() as session:
         row = event_types.deprecate(session, actor, name, version, sunset_at)
         return jsonify(event_type_json(row))
@@ -69,7 +75,12 @@ def event_type_versions(name: str) -> Response:
     """Adoption per version: endpoints pinned, deliveries in the last 7 days, sunset."""
     actor = current_actor()
     with runtime().db.begin() as session:
-        data = [{**event_type_json(a.event_type), "endpoints_pinned": a.pinned,
-                 "deliveries_7d": a.deliveries_7d}
-                for a in event_types.adoption(session, actor, name)]
+        data = [
+            {
+                **event_type_json(a.event_type),
+                "endpoints_pinned": a.pinned,
+                "deliveries_7d": a.deliveries_7d,
+            }
+            for a in event_types.adoption(session, actor, name)
+        ]
     return jsonify({"data": data})

@@ -43,9 +43,17 @@ def list_events(uid: str) -> Response:
     since, until = time_param("since"), time_param("until")
     success = bool_param("delivery_success")
     with runtime().db.begin() as session:
-        rows, cursor = events.page(session, actor, uid, type_=request.args.get("type"),
-                                   since=since, until=until, delivery_success=success,
-                                   limit=limit, cursor=request.args.get("cursor"))
+        rows, cursor = events.page(
+            session,
+            actor,
+            uid,
+            type_=request.args.get("type"),
+            since=since,
+            until=until,
+            delivery_success=success,
+            limit=limit,
+            cursor=request.args.get("cursor"),
+        )
         data = [event_json(event, uid) for event in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 

@@ -26,8 +26,14 @@ def read_feed(uid: str) -> Response:
     """
     actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
-    page = feed.read(runtime(), actor, uid, after=request.args.get("after") or None,
-                     limit=limit, endpoint_id=request.args.get("endpoint") or None)
+    page = feed.read(
+        runtime(),
+        actor,
+        uid,
+        after=request.args.get("after") or None,
+        limit=limit,
+        endpoint_id=request.args.get("endpoint") or None,
+    )
     body = '{"data":[' + ",".join(page.payloads) + '],"next_cursor":"' + page.next_cursor + '"}'
     return Response(body, content_type=JSON)
 
@@ -41,8 +47,9 @@ def acknowledge(uid: str, endpoint_id: str) -> Response:
     with rt.db.begin() as session:
         endpoint = feed.ack(session, rt.settings, actor, uid, endpoint_id, body, now=now)
         lag = feed.lag_of(session, rt.settings, endpoint, now)
-        answer = endpoint_json(endpoint, uid, lag=None if lag is None else lag_json(
-            lag, endpoint.acked_at, now))
+        answer = endpoint_json(
+            endpoint, uid, lag=None if lag is None else lag_json(lag, endpoint.acked_at, now)
+        )
     return jsonify(answer)
 
 
@@ -54,9 +61,11 @@ def skip_expired(uid: str, endpoint_id: str) -> Response:
     rt = runtime()
     now = utcnow()
     with rt.db.begin() as session:
-        endpoint = feed.skip_expired(session, rt.settings, actor, uid, endpoint_id,
-                                     now=now).endpoint
+        endpoint = feed.skip_expired(
+            session, rt.settings, actor, uid, endpoint_id, now=now
+        ).endpoint
         lag = feed.lag_of(session, rt.settings, endpoint, now)
-        answer = endpoint_json(endpoint, uid, lag=None if lag is None else lag_json(
-            lag, endpoint.acked_at, now))
+        answer = endpoint_json(
+            endpoint, uid, lag=None if lag is None else lag_json(lag, endpoint.acked_at, now)
+        )
     return jsonify(answer)

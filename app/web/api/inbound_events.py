@@ -17,8 +17,9 @@ from app.web.jsonio import time_param
 blueprint = Blueprint("api_inbound_events", __name__)
 
 
-def inbound_event_json(event: InboundEvent, source_name: str, *,
-                       detail: bool = False) -> dict[str, Any]:
+def inbound_event_json(
+    event: InboundEvent, source_name: str, *, detail: bool = False
+) -> dict[str, Any]:
     """The list shape; the detail adds the body and how processing went."""
     body: dict[str, Any] = {
         "id": event.id,
@@ -38,16 +39,18 @@ def inbound_event_json(event: InboundEvent, source_name: str, *,
             text: str | None = event.raw_body.decode("utf-8")
         except UnicodeDecodeError:
             text = None
-        body.update({
-            "resource_type": event.resource_type,
-            "resource_status": event.resource_status,
-            "attempts": event.attempts,
-            "processed_at": isoformat(event.processed_at),
-            "updated_at": isoformat(event.updated_at),
-            "headers": event.headers,
-            "body": text,
-            "body_size": len(event.raw_body),
-        })
+        body.update(
+            {
+                "resource_type": event.resource_type,
+                "resource_status": event.resource_status,
+                "attempts": event.attempts,
+                "processed_at": isoformat(event.processed_at),
+                "updated_at": isoformat(event.updated_at),
+                "headers": event.headers,
+                "body": text,
+                "body_size": len(event.raw_body),
+            }
+        )
     return body
 
 
@@ -58,9 +61,16 @@ def list_inbound_events() -> Response:
     since, until = time_param("since"), time_param("until")
     with runtime().db.begin() as session:
         rows, cursor, names = sources.event_page(
-            session, actor, source=request.args.get("source"), status=request.args.get("status"),
-            resource_id=request.args.get("resource_id"), since=since, until=until,
-            limit=limit, cursor=request.args.get("cursor"))
+            session,
+            actor,
+            source=request.args.get("source"),
+            status=request.args.get("status"),
+            resource_id=request.args.get("resource_id"),
+            since=since,
+            until=until,
+            limit=limit,
+            cursor=request.args.get("cursor"),
+        )
         data = [inbound_event_json(e, names.get(e.source_id, "")) for e in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 

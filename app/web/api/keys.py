@@ -16,8 +16,14 @@ blueprint = Blueprint("api_keys", __name__)
 @blueprint.get("/me")
 def me() -> Response:
     actor = current_actor()
-    return jsonify({"id": actor.key_id, "name": actor.name, "scopes": sorted(actor.scopes),
-                    "partner": actor.partner_uid})
+    return jsonify(
+        {
+            "id": actor.key_id,
+            "name": actor.name,
+            "scopes": sorted(actor.scopes),
+            "partner": actor.partner_uid,
+        }
+    )
 
 
 @blueprint.get("/keys")
@@ -25,8 +31,7 @@ def list_keys() -> Response:
     actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        views, cursor = keys.page(session, actor, limit=limit,
-                                  cursor=request.args.get("cursor"))
+        views, cursor = keys.page(session, actor, limit=limit, cursor=request.args.get("cursor"))
         data = [key_json(v.key, v.partner_uid) for v in views]
     return jsonify({"data": data, "next_cursor": cursor})
 
@@ -54,8 +59,13 @@ def audit_log() -> Response:
     actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        rows, cursor = audit.search(session, actor, subject_id=request.args.get("subject"),
-                                    action=request.args.get("action"), limit=limit,
-                                    cursor=request.args.get("cursor"))
+        rows, cursor = audit.search(
+            session,
+            actor,
+            subject_id=request.args.get("subject"),
+            action=request.args.get("action"),
+            limit=limit,
+            cursor=request.args.get("cursor"),
+        )
         data = [audit_record_json(r) for r in audit.shown(session, actor, rows)]
     return jsonify({"data": data, "next_cursor": cursor})

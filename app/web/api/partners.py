@@ -43,8 +43,7 @@ def list_partners() -> Response:
     actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        rows, cursor = partners.page(session, actor, limit=limit,
-                                     cursor=request.args.get("cursor"))
+        rows, cursor = partners.page(session, actor, limit=limit, cursor=request.args.get("cursor"))
         data = [partner_json(p) for p in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 
@@ -63,15 +62,26 @@ def create_partner_key(uid: str) -> tuple[Response, int]:
     body = read_json_object()
     unknown = sorted(set(body) - {"name", "scopes"})
     if unknown:
-        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", code="unknown_field",
-                               details={"fields": unknown})
+        raise ValidationFailed(
+            f"unknown field(s): {', '.join(unknown)}",
+            code="unknown_field",
+            details={"fields": unknown},
+        )
     scopes = body.get("scopes") or []
     if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
-        raise ValidationFailed("scopes must be a list of scope names", code="invalid_scope",
-                               details={"field": "scopes"})
+        raise ValidationFailed(
+            "scopes must be a list of scope names",
+            code="invalid_scope",
+            details={"field": "scopes"},
+        )
     with runtime().db.begin() as session:
-        view, token = keys.create(session, actor, body.get("name"), scopes,  # type: ignore[arg-type]
-                                  partner_uid=uid)
+        view, token = keys.create(
+            session,
+            actor,
+            body.get("name"),
+            scopes,  # type: ignore[arg-type]
+            partner_uid=uid,
+        )
         answer = key_json(view.key, view.partner_uid, token=token)
     return jsonify(answer), 201
 
@@ -83,12 +93,20 @@ def create_portal_link(uid: str) -> tuple[Response, int]:
     body = optional_json(allowed=("expires_in_s",))
     rt = runtime()
     with rt.db.begin() as session:
-        link, token = portal.create_link(session, actor, uid,
-                                         expires_in_s=body.get("expires_in_s"),
-                                         default_ttl_s=rt.settings.portal_link_ttl_seconds)
-        answer = {"id": link.id, "partner": uid, "url": portal_url(token),
-                  "expires_at": isoformat(link.expires_at),
-                  "created_at": isoformat(link.created_at)}
+        link, token = portal.create_link(
+            session,
+            actor,
+            uid,
+            expires_in_s=body.get("expires_in_s"),
+            default_ttl_s=rt.settings.portal_link_ttl_seconds,
+        )
+        answer = {
+            "id": link.id,
+            "partner": uid,
+            "url": portal_url(token),
+            "expires_at": isoformat(link.expires_at),
+            "created_at": isoformat(link.created_at),
+        }
     return jsonify(answer), 201
 
 
@@ -120,8 +138,14 @@ def list_endpoints(uid: str) -> Response:
     actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        rows, cursor = endpoints.page(session, actor, uid, state=request.args.get("state"),
-                                      limit=limit, cursor=request.args.get("cursor"))
+        rows, cursor = endpoints.page(
+            session,
+            actor,
+            uid,
+            state=request.args.get("state"),
+            limit=limit,
+            cursor=request.args.get("cursor"),
+        )
         data = [endpoint_json(e, uid) for e in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 
@@ -135,8 +159,11 @@ def get_endpoint(uid: str, endpoint_id: str) -> Response:
     with rt.db.begin() as session:
         endpoint = endpoints.get(session, actor, uid, endpoint_id)
         lag = feed.lag_of(session, rt.settings, endpoint, now)
-        return jsonify(endpoint_json(endpoint, uid, lag=None if lag is None else lag_json(
-            lag, endpoint.acked_at, now)))
+        return jsonify(
+            endpoint_json(
+                endpoint, uid, lag=None if lag is None else lag_json(lag, endpoint.acked_at, now)
+            )
+        )
 
 
 @blueprint.patch("/partners/<uid>/endpoints/<endpoint_id>")
@@ -194,8 +221,9 @@ def blocked_keys(uid: str, endpoint_id: str) -> Response:
     actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        rows, cursor = endpoints.blocked_keys(session, actor, uid, endpoint_id,
-                                              cursor=request.args.get("cursor"), limit=limit)
+        rows, cursor = endpoints.blocked_keys(
+            session, actor, uid, endpoint_id, cursor=request.args.get("cursor"), limit=limit
+        )
     return jsonify({"data": [blocked_key_json(row) for row in rows], "next_cursor": cursor})
 
 
@@ -218,6 +246,12 @@ def read_secret(uid: str, endpoint_id: str) -> Response:
     with rt.db.begin() as session:
         endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
         row, secret = endpoints.read_secret(session, rt, actor, endpoint)
-        return jsonify({"id": row.id, "endpoint": endpoint.id, "secret": secret,
-                        "created_at": isoformat(row.created_at),
-                        "expires_at": isoformat(row.expires_at)})
+        return jsonify(
+            {
+                "id": row.id,
+                "endpoint": endpoint.id,
+                "secret": secret,
+                "created_at": isoformat(row.created_at),
+                "expires_at": isoformat(row.expires_at),
+            }
+        )

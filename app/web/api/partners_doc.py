@@ -33,136 +33,294 @@ from app.web.openapi import (
     schema,
 )
 
-PARTNER = schema("Partner", obj({
-    "id": STRING, "uid": STRING, "name": STRING, "created_at": TIMESTAMP,
-    "updated_at": TIMESTAMP}))
-PARTNER_CREATE = schema("PartnerCreate", obj({
-    "uid": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}$",
-            "description": "chosen by the publisher, unique"},
-    "name": {"type": "string", "minLength": 1, "maxLength": 400},
-}, required=["uid"]))
+PARTNER = schema(
+    "Partner",
+    obj(
+        {
+            "id": STRING,
+            "uid": STRING,
+            "name": STRING,
+            "created_at": TIMESTAMP,
+            "updated_at": TIMESTAMP,
+        }
+    ),
+)
+PARTNER_CREATE = schema(
+    "PartnerCreate",
+    obj(
+        {
+            "uid": {
+                "type": "string",
+                "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}$",
+                "description": "chosen by the publisher, unique",
+            },
+            "name": {"type": "string", "minLength": 1, "maxLength": 400},
+        },
+        required=["uid"],
+    ),
+)
 UID = path_param("uid", "partner uid")
 # The scopes a partner-bound key may hold, in the order `app.models.SCOPES` lists them.
 PARTNER_KEY_SCOPES = [scope for scope in SCOPES if scope in PARTNER_SCOPES]
 
-add("/v1/partners", "post", op(
-    "Create a partner", tag="partners", scope="endpoints:write", body=PARTNER_CREATE,
-    ok={201: PARTNER}, errors=(400, 409, 413, 415, 422)))
-add("/v1/partners", "get", op(
-    "List partners, newest first", tag="partners", scope="read", params=PAGE_PARAMS,
-    ok={200: schema("PartnerPage", page_of("Partner"))}, errors=(400,)))
-add("/v1/partners/{uid}", "get", op(
-    "Read a partner", tag="partners", scope="read", params=[UID], ok={200: PARTNER},
-    errors=(404,)))
+add(
+    "/v1/partners",
+    "post",
+    op(
+        "Create a partner",
+        tag="partners",
+        scope="endpoints:write",
+        body=PARTNER_CREATE,
+        ok={201: PARTNER},
+        errors=(400, 409, 413, 415, 422),
+    ),
+)
+add(
+    "/v1/partners",
+    "get",
+    op(
+        "List partners, newest first",
+        tag="partners",
+        scope="read",
+        params=PAGE_PARAMS,
+        ok={200: schema("PartnerPage", page_of("Partner"))},
+        errors=(400,),
+    ),
+)
+add(
+    "/v1/partners/{uid}",
+    "get",
+    op(
+        "Read a partner",
+        tag="partners",
+        scope="read",
+        params=[UID],
+        ok={200: PARTNER},
+        errors=(404,),
+    ),
+)
 
-add("/v1/partners/{uid}/keys", "post", op(
-    "Create an API key bound to this partner (the key is in this answer only)",
-    tag="partners", scope="admin", params=[UID],
-    description="A partner key reaches only this partner's endpoints, events, deliveries and "
-                "dead letters; anything else answers 404. It can hold `read`, "
-                "`endpoints:write` and `dlq:write` (default: all three), never publish or "
-                "manage event types, sources, operators or keys.",
-    body=schema("PartnerKeyCreate", obj({
-        "name": {"type": "string", "minLength": 1, "maxLength": 200},
-        "scopes": array({"type": "string", "enum": PARTNER_KEY_SCOPES}),
-    }, required=["name"])),
-    ok={201: schema("ApiKeyWithKey", obj({
-        "id": STRING, "name": STRING, "prefix": STRING, "scopes": array(STRING),
-        "partner": STRING, "created_at": TIMESTAMP, "last_used_at": OPT_TIMESTAMP,
-        "revoked_at": OPT_TIMESTAMP,
-        "key": {"type": "string", "description": "the key itself: shown once, stored hashed"},
-    }))}, errors=(400, 404, 413, 415, 422)))
-add("/v1/partners/{uid}/portal-links", "post", op(
-    "Make a one-time magic link to the partner portal", tag="partners",
-    scope="endpoints:write", params=[UID], body_required=False,
-    description="The link opens `/portal` for this partner only, once, until `expires_at` "
-                "(default KURIR_PORTAL_LINK_TTL_SECONDS, 15 min; at most 24 h, and at most "
-                "1 h when a partner key mints it). Its token is stored hashed. Revoking the "
-                "key that minted it revokes it while unused and ends the session it opened. "
-                "Embed it in an `<iframe>` from an origin listed in "
-                "KURIR_PORTAL_FRAME_ANCESTORS, or send it to the partner. Without "
-                "KURIR_PUBLIC_URL, a request that did not come in on a loopback address is "
-                "refused (`503 public_url_required`): the link's host would come from the "
-                "request.",
-    body=schema("PortalLinkCreate", obj({
-        "expires_in_s": {"type": "integer", "minimum": portal.LINK_TTL_MIN_S,
-                         "maximum": portal.LINK_TTL_MAX_S}}, required=[])),
-    ok={201: schema("PortalLink", obj({
-        "id": STRING, "partner": STRING, "url": {"type": "string", "format": "uri"},
-        "expires_at": TIMESTAMP, "created_at": TIMESTAMP}))},
-    errors=(400, 404, 415, 422, 503)))
-add("/v1/partners/{uid}/portal-sessions", "delete", op(
-    "End every portal session and revoke every unused portal link of this partner",
-    tag="partners", scope="admin", params=[UID],
-    description="Takes effect at once in every API process: the portal reads its session "
-                "on each request. `ended` counts the sessions that were still live, "
-                "`revoked` the links that could still have been used. Revoking an API key "
-                "(`DELETE /v1/keys/{id}`) does the same for what that key minted.",
-    ok={200: schema("PortalRevocation", obj({
-        "ended": {"type": "integer", "minimum": 0,
-                  "description": "live portal sessions ended"},
-        "revoked": {"type": "integer", "minimum": 0,
-                    "description": "unused, unexpired links revoked"}}))},
-    errors=(403, 404)))
+add(
+    "/v1/partners/{uid}/keys",
+    "post",
+    op(
+        "Create an API key bound to this partner (the key is in this answer only)",
+        tag="partners",
+        scope="admin",
+        params=[UID],
+        description="A partner key reaches only this partner's endpoints, events, deliveries and "
+        "dead letters; anything else answers 404. It can hold `read`, "
+        "`endpoints:write` and `dlq:write` (default: all three), never publish or "
+        "manage event types, sources, operators or keys.",
+        body=schema(
+            "PartnerKeyCreate",
+            obj(
+                {
+                    "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "scopes": array({"type": "string", "enum": PARTNER_KEY_SCOPES}),
+                },
+                required=["name"],
+            ),
+        ),
+        ok={
+            201: schema(
+                "ApiKeyWithKey",
+                obj(
+                    {
+                        "id": STRING,
+                        "name": STRING,
+                        "prefix": STRING,
+                        "scopes": array(STRING),
+                        "partner": STRING,
+                        "created_at": TIMESTAMP,
+                        "last_used_at": OPT_TIMESTAMP,
+                        "revoked_at": OPT_TIMESTAMP,
+                        "key": {
+                            "type": "string",
+                            "description": "the key itself: shown once, stored hashed",
+                        },
+                    }
+                ),
+            )
+        },
+        errors=(400, 404, 413, 415, 422),
+    ),
+)
+add(
+    "/v1/partners/{uid}/portal-links",
+    "post",
+    op(
+        "Make a one-time magic link to the partner portal",
+        tag="partners",
+        scope="endpoints:write",
+        params=[UID],
+        body_required=False,
+        description="The link opens `/portal` for this partner only, once, until `expires_at` "
+        "(default KURIR_PORTAL_LINK_TTL_SECONDS, 15 min; at most 24 h, and at most "
+        "1 h when a partner key mints it). Its token is stored hashed. Revoking the "
+        "key that minted it revokes it while unused and ends the session it opened. "
+        "Embed it in an `<iframe>` from an origin listed in "
+        "KURIR_PORTAL_FRAME_ANCESTORS, or send it to the partner. Without "
+        "KURIR_PUBLIC_URL, a request that did not come in on a loopback address is "
+        "refused (`503 public_url_required`): the link's host would come from the "
+        "request.",
+        body=schema(
+            "PortalLinkCreate",
+            obj(
+                {
+                    "expires_in_s": {
+                        "type": "integer",
+                        "minimum": portal.LINK_TTL_MIN_S,
+                        "maximum": portal.LINK_TTL_MAX_S,
+                    }
+                },
+                required=[],
+            ),
+        ),
+        ok={
+            201: schema(
+                "PortalLink",
+                obj(
+                    {
+                        "id": STRING,
+                        "partner": STRING,
+                        "url": {"type": "string", "format": "uri"},
+                        "expires_at": TIMESTAMP,
+                        "created_at": TIMESTAMP,
+                    }
+                ),
+            )
+        },
+        errors=(400, 404, 415, 422, 503),
+    ),
+)
+add(
+    "/v1/partners/{uid}/portal-sessions",
+    "delete",
+    op(
+        "End every portal session and revoke every unused portal link of this partner",
+        tag="partners",
+        scope="admin",
+        params=[UID],
+        description="Takes effect at once in every API process: the portal reads its session "
+        "on each request. `ended` counts the sessions that were still live, "
+        "`revoked` the links that could still have been used. Revoking an API key "
+        "(`DELETE /v1/keys/{id}`) does the same for what that key minted.",
+        ok={
+            200: schema(
+                "PortalRevocation",
+                obj(
+                    {
+                        "ended": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "live portal sessions ended",
+                        },
+                        "revoked": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "unused, unexpired links revoked",
+                        },
+                    }
+                ),
+            )
+        },
+        errors=(403, 404),
+    ),
+)
 
 
 # ---------------------------------------------------------------------------- endpoints
 
-_HEADERS: Schema = {"type": "object", "additionalProperties": {"type": "string"},
-                    "maxProperties": 20,
-                    "description": "custom headers; no CR/LF, no webhook-*, content-type, "
-                                   "content-length, host, transfer-encoding, user-agent"}
-_HEADERS_SHOWN: Schema = {"type": "object", "additionalProperties": nullable(STRING),
-                          "description": "every custom header by name; values are write-only "
-                                         "(null) unless listed in public_headers"}
-_HEADERS_CHANGE: Schema = {"type": "object", "additionalProperties": nullable(STRING),
-                           "maxProperties": 20,
-                           "description": "replaces the custom headers; a null value keeps "
-                                          "that header's stored value"}
-_PUBLIC_HEADERS: Schema = array(STRING, description="custom headers whose values reads may "
-                                                    "show (the others are write-only)")
-_VERSIONS: Schema = {"type": "object", "additionalProperties": {"type": "integer",
-                                                                  "minimum": 1},
-                     "description": "contract version pinned per event type; other types "
-                                    "arrive in the version published. 422 "
-                                    "`version_unavailable` (`details.type`) when no chain of "
-                                    f"at most {downgrades.MAX_HOPS} downgrades makes it from "
-                                    "the type's newest version"}
+_HEADERS: Schema = {
+    "type": "object",
+    "additionalProperties": {"type": "string"},
+    "maxProperties": 20,
+    "description": "custom headers; no CR/LF, no webhook-*, content-type, "
+    "content-length, host, transfer-encoding, user-agent",
+}
+_HEADERS_SHOWN: Schema = {
+    "type": "object",
+    "additionalProperties": nullable(STRING),
+    "description": "every custom header by name; values are write-only "
+    "(null) unless listed in public_headers",
+}
+_HEADERS_CHANGE: Schema = {
+    "type": "object",
+    "additionalProperties": nullable(STRING),
+    "maxProperties": 20,
+    "description": "replaces the custom headers; a null value keeps that header's stored value",
+}
+_PUBLIC_HEADERS: Schema = array(
+    STRING, description="custom headers whose values reads may show (the others are write-only)"
+)
+_VERSIONS: Schema = {
+    "type": "object",
+    "additionalProperties": {"type": "integer", "minimum": 1},
+    "description": "contract version pinned per event type; other types "
+    "arrive in the version published. 422 "
+    "`version_unavailable` (`details.type`) when no chain of "
+    f"at most {downgrades.MAX_HOPS} downgrades makes it from "
+    "the type's newest version",
+}
 _EVENT_TYPES: Schema = nullable(array(STRING, minItems=1))
 _EVENT_TYPES["description"] = "names of registered event types; null subscribes to all"
 _TIMEOUT: Schema = {"type": "integer", "minimum": 1, "maximum": 30}
 _RATE: Schema = nullable({"type": "integer", "minimum": 1})
-_ORDERING: Schema = {"type": "string", "enum": list(endpoints.ORDERINGS),
-                     "description": "key: one ordering key's events arrive one at a time, in "
-                                    "publish-commit order, with webhook-sequence and "
-                                    "webhook-previous-id headers (default none)"}
-_ON_DEAD: Schema = {"type": "string", "enum": list(endpoints.ON_DEADS),
-                    "description": "for ordered endpoints, what a dead delivery does to the "
-                                   "rest of its key: skip goes on with the next, block holds "
-                                   "the key until its dead letter is resent or discarded "
-                                   "(default skip)"}
-SECRET: Schema = {"type": "string", "pattern": "^whsec_",
-                  "description": "whsec_ + base64 of 24-64 random bytes"}
-_MODE: Schema = {"type": "string", "enum": list(endpoints.MODES),
-                  "description": "push: Kurir POSTs every event; pull: nothing is sent, the "
-                                 "partner reads GET /v1/partners/{uid}/feed?endpoint={id} and "
-                                 "acknowledges. Fixed at creation."}
-LAG = schema("PullLag", obj({
-    "events": dict(INTEGER, description="events in the endpoint's feed not acknowledged yet"),
-    "oldest_unacknowledged_at": OPT_TIMESTAMP,
-    "oldest_unacknowledged_age_s": nullable({"type": "number", "minimum": 0}),
-    "acknowledged_at": dict(OPT_TIMESTAMP, description="when the last acknowledgement moved "
-                                                        "the position"),
-    "expired_events": dict(INTEGER, description="of `events`, those created before the "
-                                                "retention horizon: reads without a cursor "
-                                                "answer 410 `backlog_expired` until they are "
-                                                "skipped"),
-}, description="what a pull endpoint's consumer is behind"))
+_ORDERING: Schema = {
+    "type": "string",
+    "enum": list(endpoints.ORDERINGS),
+    "description": "key: one ordering key's events arrive one at a time, in "
+    "publish-commit order, with webhook-sequence and "
+    "webhook-previous-id headers (default none)",
+}
+_ON_DEAD: Schema = {
+    "type": "string",
+    "enum": list(endpoints.ON_DEADS),
+    "description": "for ordered endpoints, what a dead delivery does to the "
+    "rest of its key: skip goes on with the next, block holds "
+    "the key until its dead letter is resent or discarded "
+    "(default skip)",
+}
+SECRET: Schema = {
+    "type": "string",
+    "pattern": "^whsec_",
+    "description": "whsec_ + base64 of 24-64 random bytes",
+}
+_MODE: Schema = {
+    "type": "string",
+    "enum": list(endpoints.MODES),
+    "description": "push: Kurir POSTs every event; pull: nothing is sent, the "
+    "partner reads GET /v1/partners/{uid}/feed?endpoint={id} and "
+    "acknowledges. Fixed at creation.",
+}
+LAG = schema(
+    "PullLag",
+    obj(
+        {
+            "events": dict(
+                INTEGER, description="events in the endpoint's feed not acknowledged yet"
+            ),
+            "oldest_unacknowledged_at": OPT_TIMESTAMP,
+            "oldest_unacknowledged_age_s": nullable({"type": "number", "minimum": 0}),
+            "acknowledged_at": dict(
+                OPT_TIMESTAMP, description="when the last acknowledgement moved the position"
+            ),
+            "expired_events": dict(
+                INTEGER,
+                description="of `events`, those created before the "
+                "retention horizon: reads without a cursor "
+                "answer 410 `backlog_expired` until they are "
+                "skipped",
+            ),
+        },
+        description="what a pull endpoint's consumer is behind",
+    ),
+)
 _ENDPOINT_PROPS: dict[str, Schema] = {
     "id": STRING,
     "partner": {"type": "string", "description": "the partner uid"},
-    "url": nullable({"type": "string", "format": "uri",
-                     "description": "null for a pull endpoint"}),
+    "url": nullable({"type": "string", "format": "uri", "description": "null for a pull endpoint"}),
     "mode": _MODE,
     "event_types": _EVENT_TYPES,
     "description": OPT_STRING,
@@ -176,11 +334,16 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "state": {"type": "string", "enum": list(endpoints.STATES)},
     "disabled_reason": OPT_STRING,
     "disabled_at": OPT_TIMESTAMP,
-    "disabled_by": nullable({"type": "string", "enum": ["operator", "partner", "health"],
-                             "description": "who disabled it: an operator (UI, admin key, "
-                                            "CLI; a partner's credentials cannot enable it "
-                                            "again), the partner, or Kurir's health monitor "
-                                            "after failures"}),
+    "disabled_by": nullable(
+        {
+            "type": "string",
+            "enum": ["operator", "partner", "health"],
+            "description": "who disabled it: an operator (UI, admin key, "
+            "CLI; a partner's credentials cannot enable it "
+            "again), the partner, or Kurir's health monitor "
+            "after failures",
+        }
+    ),
     "consecutive_failures": {"type": "integer", "minimum": 0},
     "last_success_at": OPT_TIMESTAMP,
     "last_failure_at": OPT_TIMESTAMP,
@@ -188,106 +351,258 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "updated_at": TIMESTAMP,
 }
 ENDPOINT = schema("Endpoint", obj(_ENDPOINT_PROPS))
-ENDPOINT_WITH_LAG = schema("EndpointWithLag", obj(
-    {**_ENDPOINT_PROPS, "lag": LAG}, required=list(_ENDPOINT_PROPS),
-    description="`lag` for a pull endpoint only"))
-ENDPOINT_WITH_SECRET = schema("EndpointWithSecret", obj({**_ENDPOINT_PROPS, "secret": SECRET},
-                                                        description="only in the answers to "
-                                                                    "create and rotate"))
-ENDPOINT_CREATE = schema("EndpointCreate", obj({
-    "url": {"type": "string", "format": "uri", "maxLength": 2048,
-            "description": "http(s); refused when it resolves to an internal address or "
-                           "carries user:password@ (send credentials in a header). Required "
-                           "for a push endpoint, refused for a pull endpoint"},
-    "mode": dict(_MODE, description="default push; fixed at creation"),
-    "event_types": _EVENT_TYPES,
-    "description": nullable({"type": "string", "maxLength": 1000}),
-    "headers": _HEADERS,
-    "public_headers": _PUBLIC_HEADERS,
-    "versions": nullable(_VERSIONS),
-    "timeout_s": _TIMEOUT,
-    "rate_limit_per_s": _RATE,
-    "ordering": _ORDERING,
-    "on_dead": _ON_DEAD,
-    "secret": dict(SECRET, description="optional; generated when absent"),
-}, required=[]))
-ENDPOINT_UPDATE = schema("EndpointUpdate", obj({
-    "url": {"type": "string", "format": "uri", "maxLength": 2048},
-    "event_types": _EVENT_TYPES,
-    "description": nullable({"type": "string", "maxLength": 1000}),
-    "headers": _HEADERS_CHANGE,
-    "public_headers": _PUBLIC_HEADERS,
-    "versions": nullable(_VERSIONS),
-    "timeout_s": _TIMEOUT,
-    "rate_limit_per_s": _RATE,
-    "ordering": _ORDERING,
-    "on_dead": _ON_DEAD,
-}, required=[]))
+ENDPOINT_WITH_LAG = schema(
+    "EndpointWithLag",
+    obj(
+        {**_ENDPOINT_PROPS, "lag": LAG},
+        required=list(_ENDPOINT_PROPS),
+        description="`lag` for a pull endpoint only",
+    ),
+)
+ENDPOINT_WITH_SECRET = schema(
+    "EndpointWithSecret",
+    obj(
+        {**_ENDPOINT_PROPS, "secret": SECRET},
+        description="only in the answers to create and rotate",
+    ),
+)
+ENDPOINT_CREATE = schema(
+    "EndpointCreate",
+    obj(
+        {
+            "url": {
+                "type": "string",
+                "format": "uri",
+                "maxLength": 2048,
+                "description": "http(s); refused when it resolves to an internal address or "
+                "carries user:password@ (send credentials in a header). Required "
+                "for a push endpoint, refused for a pull endpoint",
+            },
+            "mode": dict(_MODE, description="default push; fixed at creation"),
+            "event_types": _EVENT_TYPES,
+            "description": nullable({"type": "string", "maxLength": 1000}),
+            "headers": _HEADERS,
+            "public_headers": _PUBLIC_HEADERS,
+            "versions": nullable(_VERSIONS),
+            "timeout_s": _TIMEOUT,
+            "rate_limit_per_s": _RATE,
+            "ordering": _ORDERING,
+            "on_dead": _ON_DEAD,
+            "secret": dict(SECRET, description="optional; generated when absent"),
+        },
+        required=[],
+    ),
+)
+ENDPOINT_UPDATE = schema(
+    "EndpointUpdate",
+    obj(
+        {
+            "url": {"type": "string", "format": "uri", "maxLength": 2048},
+            "event_types": _EVENT_TYPES,
+            "description": nullable({"type": "string", "maxLength": 1000}),
+            "headers": _HEADERS_CHANGE,
+            "public_headers": _PUBLIC_HEADERS,
+            "versions": nullable(_VERSIONS),
+            "timeout_s": _TIMEOUT,
+            "rate_limit_per_s": _RATE,
+            "ordering": _ORDERING,
+            "on_dead": _ON_DEAD,
+        },
+        required=[],
+    ),
+)
 EP = [UID, path_param("endpoint_id", "endpoint id")]
 _EP_PATH = "/v1/partners/{uid}/endpoints/{endpoint_id}"
 
-add("/v1/partners/{uid}/endpoints", "post", op(
-    "Create an endpoint (answer includes its secret)", tag="endpoints",
-    scope="endpoints:write", params=[UID], body=ENDPOINT_CREATE,
-    description="A partner has at most `KURIR_MAX_ENDPOINTS_PER_PARTNER` live endpoints "
-                "(default 50): one more is 422 `endpoint_limit`. A partner's own keys create "
-                "at most `KURIR_PARTNER_ENDPOINT_CREATES_PER_MINUTE` a minute: more is 429 "
-                "`rate_limited` with `Retry-After`.",
-    ok={201: ENDPOINT_WITH_SECRET}, errors=(400, 404, 413, 415, 422, 429)))
-add("/v1/partners/{uid}/endpoints", "get", op(
-    "List a partner's endpoints, newest first", tag="endpoints", scope="read",
-    params=[UID, query("state", "enabled or disabled"), *PAGE_PARAMS],
-    ok={200: schema("EndpointPage", page_of("Endpoint"))}, errors=(400, 404)))
-add(_EP_PATH, "get", op("Read an endpoint (a pull endpoint with its lag)", tag="endpoints",
-                        scope="read", params=EP, ok={200: ENDPOINT_WITH_LAG}, errors=(404,)))
-add(_EP_PATH, "patch", op(
-    "Change an endpoint (only the fields given)", tag="endpoints", scope="endpoints:write",
-    params=EP, body=ENDPOINT_UPDATE, ok={200: ENDPOINT}, errors=(400, 404, 413, 415, 422)))
-add(_EP_PATH, "delete", op(
-    "Remove an endpoint (its history stays)", tag="endpoints", scope="endpoints:write",
-    params=EP, ok={204: None}, errors=(404,)))
-add(f"{_EP_PATH}/enable", "post", op(
-    "Enable an endpoint", tag="endpoints", scope="endpoints:write", params=EP,
-    description="A partner's key cannot enable an endpoint an operator disabled "
-                "(`disabled_by: operator`): 409 `disabled_by_operator`. One the health "
-                "monitor or the partner disabled, it can.",
-    ok={200: ENDPOINT}, errors=(404, 409)))
-add(f"{_EP_PATH}/disable", "post", op(
-    "Disable an endpoint: new events are parked as dead letters", tag="endpoints",
-    scope="endpoints:write", params=EP, body_required=False,
-    body=schema("EndpointDisable", obj({"reason": {"type": "string", "maxLength": 200}},
-                                       required=[])),
-    ok={200: ENDPOINT}, errors=(400, 404, 415, 422)))
-add(f"{_EP_PATH}/secret/rotate", "post", op(
-    "Rotate the secret; the old one keeps signing for the rotation overlap",
-    tag="endpoints", scope="endpoints:write", params=EP, body_required=False,
-    body=schema("SecretRotate", obj({"secret": SECRET}, required=[])),
-    ok={200: ENDPOINT_WITH_SECRET}, errors=(400, 404, 415, 422)))
-add(f"{_EP_PATH}/test", "post", op(
-    "Send a `kurir.test` event to this endpoint only", tag="endpoints",
-    scope="endpoints:write", params=EP,
-    description="Through the normal delivery engine (signed, retried, recorded); follow it "
-                "with GET /v1/deliveries/{id}. 409 `endpoint_disabled` for a disabled "
-                "endpoint (enable it first), 409 `pull_endpoint` for a pull endpoint. A "
-                "partner's own keys send at most `KURIR_PARTNER_TEST_SENDS_PER_MINUTE` a "
-                "minute: more is 429 `rate_limited` with `Retry-After`; while the rate "
-                "limiter (Redis) is unreachable they are refused, 503 `unavailable`.",
-    ok={202: DELIVERY}, errors=(404, 409, 429, 503)))
-add(f"{_EP_PATH}/blocked-keys", "get", op(
-    "List the ordering keys this endpoint holds behind a dead delivery", tag="endpoints",
-    scope="read", params=[*EP, *PAGE_PARAMS],
-    description="Only for `ordering: key` with `on_dead: block`. Each key's head is its "
-                "first dead delivery after which nothing of the key went out; `waiting` counts "
-                "the deliveries held behind it. Resending the head's dead letter (POST "
-                "/v1/dead-letters/{id}/resend) or discarding it (…/discard) releases the key.",
-    ok={200: schema("BlockedKeyPage", obj({
-        "data": array(obj({
-            "ordering_key": STRING, "sequence": {"type": "integer", "minimum": 1},
-            "delivery": STRING, "event": STRING, "dead_letter": STRING, "reason": STRING,
-            "waiting": {"type": "integer", "minimum": 0}})),
-        "next_cursor": OPT_STRING}))}, errors=(400, 404)))
-add(f"{_EP_PATH}/secret", "get", op(
-    "Read the current secret", tag="endpoints", scope="endpoints:write", params=EP,
-    ok={200: schema("Secret", obj({
-        "id": STRING, "endpoint": STRING, "secret": SECRET, "created_at": TIMESTAMP,
-        "expires_at": OPT_TIMESTAMP}))}, errors=(404,)))
+add(
+    "/v1/partners/{uid}/endpoints",
+    "post",
+    op(
+        "Create an endpoint (answer includes its secret)",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=[UID],
+        body=ENDPOINT_CREATE,
+        description="A partner has at most `KURIR_MAX_ENDPOINTS_PER_PARTNER` live endpoints "
+        "(default 50): one more is 422 `endpoint_limit`. A partner's own keys create "
+        "at most `KURIR_PARTNER_ENDPOINT_CREATES_PER_MINUTE` a minute: more is 429 "
+        "`rate_limited` with `Retry-After`.",
+        ok={201: ENDPOINT_WITH_SECRET},
+        errors=(400, 404, 413, 415, 422, 429),
+    ),
+)
+add(
+    "/v1/partners/{uid}/endpoints",
+    "get",
+    op(
+        "List a partner's endpoints, newest first",
+        tag="endpoints",
+        scope="read",
+        params=[UID, query("state", "enabled or disabled"), *PAGE_PARAMS],
+        ok={200: schema("EndpointPage", page_of("Endpoint"))},
+        errors=(400, 404),
+    ),
+)
+add(
+    _EP_PATH,
+    "get",
+    op(
+        "Read an endpoint (a pull endpoint with its lag)",
+        tag="endpoints",
+        scope="read",
+        params=EP,
+        ok={200: ENDPOINT_WITH_LAG},
+        errors=(404,),
+    ),
+)
+add(
+    _EP_PATH,
+    "patch",
+    op(
+        "Change an endpoint (only the fields given)",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        body=ENDPOINT_UPDATE,
+        ok={200: ENDPOINT},
+        errors=(400, 404, 413, 415, 422),
+    ),
+)
+add(
+    _EP_PATH,
+    "delete",
+    op(
+        "Remove an endpoint (its history stays)",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        ok={204: None},
+        errors=(404,),
+    ),
+)
+add(
+    f"{_EP_PATH}/enable",
+    "post",
+    op(
+        "Enable an endpoint",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        description="A partner's key cannot enable an endpoint an operator disabled "
+        "(`disabled_by: operator`): 409 `disabled_by_operator`. One the health "
+        "monitor or the partner disabled, it can.",
+        ok={200: ENDPOINT},
+        errors=(404, 409),
+    ),
+)
+add(
+    f"{_EP_PATH}/disable",
+    "post",
+    op(
+        "Disable an endpoint: new events are parked as dead letters",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        body_required=False,
+        body=schema(
+            "EndpointDisable", obj({"reason": {"type": "string", "maxLength": 200}}, required=[])
+        ),
+        ok={200: ENDPOINT},
+        errors=(400, 404, 415, 422),
+    ),
+)
+add(
+    f"{_EP_PATH}/secret/rotate",
+    "post",
+    op(
+        "Rotate the secret; the old one keeps signing for the rotation overlap",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        body_required=False,
+        body=schema("SecretRotate", obj({"secret": SECRET}, required=[])),
+        ok={200: ENDPOINT_WITH_SECRET},
+        errors=(400, 404, 415, 422),
+    ),
+)
+add(
+    f"{_EP_PATH}/test",
+    "post",
+    op(
+        "Send a `kurir.test` event to this endpoint only",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        description="Through the normal delivery engine (signed, retried, recorded); follow it "
+        "with GET /v1/deliveries/{id}. 409 `endpoint_disabled` for a disabled "
+        "endpoint (enable it first), 409 `pull_endpoint` for a pull endpoint. A "
+        "partner's own keys send at most `KURIR_PARTNER_TEST_SENDS_PER_MINUTE` a "
+        "minute: more is 429 `rate_limited` with `Retry-After`; while the rate "
+        "limiter (Redis) is unreachable they are refused, 503 `unavailable`.",
+        ok={202: DELIVERY},
+        errors=(404, 409, 429, 503),
+    ),
+)
+add(
+    f"{_EP_PATH}/blocked-keys",
+    "get",
+    op(
+        "List the ordering keys this endpoint holds behind a dead delivery",
+        tag="endpoints",
+        scope="read",
+        params=[*EP, *PAGE_PARAMS],
+        description="Only for `ordering: key` with `on_dead: block`. Each key's head is its "
+        "first dead delivery after which nothing of the key went out; `waiting` counts "
+        "the deliveries held behind it. Resending the head's dead letter (POST "
+        "/v1/dead-letters/{id}/resend) or discarding it (…/discard) releases the key.",
+        ok={
+            200: schema(
+                "BlockedKeyPage",
+                obj(
+                    {
+                        "data": array(
+                            obj(
+                                {
+                                    "ordering_key": STRING,
+                                    "sequence": {"type": "integer", "minimum": 1},
+                                    "delivery": STRING,
+                                    "event": STRING,
+                                    "dead_letter": STRING,
+                                    "reason": STRING,
+                                    "waiting": {"type": "integer", "minimum": 0},
+                                }
+                            )
+                        ),
+                        "next_cursor": OPT_STRING,
+                    }
+                ),
+            )
+        },
+        errors=(400, 404),
+    ),
+)
+add(
+    f"{_EP_PATH}/secret",
+    "get",
+    op(
+        "Read the current secret",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        ok={
+            200: schema(
+                "Secret",
+                obj(
+                    {
+                        "id": STRING,
+                        "endpoint": STRING,
+                        "secret": SECRET,
+                        "created_at": TIMESTAMP,
+                        "expires_at": OPT_TIMESTAMP,
+                    }
+                ),
+            )
+        },
+        errors=(404,),
+    ),
+)

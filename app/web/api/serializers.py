@@ -44,15 +44,23 @@ def lag_json(lag: Lag, acked_at: datetime | None, now: datetime) -> dict[str, An
     """A pull endpoint's backlog: events not acknowledged, the age of the oldest, and how
     many of them lie past retention (reads without a cursor answer 410 until skipped)."""
     oldest = lag.oldest_at
-    return {"events": lag.events, "oldest_unacknowledged_at": isoformat(oldest),
-            "oldest_unacknowledged_age_s": (None if oldest is None else
-                                            round(max(0.0, (now - oldest).total_seconds()), 3)),
-            "acknowledged_at": isoformat(acked_at), "expired_events": lag.expired}
+    return {
+        "events": lag.events,
+        "oldest_unacknowledged_at": isoformat(oldest),
+        "oldest_unacknowledged_age_s": (
+            None if oldest is None else round(max(0.0, (now - oldest).total_seconds()), 3)
+        ),
+        "acknowledged_at": isoformat(acked_at),
+        "expired_events": lag.expired,
+    }
 
 
-def endpoint_json(endpoint: Endpoint, partner_uid: str,
-                  secret: str | None = None,
-                  lag: dict[str, Any] | None = None) -> dict[str, Any]:
+def endpoint_json(
+    endpoint: Endpoint,
+    partner_uid: str,
+    secret: str | None = None,
+    lag: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """`secret` is given only by create, rotate and GET …/secret.
 
     Custom header values are write-only: `headers` names every header, with its value only
@@ -90,9 +98,15 @@ def endpoint_json(endpoint: Endpoint, partner_uid: str,
 
 
 def blocked_key_json(row: BlockedKey) -> dict[str, Any]:
-    return {"ordering_key": row.ordering_key, "sequence": row.sequence,
-            "delivery": row.delivery_id, "event": row.event_id,
-            "dead_letter": row.dead_letter_id, "reason": row.reason, "waiting": row.waiting}
+    return {
+        "ordering_key": row.ordering_key,
+        "sequence": row.sequence,
+        "delivery": row.delivery_id,
+        "event": row.event_id,
+        "dead_letter": row.dead_letter_id,
+        "reason": row.reason,
+        "waiting": row.waiting,
+    }
 
 
 def attempt_json(attempt: Attempt) -> dict[str, Any]:
@@ -120,9 +134,13 @@ def delivery_json(delivery: Delivery, with_attempts: bool = True) -> dict[str, A
         "last_status_code": delivery.last_status_code,
         "last_error": delivery.last_error,
         # Set for an ordered endpoint: the key, its sequence number and the event before it.
-        "ordering": None if delivery.ordering_seq is None else {
-            "key": delivery.ordering_key, "sequence": delivery.ordering_seq,
-            "previous_event": delivery.previous_event_id},
+        "ordering": None
+        if delivery.ordering_seq is None
+        else {
+            "key": delivery.ordering_key,
+            "sequence": delivery.ordering_seq,
+            "previous_event": delivery.previous_event_id,
+        },
         "created_at": isoformat(delivery.created_at),
         "updated_at": isoformat(delivery.updated_at),
     }
@@ -131,13 +149,17 @@ def delivery_json(delivery: Delivery, with_attempts: bool = True) -> dict[str, A
     return body
 
 
-def event_json(event: Event, partner_uid: str, *,
-               deliveries: list[Delivery] | None = None) -> dict[str, Any]:
+def event_json(
+    event: Event, partner_uid: str, *, deliveries: list[Delivery] | None = None
+) -> dict[str, Any]:
     """The event as published (the fields of its payload) plus, for one event, its deliveries."""
     resource = None
     if event.resource_type is not None or event.resource_id is not None:
-        resource = {"type": event.resource_type, "id": event.resource_id,
-                    "version": event.resource_version}
+        resource = {
+            "type": event.resource_type,
+            "id": event.resource_id,
+            "version": event.resource_version,
+        }
     body: dict[str, Any] = {
         "id": event.id,
         "type": event.type,

@@ -28,8 +28,7 @@ def list_sources() -> Response:
     actor = current_actor()
     limit = parse_limit(request.args.get("limit"))
     with runtime().db.begin() as session:
-        rows, cursor = sources.page(session, actor, limit=limit,
-                                    cursor=request.args.get("cursor"))
+        rows, cursor = sources.page(session, actor, limit=limit, cursor=request.args.get("cursor"))
         data = [sources.describe(s) for s in rows]
     return jsonify({"data": data, "next_cursor": cursor})
 
@@ -55,8 +54,9 @@ def add_secret(name: str) -> tuple[Response, int]:
     body = read_json_object()
     rt = runtime()
     with rt.db.begin() as session:
-        source = sources.add_secret(session, rt, actor, name, body.get("secret"),
-                                    rotate=body.get("rotate", False))
+        source = sources.add_secret(
+            session, rt, actor, name, body.get("secret"), rotate=body.get("rotate", False)
+        )
         payload = sources.describe(source)
     return jsonify(payload), 201
 
@@ -66,5 +66,6 @@ def get_resource(name: str, resource_id: str) -> Response:
     """The current state of one resource; ``?resource_type=`` picks one of several kinds."""
     actor = current_actor()
     with runtime().db.begin() as session:
-        return jsonify(sources.resource(session, actor, name, resource_id,
-                                        request.args.get("resource_type")))
+        return jsonify(
+            sources.resource(session, actor, name, resource_id, request.args.get("resource_type"))
+        )

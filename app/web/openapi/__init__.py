@@ -45,8 +45,7 @@ TAGS: list[dict[str, str]] = [
     {"name": "events", "description": "publish and read events"},
     {"name": "feed", "description": "a partner's events in commit order, for pulling"},
     {"name": "deliveries", "description": "one event to one endpoint"},
-    {"name": "dead-letters", "description": "what Kurir stopped trying: search, resend, "
-                                            "discard"},
+    {"name": "dead-letters", "description": "what Kurir stopped trying: search, resend, discard"},
     {"name": "inbound", "description": "partner callbacks: sources, received events"},
 ]
 # Where the committed copy of the document lives, from the repository root.
@@ -61,9 +60,17 @@ def ref(name: str) -> Schema:
 
 def nullable(schema: Schema) -> Schema:
     """`schema` or null; plain types use a type list, anything else a oneOf."""
-    if set(schema) <= {"type", "format", "enum", "minimum", "maximum", "minLength",
-                       "maxLength", "pattern", "description"} and isinstance(
-                           schema.get("type"), str):
+    if set(schema) <= {
+        "type",
+        "format",
+        "enum",
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "description",
+    } and isinstance(schema.get("type"), str):
         result = dict(schema, type=[schema["type"], "null"])
         if "enum" in result:
             result["enum"] = [*result["enum"], None]
@@ -81,11 +88,19 @@ OPT_INTEGER: Schema = nullable(INTEGER)
 ANY_OBJECT: Schema = {"type": "object"}
 
 
-def obj(properties: dict[str, Schema], *, required: list[str] | None = None,
-        strict: bool = True, description: str | None = None) -> Schema:
+def obj(
+    properties: dict[str, Schema],
+    *,
+    required: list[str] | None = None,
+    strict: bool = True,
+    description: str | None = None,
+) -> Schema:
     """An object; by default every property is required and no other property is allowed."""
-    schema: Schema = {"type": "object", "properties": properties,
-                      "required": list(properties) if required is None else required}
+    schema: Schema = {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties) if required is None else required,
+    }
     if strict:
         schema["additionalProperties"] = False
     if description:
@@ -107,13 +122,23 @@ def schema(name: str, body: Schema) -> Schema:
 
 
 def path_param(name: str, description: str, type_: str = "string") -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "description": description,
-            "schema": {"type": type_}}
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": type_},
+    }
 
 
 def query(name: str, description: str, schema_: Schema | None = None) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "description": description,
-            "schema": schema_ or STRING}
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema_ or STRING,
+    }
 
 
 # The `limit` every page takes, as `app.pagination.parse_limit` reads it.
@@ -138,11 +163,20 @@ ERROR_TEXT = {
 }
 
 
-def op(summary: str, *, tag: str, scope: str | None, ok: dict[int, Schema | None],
-       errors: tuple[int, ...] = (), params: list[dict[str, Any]] | None = None,
-       body: Schema | None = None, body_required: bool = True,
-       description: str | None = None, headers: dict[int, dict[str, Any]] | None = None,
-       operation_id: str | None = None) -> dict[str, Any]:
+def op(
+    summary: str,
+    *,
+    tag: str,
+    scope: str | None,
+    ok: dict[int, Schema | None],
+    errors: tuple[int, ...] = (),
+    params: list[dict[str, Any]] | None = None,
+    body: Schema | None = None,
+    body_required: bool = True,
+    description: str | None = None,
+    headers: dict[int, dict[str, Any]] | None = None,
+    operation_id: str | None = None,
+) -> dict[str, Any]:
     """One operation: `ok` maps success statuses to body schemas (None: no body)."""
     operation: dict[str, Any] = {"summary": summary, "tags": [tag]}
     if description:
@@ -152,8 +186,10 @@ def op(summary: str, *, tag: str, scope: str | None, ok: dict[int, Schema | None
     if params:
         operation["parameters"] = params
     if body is not None:
-        operation["requestBody"] = {"required": body_required,
-                                    "content": {"application/json": {"schema": body}}}
+        operation["requestBody"] = {
+            "required": body_required,
+            "content": {"application/json": {"schema": body}},
+        }
     responses: dict[str, Any] = {}
     for status, body_schema in ok.items():
         response: dict[str, Any] = {"description": "success"}
@@ -170,12 +206,17 @@ def op(summary: str, *, tag: str, scope: str | None, ok: dict[int, Schema | None
     else:
         operation["security"] = []
     for status in sorted(statuses):
-        responses[str(status)] = {"description": ERROR_TEXT.get(status, "error"),
-                                  "content": {"application/json": {"schema": ref("Error")}}}
+        responses[str(status)] = {
+            "description": ERROR_TEXT.get(status, "error"),
+            "content": {"application/json": {"schema": ref("Error")}},
+        }
         if status == 429:
-            responses[str(status)]["headers"] = {"Retry-After": {
-                "description": "seconds to wait before trying again",
-                "schema": {"type": "integer", "minimum": 1}}}
+            responses[str(status)]["headers"] = {
+                "Retry-After": {
+                    "description": "seconds to wait before trying again",
+                    "schema": {"type": "integer", "minimum": 1},
+                }
+            }
     operation["responses"] = responses
     return operation
 
@@ -220,15 +261,19 @@ def document() -> dict[str, Any]:
             "title": "Kurir",
             "version": __version__,
             "description": "Webhook delivery: publish events, manage partners and endpoints, "
-                           "inspect deliveries and dead letters, receive partner callbacks.",
+            "inspect deliveries and dead letters, receive partner callbacks.",
         },
         "tags": copy.deepcopy(TAGS),
         "paths": copy.deepcopy(PATHS),
         "components": {
             "schemas": copy.deepcopy(SCHEMAS),
-            "securitySchemes": {"bearerAuth": {
-                "type": "http", "scheme": "bearer",
-                "description": "an API key made with `kurir keys create`"}},
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "an API key made with `kurir keys create`",
+                }
+            },
         },
         "security": [{"bearerAuth": []}],
     }
@@ -250,9 +295,22 @@ def render() -> str:
 
 # ---------------------------------------------------------------------------- common schemas
 
-schema("Error", obj({"error": obj({
-    "code": {"type": "string", "description": "machine-readable, e.g. `validation_failed`"},
-    "message": STRING,
-    "details": {"description": "what exactly was wrong (free form: object, list or null)"},
-})}))
-
+schema(
+    "Error",
+    obj(
+        {
+            "error": obj(
+                {
+                    "code": {
+                        "type": "string",
+                        "description": "machine-readable, e.g. `validation_failed`",
+                    },
+                    "message": STRING,
+                    "details": {
+                        "description": "what exactly was wrong (free form: object, list or null)"
+                    },
+                }
+            )
+        }
+    ),
+)

@@ -18,12 +18,18 @@ from app.web.openapi import COMMITTED_PATH, render
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.web.openapi", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m app.web.openapi",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--write", action="store_true", help=f"rewrite {COMMITTED_PATH}")
-    action.add_argument("--check", action="store_true",
-                        help=f"exit 1 when {COMMITTED_PATH} is not what the code serves")
+    action.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit 1 when {COMMITTED_PATH} is not what the code serves",
+    )
     args = parser.parse_args(argv)
     text = render()
     path = Path(COMMITTED_PATH)
@@ -33,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.check:
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current != text:
-            print(f"{path} is out of date: run `python -m app.web.openapi --write`",
-                  file=sys.stderr)
+            print(
+                f"{path} is out of date: run `python -m app.web.openapi --write`", file=sys.stderr
+            )
             return 1
     else:
         sys.stdout.write(text)

@@ -22,17 +22,28 @@ class HeaderDoc:
 
 
 HEADERS = (
-    HeaderDoc("webhook-id", "evt_01J…", "the event id: the same on every retry and resend, "
-                                        "so you can skip duplicates"),
-    HeaderDoc("webhook-timestamp", "1767182400", "Unix seconds when this attempt was signed "
-                                                 "(new on every attempt); refuse it when more "
-                                                 "than 5 minutes away from your clock"),
-    HeaderDoc("webhook-signature", "v1,K5oZ…=", "v1, then the base64 HMAC-SHA256 of "
-                                                "\"{webhook-id}.{webhook-timestamp}.{body}\" "
-                                                "keyed with the base64-decoded part of your "
-                                                "secret after whsec_; while a rotated secret "
-                                                "overlaps, one signature per secret, separated "
-                                                "by spaces"),
+    HeaderDoc(
+        "webhook-id",
+        "evt_01J…",
+        "the event id: the same on every retry and resend, so you can skip duplicates",
+    ),
+    HeaderDoc(
+        "webhook-timestamp",
+        "1767182400",
+        "Unix seconds when this attempt was signed "
+        "(new on every attempt); refuse it when more "
+        "than 5 minutes away from your clock",
+    ),
+    HeaderDoc(
+        "webhook-signature",
+        "v1,K5oZ…=",
+        "v1, then the base64 HMAC-SHA256 of "
+        '"{webhook-id}.{webhook-timestamp}.{body}" '
+        "keyed with the base64-decoded part of your "
+        "secret after whsec_; while a rotated secret "
+        "overlaps, one signature per secret, separated "
+        "by spaces",
+    ),
     HeaderDoc("content-type", "application/json", "the body is the event as JSON"),
     HeaderDoc("user-agent", "Kurir/…", "who is calling"),
 )
@@ -45,12 +56,19 @@ def secret_hint(prefix: str | None) -> str:
 
 def envelope(row: EventType, data: Any, partner_uid: str) -> dict[str, Any]:
     """An example body exactly as delivered (the fields every webhook carries, plus `data`)."""
-    return {"id": "evt_01JEXAMPLE0000000000000000", "type": row.name, "version": row.version,
-            "occurred_at": "2026-01-31T12:00:00Z", "partner": partner_uid, "resource": None,
-            "correlation_id": None, "data": data}
+    return {
+        "id": "evt_01JEXAMPLE0000000000000000",
+        "type": row.name,
+        "version": row.version,
+        "occurred_at": "2026-01-31T12:00:00Z",
+        "partner": partner_uid,
+        "resource": None,
+        "correlation_id": None,
+        "data": data,
+    }
 
 
-PYTHON = '''# pip install flask standardwebhooks
+PYTHON = """# pip install flask standardwebhooks
 import os
 
 from flask import Flask, request
@@ -69,9 +87,9 @@ def webhooks():
         return "invalid signature", 400
     print(event["type"], event["id"])  # the id repeats on retries: skip duplicates
     return "", 204
-'''
+"""
 
-NODE = '''// Node 18 or later, no dependencies: WEBHOOK_SECRET={hint} node webhooks.js
+NODE = """// Node 18 or later, no dependencies: WEBHOOK_SECRET={hint} node webhooks.js
 const crypto = require("node:crypto");
 const http = require("node:http");
 
@@ -106,9 +124,9 @@ http.createServer((req, res) => {
     res.writeHead(204).end();
   });
 }).listen(3000);
-'''
+"""
 
-GO = '''// Go 1.18 or later, no dependencies: WEBHOOK_SECRET={hint} go run webhooks.go
+GO = """// Go 1.18 or later, no dependencies: WEBHOOK_SECRET={hint} go run webhooks.go
 package main
 
 import (
@@ -160,7 +178,7 @@ func main() {
 	})
 	log.Fatal(http.ListenAndServe(":3000", nil))
 }
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -172,6 +190,8 @@ class Snippet:
 
 def snippets(hint: str | None) -> list[Snippet]:
     shown = hint or secret_hint(None)
-    return [Snippet("Python (standardwebhooks)", "python", PYTHON.replace("{hint}", shown)),
-            Snippet("Node", "node", NODE.replace("{hint}", shown)),
-            Snippet("Go", "go", GO.replace("{hint}", shown))]
+    return [
+        Snippet("Python (standardwebhooks)", "python", PYTHON.replace("{hint}", shown)),
+        Snippet("Node", "node", NODE.replace("{hint}", shown)),
+        Snippet("Go", "go", GO.replace("{hint}", shown)),
+    ]

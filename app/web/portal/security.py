@@ -34,8 +34,7 @@ ENDED_MESSAGES = {
     portal.EXPIRED: "Portal sessions last 12 hours, and this one has ended.",
     portal.IDLE: "This session ended after an hour without activity.",
     portal.UNKNOWN: "This portal session is not valid any more.",
-    portal.REVOKED: "The publisher ended this session (its access to the portal was "
-                    "withdrawn).",
+    portal.REVOKED: "The publisher ended this session (its access to the portal was withdrawn).",
     None: "You are not signed in to the portal.",
 }
 
@@ -102,8 +101,9 @@ def session_required(view: F) -> F:
                 return view(*args, **kwargs)
             reason = resumed.reason
             end()
-        return render_template("portal/signed_out.html", message=ENDED_MESSAGES[reason],
-                               reason=reason), 401
+        return render_template(
+            "portal/signed_out.html", message=ENDED_MESSAGES[reason], reason=reason
+        ), 401
 
     return wrapper  # type: ignore[return-value]
 

@@ -60,7 +60,8 @@ def _headers(response: WerkzeugResponse) -> WerkzeugResponse:
     response.headers.setdefault(
         "Content-Security-Policy",
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        f"form-action 'self'; frame-ancestors {ancestors}; base-uri 'none'")
+        f"form-action 'self'; frame-ancestors {ancestors}; base-uri 'none'",
+    )
     if not runtime().settings.portal_framable:
         response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
@@ -73,10 +74,17 @@ def _headers(response: WerkzeugResponse) -> WerkzeugResponse:
 @blueprint.context_processor
 def _template_globals() -> dict[str, Any]:
     settings = runtime().settings
-    return {"csrf_token": csrf.csrf_token, "ago": present.ago, "isoformat": isoformat,
-            "duration": present.duration, "portal_title": settings.portal_title,
-            "partner": g.get("partner"), "delivery_url": _delivery_url,
-            "endpoint_url": _endpoint_url, "deliveries_url": _deliveries_url}
+    return {
+        "csrf_token": csrf.csrf_token,
+        "ago": present.ago,
+        "isoformat": isoformat,
+        "duration": present.duration,
+        "portal_title": settings.portal_title,
+        "partner": g.get("partner"),
+        "delivery_url": _delivery_url,
+        "endpoint_url": _endpoint_url,
+        "deliveries_url": _deliveries_url,
+    }
 
 
 def _delivery_url(delivery_id: str) -> str:
@@ -102,15 +110,19 @@ def _kurir_error(exc: KurirError) -> Page:
     # partner's endpoint, whatever the URL) is a 404 for every method alike.
     if request.method == "POST" and g.get("portal_actor") is not None and exc.status != 404:
         flash(exc.message, "error")
-        back = redirect(request.referrer if _same_portal(request.referrer)
-                        else url_for("portal.home"))
+        back = redirect(
+            request.referrer if _same_portal(request.referrer) else url_for("portal.home")
+        )
         if exc.retry_after_s is not None:
             back.headers["Retry-After"] = str(exc.retry_after_s)
         return back
     title = "Not found" if exc.status == 404 else "Cannot show this page"
     headers = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
-    return render_template("portal/error.html", status=exc.status, title=title,
-                           message=exc.message), exc.status, headers
+    return (
+        render_template("portal/error.html", status=exc.status, title=title, message=exc.message),
+        exc.status,
+        headers,
+    )
 
 
 def _same_portal(target: str | None) -> bool:
@@ -131,31 +143,45 @@ def enter(token: str) -> Page:
         # Its POST then carries a real Origin (under no-referrer it would be "null"), which
         # `cross_site_entry` checks where a browser sends no Sec-Fetch-Site. The token is in
         # this page's own URL, so a same-origin Referer tells us nothing we did not have.
-        return render_template("portal/enter.html", token=token), 200, {
-            "Referrer-Policy": "same-origin"}
-    refused = security.cross_site_entry(request.headers, request.host,
-                                        runtime().settings.public_url)
+        return (
+            render_template("portal/enter.html", token=token),
+            200,
+            {"Referrer-Policy": "same-origin"},
+        )
+    refused = security.cross_site_entry(
+        request.headers, request.host, runtime().settings.public_url
+    )
     if refused is not None:
-        log.warning("portal link posted from another site, refused",
-                    extra={"reason": refused})
+        log.warning("portal link posted from another site, refused", extra={"reason": refused})
         return render_template(
-            "portal/link_refused.html", title="Open the link itself", code=CROSS_SITE,
+            "portal/link_refused.html",
+            title="Open the link itself",
+            code=CROSS_SITE,
             message="This sign-in did not come from the link's own page, so it was refused "
-                    "and the link is still unused. Open the link you were given directly in "
-                    "your browser."), 403
+            "and the link is still unused. Open the link you were given directly in "
+            "your browser.",
+        ), 403
     try:
         with runtime().db.begin() as session:
             entered = portal.enter(session, token)
     except portal.LinkRefused as exc:
-        titles = {portal.LINK_USED: "This link was already used",
-                  portal.LINK_EXPIRED: "This link has expired",
-                  portal.LINK_REVOKED: "This link was withdrawn",
-                  portal.LINK_UNKNOWN: "This link is not valid"}
-        return render_template("portal/link_refused.html", title=titles.get(exc.code, "No entry"),
-                               message=exc.message, code=exc.code), exc.status
+        titles = {
+            portal.LINK_USED: "This link was already used",
+            portal.LINK_EXPIRED: "This link has expired",
+            portal.LINK_REVOKED: "This link was withdrawn",
+            portal.LINK_UNKNOWN: "This link is not valid",
+        }
+        return render_template(
+            "portal/link_refused.html",
+            title=titles.get(exc.code, "No entry"),
+            message=exc.message,
+            code=exc.code,
+        ), exc.status
     security.start(entered)
-    log.info("portal session started", extra={"partner": entered.partner.uid,
-                                              "portal_session": entered.session.id})
+    log.info(
+        "portal session started",
+        extra={"partner": entered.partner.uid, "portal_session": entered.session.id},
+    )
     return redirect(url_for("portal.home"))
 
 
@@ -168,8 +194,9 @@ def logout() -> Page:
             portal.end(session, current)
     security.end()
     g.partner = None  # the page after signing out shows no portal navigation
-    return render_template("portal/signed_out.html", reason=portal.ENDED,
-                           message=security.ENDED_MESSAGES[portal.ENDED])
+    return render_template(
+        "portal/signed_out.html", reason=portal.ENDED, message=security.ENDED_MESSAGES[portal.ENDED]
+    )
 
 
 # ------------------------------------------------------------------------------ endpoints
@@ -180,12 +207,16 @@ def logout() -> Page:
 def home() -> Page:
     actor = security.actor()
     with runtime().db.begin() as session:
-        rows, next_cursor = endpoints.page(session, actor, _uid(), limit=100,
-                                           cursor=request.args.get("cursor"))
+        rows, next_cursor = endpoints.page(
+            session, actor, _uid(), limit=100, cursor=request.args.get("cursor")
+        )
         health = endpoints.health(session, actor, rows, since=utcnow() - timedelta(hours=24))
-        return render_template("portal/endpoints.html", endpoints=rows, health=health,
-                               next_url=url_for("portal.home", cursor=next_cursor)
-                               if next_cursor else None)
+        return render_template(
+            "portal/endpoints.html",
+            endpoints=rows,
+            health=health,
+            next_url=url_for("portal.home", cursor=next_cursor) if next_cursor else None,
+        )
 
 
 def _catalog(session: Any) -> list[event_types.CatalogEntry]:
@@ -200,8 +231,9 @@ def endpoint_new() -> Page:
     if request.method == "GET":
         form = EndpointForm.blank(rt.settings.default_timeout_s)
         with rt.db.begin() as session:
-            return render_template("portal/endpoint_form.html", form=form,
-                                   catalog=_catalog(session), ep=None)
+            return render_template(
+                "portal/endpoint_form.html", form=form, catalog=_catalog(session), ep=None
+            )
     form = EndpointForm.from_request(request.form)
     body = form.body(editing=False)
     with rt.db.begin() as session:
@@ -214,15 +246,23 @@ def endpoint_new() -> Page:
                 form.refused(exc)
             except RateLimited as exc:  # the form stays filled in, to send again later
                 form.refused(exc)
-                return render_template("portal/endpoint_form.html", form=form,
-                                       catalog=_catalog(session), ep=None), 429, {
-                    "Retry-After": str(exc.retry_after_s)}
+                return (
+                    render_template(
+                        "portal/endpoint_form.html", form=form, catalog=_catalog(session), ep=None
+                    ),
+                    429,
+                    {"Retry-After": str(exc.retry_after_s)},
+                )
             else:
-                flash("Endpoint created. Its signing secret is on the Secret tab; send a test "
-                      "event to check that it arrives.", "ok")
+                flash(
+                    "Endpoint created. Its signing secret is on the Secret tab; send a test "
+                    "event to check that it arrives.",
+                    "ok",
+                )
                 return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
-        return render_template("portal/endpoint_form.html", form=form,
-                               catalog=_catalog(session), ep=None), 422
+        return render_template(
+            "portal/endpoint_form.html", form=form, catalog=_catalog(session), ep=None
+        ), 422
 
 
 def _endpoint(session: Any, endpoint_id: str, scope: str = "read") -> Endpoint:
@@ -236,26 +276,36 @@ def endpoint(endpoint_id: str) -> Page:
     with runtime().db.begin() as session:
         ep = _endpoint(session, endpoint_id)
         health = endpoints.health(session, actor, [ep], since=utcnow() - timedelta(hours=24))
-        recent = deliveries.page(session, actor, deliveries.DeliveryFilter(endpoint=ep.id),
-                                 limit=5, cursor=None)
-        feed_url = (request.host_url.rstrip("/") + f"/v1/partners/{_uid()}/feed?"
-                    + urlencode({"endpoint": ep.id}))
+        recent = deliveries.page(
+            session, actor, deliveries.DeliveryFilter(endpoint=ep.id), limit=5, cursor=None
+        )
+        feed_url = (
+            request.host_url.rstrip("/")
+            + f"/v1/partners/{_uid()}/feed?"
+            + urlencode({"endpoint": ep.id})
+        )
         blocked: list[endpoints.BlockedKey] = []
         more_blocked = None
         if ep.on_dead == "block":  # whatever `ordering` says now: numbered ones stay held
             blocked, more_blocked = endpoints.blocked_keys(
-                session, actor, _uid(), ep.id, cursor=None, limit=BLOCKED_KEYS_SHOWN)
+                session, actor, _uid(), ep.id, cursor=None, limit=BLOCKED_KEYS_SHOWN
+            )
         return render_template(
-            "portal/endpoint.html", ep=ep, health=health.get(ep.id, endpoints.Health(0, 0)),
+            "portal/endpoint.html",
+            ep=ep,
+            health=health.get(ep.id, endpoints.Health(0, 0)),
             may_enable=endpoints.may_enable(actor, ep),
-            headers=present.endpoint_headers(ep.headers, ep.public_headers), recent=recent,
-            blocked=blocked, more_blocked=more_blocked is not None,
+            headers=present.endpoint_headers(ep.headers, ep.public_headers),
+            recent=recent,
+            blocked=blocked,
+            more_blocked=more_blocked is not None,
             parked=endpoints.parked(session, actor, ep),
             expired=feed.expired_backlog(session, runtime().settings, ep),
             pinned=pins.of_endpoint(session, actor, ep),
-            lag=feed.lag_of(session, runtime().settings, ep), feed_url=feed_url,
-            ack_url=request.host_url.rstrip("/")
-            + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack")
+            lag=feed.lag_of(session, runtime().settings, ep),
+            feed_url=feed_url,
+            ack_url=request.host_url.rstrip("/") + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack",
+        )
 
 
 @blueprint.route("/endpoints/<endpoint_id>/edit", methods=["GET", "POST"])
@@ -266,9 +316,12 @@ def endpoint_edit(endpoint_id: str) -> Page:
     with rt.db.begin() as session:
         ep = _endpoint(session, endpoint_id, "endpoints:write")
         if request.method == "GET":
-            return render_template("portal/endpoint_form.html", ep=ep,
-                                   form=EndpointForm.from_endpoint(ep),
-                                   catalog=_catalog(session))
+            return render_template(
+                "portal/endpoint_form.html",
+                ep=ep,
+                form=EndpointForm.from_endpoint(ep),
+                catalog=_catalog(session),
+            )
         form = EndpointForm.from_request(request.form, existing=ep)
         body = form.body(editing=True)
         if body is not None:
@@ -281,8 +334,9 @@ def endpoint_edit(endpoint_id: str) -> Page:
                 flash("Saved. Deliveries from now on use the new settings.", "ok")
                 return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
         session.refresh(ep)
-        return render_template("portal/endpoint_form.html", ep=ep, form=form,
-                               catalog=_catalog(session)), 422
+        return render_template(
+            "portal/endpoint_form.html", ep=ep, form=form, catalog=_catalog(session)
+        ), 422
 
 
 @blueprint.post("/endpoints/<endpoint_id>/enable")
@@ -292,8 +346,11 @@ def endpoint_enable(endpoint_id: str) -> WerkzeugResponse:
     with runtime().db.begin() as session:
         ep = _endpoint(session, endpoint_id, "endpoints:write")
         if endpoints.enable(session, actor, ep):
-            flash("Enabled. New events are delivered to it again; what was held back while "
-                  "it was disabled can be resent from this page.", "ok")
+            flash(
+                "Enabled. New events are delivered to it again; what was held back while "
+                "it was disabled can be resent from this page.",
+                "ok",
+            )
         else:
             flash("The endpoint is already enabled.", "info")
     return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
@@ -308,9 +365,12 @@ def endpoint_resend_parked(endpoint_id: str) -> WerkzeugResponse:
         ep = _endpoint(session, endpoint_id, "endpoints:write")
         enabled, op = endpoints.resend_parked(session, rt, security.actor(), ep)
         total = op.total
-    flash(f"{'Enabled; r' if enabled else 'R'}esending the {total} event"
-          f"{'s' if total != 1 else ''} held back while it was disabled, oldest first. "
-          "Follow them in its deliveries.", "ok")
+    flash(
+        f"{'Enabled; r' if enabled else 'R'}esending the {total} event"
+        f"{'s' if total != 1 else ''} held back while it was disabled, oldest first. "
+        "Follow them in its deliveries.",
+        "ok",
+    )
     return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
 
 
@@ -320,13 +380,17 @@ def endpoint_skip_expired(endpoint_id: str) -> WerkzeugResponse:
     """Move a pull endpoint past the events of its backlog that lie beyond retention."""
     rt = runtime()
     with rt.db.begin() as session:
-        skipped = feed.skip_expired(session, rt.settings, security.actor(), _uid(),
-                                    endpoint_id).backlog
+        skipped = feed.skip_expired(
+            session, rt.settings, security.actor(), _uid(), endpoint_id
+        ).backlog
     if skipped is None:
         flash("Nothing of its backlog lies past retention: nothing was skipped.", "info")
     else:
-        flash(f"Skipped {skipped.skipped} event(s) past retention; reads without a cursor "
-              "go on from the oldest event still kept.", "ok")
+        flash(
+            f"Skipped {skipped.skipped} event(s) past retention; reads without a cursor "
+            "go on from the oldest event still kept.",
+            "ok",
+        )
     return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
 
 
@@ -340,12 +404,17 @@ def endpoint_delete(endpoint_id: str) -> Page:
             return render_template("portal/endpoint_delete.html", ep=ep)
         # A pull endpoint has no URL: its id is typed instead.
         if request.form.get("confirm") != (ep.url or ep.id):
-            flash("Type the endpoint's URL (a pull endpoint: its id) exactly to confirm the "
-                  "deletion.", "error")
+            flash(
+                "Type the endpoint's URL (a pull endpoint: its id) exactly to confirm the "
+                "deletion.",
+                "error",
+            )
             return redirect(url_for("portal.endpoint_delete", endpoint_id=endpoint_id))
         endpoints.delete(session, actor, _uid(), endpoint_id)
-    flash("Endpoint deleted. It receives nothing from now on; its past deliveries stay in "
-          "the log.", "ok")
+    flash(
+        "Endpoint deleted. It receives nothing from now on; its past deliveries stay in the log.",
+        "ok",
+    )
     return redirect(url_for("portal.home"))
 
 
@@ -353,9 +422,14 @@ def endpoint_delete(endpoint_id: str) -> Page:
 
 
 def _secret_page(ep: Endpoint, secret: str | None = None, since: Any = None) -> str:
-    return render_template("portal/secret.html", ep=ep, secret=secret, since=since,
-                           old_until=endpoints.previous_secret_expiry(ep),
-                           overlap=runtime().settings.secret_rotation_overlap_seconds)
+    return render_template(
+        "portal/secret.html",
+        ep=ep,
+        secret=secret,
+        since=since,
+        old_until=endpoints.previous_secret_expiry(ep),
+        overlap=runtime().settings.secret_rotation_overlap_seconds,
+    )
 
 
 @blueprint.get("/endpoints/<endpoint_id>/secret")
@@ -385,9 +459,11 @@ def endpoint_secret_rotate(endpoint_id: str) -> WerkzeugResponse:
         ep = _endpoint(session, endpoint_id, "endpoints:write")
         endpoints.rotate_secret(session, rt, actor, ep)
         until = endpoints.previous_secret_expiry(ep)
-    flash("Rotated. Reveal the new secret below and put it in your receiver"
-          + (f"; the previous one keeps signing until {isoformat(until)}." if until else "."),
-          "ok")
+    flash(
+        "Rotated. Reveal the new secret below and put it in your receiver"
+        + (f"; the previous one keeps signing until {isoformat(until)}." if until else "."),
+        "ok",
+    )
     return redirect(url_for("portal.endpoint_secret", endpoint_id=endpoint_id))
 
 
@@ -418,10 +494,13 @@ def deliveries_page() -> Page:
         if endpoint_id:
             _endpoint(session, endpoint_id)  # another partner's endpoint: not found
         context = log_context(session, actor, request.args, list_url=_deliveries_url)
-        return render_template("portal/deliveries.html", endpoints=rows,
-                               types=[entry.name for entry in _catalog(session)],
-                               current=endpoint_id, **context)
-
+        return render_template(
+            "portal/deliveries.html",
+            endpoints=rows,
+            types=[entry.name for entry in _catalog(session)],
+            current=endpoint_id,
+            **context,
+        )
 
 
 @blueprint.get("/deliveries/<delivery_id>")
@@ -430,11 +509,16 @@ def delivery(delivery_id: str) -> Page:
     with runtime().db.begin() as session:
         found = deliveries.detail(session, security.actor(), delivery_id)
         running = found.delivery.state in ("pending", "delivering") or (
-            found.delivery.state == "retrying" and not found.attempts)
-        return render_template("portal/delivery.html", d=found,
-                               attempts=present.attempt_views(found.attempts),
-                               body=present.body_view(found.sent),
-                               running=running, refresh_s=REFRESH_S)
+            found.delivery.state == "retrying" and not found.attempts
+        )
+        return render_template(
+            "portal/delivery.html",
+            d=found,
+            attempts=present.attempt_views(found.attempts),
+            body=present.body_view(found.sent),
+            running=running,
+            refresh_s=REFRESH_S,
+        )
 
 
 @blueprint.post("/deliveries/<delivery_id>/resend")
@@ -443,8 +527,7 @@ def delivery_resend(delivery_id: str) -> WerkzeugResponse:
     rt = runtime()
     with rt.db.begin() as session:
         deliveries.retry(session, rt, security.actor(), delivery_id)
-    flash("Resent: it goes out again now, with the same webhook-id and a fresh signature.",
-          "ok")
+    flash("Resent: it goes out again now, with the same webhook-id and a fresh signature.", "ok")
     return redirect(url_for("portal.delivery", delivery_id=delivery_id))
 
 
@@ -456,11 +539,19 @@ def delivery_resend(delivery_id: str) -> WerkzeugResponse:
 def catalog() -> Page:
     with runtime().db.begin() as session:
         entries = _catalog(session)
-        examples = {row.id: json.dumps(guide.envelope(row, event_types.example(row), _uid()),
-                                       indent=2, ensure_ascii=False)
-                    for entry in entries for row in entry.versions}
-        return render_template("portal/catalog.html", entries=entries, examples=examples,
-                               dumps=lambda v: json.dumps(v, indent=2, ensure_ascii=False))
+        examples = {
+            row.id: json.dumps(
+                guide.envelope(row, event_types.example(row), _uid()), indent=2, ensure_ascii=False
+            )
+            for entry in entries
+            for row in entry.versions
+        }
+        return render_template(
+            "portal/catalog.html",
+            entries=entries,
+            examples=examples,
+            dumps=lambda v: json.dumps(v, indent=2, ensure_ascii=False),
+        )
 
 
 @blueprint.get("/verify")
@@ -471,7 +562,15 @@ def verify() -> Page:
         rows, _ = endpoints.page(session, actor, _uid(), limit=100, cursor=None)
         chosen_id = request.args.get("endpoint") or (rows[0].id if rows else None)
         chosen = _endpoint(session, chosen_id) if chosen_id else None
-        hint = guide.secret_hint(endpoints.secret_prefix(session, runtime(), actor, chosen)
-                                 if chosen is not None else None)
-        return render_template("portal/verify.html", endpoints=rows, chosen=chosen,
-                               snippets=guide.snippets(hint), headers=guide.HEADERS)
+        hint = guide.secret_hint(
+            endpoints.secret_prefix(session, runtime(), actor, chosen)
+            if chosen is not None
+            else None
+        )
+        return render_template(
+            "portal/verify.html",
+            endpoints=rows,
+            chosen=chosen,
+            snippets=guide.snippets(hint),
+            headers=guide.HEADERS,
+        )

@@ -39,7 +39,8 @@ def _headers(response: WerkzeugResponse) -> WerkzeugResponse:
     response.headers.setdefault(
         "Content-Security-Policy",
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    )
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "same-origin")
@@ -64,12 +65,17 @@ def deliveries_url(**params: Any) -> str:
 
 @blueprint.context_processor
 def _template_globals() -> dict[str, Any]:
-    return {"csrf_token": csrf.csrf_token, "ago": present.ago,
-            "isoformat": isoformat, "operator_email": g.get("operator_email"),
-            "duration": present.duration, "dead_letters_url": dead_letters_url,
-            "delivery_url": lambda delivery_id: url_for("ui.delivery", delivery_id=delivery_id),
-            "endpoint_url": lambda endpoint_id: url_for("ui.endpoint", endpoint_id=endpoint_id),
-            "deliveries_url": deliveries_url}
+    return {
+        "csrf_token": csrf.csrf_token,
+        "ago": present.ago,
+        "isoformat": isoformat,
+        "operator_email": g.get("operator_email"),
+        "duration": present.duration,
+        "dead_letters_url": dead_letters_url,
+        "delivery_url": lambda delivery_id: url_for("ui.delivery", delivery_id=delivery_id),
+        "endpoint_url": lambda endpoint_id: url_for("ui.endpoint", endpoint_id=endpoint_id),
+        "deliveries_url": deliveries_url,
+    }
 
 
 def back(default: str) -> WerkzeugResponse:
@@ -77,7 +83,7 @@ def back(default: str) -> WerkzeugResponse:
     `default` when that is not a local UI page."""
     target = request.form.get("back") or request.referrer or ""
     if target.startswith(request.host_url):
-        target = "/" + target[len(request.host_url):]
+        target = "/" + target[len(request.host_url) :]
     return redirect(security.safe_next(target) if target.startswith("/ui") else default)
 
 
@@ -86,8 +92,9 @@ def _kurir_error(exc: KurirError) -> Page:
     if request.method == "POST":
         flash(exc.message, "error")
         return back(url_for("ui.dashboard"))
-    return render_template("ui/error.html", status=exc.status, title="Cannot show this page",
-                           message=exc.message), exc.status
+    return render_template(
+        "ui/error.html", status=exc.status, title="Cannot show this page", message=exc.message
+    ), exc.status
 
 
 error_pages.register(blueprint, "ui/error.html", page="Kurir", speaker="Kurir")

@@ -14,5 +14,6 @@ from app.web.ui.base import Page, blueprint
 @security.login_required
 def contracts() -> Page:
     with runtime().db.begin() as session:
-        return render_template("ui/contracts.html",
-                               catalog=event_types.catalog(session, security.actor()))
+        return render_template(
+            "ui/contracts.html", catalog=event_types.catalog(session, security.actor())
+        )

@@ -23,7 +23,15 @@ def dashboard_page() -> Page:
     with rt.db.begin() as session:
         found = dashboard.overview(session, actor)
         return render_template(
-            "ui/dashboard.html", chart=found.chart, in_flight=found.in_flight,
-            open_letters=found.open_letters, quarantined=found.quarantined,
-            disabled=found.disabled, partners=found.partner_uids, events=found.events,
-            blocked=found.blocked, queues=queues, queue_error=queue_error)
+            "ui/dashboard.html",
+            chart=found.chart,
+            in_flight=found.in_flight,
+            open_letters=found.open_letters,
+            quarantined=found.quarantined,
+            disabled=found.disabled,
+            partners=found.partner_uids,
+            events=found.events,
+            blocked=found.blocked,
+            queues=queues,
+            queue_error=queue_error,
+        )

@@ -15,8 +15,13 @@ from app.web.context import runtime
 from app.web.ui import security
 from app.web.ui.base import Page, back, blueprint, dead_letters_url
 
-KNOWN_REASONS = ("retries_exhausted", "endpoint_disabled", "blocked_address", "endpoint_gone",
-                 "endpoint_deleted")
+KNOWN_REASONS = (
+    "retries_exhausted",
+    "endpoint_disabled",
+    "blocked_address",
+    "endpoint_gone",
+    "endpoint_deleted",
+)
 PAGE_SIZES = (25, 50, 100, 250)
 
 
@@ -39,8 +44,11 @@ def dead_letters_page() -> Page:
     args = _ui_filter_args()
     form = _filter_form(args)
     if not form.valid:
-        flash("Some filters cannot be read; they are marked below. The other criteria are "
-              "applied, and bulk actions stay off until every field is valid.", "error")
+        flash(
+            "Some filters cannot be read; they are marked below. The other criteria are "
+            "applied, and bulk actions stay off until every field is valid.",
+            "error",
+        )
     flt = form.filter
     limit = parse_limit(request.args.get("limit") or "50")
     cursor = request.args.get("cursor") or None
@@ -51,13 +59,27 @@ def dead_letters_page() -> Page:
         any_open = matching > 0 or dead_letters.open_dead_letter_exists(session, actor)
         query = {k: v for k, v in args.items() if v}
         return render_template(
-            "ui/dead_letters.html", page=page, args=args, flt=flt, matching=matching,
-            errors=form.errors, any_open=any_open, limit=limit, cursor=cursor,
-            states=DL_STATES, reasons=KNOWN_REASONS, page_sizes=PAGE_SIZES,
-            next_url=(dead_letters_url(**query, limit=limit, cursor=page.next_cursor)
-                      if page.next_cursor else None),
+            "ui/dead_letters.html",
+            page=page,
+            args=args,
+            flt=flt,
+            matching=matching,
+            errors=form.errors,
+            any_open=any_open,
+            limit=limit,
+            cursor=cursor,
+            states=DL_STATES,
+            reasons=KNOWN_REASONS,
+            page_sizes=PAGE_SIZES,
+            next_url=(
+                dead_letters_url(**query, limit=limit, cursor=page.next_cursor)
+                if page.next_cursor
+                else None
+            ),
             first_url=dead_letters_url(**query, limit=limit) if cursor else None,
-            filter_params=flt.to_params(), filtered=not flt.with_state(None).is_empty())
+            filter_params=flt.to_params(),
+            filtered=not flt.with_state(None).is_empty(),
+        )
 
 
 @blueprint.post("/dead-letters/bulk")
@@ -83,11 +105,16 @@ def dead_letters_bulk() -> WerkzeugResponse:
         return to_list
     if action == "discard":
         with rt.db.begin() as session:
-            done = len(dead_letters.discard_ids(session, actor, ids,
-                                                note=request.form.get("note", ""), rt=rt))
-        flash(f"Discarded {done} dead letter{'s' if done != 1 else ''}"
-              + (f"; {len(ids) - done} were no longer open." if done < len(ids) else "."),
-              "ok" if done else "error")
+            done = len(
+                dead_letters.discard_ids(
+                    session, actor, ids, note=request.form.get("note", ""), rt=rt
+                )
+            )
+        flash(
+            f"Discarded {done} dead letter{'s' if done != 1 else ''}"
+            + (f"; {len(ids) - done} were no longer open." if done < len(ids) else "."),
+            "ok" if done else "error",
+        )
         return to_list
     flash("Choose an action: resend or discard.", "error")
     return to_list
@@ -101,8 +128,11 @@ def _flash_resend(resent: int, skipped: dict[str, str]) -> None:
         for reason in skipped.values():
             reasons[reason] = reasons.get(reason, 0) + 1
         text = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in reasons.items())
-        hint = (" Enable the endpoint first, or tick “resend even to disabled endpoints”."
-                if dead_letters.ENDPOINT_DISABLED in reasons else "")
+        hint = (
+            " Enable the endpoint first, or tick “resend even to disabled endpoints”."
+            if dead_letters.ENDPOINT_DISABLED in reasons
+            else ""
+        )
         flash(f"Not resent: {text}.{hint}", "error")
 
 
@@ -115,19 +145,31 @@ def dead_letters_resend_matching() -> WerkzeugResponse:
     to_list = dead_letters_url(**{k: v for k, v in params.items() if k != "state"})
     if not form.valid:
         # Acting on the fields that did parse would resend more than was asked for.
-        flash("Not resent: " + "; ".join(f"{k} {m}" for k, m in form.errors.items())
-              + ". Fix the filter first.", "error")
+        flash(
+            "Not resent: "
+            + "; ".join(f"{k} {m}" for k, m in form.errors.items())
+            + ". Fix the filter first.",
+            "error",
+        )
         return redirect(to_list)
     if form.filter.with_state(None).is_empty() and request.form.get("all") != "1":
         # As in the API: "everything" is said outright, never implied by missing criteria.
-        flash("Not resent: no search criteria were given. To resend every open dead letter, "
-              "use \"Resend all matching\" on the unfiltered list.", "error")
+        flash(
+            "Not resent: no search criteria were given. To resend every open dead letter, "
+            'use "Resend all matching" on the unfiltered list.',
+            "error",
+        )
         return redirect(url_for("ui.dead_letters"))
     rt = runtime()
     with rt.db.begin() as session:
-        op = dead_letters.resend_matching(session, rt, security.actor(), form,
-                                          everything=request.form.get("all") == "1",
-                                          force=request.form.get("force") == "1")
+        op = dead_letters.resend_matching(
+            session,
+            rt,
+            security.actor(),
+            form,
+            everything=request.form.get("all") == "1",
+            force=request.form.get("force") == "1",
+        )
         op_id, total = op.id, op.total
     flash(f"Resending {total} dead letter{'s' if total != 1 else ''} in the background.", "ok")
     return redirect(url_for("ui.job", op_id=op_id))
@@ -139,10 +181,16 @@ def dead_letter(letter_id: str) -> Page:
     with runtime().db.begin() as session:
         found = dead_letters.detail(session, security.actor(), letter_id)
         return render_template(
-            "ui/dead_letter.html", letter=found.letter, delivery=found.letter.delivery,
-            event=found.event, endpoint=found.endpoint, partner=found.partner,
-            body=present.body_view(found.sent), fate=found.fate,
-            attempts=present.attempt_views(found.attempts))
+            "ui/dead_letter.html",
+            letter=found.letter,
+            delivery=found.letter.delivery,
+            event=found.event,
+            endpoint=found.endpoint,
+            partner=found.partner,
+            body=present.body_view(found.sent),
+            fate=found.fate,
+            attempts=present.attempt_views(found.attempts),
+        )
 
 
 @blueprint.post("/dead-letters/<letter_id>/resend")
@@ -154,13 +202,17 @@ def dead_letter_resend(letter_id: str) -> WerkzeugResponse:
     enabled = False
     with rt.db.begin() as session:
         if request.form.get("enable") == "1":
-            enabled, letter = endpoints.resend_letter_enabling(session, rt, actor, letter_id,
-                                                               force=force)
+            enabled, letter = endpoints.resend_letter_enabling(
+                session, rt, actor, letter_id, force=force
+            )
         else:
             letter = dead_letters.resend_one(session, rt, actor, letter_id, force=force)
         run = letter.delivery.run
-    flash(("Endpoint enabled. " if enabled else "")
-          + f"Resent: the delivery starts run {run} with a fresh retry budget.", "ok")
+    flash(
+        ("Endpoint enabled. " if enabled else "")
+        + f"Resent: the delivery starts run {run} with a fresh retry budget.",
+        "ok",
+    )
     return redirect(url_for("ui.dead_letter", letter_id=letter_id))
 
 
@@ -169,8 +221,9 @@ def dead_letter_resend(letter_id: str) -> WerkzeugResponse:
 def dead_letter_discard(letter_id: str) -> WerkzeugResponse:
     rt = runtime()
     with rt.db.begin() as session:
-        dead_letters.discard(session, security.actor(), letter_id,
-                             note=request.form.get("note", ""), rt=rt)
+        dead_letters.discard(
+            session, security.actor(), letter_id, note=request.form.get("note", ""), rt=rt
+        )
     flash("Discarded. It stays searchable, and will not be resent.", "ok")
     return redirect(url_for("ui.dead_letter", letter_id=letter_id))
 
@@ -182,7 +235,11 @@ def job(op_id: str) -> Page:
         op = dead_letters.job(session, security.actor(), op_id)
         flt = DeadLetterFilter.from_params(op.params.get("filter") or {})
         outcomes = dead_letters.job_outcomes(session, security.actor(), op)
-        return render_template("ui/job.html", op=op, flt=flt, outcomes=outcomes,
-                               skipped=op.params.get("skipped") or {},
-                               running=op.state in ("pending", "running")
-                               or outcomes.in_progress > 0)
+        return render_template(
+            "ui/job.html",
+            op=op,
+            flt=flt,
+            outcomes=outcomes,
+            skipped=op.params.get("skipped") or {},
+            running=op.state in ("pending", "running") or outcomes.in_progress > 0,
+        )

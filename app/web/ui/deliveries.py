@@ -22,8 +22,7 @@ from app.web.ui.base import Page, blueprint, deliveries_url
 @security.login_required
 def deliveries_page() -> Page:
     with runtime().db.begin() as session:
-        context = log_context(session, security.actor(), request.args,
-                              list_url=deliveries_url)
+        context = log_context(session, security.actor(), request.args, list_url=deliveries_url)
         types = [e.name for e in event_types.catalog(session, security.actor())]
         return render_template("ui/deliveries.html", types=types, **context)
 
@@ -34,9 +33,13 @@ def delivery(delivery_id: str) -> Page:
     with runtime().db.begin() as session:
         found = deliveries.detail(session, security.actor(), delivery_id)
         running = found.delivery.state in ("pending", "delivering")
-        return render_template("ui/delivery.html", d=found,
-                               attempts=present.attempt_views(found.attempts),
-                               body=present.body_view(found.sent), running=running)
+        return render_template(
+            "ui/delivery.html",
+            d=found,
+            attempts=present.attempt_views(found.attempts),
+            body=present.body_view(found.sent),
+            running=running,
+        )
 
 
 @blueprint.post("/deliveries/<delivery_id>/retry")
@@ -46,6 +49,9 @@ def delivery_retry(delivery_id: str) -> WerkzeugResponse:
     force = request.form.get("force") == "1"
     with rt.db.begin() as session:
         deliveries.retry(session, rt, security.actor(), delivery_id, force=force)
-    flash("Retrying now: same webhook-id, a fresh signature"
-          + (", sent although the endpoint is disabled." if force else "."), "ok")
+    flash(
+        "Retrying now: same webhook-id, a fresh signature"
+        + (", sent although the endpoint is disabled." if force else "."),
+        "ok",
+    )
     return redirect(url_for("ui.delivery", delivery_id=delivery_id))

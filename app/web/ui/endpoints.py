@@ -42,23 +42,33 @@ def endpoints_page() -> Page:
     with runtime().db.begin() as session:
         try:
             rows, next_cursor = endpoints.page(
-                session, actor, partner_uid or None,
+                session,
+                actor,
+                partner_uid or None,
                 state=state if state in ("enabled", "disabled") else None,
-                limit=limit, cursor=request.args.get("cursor"))
+                limit=limit,
+                cursor=request.args.get("cursor"),
+            )
         except NotFound:
             flash(f"There is no partner {partner_uid!r}.", "error")
             rows, next_cursor = [], None
         ids = [e.id for e in rows]
-        query: dict[str, Any] = {k: v for k, v in {"state": state,
-                                                   "partner": partner_uid}.items() if v}
+        query: dict[str, Any] = {
+            k: v for k, v in {"state": state, "partner": partner_uid}.items() if v
+        }
         return render_template(
-            "ui/endpoints.html", endpoints=rows, state=state, partner=partner_uid,
+            "ui/endpoints.html",
+            endpoints=rows,
+            state=state,
+            partner=partner_uid,
             partners=partners.uids(session, {e.partner_id for e in rows}),
             health=endpoints.health(session, actor, rows, since=_health_since()),
             open_letters=dead_letters.open_by_endpoint(session, actor, ids),
-            next_url=(url_for("ui.endpoints", **query, cursor=next_cursor)
-                      if next_cursor else None),
-            any_endpoint=bool(rows) or endpoints.any_exist(session, actor))
+            next_url=(
+                url_for("ui.endpoints", **query, cursor=next_cursor) if next_cursor else None
+            ),
+            any_endpoint=bool(rows) or endpoints.any_exist(session, actor),
+        )
 
 
 @blueprint.get("/endpoints/<endpoint_id>")
@@ -77,15 +87,23 @@ def endpoint(endpoint_id: str) -> Page:
         # Whatever `ordering` says now: the gate holds every numbered delivery.
         if ep.on_dead == "block" and ep.deleted_at is None:
             blocked, more_blocked = endpoints.blocked_keys(
-                session, actor, partner.uid, ep.id, cursor=None, limit=BLOCKED_KEYS_SHOWN)
+                session, actor, partner.uid, ep.id, cursor=None, limit=BLOCKED_KEYS_SHOWN
+            )
         return render_template(
-            "ui/endpoint.html", ep=ep, partner=partner, parked=parked,
-            blocked=blocked, more_blocked=more_blocked is not None,
-            health=health.get(ep.id, endpoints.Health(0, 0)), recent=recent, trail=trail,
+            "ui/endpoint.html",
+            ep=ep,
+            partner=partner,
+            parked=parked,
+            blocked=blocked,
+            more_blocked=more_blocked is not None,
+            health=health.get(ep.id, endpoints.Health(0, 0)),
+            recent=recent,
+            trail=trail,
             headers=present.endpoint_headers(ep.headers, ep.public_headers),
             lag=feed.lag_of(session, runtime().settings, ep),
             pinned=pins.of_endpoint(session, actor, ep),
-            open_letters=dead_letters.open_by_endpoint(session, actor, [ep.id]).get(ep.id, 0))
+            open_letters=dead_letters.open_by_endpoint(session, actor, [ep.id]).get(ep.id, 0),
+        )
 
 
 @blueprint.post("/endpoints/<endpoint_id>/enable")
@@ -97,10 +115,13 @@ def endpoint_enable(endpoint_id: str) -> WerkzeugResponse:
         if endpoints.enable(session, actor, ep):
             parked = endpoints.parked(session, actor, ep)
             if parked.holds_keys:
-                flash(f"Enabled. The {parked.letters} dead letter(s) parked while it was "
-                      "disabled hold their ordering keys (on_dead: block): nothing more of "
-                      "those keys is sent until they are resent — use “Resend everything "
-                      "parked” below.", "info")
+                flash(
+                    f"Enabled. The {parked.letters} dead letter(s) parked while it was "
+                    "disabled hold their ordering keys (on_dead: block): nothing more of "
+                    "those keys is sent until they are resent — use “Resend everything "
+                    "parked” below.",
+                    "info",
+                )
             else:
                 flash("Enabled. New events will be delivered to it again.", "ok")
         else:
@@ -131,8 +152,7 @@ def endpoint_rotate(endpoint_id: str) -> WerkzeugResponse:
     with rt.db.begin() as session:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
         endpoints.rotate_secret(session, rt, actor, ep)
-    flash("Rotated. The new secret is below; the old one keeps signing during the overlap.",
-          "ok")
+    flash("Rotated. The new secret is below; the old one keeps signing during the overlap.", "ok")
     # The secret is read by the page, never carried in the redirect or the session cookie;
     # reloading that page shows it again and rotates nothing.
     return redirect(url_for("ui.endpoint_secret", endpoint_id=endpoint_id))
@@ -149,9 +169,14 @@ def endpoint_secret(endpoint_id: str) -> Page:
             raise NotFound(f"Endpoint {endpoint_id} is deleted; it has no secret to show.")
         row, secret = endpoints.read_secret(session, rt, actor, ep)
         partner = partners.by_id(session, actor, ep.partner_id)
-        return render_template("ui/secret.html", ep=ep, partner=partner, secret=secret,
-                               since=row.created_at,
-                               old_until=endpoints.previous_secret_expiry(ep))
+        return render_template(
+            "ui/secret.html",
+            ep=ep,
+            partner=partner,
+            secret=secret,
+            since=row.created_at,
+            old_until=endpoints.previous_secret_expiry(ep),
+        )
 
 
 @blueprint.post("/endpoints/<endpoint_id>/resend-parked")
@@ -163,8 +188,11 @@ def endpoint_resend_parked(endpoint_id: str) -> WerkzeugResponse:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
         enabled, op = endpoints.resend_parked(session, rt, actor, ep)
         op_id, total = op.id, op.total
-    flash(f"{'Endpoint enabled; r' if enabled else 'R'}esending {total} parked dead letter"
-          f"{'s' if total != 1 else ''}.", "ok")
+    flash(
+        f"{'Endpoint enabled; r' if enabled else 'R'}esending {total} parked dead letter"
+        f"{'s' if total != 1 else ''}.",
+        "ok",
+    )
     return redirect(url_for("ui.job", op_id=op_id))
 
 
@@ -181,8 +209,11 @@ def endpoint_skip_expired(endpoint_id: str) -> WerkzeugResponse:
     if skipped is None:
         flash("Nothing of its backlog lies past retention: nothing was skipped.", "info")
     else:
-        flash(f"Skipped {skipped.skipped} event(s) past retention (the oldest "
-              f"{skipped.oldest_event}); its reads go on from the oldest event kept.", "ok")
+        flash(
+            f"Skipped {skipped.skipped} event(s) past retention (the oldest "
+            f"{skipped.oldest_event}); its reads go on from the oldest event kept.",
+            "ok",
+        )
     return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
 
 
@@ -199,8 +230,13 @@ def endpoint_edit(endpoint_id: str) -> Page:
         partner = partners.by_id(session, actor, ep.partner_id)
         catalog = event_types.catalog(session, actor)
         if request.method == "GET":
-            return render_template("ui/endpoint_edit.html", ep=ep, partner=partner,
-                                   form=EndpointForm.from_endpoint(ep), catalog=catalog)
+            return render_template(
+                "ui/endpoint_edit.html",
+                ep=ep,
+                partner=partner,
+                form=EndpointForm.from_endpoint(ep),
+                catalog=catalog,
+            )
         form = EndpointForm.from_request(request.form, existing=ep)
         body = form.body(editing=True)
         if body is not None:
@@ -213,8 +249,9 @@ def endpoint_edit(endpoint_id: str) -> Page:
                 flash("Saved. Deliveries from now on use the new settings.", "ok")
                 return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
         session.refresh(ep)
-        return render_template("ui/endpoint_edit.html", ep=ep, partner=partner, form=form,
-                               catalog=catalog), 422
+        return render_template(
+            "ui/endpoint_edit.html", ep=ep, partner=partner, form=form, catalog=catalog
+        ), 422
 
 
 @blueprint.post("/endpoints/<endpoint_id>/test")
@@ -225,6 +262,9 @@ def endpoint_test(endpoint_id: str) -> WerkzeugResponse:
     with rt.db.begin() as session:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
         delivery_id = endpoints.send_test(session, rt, actor, ep).id
-    flash("Test event sent (kurir.test, to this endpoint only). This page shows its attempt "
-          "when it ends.", "ok")
+    flash(
+        "Test event sent (kurir.test, to this endpoint only). This page shows its attempt "
+        "when it ends.",
+        "ok",
+    )
     return redirect(url_for("ui.delivery", delivery_id=delivery_id))

@@ -30,26 +30,44 @@ def event_lookup() -> Page:
             target = _lookup(session, raw)
             if target is not None:
                 return redirect(target)
-            flash(f"Nothing has the id {raw!r}. Paste an event (evt_…), delivery (dlv_…) or "
-                  "dead letter (dl_…) id.", "error")
+            flash(
+                f"Nothing has the id {raw!r}. Paste an event (evt_…), delivery (dlv_…) or "
+                "dead letter (dl_…) id.",
+                "error",
+            )
         uid = request.args.get("partner", "").strip() or None
         type_ = request.args.get("type", "").strip() or None
         error = None
         try:
             since, until = time_param("since"), time_param("until")
             rows, next_cursor = events.page(
-                session, actor, uid, type_=type_, since=since, until=until,
+                session,
+                actor,
+                uid,
+                type_=type_,
+                since=since,
+                until=until,
                 limit=parse_limit(request.args.get("limit") or "50"),
-                cursor=request.args.get("cursor"))
+                cursor=request.args.get("cursor"),
+            )
         except (BadRequest, NotFound) as exc:
             error, rows, next_cursor = exc.message, [], None
         query = {k: request.args.get(k, "") for k in ("partner", "type", "since", "until")}
         page = render_template(
-            "ui/events.html", rows=rows, query=query, lookup=raw, error=error,
+            "ui/events.html",
+            rows=rows,
+            query=query,
+            lookup=raw,
+            error=error,
             partner_uids=partners.uids(session, {e.partner_id for e in rows}),
-            next_url=(url_for("ui.event_lookup") + "?" + urlencode(
-                {**{k: v for k, v in query.items() if v}, "cursor": next_cursor})
-                if next_cursor else None))
+            next_url=(
+                url_for("ui.event_lookup")
+                + "?"
+                + urlencode({**{k: v for k, v in query.items() if v}, "cursor": next_cursor})
+                if next_cursor
+                else None
+            ),
+        )
     return (page, 404) if raw else page
 
 
@@ -75,7 +93,13 @@ def event(event_id: str) -> Page:
     with runtime().db.begin() as session:
         found = events.detail(session, security.actor(), event_id)
         return render_template(
-            "ui/event.html", ev=found.event, partner=found.partner,
-            deliveries=found.deliveries, endpoints=found.endpoints, letters=found.letters,
-            attempts=found.attempts, versions=found.versions,
-            payload=present.pretty_json(found.event.payload))
+            "ui/event.html",
+            ev=found.event,
+            partner=found.partner,
+            deliveries=found.deliveries,
+            endpoints=found.endpoints,
+            letters=found.letters,
+            attempts=found.attempts,
+            versions=found.versions,
+            payload=present.pretty_json(found.event.payload),
+        )

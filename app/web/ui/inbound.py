@@ -29,21 +29,38 @@ def inbound() -> Page:
         names = {s.id: s.name for s in sources.every(session, actor)}
         try:
             rows, next_cursor, _ = sources.event_page(
-                session, actor, source=source_name or None,
+                session,
+                actor,
+                source=source_name or None,
                 status=status if status in INBOUND_STATUSES else None,
-                resource_id=resource_id or None, limit=limit,
-                cursor=request.args.get("cursor"))
+                resource_id=resource_id or None,
+                limit=limit,
+                cursor=request.args.get("cursor"),
+            )
         except NotFound:
             flash(f"There is no source {source_name!r}.", "error")
             rows, next_cursor = [], None
-        query: dict[str, Any] = {k: v for k, v in {"status": status, "source": source_name,
-                                                   "resource_id": resource_id}.items() if v}
+        query: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "status": status,
+                "source": source_name,
+                "resource_id": resource_id,
+            }.items()
+            if v
+        }
         return render_template(
-            "ui/inbound.html", rows=rows, status=status, source=source_name,
-            resource_id=resource_id, sources=names, statuses=INBOUND_STATUSES,
-            counts=sources.event_counts(session, actor), can_replay=True,
-            next_url=(url_for("ui.inbound", **query, cursor=next_cursor)
-                      if next_cursor else None))
+            "ui/inbound.html",
+            rows=rows,
+            status=status,
+            source=source_name,
+            resource_id=resource_id,
+            sources=names,
+            statuses=INBOUND_STATUSES,
+            counts=sources.event_counts(session, actor),
+            can_replay=True,
+            next_url=(url_for("ui.inbound", **query, cursor=next_cursor) if next_cursor else None),
+        )
 
 
 @blueprint.post("/inbound/<inbound_id>/replay")

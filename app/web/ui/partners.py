@@ -24,12 +24,17 @@ from app.web.ui.base import Page, blueprint
 @security.login_required
 def partners_page() -> Page:
     with runtime().db.begin() as session:
-        rows, next_cursor = partners.page(session, security.actor(),
-                                          limit=parse_limit(request.args.get("limit") or "50"),
-                                          cursor=request.args.get("cursor"))
-        return render_template("ui/partners.html", partners=rows,
-                               next_url=url_for("ui.partners", cursor=next_cursor)
-                               if next_cursor else None)
+        rows, next_cursor = partners.page(
+            session,
+            security.actor(),
+            limit=parse_limit(request.args.get("limit") or "50"),
+            cursor=request.args.get("cursor"),
+        )
+        return render_template(
+            "ui/partners.html",
+            partners=rows,
+            next_url=url_for("ui.partners", cursor=next_cursor) if next_cursor else None,
+        )
 
 
 @blueprint.get("/partners/<uid>")
@@ -40,13 +45,18 @@ def partner(uid: str) -> Page:
         found = partners.get(session, actor, uid)
         live, _ = endpoints.page(session, actor, uid, limit=100, cursor=None)
         partner_keys, _ = keys.page(session, actor, limit=100, cursor=None, partner_uid=uid)
-        activity, _ = audit.search(session, actor, partner_id=found.id, actor_prefix="portal:",
-                                   limit=20)
+        activity, _ = audit.search(
+            session, actor, partner_id=found.id, actor_prefix="portal:", limit=20
+        )
         return render_template(
-            "ui/partner.html", partner=found, endpoints=live, keys=partner_keys,
+            "ui/partner.html",
+            partner=found,
+            endpoints=live,
+            keys=partner_keys,
             activity=activity,
             health=endpoints.health(session, actor, live, since=utcnow() - timedelta(hours=24)),
-            link_ttl=runtime().settings.portal_link_ttl_seconds)
+            link_ttl=runtime().settings.portal_link_ttl_seconds,
+        )
 
 
 @blueprint.post("/partners/<uid>/portal-link")
@@ -55,11 +65,13 @@ def partner_portal_link(uid: str) -> Page:
     """A one-time link into the partner's portal; shown once, on this answer only."""
     rt = runtime()
     with rt.db.begin() as session:
-        link, token = portal.create_link(session, security.actor(), uid,
-                                         default_ttl_s=rt.settings.portal_link_ttl_seconds)
+        link, token = portal.create_link(
+            session, security.actor(), uid, default_ttl_s=rt.settings.portal_link_ttl_seconds
+        )
         found = partners.get(session, security.actor(), uid)
-        return render_template("ui/portal_link.html", partner=found, link=link,
-                               url=portal_url(token))
+        return render_template(
+            "ui/portal_link.html", partner=found, link=link, url=portal_url(token)
+        )
 
 
 @blueprint.post("/partners/<uid>/portal-sessions/revoke")
@@ -69,8 +81,11 @@ def partner_portal_revoke(uid: str) -> WerkzeugResponse:
     operator, `portal.revoked`)."""
     with runtime().db.begin() as session:
         stopped = portal.revoke_partner(session, security.actor(), uid)
-    flash(f"Portal access of {uid} withdrawn: {stopped.ended} session(s) ended and "
-          f"{stopped.revoked} unused link(s) revoked, in every API process at once.", "ok")
+    flash(
+        f"Portal access of {uid} withdrawn: {stopped.ended} session(s) ended and "
+        f"{stopped.revoked} unused link(s) revoked, in every API process at once.",
+        "ok",
+    )
     return redirect(url_for("ui.partner", uid=uid))
 
 
@@ -80,6 +95,9 @@ def key_revoke(key_id: str) -> WerkzeugResponse:
     with runtime().db.begin() as session:
         view = keys.revoke(session, security.actor(), key_id)
         name, uid = view.key.name, view.partner_uid
-    flash(f"Revoked the key {name!r}: every API process refuses it within a second, and the "
-          "portal links it made and their sessions stop working at once.", "ok")
+    flash(
+        f"Revoked the key {name!r}: every API process refuses it within a second, and the "
+        "portal links it made and their sessions stop working at once.",
+        "ok",
+    )
     return redirect(url_for("ui.partner", uid=uid) if uid else url_for("ui.partners"))

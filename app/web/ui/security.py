@@ -62,8 +62,12 @@ def safe_next(target: str | None) -> str:
     """Only local UI paths may be redirected to after login (no open redirect)."""
     if target:
         parts = urlsplit(target)
-        if not parts.scheme and not parts.netloc and parts.path.startswith("/ui") \
-                and "\\" not in target:
+        if (
+            not parts.scheme
+            and not parts.netloc
+            and parts.path.startswith("/ui")
+            and "\\" not in target
+        ):
             return target
     return url_for("ui.dashboard")
 

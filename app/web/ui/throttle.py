@@ -108,8 +108,15 @@ class LoginThrottle:
         try:
             reply = self._claim(
                 keys=[_key("account", email), _key("client", client)],
-                args=[repr(_clock()), limits.first_delay_s, limits.max_delay_s,
-                      limits.forget_after_s, limits.per_account, limits.per_client])
+                args=[
+                    repr(_clock()),
+                    limits.first_delay_s,
+                    limits.max_delay_s,
+                    limits.forget_after_s,
+                    limits.per_account,
+                    limits.per_client,
+                ],
+            )
         except redis.RedisError as exc:
             log.warning("sign-in throttle unavailable, not enforced: %s", exc)
             return 0
