@@ -82,9 +82,9 @@ class EmbeddedRedis:
             port = free_port()
             args += ["--port", str(port), "--bind", "127.0.0.1"]
             self.url = f"redis://127.0.0.1:{port}/0"
-        self.process = subprocess.Popen(
+        self.process = subprocess.Popen(  # noqa: S603
             args,
-            stdout=subprocess.DEVNULL,  # noqa: S603
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=die_with_parent,

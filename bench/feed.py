@@ -135,9 +135,9 @@ def main() -> None:
         Settings(
             database_url=args.database_url,
             redis_url=args.redis_url,
-            secret_key="bench-only-not-a-secret",
+            secret_key="bench-only-not-a-secret",  # noqa: S106
         )
-    )  # noqa: S106
+    )
     setup(rt)
     backend = rt.db.engine.dialect.name
     print(f"feed bench on {backend}: n={args.n}, {args.threads} publisher threads")

@@ -327,8 +327,8 @@ def _revoke(
     )
     return Revoked(
         ended=int(sessions.rowcount or 0),  # type: ignore[attr-defined]
-        revoked=int(links.rowcount or 0),
-    )  # type: ignore[attr-defined]
+        revoked=int(links.rowcount or 0),  # type: ignore[attr-defined]
+    )
 
 
 def revoke_key_access(session: Session, key_id: str, now: datetime | None = None) -> Revoked:

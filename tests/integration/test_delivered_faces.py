@@ -118,7 +118,7 @@ def test_every_page_shows_the_bytes_the_endpoint_received(ui, open_portal, scene
 
 
 def test_every_list_and_fact_names_the_delivered_version(
-    ui,
+    ui,  # noqa: F811
     open_portal,
     client,
     auth,  # noqa: F811
@@ -170,8 +170,8 @@ def test_every_list_and_fact_names_the_delivered_version(
 
 
 def test_both_endpoint_pages_show_pins_with_deprecation_and_sunset(
-    ui,
-    open_portal,  # noqa: F811
+    ui,  # noqa: F811
+    open_portal,
     pinned,
 ):
     endpoints, when = pinned

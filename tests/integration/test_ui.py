@@ -639,7 +639,9 @@ def test_inbound_page_lists_by_status_and_replays(ui, runtime):
                 event_id="gh-1",
                 status="quarantined",
                 reason="version_gap",
-                raw_body=b'{"issue": {"id": 7, "state": "open", "updated_at": "2026-01-01T00:00:00Z"}}',
+                raw_body=(
+                    b'{"issue": {"id": 7, "state": "open", "updated_at": "2026-01-01T00:00:00Z"}}'
+                ),
                 headers={"x-github-delivery": "gh-1", "x-github-event": "issues"},
             )
         )
@@ -715,8 +717,8 @@ def test_behind_trusted_proxies_the_throttle_counts_the_real_client(
 
     def attempt(
         forwarded: str,
-        password: str = "guess",
-        peer: str = "10.1.2.3",  # noqa: S107
+        password: str = "guess",  # noqa: S107
+        peer: str = "10.1.2.3",
         email: str | None = None,
     ) -> int:
         return client.post(

@@ -78,8 +78,8 @@ def create_partner_key(uid: str) -> tuple[Response, int]:
         view, token = keys.create(
             session,
             actor,
-            body.get("name"),
-            scopes,  # type: ignore[arg-type]
+            body.get("name"),  # type: ignore[arg-type]
+            scopes,
             partner_uid=uid,
         )
         answer = key_json(view.key, view.partner_uid, token=token)
