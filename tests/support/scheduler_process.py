@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 KURIR = str(Path(sys.executable).with_name("kurir"))
+SECRET_KEY = "kurir-process-test-secret"  # noqa: S105 - a throwaway database
 
 
 def kurir_env(database_url: str, redis_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
@@ -32,7 +33,7 @@ def kurir_env(database_url: str, redis_url: str, data_dir: Path, **extra: str) -
         DATABASE_URL=database_url,
         REDIS_URL=redis_url,
         KURIR_DATA_DIR=str(data_dir),
-        KURIR_SECRET_KEY="scheduler-process-test-secret",
+        KURIR_SECRET_KEY=SECRET_KEY,
         **extra,
     )
     return env
