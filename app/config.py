@@ -228,6 +228,10 @@ class Settings:
     idempotency_ttl_seconds: int = 86400
     delivery_lease_seconds: int = 60
     sweep_interval_seconds: float = 2.0
+    # The scheduler lease (see app/processes/lease.py); None: derived from the sweep interval,
+    # so a standby starts sweeping within two sweep intervals of the active scheduler's death.
+    scheduler_lease_seconds: float | None = None
+    scheduler_renew_seconds: float | None = None
     worker_threads: int = 16
     endpoint_concurrency: int = 4
     inbound_tolerance_seconds: int = 300
@@ -270,6 +274,22 @@ class Settings:
         if self.database_url:
             return normalise_database_url(self.database_url)
         return f"sqlite:///{(self.data_dir / 'kurir.db').resolve()}"
+
+    @property
+    def resolved_scheduler_lease_seconds(self) -> float:
+        """How long a scheduler's lease lasts unrenewed: 1.5 sweep intervals by default, so
+        expiry plus one renewal attempt of the standby stays within two sweep intervals."""
+        if self.scheduler_lease_seconds is not None:
+            return self.scheduler_lease_seconds
+        return 1.5 * self.sweep_interval_seconds
+
+    @property
+    def resolved_scheduler_renew_seconds(self) -> float:
+        """How often a scheduler renews (or, standing by, tries to take) the lease: a sixth of
+        the lease by default, so the holder has five tries before it runs out."""
+        if self.scheduler_renew_seconds is not None:
+            return self.scheduler_renew_seconds
+        return self.resolved_scheduler_lease_seconds / 6
 
     @property
     def handler_registry(self) -> dict[str, str]:
@@ -338,6 +358,14 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_SWEEP_INTERVAL_SECONDS": (
         "sweep_interval_seconds",
         lambda n, r: _parse_float(n, r, 0.1),
+    ),
+    "KURIR_SCHEDULER_LEASE_SECONDS": (
+        "scheduler_lease_seconds",
+        lambda n, r: _parse_float(n, r, 0.3),
+    ),
+    "KURIR_SCHEDULER_RENEW_SECONDS": (
+        "scheduler_renew_seconds",
+        lambda n, r: _parse_float(n, r, 0.05),
     ),
     "KURIR_WORKER_THREADS": ("worker_threads", lambda n, r: _parse_int(n, r, 1, 512)),
     "KURIR_ENDPOINT_CONCURRENCY": ("endpoint_concurrency", lambda n, r: _parse_int(n, r, 1, 256)),
@@ -413,6 +441,13 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
             "PostgreSQL (every process needs the same key to read signing "
             'secrets); generate one with: python -c "from cryptography.fernet '
             'import Fernet; print(Fernet.generate_key().decode())"'
+        )
+    if settings.resolved_scheduler_renew_seconds * 3 > settings.resolved_scheduler_lease_seconds:
+        # The holder stops starting jobs one renewal interval before its lease runs out: with
+        # fewer than three renewals per lease one slow round trip would cost it the lease.
+        raise ConfigError(
+            "KURIR_SCHEDULER_RENEW_SECONDS must be at most a third of "
+            "KURIR_SCHEDULER_LEASE_SECONDS (which defaults to 1.5 × KURIR_SWEEP_INTERVAL_SECONDS)"
         )
     if settings.redis_url and not settings.redis_url.startswith(
         ("redis://", "rediss://", "unix://")

@@ -742,3 +742,23 @@ class ReconcileRequest(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _updated()
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+class SchedulerLease(Base):
+    """Which `kurir scheduler` runs the periodic jobs now: any number may run, one holds this.
+
+    The holder renews `expires_at` well before it passes; another scheduler takes the row only
+    once it has (one conditional UPDATE, `app/processes/lease.py`). `epoch` grows by one with
+    every change of holder: the fencing token a term's job runs are logged under.
+    """
+
+    __tablename__ = "scheduler_leases"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -159,3 +159,23 @@ def test_portal_settings_are_read_and_frame_ancestors_cannot_end_the_directive()
         load_settings({"KURIR_PORTAL_LINK_TTL_SECONDS": "90000"})
     with pytest.raises(ConfigError, match="KURIR_PUBLIC_URL"):
         load_settings({"KURIR_PUBLIC_URL": "hooks.example.com"})
+
+
+def test_the_scheduler_lease_follows_the_sweep_interval_unless_set() -> None:
+    """Takeover within two sweep intervals: lease 1.5 × the sweep interval, renewed six times
+    per lease; set explicitly, the renewal must leave the holder three tries per lease."""
+    default = load_settings({})
+    assert default.resolved_scheduler_lease_seconds == 3.0
+    assert default.resolved_scheduler_renew_seconds == 0.5
+    slow = load_settings({"KURIR_SWEEP_INTERVAL_SECONDS": "10"})
+    assert slow.resolved_scheduler_lease_seconds == 15.0
+    assert slow.resolved_scheduler_renew_seconds == 2.5
+    set_ = load_settings(
+        {"KURIR_SCHEDULER_LEASE_SECONDS": "6", "KURIR_SCHEDULER_RENEW_SECONDS": "2"}
+    )
+    assert (set_.resolved_scheduler_lease_seconds, set_.resolved_scheduler_renew_seconds) == (
+        6.0,
+        2.0,
+    )
+    with pytest.raises(ConfigError, match="KURIR_SCHEDULER_RENEW_SECONDS"):
+        load_settings({"KURIR_SCHEDULER_RENEW_SECONDS": "1.5"})  # lease 3 s: too few tries
