@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from app import redis_client
+
 # Seconds between a delivery's attempts after the first: about 3 days in all, 13 attempts.
 DEFAULT_RETRY_SCHEDULE: tuple[int, ...] = (5, 300, 1800, 7200, 18000) + (36000,) * 7
 
@@ -397,10 +399,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
             'secrets); generate one with: python -c "from cryptography.fernet '
             'import Fernet; print(Fernet.generate_key().decode())"'
         )
-    if settings.redis_url and not settings.redis_url.startswith(
-        ("redis://", "rediss://", "unix://")
-    ):
-        raise ConfigError(
-            f"REDIS_URL must be a redis://, rediss:// or unix:// URL, got {settings.redis_url!r}"
-        )
+    if settings.redis_url:
+        try:
+            redis_client.check_url(settings.redis_url)
+        except redis_client.RedisUrlError as exc:
+            raise ConfigError(
+                f"REDIS_URL {exc}, got {redis_client.redact(settings.redis_url)!r}"
+            ) from None
     return settings
