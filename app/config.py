@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from app import redis_client
+
 # Seconds between a delivery's attempts after the first: about 3 days in all, 13 attempts.
 DEFAULT_RETRY_SCHEDULE: tuple[int, ...] = (5, 300, 1800, 7200, 18000) + (36000,) * 7
 
@@ -449,10 +451,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
             "KURIR_SCHEDULER_RENEW_SECONDS must be at most a third of "
             "KURIR_SCHEDULER_LEASE_SECONDS (which defaults to 1.5 × KURIR_SWEEP_INTERVAL_SECONDS)"
         )
-    if settings.redis_url and not settings.redis_url.startswith(
-        ("redis://", "rediss://", "unix://")
-    ):
-        raise ConfigError(
-            f"REDIS_URL must be a redis://, rediss:// or unix:// URL, got {settings.redis_url!r}"
-        )
+    if settings.redis_url:
+        try:
+            redis_client.check_url(settings.redis_url)
+        except redis_client.RedisUrlError as exc:
+            raise ConfigError(
+                f"REDIS_URL {exc}, got {redis_client.redact(settings.redis_url)!r}"
+            ) from None
     return settings

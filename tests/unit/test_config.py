@@ -104,6 +104,15 @@ def test_postgresql_without_a_secret_key_is_refused_naming_the_variable() -> Non
         ("KURIR_DEFAULT_TIMEOUT_S", "31"),
         ("DATABASE_URL", "mysql://localhost/kurir"),
         ("REDIS_URL", "http://localhost:6379"),
+        ("REDIS_URL", "redis+sentinel://s1:26379,s2:26379"),
+        ("REDIS_URL", "redis+sentinel:///kurir"),
+        ("REDIS_URL", "redis+sentinel://s1:26379,,s2/kurir"),
+        ("REDIS_URL", "redis+sentinel://s1:port/kurir"),
+        ("REDIS_URL", "redis+sentinel://s1:70000/kurir"),
+        ("REDIS_URL", "redis+sentinel://s1/kurir/zero"),
+        ("REDIS_URL", "redis+sentinel://s1/kurir/0/extra"),
+        ("REDIS_URL", "redis+sentinel://s1/kurir?ssl=1"),
+        ("REDIS_URL", "redis+sentinel://[::1/kurir"),
         ("KURIR_INBOUND_HANDLERS", "os:system"),
         ("KURIR_INBOUND_HANDLERS", "x=not a path"),
         ("KURIR_TRUSTED_PROXIES", "10.0.0.0/33"),
@@ -113,6 +122,22 @@ def test_postgresql_without_a_secret_key_is_refused_naming_the_variable() -> Non
 def test_invalid_value_names_the_variable(var: str, value: str) -> None:
     with pytest.raises(ConfigError, match=var):
         load_settings({var: value})
+
+
+def test_a_bad_redis_url_is_reported_without_its_password() -> None:
+    with pytest.raises(ConfigError, match="REDIS_URL") as caught:
+        load_settings({"REDIS_URL": "redis+sentinel://kurir:hunter2@s1:26379"})
+    assert "hunter2" not in str(caught.value)
+    assert "names no master" in str(caught.value)
+
+
+def test_sentinel_redis_urls_are_accepted() -> None:
+    for url in (
+        "redis+sentinel://s1:26379,s2:26379,s3:26379/kurir",
+        "redis+sentinel://:secret@s1,[::1]:26380/kurir/2",
+        "rediss+sentinel://user:secret@s1:26379/kurir/0",
+    ):
+        assert load_settings({"REDIS_URL": url}).resolved_redis_url == url
 
 
 def test_env_vars_are_all_documented_in_the_configuration_page() -> None:
