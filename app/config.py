@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from app import redis_client
+
 # Seconds between a delivery's attempts after the first: about 3 days in all, 13 attempts.
 DEFAULT_RETRY_SCHEDULE: tuple[int, ...] = (5, 300, 1800, 7200, 18000) + (36000,) * 7
 
@@ -228,6 +230,10 @@ class Settings:
     idempotency_ttl_seconds: int = 86400
     delivery_lease_seconds: int = 60
     sweep_interval_seconds: float = 2.0
+    # The scheduler lease (see app/processes/lease.py); None: derived from the sweep interval,
+    # so a standby starts sweeping within two sweep intervals of the active scheduler's death.
+    scheduler_lease_seconds: float | None = None
+    scheduler_renew_seconds: float | None = None
     worker_threads: int = 16
     endpoint_concurrency: int = 4
     inbound_tolerance_seconds: int = 300
@@ -253,6 +259,11 @@ class Settings:
     # Kurir's own address as partners reach it, for the links it hands out; None: the address
     # the request that asks for a link came in on.
     public_url: str | None = None
+    # What one partner can cause (partner keys and portal sessions; operators are not
+    # limited by the rates): live endpoints, and endpoint creations and test events a minute.
+    max_endpoints_per_partner: int = 50
+    partner_endpoint_creates_per_minute: int = 30
+    partner_test_sends_per_minute: int = 10
 
     @property
     def portal_framable(self) -> bool:
@@ -265,6 +276,22 @@ class Settings:
         if self.database_url:
             return normalise_database_url(self.database_url)
         return f"sqlite:///{(self.data_dir / 'kurir.db').resolve()}"
+
+    @property
+    def resolved_scheduler_lease_seconds(self) -> float:
+        """How long a scheduler's lease lasts unrenewed: 1.5 sweep intervals by default, so
+        expiry plus one renewal attempt of the standby stays within two sweep intervals."""
+        if self.scheduler_lease_seconds is not None:
+            return self.scheduler_lease_seconds
+        return 1.5 * self.sweep_interval_seconds
+
+    @property
+    def resolved_scheduler_renew_seconds(self) -> float:
+        """How often a scheduler renews (or, standing by, tries to take) the lease: a sixth of
+        the lease by default, so the holder has five tries before it runs out."""
+        if self.scheduler_renew_seconds is not None:
+            return self.scheduler_renew_seconds
+        return self.resolved_scheduler_lease_seconds / 6
 
     @property
     def handler_registry(self) -> dict[str, str]:
@@ -334,6 +361,14 @@ _ENV: dict[str, tuple[str, Any]] = {
         "sweep_interval_seconds",
         lambda n, r: _parse_float(n, r, 0.1),
     ),
+    "KURIR_SCHEDULER_LEASE_SECONDS": (
+        "scheduler_lease_seconds",
+        lambda n, r: _parse_float(n, r, 0.3),
+    ),
+    "KURIR_SCHEDULER_RENEW_SECONDS": (
+        "scheduler_renew_seconds",
+        lambda n, r: _parse_float(n, r, 0.05),
+    ),
     "KURIR_WORKER_THREADS": ("worker_threads", lambda n, r: _parse_int(n, r, 1, 512)),
     "KURIR_ENDPOINT_CONCURRENCY": ("endpoint_concurrency", lambda n, r: _parse_int(n, r, 1, 256)),
     "KURIR_INBOUND_TOLERANCE_SECONDS": (
@@ -357,6 +392,18 @@ _ENV: dict[str, tuple[str, Any]] = {
         lambda n, r: _parse_int(n, r, 60, 86400),
     ),
     "KURIR_PUBLIC_URL": ("public_url", _parse_public_url),
+    "KURIR_MAX_ENDPOINTS_PER_PARTNER": (
+        "max_endpoints_per_partner",
+        lambda n, r: _parse_int(n, r, 1, 100_000),
+    ),
+    "KURIR_PARTNER_ENDPOINT_CREATES_PER_MINUTE": (
+        "partner_endpoint_creates_per_minute",
+        lambda n, r: _parse_int(n, r, 1, 60_000),
+    ),
+    "KURIR_PARTNER_TEST_SENDS_PER_MINUTE": (
+        "partner_test_sends_per_minute",
+        lambda n, r: _parse_int(n, r, 1, 60_000),
+    ),
 }
 
 ENV_VARS: tuple[str, ...] = tuple(_ENV)
@@ -397,10 +444,18 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
             'secrets); generate one with: python -c "from cryptography.fernet '
             'import Fernet; print(Fernet.generate_key().decode())"'
         )
-    if settings.redis_url and not settings.redis_url.startswith(
-        ("redis://", "rediss://", "unix://")
-    ):
+    if settings.resolved_scheduler_renew_seconds * 3 > settings.resolved_scheduler_lease_seconds:
+        # The holder stops starting jobs one renewal interval before its lease runs out: with
+        # fewer than three renewals per lease one slow round trip would cost it the lease.
         raise ConfigError(
-            f"REDIS_URL must be a redis://, rediss:// or unix:// URL, got {settings.redis_url!r}"
+            "KURIR_SCHEDULER_RENEW_SECONDS must be at most a third of "
+            "KURIR_SCHEDULER_LEASE_SECONDS (which defaults to 1.5 × KURIR_SWEEP_INTERVAL_SECONDS)"
         )
+    if settings.redis_url:
+        try:
+            redis_client.check_url(settings.redis_url)
+        except redis_client.RedisUrlError as exc:
+            raise ConfigError(
+                f"REDIS_URL {exc}, got {redis_client.redact(settings.redis_url)!r}"
+            ) from None
     return settings

@@ -10,7 +10,11 @@ KurirError (500 internal_error)
 ├── PayloadTooLarge       413 payload_too_large
 ├── UnsupportedMediaType  415 unsupported_media_type
 ├── ValidationFailed      422 validation_failed / idempotency_key_reused / ...
+├── RateLimited           429 rate_limited
 └── Unavailable           503 unavailable
+
+An error that knows when trying again makes sense carries `retry_after_s`; the faces send it
+as a `Retry-After` header.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ class KurirError(Exception):
         code: str | None = None,
         details: Any = None,
         status: int | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.retry_after_s = retry_after_s
         if code is not None:
             self.code = code
         if status is not None:
@@ -92,6 +98,11 @@ class UnsupportedMediaType(KurirError):
 class ValidationFailed(KurirError):
     status = 422
     code = "validation_failed"
+
+
+class RateLimited(KurirError):
+    status = 429
+    code = "rate_limited"
 
 
 class Unavailable(KurirError):

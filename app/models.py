@@ -35,6 +35,7 @@ from app.vocabulary import (
     BulkOperationState,
     DeadLetterState,
     DeliveryState,
+    DisabledBy,
     EndpointMode,
     EndpointState,
     InboundStatus,
@@ -69,6 +70,12 @@ DL_OPEN, DL_RESENT, DL_DISCARDED = (
 )
 DL_STATES = values(DeadLetterState)
 INBOUND_STATUSES = values(InboundStatus)
+# Who disabled an endpoint (`Endpoint.disabled_by`).
+DISABLED_BY_OPERATOR, DISABLED_BY_PARTNER, DISABLED_BY_HEALTH = (
+    DisabledBy.OPERATOR,
+    DisabledBy.PARTNER,
+    DisabledBy.HEALTH,
+)
 
 # API key scopes. `admin` implies every other one; any write scope implies `read`.
 SCOPES = ("admin", "read", "events:write", "endpoints:write", "dlq:write", "sources:write")
@@ -215,6 +222,9 @@ class AuditRecord(Base):
 
     id: Mapped[str] = _id("aud")
     actor: Mapped[str] = mapped_column(String(320))
+    # The partner the actor was bound to (its keys, its portal sessions); None for operators,
+    # admin keys, the CLI and Kurir: what a partner reading the row is shown as "publisher".
+    actor_partner_id: Mapped[str | None] = mapped_column(String(40))
     action: Mapped[str] = mapped_column(String(64))
     subject_type: Mapped[str] = mapped_column(String(32))
     subject_id: Mapped[str] = mapped_column(String(200))
@@ -349,6 +359,9 @@ class Endpoint(Base):
     state: Mapped[str] = mapped_column(String(16), default=EndpointState.ENABLED.value)
     disabled_reason: Mapped[str | None] = mapped_column(String(200))
     disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Who disabled it: "operator" (the UI, an admin key, the CLI), "partner" (its keys, its
+    # portal) or "health" (Kurir, after failures); a partner may not undo an operator's.
+    disabled_by: Mapped[str | None] = mapped_column(String(16))
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
     first_failure_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_failure_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -618,6 +631,8 @@ class DeadLetterAudit(Base):
         ForeignKey("dead_letters.id", ondelete="CASCADE"), index=True
     )
     actor: Mapped[str] = mapped_column(String(320))
+    # As on `AuditRecord`: the partner a partner-bound actor acted for, else None.
+    actor_partner_id: Mapped[str | None] = mapped_column(String(40))
     action: Mapped[str] = mapped_column(String(32))
     outcome: Mapped[str] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)
@@ -636,6 +651,10 @@ class BulkOperation(Base):
     id: Mapped[str] = _id("bop")
     kind: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(320))
+    # The API key that started it (key names are not unique: a partner key reads its own jobs
+    # by this id), and the partner a partner-bound actor started it for.
+    key_id: Mapped[str | None] = mapped_column(String(40))
+    actor_partner_id: Mapped[str | None] = mapped_column(String(40))
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     state: Mapped[str] = mapped_column(String(16), default=BulkOperationState.PENDING.value)
     total: Mapped[int] = mapped_column(Integer, default=0)
@@ -752,3 +771,23 @@ class ReconcileRequest(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _updated()
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+class SchedulerLease(Base):
+    """Which `kurir scheduler` runs the periodic jobs now: any number may run, one holds this.
+
+    The holder renews `expires_at` well before it passes; another scheduler takes the row only
+    once it has (one conditional UPDATE, `app/processes/lease.py`). `epoch` grows by one with
+    every change of holder: the fencing token a term's job runs are logged under.
+    """
+
+    __tablename__ = "scheduler_leases"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())

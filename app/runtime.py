@@ -11,6 +11,7 @@ from functools import cached_property
 
 import redis
 
+from app import redis_client
 from app.config import Settings, load_settings
 from app.crypto import SecretBox, load_secret_box
 from app.db import Database
@@ -34,7 +35,7 @@ class Runtime:
 
     @cached_property
     def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(
+        return redis_client.connect(
             self.settings.resolved_redis_url,
             socket_timeout=REDIS_SOCKET_TIMEOUT_S,
             socket_connect_timeout=REDIS_SOCKET_TIMEOUT_S,

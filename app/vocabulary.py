@@ -34,6 +34,14 @@ class EndpointMode(StrEnum):
     PULL = "pull"
 
 
+class DisabledBy(StrEnum):
+    """Who disabled an endpoint: a partner may not undo an operator's decision."""
+
+    OPERATOR = "operator"  # the UI, an admin key, the CLI
+    PARTNER = "partner"  # its keys, its portal
+    HEALTH = "health"  # Kurir, after failures
+
+
 class Ordering(StrEnum):
     """Whether an endpoint gets one ordering key's events one at a time, in commit order."""
 

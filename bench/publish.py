@@ -415,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
         KURIR_DATA_DIR=str(ROOT / "var" / "bench"),
         PYTHONPATH=str(ROOT),
+        # One partner gets `--fanout` endpoints (an external Kurir needs the same).
+        KURIR_MAX_ENDPOINTS_PER_PARTNER=str(max(50, args.fanout)),
     )
     python = sys.executable
     figures: dict[str, Any] = {

@@ -16,13 +16,16 @@ def audit_row(
     now: datetime,
     note: str | None = None,
     operation_id: str | None = None,
+    actor_partner_id: str | None = None,
 ) -> dict[str, Any]:
     """One `dead_letter_audit` row, ready for a bulk INSERT; `operation_id` names the resend
-    job it belongs to."""
+    job it belongs to, `actor_partner_id` the partner a partner-bound actor acted for (what
+    a partner reading the row is shown of the actor depends on it)."""
     return {
         "id": new_id("dla"),
         "dead_letter_id": letter_id,
         "actor": actor[:320],
+        "actor_partner_id": actor_partner_id,
         "action": action,
         "outcome": outcome[:200],
         "note": note,

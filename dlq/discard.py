@@ -23,6 +23,7 @@ def discard(
     actor: str,
     note: str | None = None,
     now: datetime | None = None,
+    actor_partner_id: str | None = None,
 ) -> DeadLetter:
     """Close an open letter as `discarded`, keeping the note on the letter and in its audit.
 
@@ -50,7 +51,18 @@ def discard(
             details={"dead_letter": letter_id, "state": letter.state},
         )
     session.execute(
-        insert(DeadLetterAudit), [audit_row(letter_id, actor, "discard", "discarded", now, note)]
+        insert(DeadLetterAudit),
+        [
+            audit_row(
+                letter_id,
+                actor,
+                "discard",
+                "discarded",
+                now,
+                note,
+                actor_partner_id=actor_partner_id,
+            )
+        ],
     )
     session.expire(letter)
     return letter

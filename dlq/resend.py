@@ -88,6 +88,7 @@ def rearm(
     force: bool = False,
     now: datetime | None = None,
     operation_id: str | None = None,
+    actor_partner_id: str | None = None,
 ) -> PageResult:
     """Flip open letters to `resent` and their deliveries back to `pending`, in this session.
 
@@ -169,7 +170,15 @@ def rearm(
             # Someone already brought the delivery back (e.g. a manual retry): just close.
             outcome = "closed: delivery was no longer dead"
         audits.append(
-            audit_row(letter_id, actor, "resend", outcome, now, operation_id=operation_id)
+            audit_row(
+                letter_id,
+                actor,
+                "resend",
+                outcome,
+                now,
+                operation_id=operation_id,
+                actor_partner_id=actor_partner_id,
+            )
         )
     session.execute(insert(DeadLetterAudit), audits)
     # The ORM may hold these rows from before the Core UPDATEs; make it re-read them.
@@ -186,11 +195,20 @@ def audit_skips(
     actor: str,
     now: datetime | None = None,
     operation_id: str | None = None,
+    actor_partner_id: str | None = None,
 ) -> None:
     """Record, on each letter that exists, why a bulk resend left it alone."""
     now = now or utcnow()
     rows = [
-        audit_row(letter_id, actor, "resend", f"skipped: {reason}", now, operation_id=operation_id)
+        audit_row(
+            letter_id,
+            actor,
+            "resend",
+            f"skipped: {reason}",
+            now,
+            operation_id=operation_id,
+            actor_partner_id=actor_partner_id,
+        )
         for letter_id, reason in skipped.items()
         if reason != ResendSkip.NOT_FOUND
     ]
@@ -211,6 +229,7 @@ def resend_one(
     actor: str,
     force: bool = False,
     now: datetime | None = None,
+    actor_partner_id: str | None = None,
 ) -> DeadLetter:
     """Resend one letter or say precisely why not.
 
@@ -219,7 +238,9 @@ def resend_one(
         Conflict: `dead_letter_not_open`, `endpoint_disabled` (unless `force`),
             `endpoint_deleted`.
     """
-    result = rearm(session, [letter_id], actor=actor, force=force, now=now)
+    result = rearm(
+        session, [letter_id], actor=actor, force=force, now=now, actor_partner_id=actor_partner_id
+    )
     reason = result.skipped.get(letter_id)
     if reason == ResendSkip.NOT_FOUND:
         raise NotFound(f"dead letter {letter_id} not found")
@@ -238,15 +259,29 @@ def resend_ids_inline(
     force: bool = False,
     now: datetime | None = None,
     operation_id: str | None = None,
+    actor_partner_id: str | None = None,
 ) -> PageResult:
     """Resend a short list of letters in the caller's transaction; skips are audited.
 
     `operation_id` is the id `record_inline` will give the job that reports it.
     """
     result = rearm(
-        session, letter_ids, actor=actor, force=force, now=now, operation_id=operation_id
+        session,
+        letter_ids,
+        actor=actor,
+        force=force,
+        now=now,
+        operation_id=operation_id,
+        actor_partner_id=actor_partner_id,
     )
-    audit_skips(session, result.skipped, actor=actor, now=now, operation_id=operation_id)
+    audit_skips(
+        session,
+        result.skipped,
+        actor=actor,
+        now=now,
+        operation_id=operation_id,
+        actor_partner_id=actor_partner_id,
+    )
     enqueue(session, connection, result)
     return result
 
@@ -260,6 +295,8 @@ def record_inline(
     force: bool = False,
     now: datetime | None = None,
     operation_id: str | None = None,
+    key_id: str | None = None,
+    actor_partner_id: str | None = None,
 ) -> BulkOperation:
     """A finished BulkOperation for a resend done inline, so every bulk call has a job id."""
     now = now or utcnow()
@@ -268,6 +305,8 @@ def record_inline(
         id=operation_id or new_id("bop"),
         kind=BULK_KIND,
         actor=actor[:320],
+        key_id=key_id,
+        actor_partner_id=actor_partner_id,
         state=BulkOperationState.SUCCEEDED,
         total=len(ids),
         done=len(result.resent),
@@ -314,11 +353,15 @@ def start_bulk(
     flt: DeadLetterFilter | None = None,
     force: bool = False,
     connection: redis.Redis | None = None,
+    key_id: str | None = None,
+    actor_partner_id: str | None = None,
 ) -> BulkOperation:
     """Record a background resend and, if `connection` is given, enqueue it after commit.
 
     A filter resends only open letters, and only those that exist now: letters parked after
-    this moment are not swept up by it.
+    this moment are not swept up by it. `key_id` is the API key starting it (a partner key
+    reads its own jobs by it), `actor_partner_id` the partner a partner-bound actor acts
+    for; the job audits its letters with both its actor and that partner.
     """
     if (ids is None) == (flt is None):
         raise ValidationFailed("give either ids or a filter", code="invalid_parameter")
@@ -338,7 +381,14 @@ def start_bulk(
         clean = _validate_ids(ids or ())
         params["ids"] = sorted(clean, reverse=True)
         total = len(clean)
-    op = BulkOperation(kind=BULK_KIND, actor=actor[:320], params=params, total=total)
+    op = BulkOperation(
+        kind=BULK_KIND,
+        actor=actor[:320],
+        key_id=key_id,
+        actor_partner_id=actor_partner_id,
+        params=params,
+        total=total,
+    )
     session.add(op)
     session.flush()
     if connection is not None:
@@ -410,8 +460,15 @@ def run_bulk(
                     actor=op.actor,
                     force=bool(op.params.get("force")),
                     operation_id=op_id,
+                    actor_partner_id=op.actor_partner_id,
                 )
-                audit_skips(session, result.skipped, actor=op.actor, operation_id=op_id)
+                audit_skips(
+                    session,
+                    result.skipped,
+                    actor=op.actor,
+                    operation_id=op_id,
+                    actor_partner_id=op.actor_partner_id,
+                )
                 enqueue(session, runtime.redis, result)
                 cursor = page[-1]
                 skipped = Counter(op.params.get("skipped") or {})

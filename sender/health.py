@@ -20,7 +20,7 @@ from sqlalchemy import Table, bindparam, case, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from app.models import PENDING, RETRYING, Delivery, Endpoint, OperationalEvent, UTCDateTime
-from app.vocabulary import DeadLetterReason, EndpointState
+from app.vocabulary import DeadLetterReason, DisabledBy, EndpointState
 from sender.park import park
 from sender.policy import should_auto_disable
 
@@ -205,7 +205,12 @@ def disable(
     won = session.execute(
         update(table)
         .where(table.c.id == endpoint_id, table.c.state == EndpointState.ENABLED)
-        .values(state=EndpointState.DISABLED, disabled_reason=reason[:200], disabled_at=now)
+        .values(
+            state=EndpointState.DISABLED,
+            disabled_reason=reason[:200],
+            disabled_at=now,
+            disabled_by=DisabledBy.HEALTH,
+        )
         .returning(table.c.id)
     ).first()
     if won is None:

@@ -1,9 +1,11 @@
-"""Per-endpoint rate limit shared by every worker: slots handed out by one Redis script.
+"""Rate limits shared by every process: slots handed out by one Redis script.
 
-Each endpoint has one key holding the next free send slot (a GCRA "theoretical arrival time",
-in milliseconds). A worker reserves slots for the deliveries it is about to send; slots are
-spaced 1/rate apart, so no window of one second sees more than `rate + 1` sends whichever
-workers make them. A delivery without a slot is not dropped: it is held and tried later.
+Each limited subject (an endpoint's sends; a partner's endpoint creations or test events, see
+`app.services.partner_bounds`) has one key holding its next free slot (a GCRA "theoretical
+arrival time", in milliseconds). A caller reserves slots for what it is about to do; slots
+are spaced 1/rate apart and may be taken up to `horizon_s` ahead, so no window of one second
+sees more than `rate + 1` sends whichever workers make them. A delivery without a slot is
+not dropped: it is held and tried later.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class Reservation:
 
 
 class RateLimiter:
-    """Hands out send slots per endpoint; safe to share between threads and processes."""
+    """Hands out slots per subject (an endpoint id by default); safe to share between
+    threads and processes."""
 
     def __init__(self, connection: redis.Redis, *, horizon_s: float = 1.0) -> None:
         self._redis = connection
@@ -59,7 +62,7 @@ class RateLimiter:
         self.horizon_s = horizon_s
 
     def reserve(
-        self, endpoint_id: str, rate_per_s: float, wanted: int, *, now_ms: float | None = None
+        self, subject: str, rate_per_s: float, wanted: int, *, now_ms: float | None = None
     ) -> Reservation:
         """Reserve up to `wanted` slots starting within the horizon.
 
@@ -70,7 +73,7 @@ class RateLimiter:
             return Reservation(0, (), 0.0)
         interval_ms = 1000.0 / rate_per_s
         raw = self._script(
-            keys=[KEY_PREFIX + endpoint_id],
+            keys=[KEY_PREFIX + subject],
             args=[
                 repr(interval_ms),
                 wanted,

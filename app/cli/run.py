@@ -81,18 +81,10 @@ def worker_command(burst: bool) -> None:
 
 @click.command("scheduler")
 def scheduler_command() -> None:
-    """Run the periodic jobs: sweeper, reconciliation, retention (exactly one per deployment)."""
-    from app.processes.scheduler import build_scheduler
+    """Run the periodic jobs: sweeper, reconciliation, retention (one per node; one is active)."""
+    from app.processes.scheduler import run_scheduler
 
-    runtime = make_runtime()
-    scheduler = build_scheduler(runtime)
-
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        scheduler.shutdown(wait=False)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    scheduler.start()
+    run_scheduler(make_runtime())
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -1,16 +1,25 @@
 """`kurir scheduler`: the periodic jobs (sweeps, reconciliation, sequencing, purges and
-retention), run exactly once.
+retention), run by one scheduler at a time.
 
-Run a single scheduler per deployment; the jobs are idempotent, so an accidental second one
-costs work, not correctness.
+Run one on every node: they share a lease in the database (`lease`, `leadership`), the holder
+runs the jobs and the others stand by, ready to take over when its lease runs out. Every job
+run is fenced by the lease: it starts only while this process holds it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import FrameType
 
+from apscheduler.events import EVENT_SCHEDULER_START
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -18,6 +27,7 @@ from sqlalchemy import delete
 
 from app.clock import utcnow
 from app.models import IdempotencyKey
+from app.processes.leadership import Leadership
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -102,22 +112,44 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     ]
 
 
-def _guarded(job: PeriodicJob, runtime: Runtime) -> Callable[[], None]:
+def _guarded(job: PeriodicJob, runtime: Runtime, leadership: Leadership) -> Callable[[], None]:
     def run() -> None:
-        try:
-            job.run(runtime)
-        except Exception:
-            # One failing pass must not stop the scheduler; the next pass tries again.
-            log.exception("periodic job failed", extra={"job": job.name})
+        with leadership.job() as epoch:
+            if epoch is None:
+                return  # standing by, or the lease about to run out: another scheduler runs it
+            started = time.time()
+            fields = {"job": job.name, "epoch": epoch, "holder": leadership.holder}
+            # Start and end of every run, with wall-clock times: an audit of who ran what when
+            # (at debug level: free unless asked for).
+            log.debug("periodic job started", extra={**fields, "started": started})
+            try:
+                job.run(runtime)
+            except Exception:
+                # One failing pass must not stop the scheduler; the next pass tries again.
+                log.exception("periodic job failed", extra={"job": job.name})
+            finally:
+                log.debug(
+                    "periodic job finished",
+                    extra={**fields, "started": started, "ended": time.time()},
+                )
 
     return run
 
 
-def build_scheduler(runtime: Runtime) -> BlockingScheduler:
-    scheduler = BlockingScheduler(timezone="UTC")
-    for job in periodic_jobs(runtime):
+def build_scheduler(
+    runtime: Runtime,
+    leadership: Leadership,
+    jobs: list[PeriodicJob] | None = None,
+    scheduler: BaseScheduler | None = None,
+) -> BaseScheduler:
+    """The jobs on their triggers, each run fenced by `leadership`; when this process gains
+    the lease, every interval job runs at once (whatever the previous holder last did, the new
+    one catches up now, and the sweep starts without waiting a whole interval)."""
+    scheduler = scheduler or BlockingScheduler(timezone="UTC")
+    jobs = periodic_jobs(runtime) if jobs is None else jobs
+    for job in jobs:
         scheduler.add_job(
-            _guarded(job, runtime),
+            _guarded(job, runtime, leadership),
             job.trigger,
             id=job.name,
             name=job.name,
@@ -125,4 +157,35 @@ def build_scheduler(runtime: Runtime) -> BlockingScheduler:
             coalesce=True,
             misfire_grace_time=30,
         )
+    interval_jobs = [job.name for job in jobs if isinstance(job.trigger, IntervalTrigger)]
+
+    def catch_up(_epoch: int) -> None:
+        for name in interval_jobs:
+            with contextlib.suppress(JobLookupError):  # the scheduler is shutting down
+                scheduler.modify_job(name, next_run_time=datetime.now(UTC))
+
+    # The keeper starts once the jobs are in the scheduler's store, so `catch_up` finds them.
+    scheduler.add_listener(lambda _event: leadership.start(catch_up), EVENT_SCHEDULER_START)
     return scheduler
+
+
+def run_scheduler(runtime: Runtime) -> None:
+    """`kurir scheduler` until SIGTERM or SIGINT: stand by or run the jobs, and on the way out
+    let running jobs finish, then give the lease back."""
+    settings = runtime.settings
+    leadership = Leadership(
+        runtime.db,
+        ttl_s=settings.resolved_scheduler_lease_seconds,
+        renew_s=settings.resolved_scheduler_renew_seconds,
+    )
+    scheduler = build_scheduler(runtime, leadership)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        if scheduler.running:  # a second signal while the running jobs finish: already stopping
+            scheduler.shutdown(wait=False)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("scheduler started", extra={"holder": leadership.holder})
+    scheduler.start()
+    leadership.stop(release=True)

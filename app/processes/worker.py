@@ -25,6 +25,7 @@ from rq import Queue, SimpleWorker
 from rq.job import Job
 from rq.timeouts import TimerDeathPenalty
 
+from app import redis_client
 from app import runtime as runtime_mod
 from app.inbound.consumer import InboundConsumer
 from app.queues import (
@@ -140,15 +141,12 @@ class DeliveryConsumer(BatchConsumer):
 
 def worker_connection(runtime: Runtime) -> redis.Redis:
     """A Redis client for blocking dequeues (the runtime's has a short socket timeout)."""
-    url = runtime.settings.resolved_redis_url
-    # Unix-socket connections (the embedded Redis of `kurir up`) take no TCP keepalive option.
-    tcp = {} if url.startswith("unix://") else {"socket_keepalive": True}
-    return redis.Redis.from_url(
-        url,
+    return redis_client.connect(
+        runtime.settings.resolved_redis_url,
         socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=5.0,
         health_check_interval=30,
-        **tcp,
+        keepalive=True,
     )
 
 

@@ -30,7 +30,7 @@ from app.event_types import (
     unreachable_pins,
 )
 from app.feed.sequencer import settled_head
-from app.models import Endpoint, EndpointSecret, Partner
+from app.models import DISABLED_BY_OPERATOR, Endpoint, EndpointSecret, Partner
 from app.net import guard
 from app.net.urls import check_outbound_url
 from app.registry.secrets import add_secret, current_secret_row, rotate
@@ -558,6 +558,7 @@ def enable_endpoint(session: Session, endpoint: Endpoint) -> Endpoint:
     endpoint.state = EndpointState.ENABLED
     endpoint.disabled_reason = None
     endpoint.disabled_at = None
+    endpoint.disabled_by = None
     endpoint.consecutive_failures = 0
     endpoint.first_failure_at = None
     session.flush()
@@ -565,9 +566,19 @@ def enable_endpoint(session: Session, endpoint: Endpoint) -> Endpoint:
 
 
 def disable_endpoint(
-    session: Session, endpoint: Endpoint, reason: str | None = None, now: datetime | None = None
+    session: Session,
+    endpoint: Endpoint,
+    reason: str | None = None,
+    now: datetime | None = None,
+    *,
+    by: str = DISABLED_BY_OPERATOR,
 ) -> Endpoint:
-    """Operator action: new events for the endpoint are parked as dead letters from now on."""
+    """Disable by hand: new events for the endpoint are parked as dead letters from now on.
+
+    `by` says who (`Endpoint.disabled_by`). An operator disabling an endpoint that is disabled
+    already makes it theirs; a partner leaves an operator's disable as it is (who, and why),
+    so that it cannot turn it into one it may undo.
+    """
     if reason is not None and (
         not isinstance(reason, str) or not reason.strip() or len(reason) > 200
     ):
@@ -576,8 +587,11 @@ def disable_endpoint(
         endpoint.state = EndpointState.DISABLED
         endpoint.disabled_at = now or utcnow()
         endpoint.disabled_reason = reason.strip() if reason else "manual"
-    elif reason:
-        endpoint.disabled_reason = reason.strip()
+        endpoint.disabled_by = by
+    elif by == DISABLED_BY_OPERATOR or endpoint.disabled_by != DISABLED_BY_OPERATOR:
+        if reason:
+            endpoint.disabled_reason = reason.strip()
+        endpoint.disabled_by = by
     session.flush()
     return endpoint
 

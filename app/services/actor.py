@@ -15,10 +15,32 @@ from app.errors import Forbidden, NotFound
 from app.models import SCOPES
 
 KEY, OPERATOR, CLI, PORTAL, SYSTEM = "key", "operator", "cli", "portal", "system"
+# What a partner is shown instead of the name of an operator, an admin key or the CLI.
+PUBLISHER = "publisher"
 ALL_SCOPES = frozenset(SCOPES)
 # Scopes a partner-scoped credential can hold: it can never publish, nor manage contracts,
 # sources, operators or keys.
 PARTNER_SCOPES = frozenset({"read", "endpoints:write", "dlq:write"})
+
+
+def shown_to(reader_partner_id: str | None, name: str, actor_partner_id: str | None) -> str:
+    """The name of whoever did something, as a reader is shown it.
+
+    Operators' e-mails and admin keys' names are the publisher's own business: a reader
+    bound to a partner (its key, its portal) sees its own credentials and Kurir's jobs
+    (`system`) by name, and every other actor as "publisher". `actor_partner_id` is the
+    partner the actor was bound to when it acted (recorded with the row, never guessed from
+    a name: key names are not unique). Everything that shows a partner an actor's name —
+    audit rows, dead-letter audit rows, the link a portal session came through, a test
+    event's `sent_by` — asks here.
+    """
+    if (
+        reader_partner_id is None
+        or name == SYSTEM
+        or (actor_partner_id is not None and actor_partner_id == reader_partner_id)
+    ):
+        return name
+    return PUBLISHER
 
 
 def scope_allows(granted: Iterable[str], needed: str) -> bool:
@@ -93,6 +115,10 @@ class Actor:
                 f"this caller lacks the scope {scope!r}",
                 details={"required_scope": scope, "granted": sorted(self.scopes)},
             )
+
+    def shows(self, name: str, actor_partner_id: str | None) -> str:
+        """How this reader is shown the actor `name` (see `shown_to`)."""
+        return shown_to(self.partner_id, name, actor_partner_id)
 
     def may_see_partner(self, partner_id: str) -> bool:
         return self.partner_id is None or self.partner_id == partner_id

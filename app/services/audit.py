@@ -6,12 +6,15 @@ or roll back together.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.models import AuditRecord
+from app.models import ApiKey, AuditRecord, PortalLink
 from app.pagination import paginate
 from app.services.actor import Actor
 
@@ -37,6 +40,7 @@ def record(
         details.setdefault("session", actor.session_id)
     row = AuditRecord(
         actor=str(actor)[:320],
+        actor_partner_id=actor.partner_id,
         action=action,
         subject_type=subject_type,
         subject_id=subject_id,
@@ -76,3 +80,63 @@ def search(
     if action:
         stmt = stmt.where(AuditRecord.action == action)
     return paginate(session, stmt, AuditRecord.id, limit=min(limit, MAX_PAGE), cursor=cursor)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """An audit row as one reader may see it: actor names masked for partners."""
+
+    id: str
+    actor: str
+    action: str
+    subject_type: str
+    subject_id: str
+    details: dict[str, Any]
+    created_at: datetime
+
+
+# Details that name an actor, and how to find the partner that actor was bound to.
+_LINK_CREATOR = "link_created_by"
+
+
+def shown(session: Session, reader: Actor, rows: Sequence[AuditRecord]) -> list[Shown]:
+    """The rows as `reader` is shown them: who acted, and who made the link a portal session
+    came through (`link_created_by`), read through `Actor.shows` — a partner sees its own
+    credentials by name and the publisher's people and keys as "publisher"."""
+    creators: dict[str, str | None] = {}
+    link_ids = [
+        str(row.details["link"])
+        for row in rows
+        if reader.bound_to_partner
+        and _LINK_CREATOR in (row.details or {})
+        and (row.details or {}).get("link")
+    ]
+    if link_ids:
+        # The link's minting key says whose it was; an operator's link has no key.
+        creators = {
+            link_id: partner_id
+            for link_id, partner_id in session.execute(
+                select(PortalLink.id, ApiKey.partner_id)
+                .outerjoin(ApiKey, ApiKey.id == PortalLink.key_id)
+                .where(PortalLink.id.in_(link_ids))
+            )
+        }
+    views = []
+    for row in rows:
+        details = dict(row.details or {})
+        if _LINK_CREATOR in details:
+            details[_LINK_CREATOR] = reader.shows(
+                str(details[_LINK_CREATOR]), creators.get(str(details.get("link")))
+            )
+        views.append(
+            Shown(
+                row.id,
+                reader.shows(row.actor, row.actor_partner_id),
+                row.action,
+                row.subject_type,
+                row.subject_id,
+                details,
+                row.created_at,
+            )
+        )
+    return views

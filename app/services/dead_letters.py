@@ -197,7 +197,14 @@ def resend_one(
     actor.require("dlq:write")
     if not _own_ids(session, actor, [letter_id]):
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
-    return resend_mod.resend_one(session, rt.redis, letter_id, actor=str(actor), force=force)
+    return resend_mod.resend_one(
+        session,
+        rt.redis,
+        letter_id,
+        actor=str(actor),
+        force=force,
+        actor_partner_id=actor.partner_id,
+    )
 
 
 @dataclass
@@ -225,15 +232,34 @@ def resend_ids(
     if len(wanted) <= resend_mod.INLINE_LIMIT or not own:
         op_id = new_id("bop")
         result = resend_mod.resend_ids_inline(
-            session, rt.redis, own, actor=str(actor), force=force, operation_id=op_id
+            session,
+            rt.redis,
+            own,
+            actor=str(actor),
+            force=force,
+            operation_id=op_id,
+            actor_partner_id=actor.partner_id,
         )
         result.skipped.update(foreign)
         job = resend_mod.record_inline(
-            session, result, wanted, actor=str(actor), force=force, operation_id=op_id
+            session,
+            result,
+            wanted,
+            actor=str(actor),
+            force=force,
+            operation_id=op_id,
+            key_id=actor.key_id,
+            actor_partner_id=actor.partner_id,
         )
         return ResendOutcome(job, True, list(result.resent), dict(result.skipped))
     job = resend_mod.start_bulk(
-        session, actor=str(actor), ids=own, force=force, connection=rt.redis
+        session,
+        actor=str(actor),
+        ids=own,
+        force=force,
+        connection=rt.redis,
+        key_id=actor.key_id,
+        actor_partner_id=actor.partner_id,
     )
     return ResendOutcome(job, False)
 
@@ -279,6 +305,8 @@ def resend_matching(
         flt=_scoped(actor, flt),
         force=force,
         connection=rt.redis if enqueue else None,
+        key_id=actor.key_id,
+        actor_partner_id=actor.partner_id,
     )
 
 
@@ -302,7 +330,9 @@ def discard(
     actor.require("dlq:write")
     if not _own_ids(session, actor, [letter_id]):
         raise NotFound(f"dead letter {letter_id} not found", details={"id": letter_id})
-    letter = discard_mod.discard(session, letter_id, actor=str(actor), note=note)
+    letter = discard_mod.discard(
+        session, letter_id, actor=str(actor), note=note, actor_partner_id=actor.partner_id
+    )
     if rt is not None:
         enqueue_after_commit(
             session,
@@ -337,13 +367,24 @@ def discard_ids(
     return done
 
 
+def _started(actor: Actor, op: BulkOperation) -> bool:
+    """Whether a partner-bound actor started this job: the same key (by id: key names are
+    not unique), or for a portal session the same partner's portal."""
+    if op.actor_partner_id is None or op.actor_partner_id != actor.partner_id:
+        return False
+    if actor.key_id is not None:
+        return op.key_id == actor.key_id
+    return op.key_id is None and op.actor == str(actor)
+
+
 def job(session: Session, actor: Actor, op_id: str) -> BulkOperation:
+    """A resend job: an operator reads any, a partner's credential only the jobs it started."""
     actor.require("read")
     op = session.get(BulkOperation, op_id)
     if (
         op is None
         or op.kind != BULK_KIND
-        or (actor.partner_id is not None and op.actor != str(actor))
+        or (actor.partner_id is not None and not _started(actor, op))
     ):
         raise NotFound(f"resend job {op_id} not found", details={"id": op_id})
     return op

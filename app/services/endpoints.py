@@ -22,6 +22,8 @@ from app.clock import isoformat, utcnow
 from app.errors import BadRequest, Conflict, NotFound
 from app.intake.kurir_test import send_test_event
 from app.models import (
+    DISABLED_BY_OPERATOR,
+    DISABLED_BY_PARTNER,
     DL_OPEN,
     Attempt,
     BulkOperation,
@@ -36,8 +38,8 @@ from app.pagination import paginate
 from app.queues import enqueue_after_commit
 from app.registry import endpoints as rules
 from app.runtime import Runtime
-from app.services import audit, dead_letters, partners
-from app.services.actor import Actor
+from app.services import audit, dead_letters, partner_bounds, partners
+from app.services.actor import Actor, shown_to
 from app.vocabulary import EndpointMode, EndpointState, OnDead
 from dlq.search import DeadLetterFilter
 from sender import ordering
@@ -139,7 +141,16 @@ def operational_events(
 def create(
     session: Session, rt: Runtime, actor: Actor, uid: str, body: dict[str, Any]
 ) -> EndpointWithSecret:
+    """A new endpoint with its first secret, within the partner's bounds.
+
+    Raises:
+        RateLimited: the partner's own credentials created endpoints too fast (429).
+        ValidationFailed: `endpoint_limit` (the partner has as many as it may), or what
+            the endpoint's rules refuse.
+    """
     partner = partners.visible(session, actor, uid, "endpoints:write")
+    partner_bounds.take(rt, actor, partner.id, partner_bounds.CREATES)
+    partner_bounds.check_endpoint_room(session, rt.settings, partner)
     created = rules.create_endpoint(session, partner, body, rt.settings, rt.secret_box)
     endpoint = created.endpoint
     _record(
@@ -218,11 +229,40 @@ def delete(session: Session, actor: Actor, uid: str, endpoint_id: str) -> None:
     _record(session, actor, "endpoint.deleted", endpoint)
 
 
+DISABLED_BY_OPERATOR_CODE = "disabled_by_operator"
+
+
+def may_enable(actor: Actor, endpoint: Endpoint) -> bool:
+    """Whether this actor may enable the endpoint: a partner's credentials may not undo an
+    operator's disable (only the health monitor's, or the partner's own)."""
+    return not (
+        actor.bound_to_partner
+        and endpoint.state == DISABLED
+        and endpoint.disabled_by == DISABLED_BY_OPERATOR
+    )
+
+
 def enable(session: Session, actor: Actor, endpoint: Endpoint) -> bool:
-    """Enable a disabled endpoint; False when it was enabled already (nothing recorded)."""
+    """Enable a disabled endpoint; False when it was enabled already (nothing recorded).
+
+    Raises:
+        Conflict: `disabled_by_operator` when a partner's credentials try to enable an
+            endpoint an operator disabled.
+    """
     _own(actor, endpoint, "endpoints:write")
     if endpoint.state == ENABLED:
         return False
+    if not may_enable(actor, endpoint):
+        raise Conflict(
+            "this endpoint was disabled by the publisher's operators; only they "
+            "can enable it again: ask them",
+            code=DISABLED_BY_OPERATOR_CODE,
+            details={
+                "endpoint": endpoint.id,
+                "disabled_by": DISABLED_BY_OPERATOR,
+                "disabled_reason": endpoint.disabled_reason,
+            },
+        )
     was = isoformat(endpoint.disabled_at)
     reason = endpoint.disabled_reason
     rules.enable_endpoint(session, endpoint)
@@ -241,7 +281,12 @@ def disable(session: Session, actor: Actor, endpoint: Endpoint, reason: str | No
     """Disable by hand; False when it was disabled already (a new reason is still kept)."""
     _own(actor, endpoint, "endpoints:write")
     was_enabled = endpoint.state == ENABLED
-    rules.disable_endpoint(session, endpoint, reason)
+    rules.disable_endpoint(
+        session,
+        endpoint,
+        reason,
+        by=DISABLED_BY_PARTNER if actor.bound_to_partner else DISABLED_BY_OPERATOR,
+    )
     if was_enabled:
         session.add(
             OperationalEvent(
@@ -295,11 +340,21 @@ def secret_prefix(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoin
     return secret[:SECRET_PREFIX_CHARS]
 
 
+ENDPOINT_DISABLED = "endpoint_disabled"
+
+
 def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -> Delivery:
     """A `kurir.test` event to this endpoint alone, through the normal delivery engine.
 
-    A disabled endpoint gets it too (sent once, not retried), so it can be checked before it
-    is enabled again.
+    A disabled endpoint is sent nothing, a test neither (`409 endpoint_disabled`): it may
+    have been disabled because of where it points. A partner's own credentials send at
+    most `KURIR_PARTNER_TEST_SENDS_PER_MINUTE` (see `partner_bounds`). The event names who
+    sent it as its partner is shown them ("publisher" for an operator).
+
+    Raises:
+        Conflict: `pull_endpoint`, `endpoint_disabled`.
+        RateLimited: too many test events from the partner's credentials (429).
+        Unavailable: the rate limiter is unreachable and the actor is the partner's (503).
     """
     _own(actor, endpoint, "endpoints:write")
     if endpoint.mode == EndpointMode.PULL:
@@ -308,8 +363,21 @@ def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
             code="pull_endpoint",
             details={"endpoint": endpoint.id},
         )
+    if endpoint.state != ENABLED:
+        raise Conflict(
+            "this endpoint is disabled and is sent nothing, a test event neither: enable it first",
+            code=ENDPOINT_DISABLED,
+            details={"endpoint": endpoint.id, "disabled_by": endpoint.disabled_by},
+        )
+    partner_bounds.take(rt, actor, endpoint.partner_id, partner_bounds.TEST_SENDS)
     partner = session.get_one(Partner, endpoint.partner_id)
-    delivery = send_test_event(session, rt.redis, partner, endpoint, sent_by=str(actor))
+    delivery = send_test_event(
+        session,
+        rt.redis,
+        partner,
+        endpoint,
+        sent_by=shown_to(endpoint.partner_id, str(actor), actor.partner_id),
+    )
     _record(
         session,
         actor,

@@ -40,6 +40,8 @@ def register(app: Flask) -> None:
         response = error_response(exc.status, exc.code, exc.message, exc.details)
         if exc.status == 401:
             response.headers["WWW-Authenticate"] = 'Bearer realm="kurir"'
+        if exc.retry_after_s is not None:
+            response.headers["Retry-After"] = str(exc.retry_after_s)
         return response
 
     @app.errorhandler(HTTPException)

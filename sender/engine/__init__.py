@@ -49,10 +49,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from app import redis_client
 from app.clock import utcnow
 from app.net import guard
 from app.net.http import Transport
@@ -113,7 +113,7 @@ class Engine:
         self.transport = transport or Transport(pool_maxsize=self.fast_threads + self.slow_threads)
         # Side channels (slow flags, rate-limit slots) fail fast: a Redis outage must not add
         # redis-py's retry backoff to every claim.
-        self.redis = redis.Redis.from_url(
+        self.redis = redis_client.connect(
             settings.resolved_redis_url,
             socket_timeout=2.0,
             socket_connect_timeout=2.0,

@@ -43,6 +43,7 @@ ENDPOINT_KEYS = {
     "state",
     "disabled_reason",
     "disabled_at",
+    "disabled_by",
     "created_at",
     "updated_at",
     "consecutive_failures",

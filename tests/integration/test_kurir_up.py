@@ -6,12 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+import redis
 import requests
+from rq import Worker
 
 from app.ports import free_port
 from tests.support.factories import wait_for
@@ -46,10 +47,33 @@ def test_kurir_up_serves_ready_and_stops_every_child_on_sigint(tmp_path: Path) -
             return answer.status_code == 200
 
         wait_for(ready, timeout_s=90, interval_s=0.3, message="/readyz to answer 200")
-        assert (tmp_path / "var" / "kurir.db").exists()  # the embedded SQLite default
-        time.sleep(1.0)  # let every child get past its start-up
-        assert process.poll() is None, process.stdout.read().decode()  # type: ignore[union-attr]
-        children = psutil.Process(process.pid).children(recursive=True)
+        database = tmp_path / "var" / "kurir.db"
+        assert database.exists()  # the embedded SQLite default
+
+        def started() -> list[psutil.Process] | None:
+            """Every child past its start-up: the API answers (above), the worker has
+            registered with RQ, the scheduler holds the database open (its first sweep ran),
+            and the embedded redis-server runs."""
+            assert process.poll() is None, process.stdout.read().decode()  # type: ignore[union-attr]
+            kids = psutil.Process(process.pid).children(recursive=True)
+            try:
+                commands = {kid: " ".join(kid.cmdline()) for kid in kids}
+                scheduler = [
+                    kid for kid, command in commands.items() if command.endswith(" scheduler")
+                ]
+                swept = bool(scheduler) and os.path.realpath(database) in {
+                    os.path.realpath(f.path) for f in scheduler[0].open_files()
+                }
+            except psutil.NoSuchProcess:
+                return None  # a child came or went: look again
+            with redis.Redis(unix_socket_path=str(tmp_path / "var" / "redis.sock")) as conn:
+                registered = bool(Worker.all(connection=conn))
+            redis_up = any("redis-server" in command for command in commands.values())
+            return kids if swept and registered and redis_up else None
+
+        children = wait_for(
+            started, timeout_s=90, interval_s=0.3, message="every child to get past its start-up"
+        )
         assert all(c.status() != psutil.STATUS_ZOMBIE for c in children)
         names = " ".join(" ".join(c.cmdline()) for c in children)
         assert "redis-server" in names and " api" in names

@@ -16,6 +16,9 @@ from app.models import AuditRecord, Delivery, Endpoint, Event, PortalLink, Porta
 from app.queues import DEFAULT, KurirJob
 from app.services import portal as portal_service
 from app.web.portal import guide
+from sender import health
+from tests.support.dlq_factories import make_dead_letter
+from tests.support.dlq_factories import make_event as make_dl_event
 from tests.support.factories import Receiver, WorkerThread, wait_for
 from tests.support.publish import (
     blocked_endpoint,
@@ -658,7 +661,20 @@ def test_reveal_and_rotate_the_secret_say_until_when_the_old_one_signs(portal, a
 
 
 def test_another_partners_endpoint_is_not_found_by_url_guessing(portal, client, auth, runtime):
-    other = make_endpoint(client, auth, "globex", url="http://127.0.0.1:9/globex")
+    other = make_endpoint(
+        client, auth, "globex", url="http://127.0.0.1:9/globex", description="theirs"
+    )
+    parked = make_endpoint(client, auth, "globex", url="http://127.0.0.1:9/globex-off")
+    with runtime.db.begin() as session:
+        # Disabled by the health monitor, which globex itself could undo: a wrongly allowed
+        # enable would show. And a dead delivery a wrongly allowed resend would re-arm.
+        assert health.disable(
+            session, parked["id"], "failing: 8 consecutive failed attempts", utcnow()
+        )
+        globex = session.get_one(Endpoint, other["id"]).partner
+        dead = make_dead_letter(
+            session, session.get_one(Endpoint, other["id"]), make_dl_event(session, globex)
+        ).delivery_id
     token = csrf(portal)
     for path in (
         f"/portal/endpoints/{other['id']}",
@@ -666,24 +682,45 @@ def test_another_partners_endpoint_is_not_found_by_url_guessing(portal, client, 
         f"/portal/endpoints/{other['id']}/secret",
         f"/portal/endpoints/{other['id']}/delete",
         f"/portal/deliveries?endpoint={other['id']}",
+        f"/portal/deliveries/{dead}",
         f"/portal/verify?endpoint={other['id']}",
     ):
         page = portal.get(path)
         assert page.status_code == 404, path
         assert "globex" not in page.text and other["url"] not in page.text
-    for path in (
-        f"/portal/endpoints/{other['id']}/secret/reveal",
-        f"/portal/endpoints/{other['id']}/secret/rotate",
-        f"/portal/endpoints/{other['id']}/test",
-        f"/portal/endpoints/{other['id']}/enable",
-    ):
-        refused = portal.post(path, data={"csrf_token": token})
-        assert refused.status_code in (302, 404), path
-        assert "whsec_" not in refused.text
+    posts = {
+        f"/portal/endpoints/{other['id']}/secret/reveal": {},
+        f"/portal/endpoints/{other['id']}/secret/rotate": {},
+        f"/portal/endpoints/{other['id']}/test": {},
+        f"/portal/endpoints/{other['id']}/edit": {
+            "url": "http://127.0.0.1:9/hijacked",
+            "description": "ours now",
+            "all_types": "1",
+            "timeout_s": "15",
+        },
+        f"/portal/endpoints/{other['id']}/delete": {"confirm": other["url"]},
+        f"/portal/endpoints/{parked['id']}/enable": {},
+        f"/portal/endpoints/{parked['id']}/resend-parked": {},
+        f"/portal/deliveries/{dead}/resend": {},
+    }
+    for path, form in posts.items():
+        refused = portal.post(
+            path,
+            data={"csrf_token": token, **form},
+            headers={"Referer": "http://localhost/portal/"},
+        )
+        assert refused.status_code == 404, path
+        assert "whsec_" not in refused.text and "globex" not in refused.text
     with runtime.db.begin() as session:
         endpoint = session.get_one(Endpoint, other["id"])
-        assert len(endpoint.secrets) == 1
-        assert session.scalars(select(Delivery)).first() is None
+        assert (endpoint.url, endpoint.description) == (other["url"], "theirs")
+        assert endpoint.deleted_at is None and len(endpoint.secrets) == 1
+        assert session.get_one(Endpoint, parked["id"]).state == "disabled"
+        (delivery,) = session.scalars(select(Delivery)).all()  # no test event either
+        assert (delivery.id, delivery.state, delivery.run) == (dead, "dead", 1)
+        assert session.scalars(
+            select(AuditRecord.action).where(AuditRecord.actor == "portal:acme")
+        ).all() == ["portal.signed_in"]
 
 
 # ------------------------------------------------------------------------------ deliveries
@@ -842,8 +879,19 @@ def test_ended_links_and_sessions_are_purged_after_a_day(portal, client, auth, r
 # ------------------------------------------------------------------------------ ordering, feed
 
 
+def acme_key(client, auth) -> dict[str, str]:
+    """A key of acme's own: what it disables, acme's portal may enable again."""
+    made = client.post(
+        "/v1/partners/acme/keys",
+        headers=auth,
+        json={"name": "acme-robot", "scopes": ["endpoints:write"]},
+    )
+    assert made.status_code == 201, made.get_json()
+    return {"Authorization": f"Bearer {made.get_json()['key']}"}
+
+
 def test_the_portal_shows_blocked_keys_of_its_own_endpoints_only(portal, client, auth, runtime):
-    held = blocked_endpoint(client, auth, keys=("stock:acme",))
+    held = blocked_endpoint(client, auth, keys=("stock:acme",), disabled_by=acme_key(client, auth))
     foreign = blocked_endpoint(client, auth, "globex", keys=("stock:globex",))
     # Turning ordering off does not release what was numbered: the page still shows it.
     client.patch(
@@ -872,7 +920,9 @@ def test_the_portal_shows_blocked_keys_of_its_own_endpoints_only(portal, client,
 def test_re_enabling_a_blocking_endpoint_from_the_portal_resends_what_was_held_back(
     portal, client, auth, runtime, redis_client
 ):
-    held = blocked_endpoint(client, auth, keys=("stock:1", "stock:2"))
+    held = blocked_endpoint(
+        client, auth, keys=("stock:1", "stock:2"), disabled_by=acme_key(client, auth)
+    )
     url = f"/portal/endpoints/{held['id']}"
     page = portal.get(url).text
     assert 'data-testid="parked-hold-keys"' in page
@@ -901,7 +951,7 @@ def test_re_enabling_a_blocking_endpoint_from_the_portal_resends_what_was_held_b
 
 
 def test_an_enabled_endpoint_still_offers_what_it_held_back(portal, client, auth):
-    held = blocked_endpoint(client, auth, keys=("stock:1",))
+    held = blocked_endpoint(client, auth, keys=("stock:1",), disabled_by=acme_key(client, auth))
     url = f"/portal/endpoints/{held['id']}"
     portal.post(f"{url}/enable", data={"csrf_token": csrf(portal, url)})
     page = portal.get(url).text
@@ -911,7 +961,7 @@ def test_an_enabled_endpoint_still_offers_what_it_held_back(portal, client, auth
     refused = portal.post(
         f"/portal/endpoints/{foreign['id']}/resend-parked", data={"csrf_token": csrf(portal, url)}
     )
-    assert refused.status_code == 302  # flashed as an error, like every refused portal POST
+    assert refused.status_code == 404  # another partner's endpoint does not exist here
     assert (
         client.get(f"/v1/partners/globex/endpoints/{foreign['id']}", headers=auth).get_json()[
             "state"

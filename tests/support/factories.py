@@ -359,9 +359,11 @@ class SweeperThread:
 
 
 class WorkerProcess:
-    """A real `kurir worker` process on the test's stores (SIGKILL it with `.kill()`)."""
+    """A real `kurir worker` process on the test's stores (SIGKILL it with `.kill()`);
+    `command="scheduler"` runs `kurir scheduler` the same way."""
 
-    def __init__(self, settings: Any, log_path: Any, **env: str) -> None:
+    def __init__(self, settings: Any, log_path: Any, command: str = "worker", **env: str) -> None:
+        self.command = command
         self.env = dict(
             os.environ,
             DATABASE_URL=settings.database_url,
@@ -378,7 +380,7 @@ class WorkerProcess:
     def __enter__(self) -> WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker"], env=self.env, stdout=log, stderr=log
+            [sys.executable, "-m", "app.cli", self.command], env=self.env, stdout=log, stderr=log
         )
         log.close()
         return self

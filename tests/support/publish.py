@@ -106,15 +106,20 @@ def blocked_endpoint(
     keys: tuple[str, ...] = ("stock:1",),
     per_key: int = 2,
     event_type: str = "order.created",
+    disabled_by: dict[str, str] | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
     """An ordered `on_dead: "block"` endpoint that was disabled while `per_key` events of
     each key were published: they are parked dead with open letters, still numbered, so each
-    key's first one holds the rest (as after any disable window)."""
+    key's first one holds the rest (as after any disable window).
+
+    `disabled_by` is the credential that disables it: the operator's `auth` unless given (a
+    partner's own key opens a window the partner may close itself).
+    """
     endpoint = make_endpoint(client, auth, uid, ordering="key", on_dead="block", **fields)
     disabled = client.post(
         f"/v1/partners/{uid}/endpoints/{endpoint['id']}/disable",
-        headers=auth,
+        headers=disabled_by or auth,
         json={"reason": "maintenance"},
     )
     assert disabled.status_code == 200, disabled.get_json()

@@ -104,6 +104,15 @@ def test_postgresql_without_a_secret_key_is_refused_naming_the_variable() -> Non
         ("KURIR_DEFAULT_TIMEOUT_S", "31"),
         ("DATABASE_URL", "mysql://localhost/kurir"),
         ("REDIS_URL", "http://localhost:6379"),
+        ("REDIS_URL", "redis+sentinel://s1:26379,s2:26379"),
+        ("REDIS_URL", "redis+sentinel:///kurir"),
+        ("REDIS_URL", "redis+sentinel://s1:26379,,s2/kurir"),
+        ("REDIS_URL", "redis+sentinel://s1:port/kurir"),
+        ("REDIS_URL", "redis+sentinel://s1:70000/kurir"),
+        ("REDIS_URL", "redis+sentinel://s1/kurir/zero"),
+        ("REDIS_URL", "redis+sentinel://s1/kurir/0/extra"),
+        ("REDIS_URL", "redis+sentinel://s1/kurir?ssl=1"),
+        ("REDIS_URL", "redis+sentinel://[::1/kurir"),
         ("KURIR_INBOUND_HANDLERS", "os:system"),
         ("KURIR_INBOUND_HANDLERS", "x=not a path"),
         ("KURIR_TRUSTED_PROXIES", "10.0.0.0/33"),
@@ -113,6 +122,22 @@ def test_postgresql_without_a_secret_key_is_refused_naming_the_variable() -> Non
 def test_invalid_value_names_the_variable(var: str, value: str) -> None:
     with pytest.raises(ConfigError, match=var):
         load_settings({var: value})
+
+
+def test_a_bad_redis_url_is_reported_without_its_password() -> None:
+    with pytest.raises(ConfigError, match="REDIS_URL") as caught:
+        load_settings({"REDIS_URL": "redis+sentinel://kurir:hunter2@s1:26379"})
+    assert "hunter2" not in str(caught.value)
+    assert "names no master" in str(caught.value)
+
+
+def test_sentinel_redis_urls_are_accepted() -> None:
+    for url in (
+        "redis+sentinel://s1:26379,s2:26379,s3:26379/kurir",
+        "redis+sentinel://:secret@s1,[::1]:26380/kurir/2",
+        "rediss+sentinel://user:secret@s1:26379/kurir/0",
+    ):
+        assert load_settings({"REDIS_URL": url}).resolved_redis_url == url
 
 
 def test_env_vars_are_all_documented_in_the_configuration_page() -> None:
@@ -159,3 +184,23 @@ def test_portal_settings_are_read_and_frame_ancestors_cannot_end_the_directive()
         load_settings({"KURIR_PORTAL_LINK_TTL_SECONDS": "90000"})
     with pytest.raises(ConfigError, match="KURIR_PUBLIC_URL"):
         load_settings({"KURIR_PUBLIC_URL": "hooks.example.com"})
+
+
+def test_the_scheduler_lease_follows_the_sweep_interval_unless_set() -> None:
+    """Takeover within two sweep intervals: lease 1.5 × the sweep interval, renewed six times
+    per lease; set explicitly, the renewal must leave the holder three tries per lease."""
+    default = load_settings({})
+    assert default.resolved_scheduler_lease_seconds == 3.0
+    assert default.resolved_scheduler_renew_seconds == 0.5
+    slow = load_settings({"KURIR_SWEEP_INTERVAL_SECONDS": "10"})
+    assert slow.resolved_scheduler_lease_seconds == 15.0
+    assert slow.resolved_scheduler_renew_seconds == 2.5
+    set_ = load_settings(
+        {"KURIR_SCHEDULER_LEASE_SECONDS": "6", "KURIR_SCHEDULER_RENEW_SECONDS": "2"}
+    )
+    assert (set_.resolved_scheduler_lease_seconds, set_.resolved_scheduler_renew_seconds) == (
+        6.0,
+        2.0,
+    )
+    with pytest.raises(ConfigError, match="KURIR_SCHEDULER_RENEW_SECONDS"):
+        load_settings({"KURIR_SCHEDULER_RENEW_SECONDS": "1.5"})  # lease 3 s: too few tries

@@ -36,6 +36,7 @@ UNITS = {
         "app.queues",
         "app.runtime",
         "app.embedded_redis",
+        "app.redis_client",
         "app.signing",
         "app.vocabulary",
         "app.cache",

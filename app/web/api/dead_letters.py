@@ -11,6 +11,7 @@ from app.errors import ValidationFailed
 from app.models import Attempt, BulkOperation, DeadLetter, Delivery
 from app.pagination import parse_limit
 from app.services import dead_letters
+from app.services.actor import Actor
 from app.web.api.serializers import attempt_json
 from app.web.auth import current_actor
 from app.web.context import runtime
@@ -19,10 +20,12 @@ from app.web.jsonio import force_flag, optional_json, read_json_object
 blueprint = Blueprint("api_dead_letters", __name__)
 
 
-def audit_json(letter: DeadLetter) -> list[dict[str, Any]]:
+def audit_json(letter: DeadLetter, reader: Actor) -> list[dict[str, Any]]:
+    """The letter's trail; a partner's credential sees the publisher's people as
+    "publisher" (`Actor.shows`)."""
     return [
         {
-            "actor": a.actor,
+            "actor": reader.shows(a.actor, a.actor_partner_id),
             "action": a.action,
             "outcome": a.outcome,
             "note": a.note,
@@ -36,13 +39,14 @@ def dead_letter_json(
     letter: DeadLetter,
     partner_uid: str,
     version: int | None,
+    reader: Actor,
     *,
     attempts: list[Attempt] | None = None,
 ) -> dict[str, Any]:
     """The dead-letter shape, plus links to the event, the delivery and its attempts.
 
     `version` is the contract version the delivery carries: for an endpoint pinned to an
-    older version, not the one published.
+    older version, not the one published. `reader` is who asks (what its audit shows).
     """
     delivery: Delivery = letter.delivery
     body: dict[str, Any] = {
@@ -64,7 +68,7 @@ def dead_letter_json(
         "created_at": isoformat(letter.created_at),
         "updated_at": isoformat(letter.updated_at),
         "resolved_at": isoformat(letter.resolved_at),
-        "audit": audit_json(letter),
+        "audit": audit_json(letter, reader),
         "links": {
             "self": f"/v1/dead-letters/{letter.id}",
             "event": f"/v1/events/{letter.event_id}",
@@ -99,10 +103,11 @@ def bulk_json(op: BulkOperation) -> dict[str, Any]:
 
 
 def _letter_answer(letter_id: str) -> Response:
+    actor = current_actor()
     with runtime().db.begin() as session:
-        letter, uid = dead_letters.get(session, current_actor(), letter_id)
+        letter, uid = dead_letters.get(session, actor, letter_id)
         version = dead_letters.versions(session, [letter]).get(letter.delivery_id)
-        return jsonify(dead_letter_json(letter, uid, version))
+        return jsonify(dead_letter_json(letter, uid, version, actor))
 
 
 @blueprint.get("/dead-letters")
@@ -119,6 +124,7 @@ def list_dead_letters() -> Response:
                 letter,
                 page.partner_uids.get(letter.partner_id, ""),
                 page.versions.get(letter.delivery_id),
+                actor,
             )
             for letter in page.letters
         ]
@@ -132,7 +138,7 @@ def get_dead_letter(letter_id: str) -> Response:
         letter, uid = dead_letters.get(session, actor, letter_id)
         attempts = dead_letters.attempts(session, letter)
         version = dead_letters.versions(session, [letter]).get(letter.delivery_id)
-        return jsonify(dead_letter_json(letter, uid, version, attempts=attempts))
+        return jsonify(dead_letter_json(letter, uid, version, actor, attempts=attempts))
 
 
 @blueprint.post("/dead-letters/<letter_id>/resend")

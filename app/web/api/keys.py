@@ -67,5 +67,5 @@ def audit_log() -> Response:
             limit=limit,
             cursor=request.args.get("cursor"),
         )
-        data = [audit_record_json(r) for r in rows]
+        data = [audit_record_json(r) for r in audit.shown(session, actor, rows)]
     return jsonify({"data": data, "next_cursor": cursor})

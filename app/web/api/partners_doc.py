@@ -335,6 +335,16 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "state": {"type": "string", "enum": list(EndpointState)},
     "disabled_reason": OPT_STRING,
     "disabled_at": OPT_TIMESTAMP,
+    "disabled_by": nullable(
+        {
+            "type": "string",
+            "enum": ["operator", "partner", "health"],
+            "description": "who disabled it: an operator (UI, admin key, "
+            "CLI; a partner's credentials cannot enable it "
+            "again), the partner, or Kurir's health monitor "
+            "after failures",
+        }
+    ),
     "consecutive_failures": {"type": "integer", "minimum": 0},
     "last_success_at": OPT_TIMESTAMP,
     "last_failure_at": OPT_TIMESTAMP,
@@ -414,8 +424,12 @@ add(
         scope="endpoints:write",
         params=[UID],
         body=ENDPOINT_CREATE,
+        description="A partner has at most `KURIR_MAX_ENDPOINTS_PER_PARTNER` live endpoints "
+        "(default 50): one more is 422 `endpoint_limit`. A partner's own keys create "
+        "at most `KURIR_PARTNER_ENDPOINT_CREATES_PER_MINUTE` a minute: more is 429 "
+        "`rate_limited` with `Retry-After`.",
         ok={201: ENDPOINT_WITH_SECRET},
-        errors=(400, 404, 413, 415, 422),
+        errors=(400, 404, 413, 415, 422, 429),
     ),
 )
 add(
@@ -475,8 +489,11 @@ add(
         tag="endpoints",
         scope="endpoints:write",
         params=EP,
+        description="A partner's key cannot enable an endpoint an operator disabled "
+        "(`disabled_by: operator`): 409 `disabled_by_operator`. One the health "
+        "monitor or the partner disabled, it can.",
         ok={200: ENDPOINT},
-        errors=(404,),
+        errors=(404, 409),
     ),
 )
 add(
@@ -518,10 +535,13 @@ add(
         scope="endpoints:write",
         params=EP,
         description="Through the normal delivery engine (signed, retried, recorded); follow it "
-        "with GET /v1/deliveries/{id}. A disabled endpoint gets it once, without "
-        "retries, and stays disabled.",
+        "with GET /v1/deliveries/{id}. 409 `endpoint_disabled` for a disabled "
+        "endpoint (enable it first), 409 `pull_endpoint` for a pull endpoint. A "
+        "partner's own keys send at most `KURIR_PARTNER_TEST_SENDS_PER_MINUTE` a "
+        "minute: more is 429 `rate_limited` with `Retry-After`; while the rate "
+        "limiter (Redis) is unreachable they are refused, 503 `unavailable`.",
         ok={202: DELIVERY},
-        errors=(404,),
+        errors=(404, 409, 429, 503),
     ),
 )
 add(

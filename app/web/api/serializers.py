@@ -7,7 +7,8 @@ from typing import Any
 
 from app import headers as header_rules
 from app.clock import isoformat
-from app.models import ApiKey, Attempt, AuditRecord, Delivery, Endpoint, Event, EventType, Partner
+from app.models import ApiKey, Attempt, Delivery, Endpoint, Event, EventType, Partner
+from app.services.audit import Shown
 from app.services.deliveries import delivered_version
 from app.services.endpoints import BlockedKey
 from app.services.feed import Lag
@@ -83,6 +84,7 @@ def endpoint_json(
         "state": endpoint.state,
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": isoformat(endpoint.disabled_at),
+        "disabled_by": endpoint.disabled_by if endpoint.state == "disabled" else None,
         "consecutive_failures": endpoint.consecutive_failures or 0,
         "last_success_at": isoformat(endpoint.last_success_at),
         "last_failure_at": isoformat(endpoint.last_failure_at),
@@ -194,7 +196,8 @@ def key_json(key: ApiKey, partner_uid: str | None, token: str | None = None) -> 
     return body
 
 
-def audit_record_json(row: AuditRecord) -> dict[str, Any]:
+def audit_record_json(row: Shown) -> dict[str, Any]:
+    """An audit row as its reader may see it (`app.services.audit.shown`)."""
     return {
         "id": row.id,
         "actor": row.actor,

@@ -158,6 +158,7 @@ ERROR_TEXT = {
     413: "body larger than KURIR_MAX_PAYLOAD_BYTES",
     415: "content type is not application/json",
     422: "validation failed; `details` says what",
+    429: "too many requests: wait the `Retry-After` header's seconds",
     503: "unavailable: a store is unreachable, or a setting the request needs is missing",
 }
 
@@ -209,6 +210,13 @@ def op(
             "description": ERROR_TEXT.get(status, "error"),
             "content": {"application/json": {"schema": ref("Error")}},
         }
+        if status == 429:
+            responses[str(status)]["headers"] = {
+                "Retry-After": {
+                    "description": "seconds to wait before trying again",
+                    "schema": {"type": "integer", "minimum": 1},
+                }
+            }
     operation["responses"] = responses
     return operation
 

@@ -21,7 +21,7 @@ from flask import Blueprint, flash, g, redirect, render_template, request, url_f
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.clock import isoformat, utcnow
-from app.errors import KurirError, ValidationFailed
+from app.errors import KurirError, RateLimited, ValidationFailed
 from app.models import Endpoint
 from app.services import deliveries, endpoints, event_types, feed, pins, portal
 from app.web import csrf, error_pages, present
@@ -106,15 +106,23 @@ def _uid() -> str:
 
 @blueprint.errorhandler(KurirError)
 def _kurir_error(exc: KurirError) -> Page:
-    if request.method == "POST" and g.get("portal_actor") is not None:
+    # A refused action goes back to its page with the reason; what does not exist (another
+    # partner's endpoint, whatever the URL) is a 404 for every method alike.
+    if request.method == "POST" and g.get("portal_actor") is not None and exc.status != 404:
         flash(exc.message, "error")
-        return redirect(
+        back = redirect(
             request.referrer if _same_portal(request.referrer) else url_for("portal.home")
         )
+        if exc.retry_after_s is not None:
+            back.headers["Retry-After"] = str(exc.retry_after_s)
+        return back
     title = "Not found" if exc.status == 404 else "Cannot show this page"
-    return render_template(
-        "portal/error.html", status=exc.status, title=title, message=exc.message
-    ), exc.status
+    headers = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+    return (
+        render_template("portal/error.html", status=exc.status, title=title, message=exc.message),
+        exc.status,
+        headers,
+    )
 
 
 def _same_portal(target: str | None) -> bool:
@@ -234,8 +242,17 @@ def endpoint_new() -> Page:
                 with session.begin_nested():
                     created = endpoints.create(session, rt, actor, _uid(), body)
                     endpoint_id = created.endpoint.id
-            except ValidationFailed as exc:
+            except ValidationFailed as exc:  # a field, or the partner's endpoint limit
                 form.refused(exc)
+            except RateLimited as exc:  # the form stays filled in, to send again later
+                form.refused(exc)
+                return (
+                    render_template(
+                        "portal/endpoint_form.html", form=form, catalog=_catalog(session), ep=None
+                    ),
+                    429,
+                    {"Retry-After": str(exc.retry_after_s)},
+                )
             else:
                 flash(
                     "Endpoint created. Its signing secret is on the Secret tab; send a test "
@@ -277,6 +294,7 @@ def endpoint(endpoint_id: str) -> Page:
             "portal/endpoint.html",
             ep=ep,
             health=health.get(ep.id, endpoints.Health(0, 0)),
+            may_enable=endpoints.may_enable(actor, ep),
             headers=present.endpoint_headers(ep.headers, ep.public_headers),
             recent=recent,
             blocked=blocked,
