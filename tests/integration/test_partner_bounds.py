@@ -25,7 +25,7 @@ from app import migrate
 from app.clock import utcnow
 from app.models import AuditRecord, DeadLetter, Delivery, Endpoint, Partner
 from app.ports import free_port
-from app.queues import DEFAULT
+from app.queues import DEFAULT, KurirJob
 from app.services import partner_bounds
 from app.web import create_app
 from sender import health
@@ -572,7 +572,7 @@ def test_dead_letters_of_a_queue_job_keep_the_partner_of_who_started_it(
         "/v1/dead-letters/resend", headers=key, json={"filter": {"endpoint": endpoint["id"]}}
     )
     assert started.status_code == 202
-    (job,) = Queue(DEFAULT, connection=redis_client).get_jobs()
+    (job,) = Queue(DEFAULT, connection=redis_client, job_class=KurirJob).get_jobs()
     job.perform()
     trail = client.get(f"/v1/dead-letters/{letter_id}", headers=key).get_json()["audit"]
     assert [a["actor"] for a in trail] == ["system", "key:acme-robot"]

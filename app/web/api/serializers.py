@@ -12,7 +12,7 @@ from app.services.audit import Shown
 from app.services.deliveries import delivered_version
 from app.services.endpoints import BlockedKey
 from app.services.feed import Lag
-from app.vocabulary import EndpointMode
+from app.vocabulary import EndpointMode, EndpointState
 
 
 def event_type_json(row: EventType) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def endpoint_json(
         "state": endpoint.state,
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": isoformat(endpoint.disabled_at),
-        "disabled_by": endpoint.disabled_by if endpoint.state == "disabled" else None,
+        "disabled_by": endpoint.disabled_by if endpoint.state == EndpointState.DISABLED else None,
         "consecutive_failures": endpoint.consecutive_failures or 0,
         "last_success_at": isoformat(endpoint.last_success_at),
         "last_failure_at": isoformat(endpoint.last_failure_at),
