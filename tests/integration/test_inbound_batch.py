@@ -25,6 +25,9 @@ from app.queues import INBOUND, JobSpec, enqueue_many, pop_job_ids
 from app.runtime import Runtime
 from tests.support import inbound as kit
 
+# Run once more through PgBouncer in transaction mode (tests/conftest.py).
+pytestmark = pytest.mark.pgbouncer
+
 SW = "standard-webhooks"
 HERE = "tests.integration.test_inbound_batch"
 
