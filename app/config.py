@@ -15,7 +15,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.exc import ArgumentError
+
 from app import redis_client
+from app.db import prepare_threshold_of
 
 # Seconds between a delivery's attempts after the first: about 3 days in all, 13 attempts.
 DEFAULT_RETRY_SCHEDULE: tuple[int, ...] = (5, 300, 1800, 7200, 18000) + (36000,) * 7
@@ -434,6 +437,14 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         raise ConfigError(
             f"DATABASE_URL must be a postgresql:// or sqlite:// URL, got {settings.database_url!r}"
         )
+    if settings.database_url and not settings.is_sqlite:
+        try:
+            prepare_threshold_of(settings.resolved_database_url)
+        except ArgumentError:
+            # SQLAlchemy's message repeats the URL, password and all.
+            raise ConfigError("DATABASE_URL is not a valid URL") from None
+        except ValueError as exc:
+            raise ConfigError(f"DATABASE_URL: {exc}") from None
     if not settings.secret_key and not settings.is_sqlite:
         # The per-data-dir development key is for the embedded default: separate processes or
         # containers on a shared database would each invent their own and fail to decrypt

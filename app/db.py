@@ -3,6 +3,11 @@
 SQLite is made safe for api + worker + scheduler as separate processes: WAL journal,
 a busy timeout, and `BEGIN IMMEDIATE` so a transaction takes the write lock up front instead of
 failing with "database is locked" when it later tries to upgrade a read lock.
+
+PostgreSQL may sit behind a transaction-pooling PgBouncer, where each transaction can run on a
+different server connection: Kurir keeps no state on a server connection beyond one
+transaction (`SET LOCAL`, `pg_advisory_xact_lock`), except psycopg's prepared statements,
+which the URL parameter `prepare_threshold` controls (see `prepare_threshold_of`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,6 +30,46 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 # used more recently is not (a ping is a round trip, and under load every checkout is recent).
 PING_AFTER_IDLE_S = 5.0
 _AFTER_COMMIT = "kurir_after_commit"
+# A query parameter of a PostgreSQL DATABASE_URL that Kurir hands to psycopg, not to libpq.
+PREPARE_THRESHOLD_PARAM = "prepare_threshold"
+
+
+def parse_prepare_threshold(raw: str) -> int | None:
+    """`none`: never prepare; a whole number N: prepare a query once it has run N times on a
+    connection (0: at its first run).
+
+    Raises:
+        ValueError: for anything else.
+    """
+    value = raw.strip().lower()
+    if value == "none":
+        return None
+    if value.isascii() and value.isdigit():
+        return int(value)
+    raise ValueError(f"{PREPARE_THRESHOLD_PARAM} must be 'none' or a whole number, got {raw!r}")
+
+
+def prepare_threshold_of(url: str | URL) -> tuple[URL, dict[str, Any]]:
+    """The URL without `prepare_threshold`, and the psycopg connect arguments it stood for.
+
+    psycopg turns a query run five times on a connection into a server-side prepared
+    statement: it saves PostgreSQL the parse and plan of every later run (measured on the
+    publish path: about half of PostgreSQL's CPU per publish), so it stays on by default. A
+    prepared statement lives on the server connection, though, and behind a transaction-pooling
+    PgBouncer (before 1.21, or without `max_prepared_statements`) the next transaction may run
+    on another server connection, where it is missing ("prepared statement "_pg3_0" does not
+    exist"), or exists as another client's ("already exists") — or, worst, silently runs that
+    client's query instead. `?prepare_threshold=none` turns them off.
+    """
+    parsed = make_url(url)
+    raw = parsed.query.get(PREPARE_THRESHOLD_PARAM)
+    if raw is None:
+        return parsed, {}
+    if isinstance(raw, tuple):  # given more than once: the last one counts
+        raw = raw[-1]
+    threshold = parse_prepare_threshold(raw)
+    stripped = parsed.difference_update_query([PREPARE_THRESHOLD_PARAM])
+    return stripped, {"prepare_threshold": threshold}
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:
@@ -32,6 +77,9 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
 
     Bound values never reach a log or an exception message (`hide_parameters`): they hold
     encrypted secrets, payloads and API key hashes.
+
+    Raises:
+        ValueError: a PostgreSQL URL's `prepare_threshold` is neither `none` nor a number.
     """
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
@@ -46,12 +94,14 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
+    server_url, connect_args = prepare_threshold_of(url)
     engine = create_engine(
-        url,
+        server_url,
         pool_size=pool_size,
         max_overflow=pool_size * 2,
         pool_recycle=1800,
         hide_parameters=True,
+        connect_args=connect_args,
     )
     _ping_when_idle(engine)
     return engine

@@ -6,6 +6,9 @@ server the run starts itself (tests/support/embedded_postgres.py). Each backend 
 once per session; every test then starts from empty tables (TRUNCATE/DELETE), which also works
 when a test runs workers in other threads or processes.
 Redis comes from TEST_REDIS_URL, else an embedded redis-server started for the session.
+Modules marked `pgbouncer` run their database tests a third time, as backend `pgbouncer`: the
+PostgreSQL database through a real PgBouncer in transaction pooling mode
+(tests/support/pgbouncer.py), skipped with the reason when `pgbouncer` is not installed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from app.db import Database
 from app.embedded_redis import EmbeddedRedis
 from app.models import Base
 from app.runtime import Runtime
+from tests.support.pgbouncer import PgBouncer, find_pgbouncer
 
 # This machine's speed swings 2x between runs: Hypothesis's per-example deadline would fail
 # a property on a slow moment, not on a wrong answer.
@@ -102,6 +106,30 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 BACKENDS = ("sqlite", "postgresql")
+# The PostgreSQL database again, through PgBouncer (`pool_mode = transaction`); only for
+# modules marked `pgbouncer`, so the suite pays for it where it proves something.
+POOLED = "pgbouncer"
+
+
+def _parametrized_by_the_test(metafunc: pytest.Metafunc, name: str) -> bool:
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every database test runs on each backend; a test's own `parametrize("backend", ...)`
+    narrows that, and a module marked `pgbouncer` adds the pooled one."""
+    if "backend" not in metafunc.fixturenames or _parametrized_by_the_test(metafunc, "backend"):
+        return
+    backends = [*BACKENDS]
+    if metafunc.definition.get_closest_marker("pgbouncer"):
+        backends.append(POOLED)
+    metafunc.parametrize("backend", backends, indirect=True)
 
 
 # ------------------------------------------------------------------------------- Redis
@@ -164,8 +192,34 @@ def migrated_databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
             item.db.dispose()
 
 
-def _migrated(backend: str, cache: dict[str, Any], tmp: Path) -> MigratedDatabase:
+@pytest.fixture(scope="session")
+def pgbouncer_url() -> Iterator[str]:
+    """The test PostgreSQL database through a PgBouncer in transaction mode, for the session.
+
+    The URL carries `prepare_threshold=none`, as a deployment behind such a PgBouncer must,
+    and every process a test starts is handed the same URL.
+    """
+    raw = os.environ.get("TEST_DATABASE_URL")
+    if not raw:
+        pytest.skip("PostgreSQL: TEST_DATABASE_URL is unset")
+    if find_pgbouncer() is None:
+        pytest.skip("PgBouncer: `pgbouncer` is not installed (apt-get install pgbouncer)")
+    bouncer = PgBouncer(normalise_database_url(raw))
+    url = bouncer.start()
+    yield f"{url}?prepare_threshold=none"
+    bouncer.stop()
+
+
+def _migrated(
+    backend: str, cache: dict[str, Any], tmp: Path, request: pytest.FixtureRequest
+) -> MigratedDatabase:
     if backend in cache:
+        return cache[backend]  # type: ignore[no-any-return]
+    if backend == POOLED:
+        # The same database the `postgresql` backend migrates, reached through the pooler.
+        _migrated("postgresql", cache, tmp, request)
+        url = normalise_database_url(request.getfixturevalue("pgbouncer_url"))
+        cache[backend] = MigratedDatabase(url)
         return cache[backend]  # type: ignore[no-any-return]
     if backend == "postgresql":
         raw = os.environ.get("TEST_DATABASE_URL")
@@ -180,16 +234,20 @@ def _migrated(backend: str, cache: dict[str, Any], tmp: Path) -> MigratedDatabas
     return cache[backend]  # type: ignore[no-any-return]
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
+    """Parametrised by `pytest_generate_tests`."""
     return str(request.param)
 
 
 @pytest.fixture
 def migrated(
-    backend: str, migrated_databases: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+    backend: str,
+    migrated_databases: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> MigratedDatabase:
-    database = _migrated(backend, migrated_databases, tmp_path_factory.getbasetemp())
+    database = _migrated(backend, migrated_databases, tmp_path_factory.getbasetemp(), request)
     database.empty()
     return database
 

@@ -1,5 +1,6 @@
 """The database layer beyond the schema: a failing statement's bound values (which may hold
-secrets) never reach a log or an error message."""
+secrets) never reach a log or an error message; DATABASE_URL's `prepare_threshold` reaches
+psycopg (tests/integration/test_pgbouncer.py shows why it matters)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from app.accounts import create_api_key
+from app.db import Database
 from app.models import ApiKey
 
 
@@ -34,3 +36,19 @@ def test_bound_values_never_reach_logs_or_error_messages(runtime, caplog):
     assert secret not in str(info.value)
     assert secret not in caplog.text
     assert "api_keys" in str(info.value)  # the statement is still there to debug with
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.parametrize(
+    ("query", "threshold"), [("", 5), ("?prepare_threshold=none", None)], ids=["default", "none"]
+)
+def test_the_url_sets_when_psycopg_prepares_statements(backend, migrated, query, threshold):
+    """psycopg's default (prepare on a query's 5th run) unless the URL says otherwise; the
+    parameter is Kurir's to read, and never reaches libpq (which would refuse it)."""
+    db = Database(migrated.url + query, pool_size=1)
+    try:
+        with db.engine.connect() as connection:
+            driver = connection.connection.driver_connection
+            assert driver is not None and driver.prepare_threshold == threshold
+    finally:
+        db.dispose()

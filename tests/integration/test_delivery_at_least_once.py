@@ -36,6 +36,9 @@ from tests.support.factories import (
     wait_for,
 )
 
+# Run once more through PgBouncer in transaction mode (tests/conftest.py).
+pytestmark = pytest.mark.pgbouncer
+
 
 @pytest.fixture
 def own_redis(tmp_path: Any) -> Iterator[EmbeddedRedis]:

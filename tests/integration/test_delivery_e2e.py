@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 from standardwebhooks.webhooks import Webhook
 
@@ -32,6 +33,9 @@ from tests.support.factories import (
     make_partner,
     wait_for,
 )
+
+# Run once more through PgBouncer in transaction mode (tests/conftest.py).
+pytestmark = pytest.mark.pgbouncer
 
 FAST_SCHEDULE = (1, 1, 1)
 

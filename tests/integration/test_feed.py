@@ -30,6 +30,9 @@ from tests.support.publish import (
     order,
 )
 
+# Run once more through PgBouncer in transaction mode (tests/conftest.py).
+pytestmark = pytest.mark.pgbouncer
+
 V2_SCHEMA = {
     "type": "object",
     "required": ["order_id", "total"],

@@ -32,6 +32,9 @@ from app.queues import (
 from app.runtime import Runtime
 from tests.support import inbound as kit
 
+# Run once more through PgBouncer in transaction mode (tests/conftest.py).
+pytestmark = pytest.mark.pgbouncer
+
 SW = "standard-webhooks"
 HERE = "tests.integration.test_inbound_batch"
 

@@ -22,6 +22,9 @@ from app.web import create_app
 from tests.conftest import LiveServer
 from tests.support import inbound as kit
 
+# Run once more through PgBouncer in transaction mode (tests/conftest.py).
+pytestmark = pytest.mark.pgbouncer
+
 NUMERIC_IDS = {"github": "4242", "shopify": "820982911946154508"}
 
 

@@ -25,6 +25,9 @@ from tests.support.publish import (
     order,
 )
 
+# Run once more through PgBouncer in transaction mode (tests/conftest.py).
+pytestmark = pytest.mark.pgbouncer
+
 
 @pytest.fixture
 def partner(client, auth):

@@ -26,6 +26,9 @@ from tests.support.publish import (
     order,
 )
 
+# Run once more through PgBouncer in transaction mode (tests/conftest.py).
+pytestmark = pytest.mark.pgbouncer
+
 
 def _post(client, auth, body, key):
     return client.post(

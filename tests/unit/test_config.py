@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.config import DEFAULT_RETRY_SCHEDULE, ENV_VARS, ConfigError, load_settings
+from app.db import prepare_threshold_of
 
 
 def test_defaults_need_no_environment() -> None:
@@ -103,6 +104,7 @@ def test_postgresql_without_a_secret_key_is_refused_naming_the_variable() -> Non
         ("KURIR_LOG_FORMAT", "xml"),
         ("KURIR_DEFAULT_TIMEOUT_S", "31"),
         ("DATABASE_URL", "mysql://localhost/kurir"),
+        ("DATABASE_URL", "postgresql://u@db/kurir?prepare_threshold=never"),
         ("REDIS_URL", "http://localhost:6379"),
         ("REDIS_URL", "redis+sentinel://s1:26379,s2:26379"),
         ("REDIS_URL", "redis+sentinel:///kurir"),
@@ -204,3 +206,28 @@ def test_the_scheduler_lease_follows_the_sweep_interval_unless_set() -> None:
     )
     with pytest.raises(ConfigError, match="KURIR_SCHEDULER_RENEW_SECONDS"):
         load_settings({"KURIR_SCHEDULER_RENEW_SECONDS": "1.5"})  # lease 3 s: too few tries
+
+
+@pytest.mark.parametrize(
+    ("query", "connect_args"),
+    [
+        ("", {}),
+        ("?prepare_threshold=none", {"prepare_threshold": None}),
+        ("?prepare_threshold=0", {"prepare_threshold": 0}),
+        ("?sslmode=require&prepare_threshold=NONE", {"prepare_threshold": None}),
+    ],
+)
+def test_prepare_threshold_is_taken_off_the_url_for_psycopg(
+    query: str, connect_args: dict[str, object]
+) -> None:
+    url, args = prepare_threshold_of(f"postgresql+psycopg://u:p%40ss@db:6432/kurir{query}")
+    assert args == connect_args
+    assert "prepare_threshold" not in url.query
+    assert (url.password, url.port, url.database) == ("p@ss", 6432, "kurir")
+    assert url.query.get("sslmode") == ("require" if "sslmode" in query else None)
+
+
+def test_a_pooled_url_is_accepted_as_it_is() -> None:
+    url = "postgres://u@pgbouncer:6432/kurir?prepare_threshold=none"
+    settings = load_settings({"DATABASE_URL": url, "KURIR_SECRET_KEY": "k"})
+    assert settings.resolved_database_url.endswith("?prepare_threshold=none")
