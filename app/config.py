@@ -110,6 +110,10 @@ def _parse_cron(name: str, raw: str) -> str:
     return raw
 
 
+# The servers `kurir api` can run the WSGI app under (app/cli/http_servers.py).
+HTTP_SERVERS: tuple[str, ...] = ("gunicorn", "granian")
+
+
 def _parse_choice(choices: tuple[str, ...]) -> Any:
     def parse(name: str, raw: str) -> str:
         value = raw.strip().lower()
@@ -246,6 +250,8 @@ class Settings:
     log_format: str = "text"
     api_workers: int = 2
     api_threads: int = 8
+    # The HTTP server under `kurir api` (one of HTTP_SERVERS); docs/benchmarks.md says why.
+    http_server: str = "granian"
     metrics_token: str | None = None
     # Handlers a source may select by name: (name, "package.module:function") pairs.
     inbound_handlers: tuple[tuple[str, str], ...] = ()
@@ -384,6 +390,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_LOG_FORMAT": ("log_format", _parse_choice(("text", "json"))),
     "KURIR_API_WORKERS": ("api_workers", lambda n, r: _parse_int(n, r, 1, 64)),
     "KURIR_API_THREADS": ("api_threads", lambda n, r: _parse_int(n, r, 1, 256)),
+    "KURIR_HTTP_SERVER": ("http_server", _parse_choice(HTTP_SERVERS)),
     "KURIR_METRICS_TOKEN": ("metrics_token", _opt_str),
     "KURIR_INBOUND_HANDLERS": ("inbound_handlers", _parse_handlers),
     "KURIR_TRUSTED_PROXIES": ("trusted_proxies", _parse_trusted_proxies),

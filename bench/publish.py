@@ -1,12 +1,14 @@
-"""Publish throughput and latency of `kurir api` (gunicorn, PostgreSQL), against a bare ceiling.
+"""Publish throughput and latency of `kurir api` (PostgreSQL), against a bare ceiling.
 
-    .venv/bin/python bench/publish.py [-n 5000] [--workers 2] [--threads 8]
+    .venv/bin/python bench/publish.py [-n 5000] [--workers 2] [--threads 8] [--server S]
     .venv/bin/python bench/publish.py --url http://127.0.0.1:8080 --token kurir_... [...]
 
 Without --url the script owns BENCH_DATABASE_URL (default: the `kurir_publish_bench`
-database, which it WIPES and migrates) and starts two servers under gunicorn with the same
-worker count: `kurir api`, and a bare Flask app whose one endpoint parses the same JSON body
-and INSERTs the same `events` row — the ceiling for a Python publish endpoint on this machine.
+database, which it WIPES and migrates) and starts two servers under the same HTTP server
+(--server: `kurir api`'s default, granian, or gunicorn) with the same worker count:
+`kurir api`, and a bare Flask app whose one endpoint parses the same JSON body and INSERTs
+the same `events` row — the ceiling for a Python publish endpoint on this machine.
+bench/servers.py compares the servers themselves.
 Endpoints point at 127.0.0.1 (KURIR_ALLOW_PRIVATE_TARGETS=1); nothing needs to receive them,
 and no worker runs: the deliveries simply stay queued.
 
@@ -44,8 +46,9 @@ sys.path.insert(0, str(ROOT))
 
 import requests  # noqa: E402
 
+from app.config import HTTP_SERVERS, Settings  # noqa: E402
 from app.ports import free_port  # noqa: E402
-from bench import rawhttp  # noqa: E402
+from bench import rawhttp, wsgi_servers  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
 from tests.support.processes import stop_group  # noqa: E402
 
@@ -91,7 +94,7 @@ def body_for(i: int, type_name: str) -> bytes:
 
 
 def bare_app() -> Any:
-    """gunicorn 'bench.publish:bare_app()': parse the body, INSERT one events row, commit."""
+    """`bench.publish:bare_app` (a factory): parse the body, INSERT one events row, commit."""
     from flask import Flask, request
     from sqlalchemy import insert
 
@@ -387,6 +390,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument(
+        "--server",
+        choices=HTTP_SERVERS,
+        default=Settings().http_server,
+        help="the HTTP server under Kurir and bare alike (default: `kurir api`'s)",
+    )
     parser.add_argument("--clients", default="1,8")
     parser.add_argument(
         "--rounds",
@@ -423,11 +432,12 @@ def main(argv: list[str] | None = None) -> int:
         "events": args.events,
         "workers": args.workers,
         "threads": args.threads,
+        "server": args.server,
         "cpus": os.cpu_count(),
         "load_average_before": os.getloadavg(),
     }
     print(
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; gunicorn "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.server} "
         f"{args.workers} workers x {args.threads} threads for Kurir and for bare",
         flush=True,
     )
@@ -448,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             if not args.no_bare:
                 bare_url, bare_pid = stack.enter_context(
-                    _bare_server(args, env, python, partner_id_of(args.database_url, one))
+                    _bare_server(args, env, partner_id_of(args.database_url, one))
                 )
                 bare_meter = CpuMeter(bare_pid, database)
             warm = [body_for(i, type_name) for i in range(500)]
@@ -631,6 +641,8 @@ def _own_kurir(
             "-m",
             "app.cli",
             "api",
+            "--server",
+            args.server,
             "--port",
             str(port),
             "--workers",
@@ -646,31 +658,14 @@ def _own_kurir(
 
 @contextmanager
 def _bare_server(
-    args: argparse.Namespace, env: dict[str, str], python: str, partner_id: str
+    args: argparse.Namespace, env: dict[str, str], partner_id: str
 ) -> Iterator[tuple[str, int]]:
-    """The ceiling, under the same gunicorn settings as `kurir api` (app/cli/run.py)."""
+    """The ceiling, under the same server and settings as `kurir api` (app/cli/http_servers.py)."""
     port = free_port()
     bare_env = dict(env, BARE_DATABASE_URL=args.database_url, BARE_PARTNER_ID=partner_id)
-    command = [
-        python,
-        "-m",
-        "gunicorn",
-        "--workers",
-        str(args.workers),
-        "--threads",
-        str(args.threads),
-        "--worker-class",
-        "gthread",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--log-level",
-        "warning",
-        "--keep-alive",
-        "5",
-        "--timeout",
-        "60",
-        "bench.publish:bare_app()",
-    ]
+    command = wsgi_servers.command(
+        args.server, "bench.publish:bare_app", port, args.workers, args.threads
+    )
     with server(command, bare_env, f"http://127.0.0.1:{port}/") as process:
         yield f"http://127.0.0.1:{port}/bare/events", process.pid
 

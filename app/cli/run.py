@@ -10,12 +10,12 @@ import subprocess
 import sys
 import time
 from types import FrameType
-from typing import Any
 
 import click
 
 from app import __version__, migrate
 from app.cli.common import cli_actor, fail, make_runtime
+from app.config import HTTP_SERVERS
 from app.embedded_redis import EmbeddedRedis, EmbeddedRedisError, die_with_parent
 from app.services import keys
 
@@ -26,46 +26,39 @@ CHILD_STOP_TIMEOUT_S = 15.0
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
 @click.option(
+    "--server",
+    type=click.Choice(HTTP_SERVERS),
+    default=None,
+    help="the HTTP server [KURIR_HTTP_SERVER, default granian]",
+)
+@click.option(
     "--workers",
     type=int,
     default=None,
-    help="gunicorn worker processes [KURIR_API_WORKERS, default 2]",
+    help="server worker processes [KURIR_API_WORKERS, default 2]",
 )
 @click.option(
     "--threads", type=int, default=None, help="threads per worker [KURIR_API_THREADS, default 8]"
 )
-def api_command(host: str, port: int, workers: int | None, threads: int | None) -> None:
-    """Serve the REST API, UI and inbound receiver with gunicorn."""
-    from gunicorn.app.base import BaseApplication
+def api_command(
+    host: str, port: int, server: str | None, workers: int | None, threads: int | None
+) -> None:
+    """Serve the REST API, UI and inbound receiver (gunicorn or granian)."""
+    from app.cli import http_servers
 
-    from app.web import keepalive
-
-    runtime = make_runtime()
-    settings = runtime.settings
-
-    class KurirServer(BaseApplication):
-        def load_config(self) -> None:
-            self.cfg.set("bind", f"{host}:{port}")
-            self.cfg.set("workers", workers or settings.api_workers)
-            self.cfg.set("threads", threads or settings.api_threads)
-            self.cfg.set("worker_class", "gthread")
-            self.cfg.set("graceful_timeout", 10)
-            self.cfg.set("timeout", 60)
-            self.cfg.set("keepalive", 5)
-            self.cfg.set("accesslog", None)
-            self.cfg.set("loglevel", "warning")
-            self.cfg.set("pre_request", keepalive.remember_request)
-
-        def load(self) -> Any:
-            from app.web import create_app
-
-            app = keepalive.with_gunicorn_close(create_app(settings))
-            # Everything built so far lives as long as the worker: out of the collector's
-            # sight, a full collection no longer walks it (~100 ms with every thread stopped).
-            gc.freeze()
-            return app
-
-    KurirServer().run()
+    settings = make_runtime().settings
+    chosen = server or settings.http_server
+    problem = http_servers.missing(chosen)
+    if problem:
+        fail(problem)
+    http_servers.serve(
+        chosen,
+        settings,
+        host,
+        port,
+        workers or settings.api_workers,
+        threads or settings.api_threads,
+    )
 
 
 @click.command("worker")

@@ -14,8 +14,9 @@ answer with body bytes unread, it asks the server, through the environ callable 
 pooled client honours by dropping that socket. It does not drain: the body may be a
 gigabyte, or trickle in forever, and nothing the app wants is in it. A WSGI app may not set
 ``Connection`` itself (hop-by-hop, PEP 3333; gunicorn drops it), hence the callable; the
-glue for gunicorn is :func:`remember_request` plus :func:`with_gunicorn_close`. Werkzeug's
-development server closes every connection anyway, so it needs no glue.
+glue for gunicorn is :func:`remember_request` plus :func:`with_gunicorn_close`, for granian
+:func:`with_close_header`. Werkzeug's development server closes every connection anyway, so
+it needs no glue.
 """
 
 from __future__ import annotations
@@ -133,5 +134,34 @@ def with_gunicorn_close(app: WsgiApp) -> WsgiApp:
         if req is not None:
             environ[CLOSE_CONNECTION] = lambda: setattr(req, "must_close", True)
         return app(environ, start_response)
+
+    return wsgi
+
+
+# ----------------------------------------------------------------------------- granian glue
+
+
+def with_close_header(app: WsgiApp) -> WsgiApp:
+    """Offer :data:`CLOSE_CONNECTION` to `app` under granian: it adds ``Connection: close``.
+
+    granian's HTTP layer (hyper) closes a connection whose request body was left unread, but
+    says so only when it has noticed in time: often the answer goes out without
+    ``Connection: close`` and the socket closes right after, which a pooled client may
+    reuse first. hyper honours the header when the app sends it, so the glue sends it.
+    """
+
+    def wsgi(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        closing: list[bool] = []
+        environ[CLOSE_CONNECTION] = lambda: closing.append(True)
+
+        def start_response_saying_close(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
+            if closing:
+                headers = [(k, v) for k, v in headers if k.lower() != "connection"]
+                headers.append(("Connection", "close"))
+            return start_response(status, headers, exc_info)
+
+        return app(environ, start_response_saying_close)
 
     return wsgi

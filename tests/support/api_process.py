@@ -1,7 +1,8 @@
-"""`kurir api` as a new user runs it (gunicorn, gthread), on SQLite, for tests over real HTTP.
+"""`kurir api` as a new user runs it, on SQLite, for tests over real HTTP.
 
 What these tests look at is the HTTP server and the processes, which do not depend on the
-database behind them; its data lives in a temporary directory.
+database behind them; its data lives in a temporary directory. `server` picks the HTTP server
+(`kurir api --server`); SERVERS lists those installed here, for tests that run under each.
 """
 
 from __future__ import annotations
@@ -17,8 +18,13 @@ from pathlib import Path
 import pytest
 import requests
 
+from app.cli.http_servers import installed
+from app.config import HTTP_SERVERS
 from app.ports import free_port
 from tests.support.processes import stop_group
+
+# The HTTP servers `kurir api` can run under that are installed here.
+SERVERS: tuple[str, ...] = tuple(server for server in HTTP_SERVERS if installed(server))
 
 
 @dataclass
@@ -27,6 +33,8 @@ class Api:
     admin: str
     reader: str
     pid: int
+    process: subprocess.Popen[bytes]
+    server: str | None = None
 
 
 def _kurir(*args: str, env: dict[str, str]) -> str:
@@ -39,10 +47,14 @@ def _kurir(*args: str, env: dict[str, str]) -> str:
 
 
 def serve_api(
-    tmp_path_factory: pytest.TempPathFactory, redis_url: str, *extra_args: str
+    tmp_path_factory: pytest.TempPathFactory,
+    redis_url: str,
+    *extra_args: str,
+    server: str | None = None,
 ) -> Iterator[Api]:
-    """Migrate, make an admin and a read-only key, start `kurir api`, create a partner
-    `acme` and a GitHub-signed inbound source `shop`; stop it (SIGTERM) afterwards."""
+    """Migrate, make an admin and a read-only key, start `kurir api` (under `server`, else
+    the default), create a partner `acme` and a GitHub-signed inbound source `shop`; stop
+    it (SIGTERM) afterwards, unless the test stopped it already."""
     data = tmp_path_factory.mktemp("kurir-api")
     env = {
         k: v
@@ -64,8 +76,11 @@ def serve_api(
     )
     port = free_port()
     kurir = Path(sys.executable).with_name("kurir")
+    chosen = ["--server", server] if server else []
     process = subprocess.Popen(
-        [str(kurir), "api", "--port", str(port), *extra_args], env=env, start_new_session=True
+        [str(kurir), "api", "--port", str(port), *chosen, *extra_args],
+        env=env,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -98,6 +113,6 @@ def serve_api(
             ).status_code
             == 201
         )
-        yield Api(url, admin, reader, process.pid)
+        yield Api(url, admin, reader, process.pid, process, server)
     finally:
         stop_group(process)

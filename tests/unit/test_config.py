@@ -43,6 +43,7 @@ def test_every_variable_is_read() -> None:
         "KURIR_SECRET_ROTATION_OVERLAP_SECONDS": "10",
         "KURIR_RECONCILE_CRON": "*/5 * * * *",
         "KURIR_LOG_FORMAT": "json",
+        "KURIR_HTTP_SERVER": "Gunicorn",
     }
     settings = load_settings(env)
     assert settings.data_dir == Path("/srv/kurir")
@@ -58,6 +59,7 @@ def test_every_variable_is_read() -> None:
     assert settings.secret_rotation_overlap_seconds == 10
     assert settings.reconcile_cron == "*/5 * * * *"
     assert settings.log_format == "json"
+    assert settings.http_server == "gunicorn"
     assert settings.handler_registry == {
         "on_paid": "billing.hooks:on_paid",
         "audit": "billing.audit:log",
@@ -102,6 +104,7 @@ def test_postgresql_without_a_secret_key_is_refused_naming_the_variable() -> Non
         ("KURIR_RECONCILE_CRON", "nightly"),
         ("KURIR_RECONCILE_CRON", "99 * * * *"),
         ("KURIR_LOG_FORMAT", "xml"),
+        ("KURIR_HTTP_SERVER", "uwsgi"),
         ("KURIR_DEFAULT_TIMEOUT_S", "31"),
         ("DATABASE_URL", "mysql://localhost/kurir"),
         ("DATABASE_URL", "postgresql://u@db/kurir?prepare_threshold=never"),

@@ -70,3 +70,31 @@ def test_without_a_server_hook_the_answer_is_untouched() -> None:
 
     environ = {"wsgi.input": io.BytesIO(b"x" * 10), "CONTENT_LENGTH": "10"}
     assert list(UnreadBodyGuard(app)(environ, lambda *a: None)) == [b"no"]
+
+
+def _served_with_close_header(call_close: bool, headers: list[tuple[str, str]]) -> list[Any]:
+    """The headers granian is handed when the app (did or did not) ask to close."""
+    from app.web.keepalive import with_close_header
+
+    seen: list[Any] = []
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        if call_close:
+            environ[CLOSE_CONNECTION]()
+        start_response("413 Payload Too Large", list(headers))
+        return [b"no"]
+
+    environ: dict[str, Any] = {}
+    wrapped = with_close_header(app)
+    assert list(wrapped(environ, lambda status, hs, exc=None: seen.extend(hs))) == [b"no"]
+    return seen
+
+
+def test_granian_glue_says_connection_close_only_when_asked() -> None:
+    plain = [("Content-Type", "application/json")]
+    assert _served_with_close_header(False, plain) == plain
+    assert _served_with_close_header(True, plain) == [*plain, ("Connection", "close")]
+    # one Connection header, never two that disagree
+    assert _served_with_close_header(True, [("Connection", "keep-alive")]) == [
+        ("Connection", "close")
+    ]
