@@ -65,6 +65,7 @@ ENDPOINT_FIELDS = (
     "mode",
     "ordering",
     "on_dead",
+    "send_traceparent",
 )
 PATCHABLE_FIELDS = (
     "url",
@@ -77,6 +78,7 @@ PATCHABLE_FIELDS = (
     "versions",
     "ordering",
     "on_dead",
+    "send_traceparent",
 )
 
 ENABLED, DISABLED = "enabled", "disabled"
@@ -389,6 +391,12 @@ def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+def check_flag(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid(field, f"{field} must be true or false")
+    return value
+
+
 def check_description(value: Any) -> str | None:
     if value is None:
         return None
@@ -461,6 +469,7 @@ def create_endpoint(
         "ordering", body.get("ordering", ordering.ORDERING_NONE), ordering.ORDERINGS
     )
     on_dead = check_choice("on_dead", body.get("on_dead", ordering.ON_DEAD_SKIP), ordering.ON_DEADS)
+    send_traceparent = check_flag("send_traceparent", body.get("send_traceparent", False))
     given = body.get("secret")
     secret = check_secret(given) if given is not None else generate_secret()
     endpoint = Endpoint(
@@ -477,6 +486,7 @@ def create_endpoint(
         mode=mode,
         ordering=ordering_,
         on_dead=on_dead,
+        send_traceparent=send_traceparent,
     )
     if mode == PULL:
         # Its feed starts here: what was committed before is not its backlog.
@@ -560,6 +570,8 @@ def update_endpoint(
         endpoint.ordering = check_choice("ordering", body["ordering"], ordering.ORDERINGS)
     if "on_dead" in body:
         endpoint.on_dead = check_choice("on_dead", body["on_dead"], ordering.ON_DEADS)
+    if "send_traceparent" in body:
+        endpoint.send_traceparent = check_flag("send_traceparent", body["send_traceparent"])
     session.flush()
     return endpoint
 

@@ -298,6 +298,8 @@ def test_unknown_subscribed_event_type_is_422(client, auth):
         "Host",
         "Transfer-Encoding",
         "User-Agent",
+        "traceparent",
+        "TraceState",
     ],
 )
 def test_reserved_header_is_422(client, auth, name):
