@@ -23,9 +23,7 @@ def upgrade() -> None:
     # Plain ADD COLUMN on both databases (no batch-mode table copy on SQLite, see 0002); a
     # nullable column and a constant default rewrite no rows on PostgreSQL.
     op.add_column("events", sa.Column("trace_context", sa.String(length=64), nullable=True))
-    op.add_column(
-        "inbound_events", sa.Column("trace_context", sa.String(length=64), nullable=True)
-    )
+    op.add_column("inbound_events", sa.Column("trace_context", sa.String(length=64), nullable=True))
     op.add_column(
         "endpoints",
         sa.Column(
