@@ -273,6 +273,16 @@ class Settings:
     max_endpoints_per_partner: int = 50
     partner_endpoint_creates_per_minute: int = 30
     partner_test_sends_per_minute: int = 10
+    # Tracing (app.telemetry): KURIR_OTEL says on (True) or off (False); None (unset, "auto")
+    # follows the standard OTEL_EXPORTER_OTLP_ENDPOINT: on when it names a collector.
+    otel: bool | None = None
+    otel_endpoint: str | None = None
+    otel_traces_exporter: str = "otlp"
+
+    @property
+    def tracing(self) -> bool:
+        """Whether this process makes spans (if the `kurir[otel]` packages are installed)."""
+        return self.otel if self.otel is not None else bool(self.otel_endpoint)
 
     @property
     def portal_framable(self) -> bool:
@@ -414,6 +424,11 @@ _ENV: dict[str, tuple[str, Any]] = {
         "partner_test_sends_per_minute",
         lambda n, r: _parse_int(n, r, 1, 60_000),
     ),
+    "KURIR_OTEL": ("otel", _parse_auto_bool),
+    # OpenTelemetry's own variables: read here only to decide whether tracing is on and how it
+    # exports; the SDK reads them (and every other OTEL_*) itself.
+    "OTEL_EXPORTER_OTLP_ENDPOINT": ("otel_endpoint", _opt_str),
+    "OTEL_TRACES_EXPORTER": ("otel_traces_exporter", _parse_choice(("otlp", "console", "none"))),
 }
 
 ENV_VARS: tuple[str, ...] = tuple(_ENV)

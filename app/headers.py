@@ -1,8 +1,9 @@
 """Every list of header names Kurir keeps, in one place, so no two of them can disagree.
 
-- **Reserved**: what Kurir sets on each webhook (the Standard Webhooks headers, the user agent)
-  and HTTP framing. An endpoint's custom headers may never set or override them; the endpoints
-  service refuses them, and the sender drops them again from a stale or hand-edited row.
+- **Reserved**: what Kurir sets on each webhook (the Standard Webhooks headers, the user agent,
+  the W3C trace context) and HTTP framing. An endpoint's custom headers may never set or
+  override them; the endpoints service refuses them, and the sender drops them again from a
+  stale or hand-edited row.
 - **Sensitive**: names that carry credentials by convention (`Authorization`, cookies, API
   keys, tokens...). Their values are never shown from stored rows whose origin we do not know
   (old attempt records), whatever an endpoint says.
@@ -45,6 +46,9 @@ RESERVED = frozenset(
         "trailer",
         "upgrade",
         "expect",
+        # W3C trace context: Kurir's own, sent only to endpoints with `send_traceparent`.
+        "traceparent",
+        "tracestate",
     }
 )
 RESERVED_PREFIXES = ("webhook-",)

@@ -356,6 +356,11 @@ class Endpoint(Base):
     on_dead: Mapped[str] = mapped_column(
         String(8), default=OnDead.SKIP.value, server_default=OnDead.SKIP.value
     )
+    # Whether its attempts carry a W3C `traceparent` header (the attempt's span) while tracing
+    # is on: off unless an operator turns it on, so internal trace ids stay internal.
+    send_traceparent: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=text("false")
+    )
     state: Mapped[str] = mapped_column(String(16), default=EndpointState.ENABLED.value)
     disabled_reason: Mapped[str | None] = mapped_column(String(200))
     disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -435,6 +440,9 @@ class Event(Base):
     # Events of one key reach ordered endpoints one at a time, in publish-commit order.
     ordering_key: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = _created()
+    # The W3C traceparent of the publish span (app.telemetry), so that the attempts workers
+    # make later join the publisher's trace; NULL while tracing is off.
+    trace_context: Mapped[str | None] = mapped_column(String(64))
     # Position in the feed, given after commit by the sequencer (app.feed.sequencer);
     # NULL until then.
     feed_seq: Mapped[int | None] = mapped_column(BigInteger)
@@ -730,6 +738,9 @@ class InboundEvent(Base):
     received_at: Mapped[datetime] = _created()
     processed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = _updated()
+    # The W3C traceparent of the receive span (app.telemetry): the apply span joins its trace;
+    # NULL while tracing is off.
+    trace_context: Mapped[str | None] = mapped_column(String(64))
 
 
 class ResourceState(Base):

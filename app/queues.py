@@ -30,6 +30,7 @@ from rq.job import Job
 from rq.utils import import_attribute
 from sqlalchemy.orm import Session
 
+from app import telemetry
 from app.db import after_commit
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,20 @@ def enqueue_after_commit(
     `try_enqueue_many`)."""
     pending = list(specs)
     if pending:
-        after_commit(session, lambda: try_enqueue_many(connection, pending))
+        after_commit(session, lambda: _enqueue_traced(connection, pending))
+
+
+def _enqueue_traced(connection: redis.Redis, specs: list[JobSpec]) -> bool:
+    """With tracing on, the `kurir.enqueue` span (a child of whatever committed the work)."""
+    deliveries = sum(len(spec.args[0]) for spec in specs if spec.func == DELIVER_BATCH)
+    attributes: dict[str, Any] = {"kurir.jobs": len(specs)}
+    if deliveries:
+        attributes["kurir.deliveries"] = deliveries
+    with telemetry.span("kurir.enqueue", kind=telemetry.PRODUCER, attributes=attributes) as span:
+        sent = try_enqueue_many(connection, specs)
+        if not sent:
+            telemetry.failed(span, "redis unavailable: left to the sweeper")
+        return sent
 
 
 def pop_job_ids(connection: redis.Redis, queue_key: str, count: int, block_s: float) -> list[str]:

@@ -37,6 +37,8 @@ class Target:
     public_headers: frozenset[str] = frozenset()
     timeout_s: float = 15.0
     rate_limit_per_s: int | None = None
+    # Its attempts carry a `traceparent` header while tracing is on (an operator's opt-in).
+    send_traceparent: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import redis
 
+from app import telemetry
 from app.queues import DELIVER_BATCH, DELIVERIES, JobSpec, try_enqueue_many
 
 BATCH_SIZE = 50
@@ -34,5 +35,18 @@ def job_specs(delivery_ids: Sequence[str], tag: str = "p") -> list[JobSpec]:
 
 
 def enqueue_now(connection: redis.Redis, delivery_ids: Sequence[str], tag: str = "p") -> bool:
-    """Enqueue immediately; False when Redis is down (the sweeper will pick them up)."""
-    return try_enqueue_many(connection, job_specs(delivery_ids, tag))
+    """Enqueue immediately; False when Redis is down (the sweeper will pick them up).
+
+    With tracing on, the `kurir.enqueue` span (a child of the publish, or of whatever enqueues).
+    """
+    if not delivery_ids:
+        return True
+    with telemetry.span(
+        "kurir.enqueue",
+        kind=telemetry.PRODUCER,
+        attributes={"kurir.deliveries": len(delivery_ids), "kurir.enqueue.tag": tag},
+    ) as span:
+        sent = try_enqueue_many(connection, job_specs(delivery_ids, tag))
+        if not sent:
+            telemetry.failed(span, "redis unavailable: left to the sweeper")
+        return sent

@@ -6,6 +6,7 @@ import getpass
 
 import click
 
+from app import telemetry
 from app.config import load_settings
 from app.logs import configure as configure_logging
 from app.runtime import Runtime
@@ -13,8 +14,10 @@ from app.services.actor import Actor
 
 
 def make_runtime() -> Runtime:
+    """The process's Runtime, with logging and (when settings ask for it) tracing set up."""
     settings = load_settings()
     configure_logging(settings.log_level, settings.log_format)
+    telemetry.configure(settings)
     return Runtime(settings)
 
 

@@ -97,6 +97,7 @@ _CLAIM_MANY = (
         _E.resource_version,
         _E.occurred_at,
         _E.resource_status,
+        _E.trace_context,
     )
 )
 
@@ -139,7 +140,7 @@ def process_batch(
             exc_info=True,
         )
         return {}
-    return process_claimed_batch(runtime, claimed, now=now)
+    return process.traced_apply(claimed, lambda: process_claimed_batch(runtime, claimed, now=now))
 
 
 def process_claimed_batch(

@@ -27,7 +27,7 @@ falls back to.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -38,6 +38,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from app import runtime as runtime_mod
+from app import telemetry
 from app.cache import TTLCache
 from app.clock import utcnow
 from app.inbound import handlers as handler_registry
@@ -95,7 +96,8 @@ def process_event(
         return None
     if claimed is None:
         return None
-    return process_claimed(rt, claimed, now=now)
+    done = traced_apply([claimed], lambda: {claimed.id: process_claimed(rt, claimed, now=now)})
+    return done[claimed.id]
 
 
 def process_claimed(rt: Runtime, claimed: Claimed, *, now: datetime | None = None) -> str | None:
@@ -154,6 +156,7 @@ _CLAIM = (
         _E.resource_version,
         _E.occurred_at,
         _E.resource_status,
+        _E.trace_context,
     )
 )
 FINISH = (
@@ -186,6 +189,50 @@ class Claimed:
     resource_version: int | None
     occurred_at: datetime | None
     resource_status: str | None
+    # The receive span's W3C traceparent (tracing on when it was received), else None.
+    trace_context: str | None = None
+
+
+def traced_apply(
+    claimed: list[Claimed], apply: Callable[[], dict[str, str | None]]
+) -> dict[str, str | None]:
+    """Run `apply` (which processes `claimed`) with a `kurir.inbound.apply` span per event,
+    each a child of its receive span; ends them with the status each event ended in.
+
+    One span per event even when a batch applies them all in one transaction: each trace
+    then shows its own callback, received and applied.
+    """
+    if not telemetry.enabled():
+        return apply()
+    spans = {
+        event.id: telemetry.start(
+            "kurir.inbound.apply",
+            parent=event.trace_context,
+            kind=telemetry.CONSUMER,
+            attributes={
+                "kurir.inbound.event.id": event.id,
+                "kurir.inbound.attempt": event.attempts,
+                "kurir.inbound.event.type": event.event_type or "",
+            },
+        )
+        for event in claimed
+    }
+    try:
+        results = apply()
+    except BaseException as exc:
+        for span in spans.values():
+            telemetry.end(span, error=type(exc).__name__)
+        raise
+    for event_id, span in spans.items():
+        status = results.get(event_id)
+        telemetry.end(
+            span,
+            attributes={"kurir.inbound.status": status or "left_to_another_worker"},
+            error=None
+            if status in (InboundStatus.APPLIED, InboundStatus.IGNORED, InboundStatus.QUARANTINED)
+            else f"not applied: {status}",
+        )
+    return results
 
 
 class _Lost(Exception):

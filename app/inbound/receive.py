@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from app import headers as header_rules
-from app import jsonstrict
+from app import jsonstrict, telemetry
 from app.errors import BadRequest, PayloadTooLarge, Unauthorized, Unavailable
 from app.inbound import mapping as field_mapping
 from app.inbound.process import process_jobs
@@ -172,6 +172,9 @@ def receive(
 ) -> Receipt:
     """Verify, store and enqueue one callback.
 
+    With tracing on, this is the `kurir.inbound.receive` span, a child of the caller's
+    `traceparent`; the stored event keeps its context, which the apply span joins.
+
     Args:
         headers: the raw (name, value) pairs as received.
         body: the raw request body.
@@ -185,6 +188,32 @@ def receive(
             it has been stored as a ``failed`` row.
         StoreUnavailable: the database cannot be reached (503).
     """
+    with telemetry.span(
+        "kurir.inbound.receive",
+        parent=telemetry.header_value(headers),
+        kind=telemetry.SERVER,
+        attributes={"kurir.inbound.source": source_name},
+    ) as span:
+        receipt = _receive(runtime, source_name, headers, body, now, telemetry.traceparent())
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "kurir.inbound.event.id": receipt.inbound_event_id,
+                    "kurir.inbound.duplicate": receipt.duplicate,
+                    "http.response.status_code": receipt.status_code,
+                }
+            )
+        return receipt
+
+
+def _receive(
+    runtime: Runtime,
+    source_name: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes,
+    now: float | None,
+    trace_context: str | None,
+) -> Receipt:
     limit = runtime.settings.max_payload_bytes
     if len(body) > limit:
         raise PayloadTooLarge.over(limit)
@@ -219,7 +248,7 @@ def receive(
     try:
         # A Core connection, not an ORM session: this is the hot path, one INSERT and a commit.
         with runtime.db.engine.begin() as connection:
-            receipt = _store(connection, config, extracted, body, stored_headers)
+            receipt = _store(connection, config, extracted, body, stored_headers, trace_context)
     except SQLAlchemyError as exc:
         log.warning(
             "inbound store unreachable, answering 503",
@@ -262,24 +291,26 @@ def _store(
     extracted: field_mapping.Extracted,
     body: bytes,
     stored_headers: dict[str, Any],
+    trace_context: str | None = None,
 ) -> Receipt:
     assert extracted.event_id is not None  # noqa: S101 - checked by parse_and_extract
-    new_id = _insert(
-        connection,
-        {
-            "source_id": config.source_id,
-            "event_id": extracted.event_id,
-            "event_type": extracted.event_type,
-            "resource_type": extracted.resource_type,
-            "resource_id": extracted.resource_id,
-            "resource_version": extracted.resource_version,
-            "occurred_at": extracted.occurred_at,
-            "resource_status": extracted.status,
-            "status": InboundStatus.RECEIVED,
-            "raw_body": body,
-            "headers": stored_headers,
-        },
-    )
+    values: dict[str, Any] = {
+        "source_id": config.source_id,
+        "event_id": extracted.event_id,
+        "event_type": extracted.event_type,
+        "resource_type": extracted.resource_type,
+        "resource_id": extracted.resource_id,
+        "resource_version": extracted.resource_version,
+        "occurred_at": extracted.occurred_at,
+        "resource_status": extracted.status,
+        "status": InboundStatus.RECEIVED,
+        "raw_body": body,
+        "headers": stored_headers,
+    }
+    if trace_context is not None:
+        # Only while tracing is on: the statement stays the one it always was when it is off.
+        values["trace_context"] = trace_context
+    new_id = _insert(connection, values)
     if new_id is None:
         existing_id, status = _existing(connection, config.source_id, extracted.event_id)
         return Receipt(200, existing_id, status, duplicate=True)

@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Table, delete, insert, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from app import event_types
+from app import event_types, telemetry
 from app.clock import isoformat, parse_rfc3339, utcnow
 from app.config import Settings
 from app.db import Database
@@ -553,6 +553,8 @@ def _plan(
         "correlation_id": req.correlation_id,
         "ordering_key": req.ordering_key,
         "created_at": now,
+        # The publish span's context (None while tracing is off): attempts join its trace.
+        "trace_context": telemetry.traceparent(),
     }
     pending: list[Planned] = []
     parked: list[Planned] = []

@@ -65,6 +65,7 @@ ENDPOINT_FIELDS = (
     "mode",
     "ordering",
     "on_dead",
+    "send_traceparent",
 )
 PATCHABLE_FIELDS = (
     "url",
@@ -77,6 +78,7 @@ PATCHABLE_FIELDS = (
     "versions",
     "ordering",
     "on_dead",
+    "send_traceparent",
 )
 
 
@@ -364,6 +366,12 @@ def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+def check_flag(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid(field, f"{field} must be true or false")
+    return value
+
+
 def check_description(value: Any) -> str | None:
     if value is None:
         return None
@@ -436,6 +444,7 @@ def create_endpoint(
         "ordering", body.get("ordering", Ordering.NONE.value), values(Ordering)
     )
     on_dead = check_choice("on_dead", body.get("on_dead", OnDead.SKIP.value), values(OnDead))
+    send_traceparent = check_flag("send_traceparent", body.get("send_traceparent", False))
     given = body.get("secret")
     secret = check_secret(given) if given is not None else generate_secret()
     endpoint = Endpoint(
@@ -452,6 +461,7 @@ def create_endpoint(
         mode=mode,
         ordering=ordering_,
         on_dead=on_dead,
+        send_traceparent=send_traceparent,
     )
     if mode == EndpointMode.PULL:
         # Its feed starts here: what was committed before is not its backlog.
@@ -535,6 +545,8 @@ def update_endpoint(
         endpoint.ordering = check_choice("ordering", body["ordering"], values(Ordering))
     if "on_dead" in body:
         endpoint.on_dead = check_choice("on_dead", body["on_dead"], values(OnDead))
+    if "send_traceparent" in body:
+        endpoint.send_traceparent = check_flag("send_traceparent", body["send_traceparent"])
     session.flush()
     return endpoint
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from app import secret_ring
 from app.clock import isoformat, utcnow
-from app.errors import BadRequest, Conflict, NotFound
+from app.errors import BadRequest, Conflict, Forbidden, NotFound
 from app.intake.kurir_test import send_test_event
 from app.models import (
     DISABLED_BY_OPERATOR,
@@ -138,6 +138,24 @@ def operational_events(
     )
 
 
+OPERATOR_ONLY_CODE = "operator_only_field"
+
+
+def _trace_opt_in(actor: Actor, body: dict[str, Any], current: bool = False) -> None:
+    """Sending the publisher's trace ids to a partner is its operators' decision: a partner's
+    own credentials may not turn `send_traceparent` on (sending the value it has is fine).
+
+    Raises:
+        Forbidden: `operator_only_field`.
+    """
+    if actor.bound_to_partner and body.get("send_traceparent") is True and not current:
+        raise Forbidden(
+            "send_traceparent is set by the publisher's operators only",
+            code=OPERATOR_ONLY_CODE,
+            details={"field": "send_traceparent"},
+        )
+
+
 def create(
     session: Session, rt: Runtime, actor: Actor, uid: str, body: dict[str, Any]
 ) -> EndpointWithSecret:
@@ -149,6 +167,7 @@ def create(
             the endpoint's rules refuse.
     """
     partner = partners.visible(session, actor, uid, "endpoints:write")
+    _trace_opt_in(actor, body)
     partner_bounds.take(rt, actor, partner.id, partner_bounds.CREATES)
     partner_bounds.check_endpoint_room(session, rt.settings, partner)
     created = rules.create_endpoint(session, partner, body, rt.settings, rt.secret_box)
@@ -169,6 +188,7 @@ def update(
     session: Session, rt: Runtime, actor: Actor, uid: str, endpoint_id: str, body: dict[str, Any]
 ) -> Endpoint:
     endpoint = get(session, actor, uid, endpoint_id, "endpoints:write")
+    _trace_opt_in(actor, body, endpoint.send_traceparent)
     rules.update_endpoint(session, endpoint, body, rt.settings)
     changed = sorted(body)
     details: dict[str, Any] = {"fields": changed}

@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session, selectinload
 
-from app import event_types
+from app import event_types, telemetry
 from app.errors import NotFound, ValidationFailed
 from app.ids import id_floor
 from app.intake import publish as intake
@@ -27,13 +27,44 @@ from sender.bodies import delivered_version
 
 
 def publish(
-    rt: Runtime, actor: Actor, uid: str, body: dict[str, object], idempotency_key: str | None
+    rt: Runtime,
+    actor: Actor,
+    uid: str,
+    body: dict[str, object],
+    idempotency_key: str | None,
+    *,
+    traceparent: str | None = None,
 ) -> PublishResult:
     """Validate and store one event with its fan-out; `202` only after the commit.
+
+    With tracing on, this is the `kurir.publish` span, a child of the publisher's
+    `traceparent`: the event row keeps its context, which every later span of the event joins.
 
     Raises what `app.intake.publish.publish_in_transaction` raises; NotFound for a
     partner-bound actor.
     """
+    with telemetry.span(
+        "kurir.publish",
+        parent=traceparent,
+        kind=telemetry.SERVER,
+        attributes={"kurir.partner": uid},
+    ) as span:
+        result = _publish(rt, actor, uid, body, idempotency_key)
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "kurir.event.id": str(result.body.get("id", "")),
+                    "kurir.event.type": str(body.get("type", "")),
+                    "kurir.deliveries": len(result.body.get("deliveries") or ()),
+                    "kurir.idempotent_replay": result.replayed,
+                }
+            )
+        return result
+
+
+def _publish(
+    rt: Runtime, actor: Actor, uid: str, body: dict[str, object], idempotency_key: str | None
+) -> PublishResult:
     actor.require("events:write")
     if actor.bound_to_partner:
         raise NotFound("not found")

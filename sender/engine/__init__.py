@@ -365,6 +365,8 @@ def _work(row: Any, targets: dict[str, Target], body: bytes, lease: datetime) ->
         lease=lease,
         sequence=row.ordering_seq,
         previous_event_id=row.previous_event_id,
+        # Only in the claim's rows while tracing is on.
+        trace_context=getattr(row, "trace_context", None),
     )
 
 

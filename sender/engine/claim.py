@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
+from app import telemetry
 from app.db import Database
 from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, Event
 from app.vocabulary import DeadLetterReason, EndpointState
@@ -56,15 +57,19 @@ def lease_seconds(
     return max(floor_s, 2 * timeout_s + local_wait_s + horizon_s + 5)
 
 
-def _claim_statement(postgres: bool) -> Any:
+def _claim_statement(postgres: bool, traced: bool = False) -> Any:
     """The claim's UPDATE for one chunk of ids, built once per dialect: SQLAlchemy then finds
-    its compiled form in its cache without building or keying a statement per claim."""
+    its compiled form in its cache without building or keying a statement per claim.
+
+    `traced` (tracing on, `app.telemetry`) returns each event's `trace_context` too: on
+    PostgreSQL from the events row the claim joins anyway, on SQLite by its primary key.
+    """
     deliveries = table(Delivery)
     enabled = select(Endpoint.id).where(
         Endpoint.state == EndpointState.ENABLED, Endpoint.deleted_at.is_(None)
     )
     live = select(Endpoint.id).where(Endpoint.deleted_at.is_(None))
-    columns = [
+    columns: list[Any] = [
         deliveries.c.id,
         deliveries.c.event_id,
         deliveries.c.endpoint_id,
@@ -94,15 +99,28 @@ def _claim_statement(postgres: bool) -> Any:
             state=DELIVERING, lease_expires_at=bindparam("b_lease"), updated_at=bindparam("b_now")
         )
     )
-    if not postgres:
-        return stmt.returning(*columns)
     events = table(Event)
+    if not postgres:
+        if traced:
+            columns.append(
+                select(events.c.trace_context)
+                .where(events.c.id == deliveries.c.event_id)
+                .scalar_subquery()
+                .label("trace_context")
+            )
+        return stmt.returning(*columns)
+    if traced:
+        columns.append(events.c.trace_context)
     # The body as `sender.bodies` defines it, which the pages that show it read too.
     payload = payload_column(deliveries, events).label("payload")
     return stmt.where(events.c.id == deliveries.c.event_id).returning(*columns, payload)
 
 
-_CLAIM = {postgres: _claim_statement(postgres) for postgres in (True, False)}
+_CLAIM = {
+    (postgres, traced): _claim_statement(postgres, traced)
+    for postgres in (True, False)
+    for traced in (False, True)
+}
 
 
 def claim_due(session: Session, ids: list[str], now: datetime, lease: datetime) -> Claimed:
@@ -110,15 +128,16 @@ def claim_due(session: Session, ids: list[str], now: datetime, lease: datetime) 
     forced to a disabled one).
 
     On PostgreSQL the payloads come back with the claim (UPDATE ... FROM events RETURNING),
-    sparing a query. A Core statement on the session's connection: none of the ORM's
-    per-execution work.
+    sparing a query; with tracing on, each row has its event's `trace_context` too. A Core
+    statement on the session's connection: none of the ORM's per-execution work.
     """
     postgres = session.get_bind().dialect.name == "postgresql"
+    statement = _CLAIM[(postgres, telemetry.enabled())]
     connection = session.connection()
     rows: list[Any] = []
     for chunk in chunks(ids):
         rows += connection.execute(
-            _CLAIM[postgres], {"b_ids": list(chunk), "b_due": now, "b_lease": lease, "b_now": now}
+            statement, {"b_ids": list(chunk), "b_due": now, "b_lease": lease, "b_now": now}
         ).all()
     if not postgres:
         return Claimed(rows, None, lease)

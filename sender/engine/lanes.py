@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from queue import Empty, SimpleQueue
 
+from app import telemetry
 from app.net.guard import GuardPolicy
 from app.net.http import Transport
 from sender import ordering
@@ -132,6 +133,42 @@ class Lanes:
             self._finished(work, self._send(work))
 
     def _send(self, work: Work) -> AttemptResult:
+        if telemetry.enabled():
+            return self._send_traced(work)
+        return self._attempt(work, ordering.headers(work.sequence, work.previous_event_id))
+
+    def _send_traced(self, work: Work) -> AttemptResult:
+        """The attempt as a `kurir.attempt` span in its event's trace; to an endpoint that
+        opted in (`send_traceparent`), the span's own context goes out as `traceparent`."""
+        target = work.target
+        with telemetry.span(
+            "kurir.attempt",
+            parent=work.trace_context,
+            kind=telemetry.CLIENT,
+            attributes={
+                "kurir.event.id": work.event_id,
+                "kurir.delivery.id": work.delivery_id,
+                "kurir.endpoint.id": target.endpoint_id,
+                "kurir.attempt.number": work.n,
+                "http.request.method": "POST",
+            },
+        ) as span:
+            extra = ordering.headers(work.sequence, work.previous_event_id)
+            if target.send_traceparent:
+                value = telemetry.traceparent()
+                if value is not None:
+                    extra = {**(extra or {}), telemetry.TRACEPARENT: value}
+            result = self._attempt(work, extra)
+            span.set_attribute("kurir.attempt.duration_ms", result.duration_ms)
+            if result.status is not None:
+                span.set_attribute("http.response.status_code", result.status)
+            if result.error is not None:
+                span.set_attribute("error.type", result.error)
+            if not result.ok:
+                telemetry.failed(span, result.error or f"HTTP {result.status}")
+            return result
+
+    def _attempt(self, work: Work, extra_headers: dict[str, str] | None) -> AttemptResult:
         try:
             return attempt(
                 self.transport,
@@ -141,7 +178,7 @@ class Lanes:
                 self.guard_policy,
                 connect_timeout_s=self.connect_timeout_s,
                 clock=self.clock,
-                extra_headers=ordering.headers(work.sequence, work.previous_event_id),
+                extra_headers=extra_headers,
             )
         except Exception as exc:  # a bug must not kill the lane or lose the delivery
             log.exception("attempt crashed", extra={"delivery_id": work.delivery_id})

@@ -58,6 +58,7 @@ _TARGETS = (
         type_coerce(Endpoint.public_headers, Text).label("public_headers"),
         Endpoint.timeout_s,
         Endpoint.rate_limit_per_s,
+        Endpoint.send_traceparent,
         EndpointSecret.id.label("secret_id"),
         EndpointSecret.created_at,
         EndpointSecret.expires_at,
@@ -160,6 +161,7 @@ class TargetReader:
             public_headers=frozenset(n.lower() for n in public),
             timeout_s=bare.timeout_s,
             rate_limit_per_s=rate,
+            send_traceparent=bool(row.send_traceparent),
         )
 
     def _decrypt(self, token: str) -> str:

@@ -31,6 +31,8 @@ class Work:
     # An ordered delivery's place in its key (sender.ordering); None when unordered.
     sequence: int | None = None
     previous_event_id: str | None = None
+    # The W3C traceparent stored with its event (tracing on): the attempt's span joins it.
+    trace_context: str | None = None
 
 
 @dataclass

@@ -39,6 +39,7 @@ ENDPOINT_KEYS = {
     "mode",
     "ordering",
     "on_dead",
+    "send_traceparent",
     "rate_limit_per_s",
     "state",
     "disabled_reason",
@@ -123,6 +124,7 @@ def test_endpoint_gets_generated_secret_and_defaults(client, auth, runtime):
     assert created["state"] == "enabled" and created["event_types"] is None
     assert created["timeout_s"] == runtime.settings.default_timeout_s
     assert (created["ordering"], created["on_dead"]) == ("none", "skip")
+    assert created["send_traceparent"] is False  # trace ids stay internal unless asked
     secret = created["secret"]
     assert secret.startswith("whsec_")
     assert len(base64.b64decode(secret[len("whsec_") :], validate=True)) == 32
@@ -298,6 +300,8 @@ def test_unknown_subscribed_event_type_is_422(client, auth):
         "Host",
         "Transfer-Encoding",
         "User-Agent",
+        "traceparent",
+        "TraceState",
     ],
 )
 def test_reserved_header_is_422(client, auth, name):

@@ -38,6 +38,7 @@ UNITS = {
         "app.embedded_redis",
         "app.redis_client",
         "app.signing",
+        "app.telemetry",
         "app.vocabulary",
         "app.cache",
         "app",

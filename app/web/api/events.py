@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
 
+from app import telemetry
 from app.errors import PayloadTooLarge
 from app.pagination import parse_limit
 from app.services import events
@@ -27,7 +28,14 @@ def publish(uid: str) -> Response:
         # A chunked body is cut at the limit by Werkzeug, silently: refuse it whole.
         raise PayloadTooLarge.over(limit)
     body = read_json_object()
-    result = events.publish(rt, actor, uid, body, request.headers.get("Idempotency-Key"))
+    result = events.publish(
+        rt,
+        actor,
+        uid,
+        body,
+        request.headers.get("Idempotency-Key"),
+        traceparent=request.headers.get(telemetry.TRACEPARENT),
+    )
     response = jsonify(result.body)
     response.status_code = result.status
     if result.replayed:

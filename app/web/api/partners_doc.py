@@ -283,6 +283,13 @@ _ON_DEAD: Schema = {
     "the key until its dead letter is resent or discarded "
     "(default skip)",
 }
+_SEND_TRACEPARENT: Schema = {
+    "type": "boolean",
+    "description": "while tracing is on (OpenTelemetry), every attempt to this endpoint "
+    "carries a W3C `traceparent` header: the attempt's span, in the publisher's trace. "
+    "Default false: internal trace ids are not sent to partners. Only operators (not a "
+    "partner's own keys or portal: 403 `operator_only_field`) may turn it on",
+}
 SECRET: Schema = {
     "type": "string",
     "pattern": "^whsec_",
@@ -332,6 +339,7 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "rate_limit_per_s": _RATE,
     "ordering": _ORDERING,
     "on_dead": _ON_DEAD,
+    "send_traceparent": _SEND_TRACEPARENT,
     "state": {"type": "string", "enum": list(EndpointState)},
     "disabled_reason": OPT_STRING,
     "disabled_at": OPT_TIMESTAMP,
@@ -389,6 +397,7 @@ ENDPOINT_CREATE = schema(
             "rate_limit_per_s": _RATE,
             "ordering": _ORDERING,
             "on_dead": _ON_DEAD,
+            "send_traceparent": _SEND_TRACEPARENT,
             "secret": dict(SECRET, description="optional; generated when absent"),
         },
         required=[],
@@ -408,6 +417,7 @@ ENDPOINT_UPDATE = schema(
             "rate_limit_per_s": _RATE,
             "ordering": _ORDERING,
             "on_dead": _ON_DEAD,
+            "send_traceparent": _SEND_TRACEPARENT,
         },
         required=[],
     ),

@@ -81,6 +81,7 @@ def endpoint_json(
         "rate_limit_per_s": endpoint.rate_limit_per_s,
         "ordering": endpoint.ordering or "none",
         "on_dead": endpoint.on_dead or "skip",
+        "send_traceparent": bool(endpoint.send_traceparent),
         "state": endpoint.state,
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": isoformat(endpoint.disabled_at),
