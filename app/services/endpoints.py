@@ -1,10 +1,10 @@
 """Endpoints: what every face may do to a partner's endpoint, validated and audited once.
 
 The rules of a valid endpoint (URL and SSRF verdict, headers, subscriptions, limits, secrets)
-live in `app.registry.endpoints`; this module decides who may apply them, records every change in
-the audit trail, and writes the operational events the operator pages build on
-(`endpoint.enabled` remembers when the endpoint had been disabled, so its parked letters can be
-found again).
+live in `app.registry.endpoint_fields`, applied by `app.registry.endpoints`; this module
+decides who may apply them, records every change in the audit trail, and writes the
+operational events the operator pages build on (`endpoint.enabled` remembers when the endpoint
+had been disabled, so its parked letters can be found again).
 """
 
 from __future__ import annotations
