@@ -26,13 +26,13 @@ from app.models import (
     DISABLED_BY_PARTNER,
     DL_OPEN,
     Attempt,
-    BulkOperation,
     DeadLetter,
     Delivery,
     Endpoint,
     EndpointSecret,
     OperationalEvent,
     Partner,
+    ResendJob,
 )
 from app.pagination import paginate
 from app.queues import enqueue_after_commit
@@ -442,7 +442,7 @@ def parked(session: Session, actor: Actor, endpoint: Endpoint) -> Parked:
 
 def resend_parked(
     session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint
-) -> tuple[bool, BulkOperation]:
+) -> tuple[bool, ResendJob]:
     """Enable the endpoint if it is disabled and resend, in the background, every letter
     parked since it was disabled; whether it was enabled now, and the resend job.
 
@@ -455,7 +455,7 @@ def resend_parked(
     actor.require("dlq:write")
     since = parked_since(session, endpoint)
     enabled = enable(session, actor, endpoint)
-    op = dead_letters.resend_matching(
+    job = dead_letters.resend_matching(
         session, rt, actor, dead_letters.FilterForm(_parked_filter(endpoint, since))
     )
     _record(
@@ -463,11 +463,11 @@ def resend_parked(
         actor,
         "endpoint.parked_resent",
         endpoint,
-        operation=op.id,
-        letters=op.total,
+        operation=job.id,
+        letters=job.total,
         since=isoformat(since),
     )
-    return enabled, op
+    return enabled, job
 
 
 def resend_letter_enabling(
