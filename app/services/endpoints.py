@@ -69,10 +69,11 @@ def _own(actor: Actor, endpoint: Endpoint, scope: str) -> None:
         raise _not_found(endpoint.id)
 
 
-def get(
+def live(
     session: Session, actor: Actor, uid: str, endpoint_id: str, scope: str = "read"
 ) -> Endpoint:
-    """The live endpoint `endpoint_id` of partner `uid`, if the actor may touch it."""
+    """The live endpoint `endpoint_id` of partner `uid`, if the actor may touch it (a deleted
+    one is not found here; `by_id` reads those too)."""
     partner = partners.visible(session, actor, uid, scope)
     return rules.get_endpoint(session, partner, endpoint_id)
 
@@ -168,7 +169,7 @@ def create(
 def update(
     session: Session, rt: Runtime, actor: Actor, uid: str, endpoint_id: str, body: dict[str, Any]
 ) -> Endpoint:
-    endpoint = get(session, actor, uid, endpoint_id, "endpoints:write")
+    endpoint = live(session, actor, uid, endpoint_id, "endpoints:write")
     rules.update_endpoint(session, endpoint, body, rt.settings)
     changed = sorted(body)
     details: dict[str, Any] = {"fields": changed}
@@ -195,7 +196,7 @@ def blocked_keys(
     Raises:
         BadRequest: a cursor this service did not hand out.
     """
-    endpoint = get(session, actor, uid, endpoint_id)
+    endpoint = live(session, actor, uid, endpoint_id)
     after = None
     if cursor:
         try:
@@ -224,7 +225,7 @@ def blocked_key_counts(session: Session) -> list[BlockedCount]:
 
 
 def delete(session: Session, actor: Actor, uid: str, endpoint_id: str) -> None:
-    endpoint = get(session, actor, uid, endpoint_id, "endpoints:write")
+    endpoint = live(session, actor, uid, endpoint_id, "endpoints:write")
     rules.delete_endpoint(session, endpoint)
     _record(session, actor, "endpoint.deleted", endpoint)
 

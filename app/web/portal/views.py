@@ -266,7 +266,7 @@ def endpoint_new() -> Page:
 
 
 def _endpoint(session: Any, endpoint_id: str, scope: str = "read") -> Endpoint:
-    return endpoints.get(session, security.actor(), _uid(), endpoint_id, scope)
+    return endpoints.live(session, security.actor(), _uid(), endpoint_id, scope)
 
 
 @blueprint.get("/endpoints/<endpoint_id>")
