@@ -32,7 +32,6 @@ from app import secret_ring
 from app.clock import utcnow
 from app.ids import new_id
 from app.vocabulary import (
-    BulkOperationState,
     DeadLetterState,
     DeliveryState,
     DisabledBy,
@@ -42,6 +41,7 @@ from app.vocabulary import (
     OnDead,
     Ordering,
     ReconcileState,
+    ResendJobState,
     values,
 )
 
@@ -644,14 +644,14 @@ class DeadLetterAudit(Base):
     action: Mapped[str] = mapped_column(String(32))
     outcome: Mapped[str] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)
-    # The resend job (BulkOperation) that did it, so a job can report what became of its runs.
+    # The `ResendJob` that did it, so a resend job can report what became of its runs.
     operation_id: Mapped[str | None] = mapped_column(String(40), index=True)
     created_at: Mapped[datetime] = _created()
 
     dead_letter: Mapped[DeadLetter] = relationship(back_populates="audit")
 
 
-class BulkOperation(Base):
+class ResendJob(Base):
     """A background resend over many dead letters, with progress an operator can watch."""
 
     __tablename__ = "bulk_operations"
@@ -664,7 +664,7 @@ class BulkOperation(Base):
     key_id: Mapped[str | None] = mapped_column(String(40))
     actor_partner_id: Mapped[str | None] = mapped_column(String(40))
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    state: Mapped[str] = mapped_column(String(16), default=BulkOperationState.PENDING.value)
+    state: Mapped[str] = mapped_column(String(16), default=ResendJobState.PENDING.value)
     total: Mapped[int] = mapped_column(Integer, default=0)
     done: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)

@@ -99,7 +99,7 @@ class ResendSkip(StrEnum):
     ENDPOINT_DELETED = "endpoint_deleted"
 
 
-class BulkOperationState(StrEnum):
+class ResendJobState(StrEnum):
     """A background resend: waiting for a worker, running its pages, or finished."""
 
     PENDING = "pending"

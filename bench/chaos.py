@@ -295,6 +295,7 @@ class Kurir:
         from app.accounts import create_api_key
         from app.config import load_settings
         from app.registry import endpoints as service
+        from app.registry import partners
         from app.runtime import Runtime
 
         settings = load_settings(self.env)
@@ -306,7 +307,7 @@ class Kurir:
                     session, {"name": TYPE_NAME, "version": 1, "schema": {"type": "object"}}
                 )
                 for n, url in enumerate(endpoint_urls):
-                    partner = service.create_partner(
+                    partner = partners.create_partner(
                         session, {"uid": f"p{n:02d}", "name": f"partner {n}"}
                     )
                     service.create_endpoint(

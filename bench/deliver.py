@@ -293,9 +293,10 @@ class Kurir:
 
     def partner(self, uid: str, urls: list[str], **fields: Any) -> None:
         from app.registry import endpoints as service
+        from app.registry import partners
 
         with self.runtime.db.begin() as session:
-            partner = service.create_partner(session, {"uid": uid, "name": uid})
+            partner = partners.create_partner(session, {"uid": uid, "name": uid})
             for url in urls:
                 service.create_endpoint(
                     session, partner, {"url": url, **fields}, self.settings, self.runtime.secret_box

@@ -40,7 +40,7 @@ from app.config import Settings  # noqa: E402
 from app.db import Database  # noqa: E402
 from app.feed.sequencer import sequence  # noqa: E402
 from app.intake.publish import publish  # noqa: E402
-from app.registry.endpoints import create_partner  # noqa: E402
+from app.registry.partners import create_partner  # noqa: E402
 from app.runtime import Runtime  # noqa: E402
 from app.services import feed  # noqa: E402
 from app.services.actor import Actor  # noqa: E402

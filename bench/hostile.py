@@ -166,9 +166,10 @@ def _attempt_rows(kurir: Kurir, partner_uid: str) -> list[tuple[str, Any, Any, i
 
 def _make_partner(kurir: Kurir, uid: str, urls: list[str], timeout_s: int) -> None:
     from app.registry import endpoints as service
+    from app.registry import partners
 
     with kurir.runtime.db.begin() as session:
-        partner = service.create_partner(session, {"uid": uid, "name": uid})
+        partner = partners.create_partner(session, {"uid": uid, "name": uid})
         for url in urls:
             service.create_endpoint(
                 session,

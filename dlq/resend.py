@@ -7,7 +7,7 @@ UPDATE wins; a concurrent second resend finds nothing to flip, so two operators 
 once produce one new run, not two.
 
 Small resends happen in the caller's transaction. Large ones (a filter, or many ids) become a
-`BulkOperation` processed in pages by an RQ job on the default queue (or in-process by the
+`ResendJob` processed in pages by an RQ job on the default queue (or in-process by the
 CLI), each page its own transaction, with progress an operator can watch.
 """
 
@@ -35,15 +35,15 @@ from app.models import (
     DL_RESENT,
     PENDING,
     SUCCEEDED,
-    BulkOperation,
     DeadLetter,
     DeadLetterAudit,
     Delivery,
     Endpoint,
+    ResendJob,
 )
 from app.queues import DEFAULT, DLQ_BULK_RESEND, JobSpec, enqueue_after_commit, try_enqueue_many
 from app.runtime import Runtime
-from app.vocabulary import BulkOperationState, EndpointState, ResendSkip
+from app.vocabulary import EndpointState, ResendJobState, ResendSkip
 from dlq.audit import audit_row
 from dlq.search import DeadLetterFilter, conditions, count, newest_id
 from sender.dispatch import job_specs
@@ -297,17 +297,17 @@ def record_inline(
     operation_id: str | None = None,
     key_id: str | None = None,
     actor_partner_id: str | None = None,
-) -> BulkOperation:
-    """A finished BulkOperation for a resend done inline, so every bulk call has a job id."""
+) -> ResendJob:
+    """A finished ResendJob for a resend done inline, so every bulk call has a job id."""
     now = now or utcnow()
     ids = list(dict.fromkeys(letter_ids))
-    op = BulkOperation(
+    job = ResendJob(
         id=operation_id or new_id("bop"),
         kind=BULK_KIND,
         actor=actor[:320],
         key_id=key_id,
         actor_partner_id=actor_partner_id,
-        state=BulkOperationState.SUCCEEDED,
+        state=ResendJobState.SUCCEEDED,
         total=len(ids),
         done=len(result.resent),
         failed=len(result.skipped),
@@ -320,9 +320,9 @@ def record_inline(
         updated_at=now,
         finished_at=now,
     )
-    session.add(op)
+    session.add(job)
     session.flush()
-    return op
+    return job
 
 
 # ------------------------------------------------------------------------------ bulk
@@ -355,7 +355,7 @@ def start_bulk(
     connection: redis.Redis | None = None,
     key_id: str | None = None,
     actor_partner_id: str | None = None,
-) -> BulkOperation:
+) -> ResendJob:
     """Record a background resend and, if `connection` is given, enqueue it after commit.
 
     A filter resends only open letters, and only those that exist now: letters parked after
@@ -381,7 +381,7 @@ def start_bulk(
         clean = _validate_ids(ids or ())
         params["ids"] = sorted(clean, reverse=True)
         total = len(clean)
-    op = BulkOperation(
+    job = ResendJob(
         kind=BULK_KIND,
         actor=actor[:320],
         key_id=key_id,
@@ -389,32 +389,39 @@ def start_bulk(
         params=params,
         total=total,
     )
-    session.add(op)
+    session.add(job)
     session.flush()
     if connection is not None:
-        op_id = op.id
-        after_commit(session, lambda: enqueue_bulk(connection, op_id))
-    return op
+        job_id = job.id
+        after_commit(session, lambda: enqueue_bulk(connection, job_id))
+    return job
 
 
-def enqueue_bulk(connection: redis.Redis, op_id: str) -> bool:
+def enqueue_bulk(connection: redis.Redis, resend_job_id: str) -> bool:
+    """Put the resend job on the queue as an RQ job whose id derives from it (once only)."""
     return try_enqueue_many(
         connection,
-        [JobSpec(DEFAULT, DLQ_BULK_RESEND, (op_id,), job_id=f"bulk-{op_id}", timeout_s=3600)],
+        [
+            JobSpec(
+                DEFAULT,
+                DLQ_BULK_RESEND,
+                (resend_job_id,),
+                job_id=f"bulk-{resend_job_id}",
+                timeout_s=3600,
+            )
+        ],
     )
 
 
-def run_bulk_job(op_id: str) -> None:
+def run_bulk_job(resend_job_id: str) -> None:
     """RQ entry point: ids only in, the process Runtime for the stores."""
     from app import runtime as runtime_mod
 
-    run_bulk(runtime_mod.current(), op_id)
+    run_bulk(runtime_mod.current(), resend_job_id)
 
 
-def _next_page(
-    session: Session, op: BulkOperation, cursor: str | None, page_size: int
-) -> list[str]:
-    params = op.params
+def _next_page(session: Session, job: ResendJob, cursor: str | None, page_size: int) -> list[str]:
+    params = job.params
     if "ids" in params:
         ids = [i for i in params["ids"] if cursor is None or i < cursor]
         return ids[:page_size]
@@ -432,70 +439,71 @@ def _next_page(
 
 def run_bulk(
     runtime: Runtime,
-    op_id: str,
+    job_id: str,
     *,
     page_size: int = PAGE_SIZE,
     progress: Callable[[int], None] | None = None,
-) -> BulkOperation:
+) -> ResendJob:
     """Process a bulk resend page by page; safe to run twice (it resumes from its cursor)."""
     db = runtime.db
     with db.begin() as session:
-        op = session.get(BulkOperation, op_id)
-        if op is None:
-            raise NotFound(f"bulk operation {op_id} not found")
-        if op.state in (BulkOperationState.SUCCEEDED, BulkOperationState.FAILED):
-            return op
-        op.state = BulkOperationState.RUNNING
-        cursor = op.params.get("cursor")
+        job = session.get(ResendJob, job_id)
+        if job is None:
+            raise NotFound(f"resend job {job_id} not found")
+        if job.state in (ResendJobState.SUCCEEDED, ResendJobState.FAILED):
+            return job
+        job.state = ResendJobState.RUNNING
+        cursor = job.params.get("cursor")
     try:
         while True:
             with db.begin() as session:
-                op = session.get_one(BulkOperation, op_id)
-                page = _next_page(session, op, cursor, page_size)
+                job = session.get_one(ResendJob, job_id)
+                page = _next_page(session, job, cursor, page_size)
                 if not page:
                     break
                 result = rearm(
                     session,
                     page,
-                    actor=op.actor,
-                    force=bool(op.params.get("force")),
-                    operation_id=op_id,
-                    actor_partner_id=op.actor_partner_id,
+                    actor=job.actor,
+                    force=bool(job.params.get("force")),
+                    operation_id=job_id,
+                    actor_partner_id=job.actor_partner_id,
                 )
                 audit_skips(
                     session,
                     result.skipped,
-                    actor=op.actor,
-                    operation_id=op_id,
-                    actor_partner_id=op.actor_partner_id,
+                    actor=job.actor,
+                    operation_id=job_id,
+                    actor_partner_id=job.actor_partner_id,
                 )
                 enqueue(session, runtime.redis, result)
                 cursor = page[-1]
-                skipped = Counter(op.params.get("skipped") or {})
+                skipped = Counter(job.params.get("skipped") or {})
                 skipped.update(result.skipped.values())
-                op.params = {**op.params, "cursor": cursor, "skipped": dict(skipped)}
-                op.done += len(result.resent)
-                op.failed += len(result.skipped)
-                op.updated_at = utcnow()
+                job.params = {**job.params, "cursor": cursor, "skipped": dict(skipped)}
+                job.done += len(result.resent)
+                job.failed += len(result.skipped)
+                job.updated_at = utcnow()
             if progress is not None:
                 progress(len(page))
     except Exception as exc:
-        log.exception("bulk resend failed", extra={"bulk_operation_id": op_id})
+        # The log field keeps its first name: log queries may depend on it.
+        log.exception("bulk resend failed", extra={"bulk_operation_id": job_id})
         with db.begin() as session:
-            op = session.get_one(BulkOperation, op_id)
-            op.state = BulkOperationState.FAILED
-            op.error = f"{type(exc).__name__}: {exc}"[:2000]
-            op.finished_at = utcnow()
+            job = session.get_one(ResendJob, job_id)
+            job.state = ResendJobState.FAILED
+            job.error = f"{type(exc).__name__}: {exc}"[:2000]
+            job.finished_at = utcnow()
         raise
     with db.begin() as session:
-        op = session.get_one(BulkOperation, op_id)
-        op.state = BulkOperationState.SUCCEEDED
-        op.finished_at = utcnow()
+        job = session.get_one(ResendJob, job_id)
+        job.state = ResendJobState.SUCCEEDED
+        job.finished_at = utcnow()
     log.info(
         "bulk resend finished",
-        extra={"bulk_operation_id": op_id, "resent": op.done, "skipped": op.failed},
+        extra={"bulk_operation_id": job_id, "resent": job.done, "skipped": job.failed},
     )
-    return op
+    return job
 
 
 @dataclass(frozen=True)
@@ -511,7 +519,7 @@ class Outcomes:
         return self.delivered + self.failed_again + self.in_progress
 
 
-def outcomes(session: Session, op_id: str) -> Outcomes:
+def outcomes(session: Session, job_id: str) -> Outcomes:
     """Count the job's re-armed deliveries by where they are now.
 
     A delivery that died again has a newer open dead letter (its state is `dead`); one that
@@ -522,7 +530,7 @@ def outcomes(session: Session, op_id: str) -> Outcomes:
         .join(DeadLetter, DeadLetter.delivery_id == Delivery.id)
         .join(DeadLetterAudit, DeadLetterAudit.dead_letter_id == DeadLetter.id)
         .where(
-            DeadLetterAudit.operation_id == op_id,
+            DeadLetterAudit.operation_id == job_id,
             DeadLetterAudit.outcome.startswith("resent as run"),
         )
         .group_by(Delivery.state)
@@ -533,12 +541,13 @@ def outcomes(session: Session, op_id: str) -> Outcomes:
     return Outcomes(delivered, failed, sum(counts.values()))
 
 
-def stalled_operations(session: Session, older_than: datetime) -> list[str]:
-    """Bulk resends not finished and untouched since `older_than` (e.g. Redis lost the job)."""
-    stmt = select(BulkOperation.id).where(
-        BulkOperation.kind == BULK_KIND,
-        BulkOperation.state.in_((BulkOperationState.PENDING, BulkOperationState.RUNNING)),
-        BulkOperation.updated_at < older_than,
+def stalled_jobs(session: Session, older_than: datetime) -> list[str]:
+    """Resend jobs not finished and untouched since `older_than` (e.g. Redis lost their RQ
+    job)."""
+    stmt = select(ResendJob.id).where(
+        ResendJob.kind == BULK_KIND,
+        ResendJob.state.in_((ResendJobState.PENDING, ResendJobState.RUNNING)),
+        ResendJob.updated_at < older_than,
     )
     return list(session.scalars(stmt))
 
@@ -547,9 +556,9 @@ STALL_AFTER_S = 300
 
 
 def resume_stalled(runtime: Runtime) -> int:
-    """Periodic job: re-enqueue bulk resends whose job was lost (Redis down, worker killed)."""
+    """Periodic job: re-enqueue resend jobs whose RQ job was lost (Redis down, worker killed)."""
     with runtime.db.begin() as session:
-        ids = stalled_operations(session, utcnow() - timedelta(seconds=STALL_AFTER_S))
-    for op_id in ids:
-        enqueue_bulk(runtime.redis, op_id)
+        ids = stalled_jobs(session, utcnow() - timedelta(seconds=STALL_AFTER_S))
+    for job_id in ids:
+        enqueue_bulk(runtime.redis, job_id)
     return len(ids)

@@ -12,9 +12,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.clock import utcnow
-from app.models import DL_DISCARDED, DL_RESENT, BulkOperation, DeadLetter, DeadLetterAudit
+from app.models import DL_DISCARDED, DL_RESENT, DeadLetter, DeadLetterAudit, ResendJob
 from app.runtime import Runtime
-from app.vocabulary import BulkOperationState
+from app.vocabulary import ResendJobState
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,9 @@ def purge(runtime: Runtime, *, now: datetime | None = None) -> int:
             break
     with runtime.db.begin() as session:
         session.execute(
-            delete(BulkOperation).where(
-                BulkOperation.state.in_((BulkOperationState.SUCCEEDED, BulkOperationState.FAILED)),
-                BulkOperation.finished_at < cutoff,
+            delete(ResendJob).where(
+                ResendJob.state.in_((ResendJobState.SUCCEEDED, ResendJobState.FAILED)),
+                ResendJob.finished_at < cutoff,
             )
         )
     if total:

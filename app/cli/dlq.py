@@ -147,8 +147,8 @@ def _resend_ids(
     return jobs, resent, skipped
 
 
-def _summary(done: int, total: int, op_id: str, skipped: Mapping[str, int]) -> None:
-    click.echo(f"resent {done} of {total} (job {op_id})")
+def _summary(done: int, total: int, job_id: str, skipped: Mapping[str, int]) -> None:
+    click.echo(f"resent {done} of {total} (job {job_id})")
     if skipped:
         click.echo(
             "skipped: " + ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items()))
@@ -200,7 +200,7 @@ def dlq_resend(
         return
     try:
         with runtime.db.begin() as session:
-            op = dead_letters.resend_matching(
+            job = dead_letters.resend_matching(
                 session,
                 runtime,
                 who,
@@ -209,16 +209,16 @@ def dlq_resend(
                 force=force,
                 enqueue=False,
             )
-            op_id, total = op.id, op.total
+            job_id, total = job.id, job.total
         if total == 0:
             click.echo("no open dead letters match")
         with click.progressbar(
             length=total, label="resending", show_pos=True, file=sys.stderr
         ) as bar:
-            op = dead_letters.run_job(runtime, op_id, progress=bar.update)
+            job = dead_letters.run_resend_job(runtime, job_id, progress=bar.update)
     except KurirError as exc:
         fail(exc.message, 2)
-    _summary(op.done, op.total, op.id, op.params.get("skipped") or {})
+    _summary(job.done, job.total, job.id, job.params.get("skipped") or {})
 
 
 @dlq_group.command("discard")

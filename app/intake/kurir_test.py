@@ -18,7 +18,7 @@ from app import event_types
 from app.clock import utcnow
 from app.errors import ValidationFailed
 from app.ids import new_id
-from app.intake.publish import PublishRequest, payload_json
+from app.intake.envelope import PublishRequest, payload_json
 from app.models import PENDING, Delivery, Endpoint, Event, Partner
 from app.queues import enqueue_after_commit
 from sender.dispatch import job_specs

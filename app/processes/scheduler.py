@@ -23,10 +23,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from sqlalchemy import delete
 
-from app.clock import utcnow
-from app.models import IdempotencyKey
 from app.processes.leadership import Leadership
 from app.runtime import Runtime
 
@@ -38,13 +35,6 @@ class PeriodicJob:
     name: str
     run: Callable[[Runtime], object]
     trigger: IntervalTrigger | CronTrigger
-
-
-def purge_idempotency_keys(runtime: Runtime) -> int:
-    """Forget idempotency keys past their ≥ 24 h lifetime."""
-    with runtime.db.begin() as session:
-        result = session.execute(delete(IdempotencyKey).where(IdempotencyKey.expires_at < utcnow()))
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 def report_sunsets(runtime: Runtime) -> int:
@@ -83,6 +73,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
     from app.inbound import process as inbound_process
     from app.inbound import reconcile as inbound_reconcile
+    from app.intake import idempotency
     from dlq import resend as dlq_resend
     from dlq import retention as dlq_retention
     from sender import sweeper as delivery_sweeper
@@ -94,7 +85,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
             IntervalTrigger(seconds=runtime.settings.sweep_interval_seconds),
         ),
         PeriodicJob("sequence-feed", sequence_feed, IntervalTrigger(seconds=2)),
-        PeriodicJob("purge-idempotency-keys", purge_idempotency_keys, IntervalTrigger(hours=1)),
+        PeriodicJob("purge-idempotency-keys", idempotency.purge_expired, IntervalTrigger(hours=1)),
         PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),
         PeriodicJob("purge-portal-links", purge_portal, IntervalTrigger(hours=1)),

@@ -23,11 +23,11 @@ from app.models import (
     DL_RESENT,
     SUCCEEDED,
     Attempt,
-    BulkOperation,
     DeadLetter,
     Endpoint,
     Event,
     Partner,
+    ResendJob,
 )
 from app.queues import enqueue_after_commit
 from app.runtime import Runtime
@@ -211,7 +211,7 @@ def resend_one(
 class ResendOutcome:
     """What a resend by ids or by filter did: at once (`inline`) or as a background job."""
 
-    job: BulkOperation
+    job: ResendJob
     inline: bool
     resent: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -230,14 +230,14 @@ def resend_ids(
     own = _own_ids(session, actor, wanted)
     foreign = {i: ResendSkip.NOT_FOUND for i in wanted if i not in set(own)}
     if len(wanted) <= resend_mod.INLINE_LIMIT or not own:
-        op_id = new_id("bop")
+        job_id = new_id("bop")
         result = resend_mod.resend_ids_inline(
             session,
             rt.redis,
             own,
             actor=str(actor),
             force=force,
-            operation_id=op_id,
+            operation_id=job_id,
             actor_partner_id=actor.partner_id,
         )
         result.skipped.update(foreign)
@@ -247,7 +247,7 @@ def resend_ids(
             wanted,
             actor=str(actor),
             force=force,
-            operation_id=op_id,
+            operation_id=job_id,
             key_id=actor.key_id,
             actor_partner_id=actor.partner_id,
         )
@@ -273,9 +273,9 @@ def resend_matching(
     everything: bool = False,
     force: bool = False,
     enqueue: bool = True,
-) -> BulkOperation:
+) -> ResendJob:
     """Resend every open letter matching the filter, in the background (or, without
-    `enqueue`, by whoever calls `run_job` next, e.g. the command line with its progress bar).
+    `enqueue`, by whoever calls `run_resend_job` next, e.g. the command line with its progress bar).
 
     Raises:
         BadRequest: a field of the filter does not parse (all of them in `details.errors`):
@@ -310,11 +310,11 @@ def resend_matching(
     )
 
 
-def run_job(
-    rt: Runtime, op_id: str, progress: Callable[[int], None] | None = None
-) -> BulkOperation:
+def run_resend_job(
+    rt: Runtime, job_id: str, progress: Callable[[int], None] | None = None
+) -> ResendJob:
     """Run a resend job here and now, page by page (each page its own transaction)."""
-    return resend_mod.run_bulk(rt, op_id, progress=progress)
+    return resend_mod.run_bulk(rt, job_id, progress=progress)
 
 
 def discard(
@@ -367,27 +367,27 @@ def discard_ids(
     return done
 
 
-def _started(actor: Actor, op: BulkOperation) -> bool:
+def _started(actor: Actor, job: ResendJob) -> bool:
     """Whether a partner-bound actor started this job: the same key (by id: key names are
     not unique), or for a portal session the same partner's portal."""
-    if op.actor_partner_id is None or op.actor_partner_id != actor.partner_id:
+    if job.actor_partner_id is None or job.actor_partner_id != actor.partner_id:
         return False
     if actor.key_id is not None:
-        return op.key_id == actor.key_id
-    return op.key_id is None and op.actor == str(actor)
+        return job.key_id == actor.key_id
+    return job.key_id is None and job.actor == str(actor)
 
 
-def job(session: Session, actor: Actor, op_id: str) -> BulkOperation:
+def resend_job(session: Session, actor: Actor, job_id: str) -> ResendJob:
     """A resend job: an operator reads any, a partner's credential only the jobs it started."""
     actor.require("read")
-    op = session.get(BulkOperation, op_id)
+    job = session.get(ResendJob, job_id)
     if (
-        op is None
-        or op.kind != BULK_KIND
-        or (actor.partner_id is not None and not _started(actor, op))
+        job is None
+        or job.kind != BULK_KIND
+        or (actor.partner_id is not None and not _started(actor, job))
     ):
-        raise NotFound(f"resend job {op_id} not found", details={"id": op_id})
-    return op
+        raise NotFound(f"resend job {job_id} not found", details={"id": job_id})
+    return job
 
 
 def open_dead_letter_exists(session: Session, actor: Actor) -> bool:
@@ -401,10 +401,10 @@ def open_dead_letter_exists(session: Session, actor: Actor) -> bool:
 Outcomes = resend_mod.Outcomes
 
 
-def job_outcomes(session: Session, actor: Actor, op: BulkOperation) -> Outcomes:
+def resend_job_outcomes(session: Session, actor: Actor, job: ResendJob) -> Outcomes:
     """What became of the runs a resend job started (the job must be the actor's to see)."""
-    job(session, actor, op.id)
-    return resend_mod.outcomes(session, op.id)
+    resend_job(session, actor, job.id)
+    return resend_mod.outcomes(session, job.id)
 
 
 @dataclass(frozen=True)

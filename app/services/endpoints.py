@@ -1,10 +1,10 @@
 """Endpoints: what every face may do to a partner's endpoint, validated and audited once.
 
 The rules of a valid endpoint (URL and SSRF verdict, headers, subscriptions, limits, secrets)
-live in `app.registry.endpoints`; this module decides who may apply them, records every change in
-the audit trail, and writes the operational events the operator pages build on
-(`endpoint.enabled` remembers when the endpoint had been disabled, so its parked letters can be
-found again).
+live in `app.registry.endpoint_fields`, applied by `app.registry.endpoints`; this module
+decides who may apply them, records every change in the audit trail, and writes the
+operational events the operator pages build on (`endpoint.enabled` remembers when the endpoint
+had been disabled, so its parked letters can be found again).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from app.models import (
     DISABLED_BY_PARTNER,
     DL_OPEN,
     Attempt,
-    BulkOperation,
     DeadLetter,
     Delivery,
     Endpoint,
     EndpointSecret,
     OperationalEvent,
     Partner,
+    ResendJob,
 )
 from app.pagination import paginate
 from app.queues import enqueue_after_commit
@@ -69,10 +69,11 @@ def _own(actor: Actor, endpoint: Endpoint, scope: str) -> None:
         raise _not_found(endpoint.id)
 
 
-def get(
+def live(
     session: Session, actor: Actor, uid: str, endpoint_id: str, scope: str = "read"
 ) -> Endpoint:
-    """The live endpoint `endpoint_id` of partner `uid`, if the actor may touch it."""
+    """The live endpoint `endpoint_id` of partner `uid`, if the actor may touch it (a deleted
+    one is not found here; `by_id` reads those too)."""
     partner = partners.visible(session, actor, uid, scope)
     return rules.get_endpoint(session, partner, endpoint_id)
 
@@ -187,7 +188,7 @@ def create(
 def update(
     session: Session, rt: Runtime, actor: Actor, uid: str, endpoint_id: str, body: dict[str, Any]
 ) -> Endpoint:
-    endpoint = get(session, actor, uid, endpoint_id, "endpoints:write")
+    endpoint = live(session, actor, uid, endpoint_id, "endpoints:write")
     _trace_opt_in(actor, body, endpoint.send_traceparent)
     rules.update_endpoint(session, endpoint, body, rt.settings)
     changed = sorted(body)
@@ -215,7 +216,7 @@ def blocked_keys(
     Raises:
         BadRequest: a cursor this service did not hand out.
     """
-    endpoint = get(session, actor, uid, endpoint_id)
+    endpoint = live(session, actor, uid, endpoint_id)
     after = None
     if cursor:
         try:
@@ -244,7 +245,7 @@ def blocked_key_counts(session: Session) -> list[BlockedCount]:
 
 
 def delete(session: Session, actor: Actor, uid: str, endpoint_id: str) -> None:
-    endpoint = get(session, actor, uid, endpoint_id, "endpoints:write")
+    endpoint = live(session, actor, uid, endpoint_id, "endpoints:write")
     rules.delete_endpoint(session, endpoint)
     _record(session, actor, "endpoint.deleted", endpoint)
 
@@ -462,7 +463,7 @@ def parked(session: Session, actor: Actor, endpoint: Endpoint) -> Parked:
 
 def resend_parked(
     session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint
-) -> tuple[bool, BulkOperation]:
+) -> tuple[bool, ResendJob]:
     """Enable the endpoint if it is disabled and resend, in the background, every letter
     parked since it was disabled; whether it was enabled now, and the resend job.
 
@@ -475,7 +476,7 @@ def resend_parked(
     actor.require("dlq:write")
     since = parked_since(session, endpoint)
     enabled = enable(session, actor, endpoint)
-    op = dead_letters.resend_matching(
+    job = dead_letters.resend_matching(
         session, rt, actor, dead_letters.FilterForm(_parked_filter(endpoint, since))
     )
     _record(
@@ -483,11 +484,11 @@ def resend_parked(
         actor,
         "endpoint.parked_resent",
         endpoint,
-        operation=op.id,
-        letters=op.total,
+        operation=job.id,
+        letters=job.total,
         since=isoformat(since),
     )
-    return enabled, op
+    return enabled, job
 
 
 def resend_letter_enabling(

@@ -17,7 +17,7 @@ from app import event_types, telemetry
 from app.errors import NotFound, ValidationFailed
 from app.ids import id_floor
 from app.intake import publish as intake
-from app.intake.publish import PublishResult
+from app.intake.envelope import PublishResult
 from app.models import SUCCEEDED, Attempt, DeadLetter, Delivery, Endpoint, Event, Partner
 from app.pagination import paginate
 from app.runtime import Runtime

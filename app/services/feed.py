@@ -95,7 +95,7 @@ def read(
         # endpoint's acknowledgement: that one is checked for an expired backlog below.
         not_before: datetime | None = now - retention
         if endpoint_id is not None:
-            endpoint = endpoint_service.get(session, actor, uid, endpoint_id)
+            endpoint = endpoint_service.live(session, actor, uid, endpoint_id)
             subscriber = Subscriber(endpoint.event_types, endpoint.versions)
             if endpoint.mode == EndpointMode.PULL:
                 start, not_before = endpoint.acked_seq, None
@@ -171,7 +171,7 @@ def ack(
         BadRequest: `invalid_cursor`. Gone: `cursor_expired`.
     """
     now = now or utcnow()
-    endpoint = endpoint_service.get(session, actor, uid, endpoint_id, "endpoints:write")
+    endpoint = endpoint_service.live(session, actor, uid, endpoint_id, "endpoints:write")
     unknown = sorted(set(body) - {"cursor"})
     if unknown:
         raise ValidationFailed(
@@ -242,7 +242,7 @@ def skip_expired(
         NotFound: the endpoint is not the actor's to change. Conflict: `push_endpoint`.
     """
     now = now or utcnow()
-    endpoint = endpoint_service.get(session, actor, uid, endpoint_id, "endpoints:write")
+    endpoint = endpoint_service.live(session, actor, uid, endpoint_id, "endpoints:write")
     if endpoint.mode != EndpointMode.PULL:
         raise Conflict(
             "only a pull endpoint has a backlog to skip; a push endpoint's "

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from app.errors import NotFound
 from app.models import Partner
 from app.pagination import paginate
-from app.registry import endpoints as rules
+from app.registry import partners as rules
 from app.services import audit
 from app.services.actor import Actor
 

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from app.cli import cli
 from app.clock import utcnow
-from app.models import BulkOperation, DeadLetter, DeadLetterAudit, Endpoint
+from app.models import DeadLetter, DeadLetterAudit, Endpoint, ResendJob
 from app.queues import DELIVERIES
 from tests.support.dlq_factories import letters_for, make_scene
 
@@ -121,8 +121,8 @@ def test_resend_by_id_records_a_finished_job(run, runtime, letters):
     assert result.exit_code == 0, result.output
     job_id = result.output.split("(job ")[1].split(")")[0]
     with runtime.db.begin() as session:
-        op = session.get_one(BulkOperation, job_id)
-        assert (op.state, op.total, op.done, op.failed) == ("succeeded", 2, 2, 0)
+        job = session.get_one(ResendJob, job_id)
+        assert (job.state, job.total, job.done, job.failed) == ("succeeded", 2, 2, 0)
 
 
 def test_discard_with_a_note(run, runtime, letters):

@@ -15,10 +15,10 @@ from app.models import (
     DL_DISCARDED,
     DL_OPEN,
     DL_RESENT,
-    BulkOperation,
     DeadLetter,
     DeadLetterAudit,
     Delivery,
+    ResendJob,
 )
 from app.queues import DEFAULT, DELIVERIES, DLQ_BULK_RESEND
 from dlq import discard as discard_mod
@@ -295,18 +295,18 @@ def test_bulk_resend_by_filter_runs_in_pages_and_reports_progress(runtime, redis
         letters_for(session, scene, 2, type="other.type")
         refused = letters_for(session, off, 2, type="order.created")
     with runtime.db.begin() as session:
-        op = resend.start_bulk(
+        resend_job = resend.start_bulk(
             session,
             actor="ops",
             flt=DeadLetterFilter(type="order.created"),
             connection=runtime.redis,
         )
-        op_id = op.id
-        assert op.total == 9
+        resend_job_id = resend_job.id
+        assert resend_job.total == 9
     jobs = Queue(DEFAULT, connection=redis_client).get_jobs()
-    assert [(j.func_name, j.args) for j in jobs] == [(DLQ_BULK_RESEND, (op_id,))]
+    assert [(j.func_name, j.args) for j in jobs] == [(DLQ_BULK_RESEND, (resend_job_id,))]
     seen: list[int] = []
-    done = resend.run_bulk(runtime, op_id, page_size=4, progress=seen.append)
+    done = resend.run_bulk(runtime, resend_job_id, page_size=4, progress=seen.append)
     assert seen == [4, 4, 1]
     assert (done.state, done.total, done.done, done.failed) == ("succeeded", 9, 7, 2)
     assert done.params["skipped"] == {"endpoint_disabled": 2}
@@ -322,7 +322,7 @@ def test_bulk_resend_by_filter_runs_in_pages_and_reports_progress(runtime, redis
         assert skipped_audit == ["skipped: endpoint_disabled"]
     assert sorted(_queued_delivery_ids(redis_client)) == sorted(_delivery_ids(runtime, wanted))
     # Running it again (a duplicate job) changes nothing.
-    again = resend.run_bulk(runtime, op_id)
+    again = resend.run_bulk(runtime, resend_job_id)
     assert (again.done, again.failed) == (7, 2)
 
 
@@ -338,11 +338,11 @@ def test_bulk_resend_by_filter_ignores_letters_parked_after_the_request(runtime)
         scene = make_scene(session, runtime.secret_box)
         before = letters_for(session, scene, 2)
     with runtime.db.begin() as session:
-        op_id = resend.start_bulk(session, actor="ops", flt=DeadLetterFilter()).id
+        resend_job_id = resend.start_bulk(session, actor="ops", flt=DeadLetterFilter()).id
     with runtime.db.begin() as session:
         after = letters_for(session, scene, 1)
-    op = resend.run_bulk(runtime, op_id)
-    assert op.done == 2
+    resend_job = resend.run_bulk(runtime, resend_job_id)
+    assert resend_job.done == 2
     with runtime.db.begin() as session:
         assert session.get_one(DeadLetter, after[0]).state == DL_OPEN
         assert {session.get_one(DeadLetter, i).state for i in before} == {DL_RESENT}
@@ -354,10 +354,10 @@ def test_bulk_resend_by_ids_and_its_validation(runtime):
         ids = letters_for(session, scene, 3)
         discard_mod.discard(session, ids[0], actor="ops")
     with runtime.db.begin() as session:
-        op_id = resend.start_bulk(session, actor="ops", ids=[*ids, ids[1], "dl_nope"]).id
-    op = resend.run_bulk(runtime, op_id, page_size=2)
-    assert (op.total, op.done, op.failed) == (4, 2, 2)
-    assert op.params["skipped"] == {"dead_letter_not_open": 1, "not_found": 1}
+        resend_job_id = resend.start_bulk(session, actor="ops", ids=[*ids, ids[1], "dl_nope"]).id
+    resend_job = resend.run_bulk(runtime, resend_job_id, page_size=2)
+    assert (resend_job.total, resend_job.done, resend_job.failed) == (4, 2, 2)
+    assert resend_job.params["skipped"] == {"dead_letter_not_open": 1, "not_found": 1}
     with pytest.raises(ValidationFailed), runtime.db.begin() as session:
         resend.start_bulk(session, actor="ops", ids=[])
     with pytest.raises(ValidationFailed), runtime.db.begin() as session:
@@ -366,8 +366,8 @@ def test_bulk_resend_by_ids_and_its_validation(runtime):
 
 def test_stalled_bulk_resend_is_enqueued_again(runtime, redis_client):
     with runtime.db.begin() as session:
-        op = resend.start_bulk(session, actor="ops", flt=DeadLetterFilter())
-        op.updated_at = utcnow() - timedelta(hours=1)
+        resend_job = resend.start_bulk(session, actor="ops", flt=DeadLetterFilter())
+        resend_job.updated_at = utcnow() - timedelta(hours=1)
     assert resend.resume_stalled(runtime) == 1
     assert len(Queue(DEFAULT, connection=redis_client).get_jobs()) == 1
 
@@ -410,9 +410,7 @@ def test_retention_purges_only_closed_letters_past_the_period(runtime):
             letter = session.get_one(DeadLetter, letter_id)
             letter.created_at = long_ago
         session.get_one(DeadLetter, old_closed).resolved_at = long_ago
-        session.add(
-            BulkOperation(kind="resend", actor="ops", state="succeeded", finished_at=long_ago)
-        )
+        session.add(ResendJob(kind="resend", actor="ops", state="succeeded", finished_at=long_ago))
     assert retention.purge(runtime) == 1
     with runtime.db.begin() as session:
         left = set(session.scalars(select(DeadLetter.id)))
@@ -423,7 +421,7 @@ def test_retention_purges_only_closed_letters_past_the_period(runtime):
             .where(DeadLetterAudit.dead_letter_id == old_closed)
         )
         assert orphans == 0
-        assert session.scalar(select(func.count()).select_from(BulkOperation)) == 0
+        assert session.scalar(select(func.count()).select_from(ResendJob)) == 0
 
 
 def test_scheduler_runs_retention_and_resumes_stalled_bulk_resends(runtime):

@@ -17,7 +17,7 @@ from app.clock import parse_time, utcnow
 from app.feed import cursor as cursors
 from app.feed.sequencer import sequence
 from app.ids import new_id
-from app.intake.publish import PublishRequest, payload_json
+from app.intake.envelope import PublishRequest, payload_json
 from app.models import AuditRecord, Delivery, Event, Partner
 from app.web import metrics
 from tests.support.factories import wait_for

@@ -30,6 +30,7 @@ from app.models import Delivery
 from app.ports import free_port
 from app.processes import lease
 from app.registry import endpoints as registry
+from app.registry import partners as partner_registry
 from app.runtime import Runtime
 from tests.support.factories import wait_for
 from tests.support.fast_receiver import ReceiverProcess
@@ -66,7 +67,7 @@ def _setup(database_url: str, redis_url: str, receiver_url: str, data_dir: Path)
                 session, {"name": "order.paid", "version": 1, "schema": {"type": "object"}}
             )
             for uid in PARTNERS:
-                partner = registry.create_partner(session, {"uid": uid, "name": uid})
+                partner = partner_registry.create_partner(session, {"uid": uid, "name": uid})
                 registry.create_endpoint(
                     session, partner, {"url": f"{receiver_url}/{uid}"}, settings, runtime.secret_box
                 )

@@ -17,12 +17,12 @@ from sqlalchemy import select
 
 from app.inbound import receive, reconcile
 from app.models import (
-    BulkOperation,
     DeadLetter,
     Delivery,
     InboundEvent,
     InboundSource,
     ReconcileRequest,
+    ResendJob,
 )
 from app.processes.worker import run_worker
 from app.queues import DEFAULT, DELIVERIES, INBOUND, JOBS, LEGACY_NAMES, JobSpec, enqueue_many
@@ -107,12 +107,14 @@ def test_a_bulk_resend_job_resends(runtime: Runtime, redis_client, name: str):
     with runtime.db.begin() as session:
         scene = make_scene(session, runtime.secret_box)
         letters = letters_for(session, scene, 3)
-        op = resend.start_bulk(session, actor="ops", ids=letters)  # no connection: not queued
-        op_id = op.id
-    _enqueue_by_hand(redis_client, DEFAULT, name, (op_id,))
+        resend_job = resend.start_bulk(
+            session, actor="ops", ids=letters
+        )  # no connection: not queued
+        resend_job_id = resend_job.id
+    _enqueue_by_hand(redis_client, DEFAULT, name, (resend_job_id,))
     assert run_worker(runtime, burst=True)
     with runtime.db.begin() as session:
-        finished = session.get_one(BulkOperation, op_id)
+        finished = session.get_one(ResendJob, resend_job_id)
         assert (finished.state, finished.done) == ("succeeded", 3)
         states = set(session.scalars(select(DeadLetter.state).where(DeadLetter.id.in_(letters))))
         assert states == {"resent"}

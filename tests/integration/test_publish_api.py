@@ -341,12 +341,12 @@ def test_event_and_deliveries_commit_together_or_not_at_all(
     make_endpoint(client, auth)
     make_endpoint(client, auth)
     before = counts(runtime.db)
-    from app.intake import publish as publish_module
+    from app.intake import plan as plan_module
 
-    real = publish_module.new_id
+    real = plan_module.new_id
     # Two deliveries with one id: the second INSERT fails after the event row was written.
     monkeypatch.setattr(
-        publish_module,
+        plan_module,
         "new_id",
         lambda prefix: "dlv_DUPLICATE" if prefix == "dlv" else real(prefix),
     )

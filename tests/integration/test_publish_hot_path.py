@@ -12,7 +12,9 @@ from sqlalchemy import select, text
 
 from app import db as db_module
 from app.db import Database
+from app.intake import plan as plan_module
 from app.intake import publish as publish_module
+from app.intake import targets as targets_module
 from app.models import DeadLetter, Delivery, Event
 from app.runtime import Runtime
 from app.web import create_app
@@ -116,12 +118,12 @@ def test_endpoints_changing_under_every_read_fall_back_to_a_transaction(
     client, auth, partner, runtime, monkeypatch
 ):
     ep = make_endpoint(client, auth)
-    real = publish_module._targets
+    real = publish_module.read_targets
 
     def stale(connection, uid, type_, version, **kwargs):
         # As if another request changed the endpoints right after each read.
         targets = real(connection, uid, type_, version, **kwargs)
-        return publish_module._Targets(
+        return targets_module.Targets(
             targets.partner_id, targets.endpoints, targets.contract, digest="0" * 32
         )
 
@@ -132,7 +134,7 @@ def test_endpoints_changing_under_every_read_fall_back_to_a_transaction(
         transactional.append(1)
         return real_publish(*args, **kwargs)
 
-    monkeypatch.setattr(publish_module, "_targets", stale)
+    monkeypatch.setattr(publish_module, "read_targets", stale)
     monkeypatch.setattr(publish_module, "publish_in_transaction", counted)
     answer = _publish(client, auth)
     assert transactional == [1]  # the guard refused both plans (SQLite: always this path)
@@ -147,10 +149,10 @@ def test_a_failing_fan_out_statement_stores_nothing(client, auth, partner, runti
     make_endpoint(client, auth, url="http://127.0.0.1:9/two")
     _publish(client, auth)  # the targets are cached now
     before = counts(runtime.db)
-    real = publish_module.new_id
+    real = plan_module.new_id
     # Two deliveries with one id: the statement fails after the event row was inserted.
     monkeypatch.setattr(
-        publish_module,
+        plan_module,
         "new_id",
         lambda prefix: "dlv_DUPLICATE" if prefix == "dlv" else real(prefix),
     )

@@ -16,7 +16,8 @@ from app.accounts import create_api_key
 from app.clock import utcnow
 from app.ids import new_id
 from app.intake import publish as publish_module
-from app.intake.publish import publish_in_transaction, request_hash
+from app.intake.idempotency import request_hash
+from app.intake.publish import publish_in_transaction
 from app.models import Event, IdempotencyKey
 from app.queues import DELIVERIES
 from tests.support.publish import (

@@ -16,7 +16,6 @@ from app.accounts import create_operator
 from app.clock import utcnow
 from app.models import (
     AuditRecord,
-    BulkOperation,
     DeadLetter,
     Endpoint,
     EndpointSecret,
@@ -24,6 +23,7 @@ from app.models import (
     InboundSource,
     OperationalEvent,
     Operator,
+    ResendJob,
 )
 from app.ports import free_port
 from app.queues import DEFAULT, KurirJob
@@ -587,8 +587,8 @@ def test_resend_everything_parked_since_the_endpoint_was_disabled(ui, runtime, r
     assert _state(runtime, before[0]) == "open"
     with runtime.db.begin() as session:
         assert session.get_one(Endpoint, scene.endpoint_id).state == "enabled"
-        op = session.scalar(select(BulkOperation))
-        assert (op.total, op.done) == (2, 2)
+        job = session.scalar(select(ResendJob))
+        assert (job.total, job.done) == (2, 2)
     # After re-enabling, the page still knows when it had been disabled.
     assert "since " + disabled_at.isoformat()[:16] in ui.get(url).text.replace("Z", "+00:00")
 

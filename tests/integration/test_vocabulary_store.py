@@ -10,15 +10,15 @@ from collections import Counter
 
 from sqlalchemy import text
 
-from app.models import BulkOperation
+from app.models import ResendJob
 from app.registry.endpoints import disable_endpoint
 from app.runtime import Runtime
 from app.vocabulary import (
-    BulkOperationState,
     DeadLetterReason,
     DeadLetterState,
     DeliveryState,
     EndpointState,
+    ResendJobState,
     ResendSkip,
 )
 from tests.support.dlq_factories import make_dead_letter, make_endpoint, make_event, make_partner
@@ -35,15 +35,15 @@ def test_enum_members_are_stored_as_their_text(runtime: Runtime) -> None:
             make_event(session, partner),
             reason=DeadLetterReason.ENDPOINT_DISABLED,
         )
-        op = BulkOperation(
+        job = ResendJob(
             kind="resend",
             actor="test",
-            state=BulkOperationState.RUNNING,
+            state=ResendJobState.RUNNING,
             params={"skipped": dict(Counter([ResendSkip.ENDPOINT_DISABLED]))},
         )
-        session.add(op)
+        session.add(job)
         session.flush()
-        ids = endpoint.id, letter.id, letter.delivery_id, op.id
+        ids = endpoint.id, letter.id, letter.delivery_id, job.id
     with runtime.db.engine.connect() as connection:
         row = connection.execute(
             text(

@@ -92,7 +92,7 @@ def seeded(runtime: Runtime, app: Any, client: Any, auth: dict[str, str]) -> dic
         "letter_id": letter_id,
         "source": "shop",
         "resource_id": "101",
-        "op_id": "op_unknown",
+        "job_id": "op_unknown",
         "inbound_event_id": inbound_id,
     }
 

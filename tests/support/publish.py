@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from app.clock import utcnow
 from app.db import Database
 from app.ids import new_id
-from app.intake.publish import PublishRequest, payload_json
+from app.intake.envelope import PublishRequest, payload_json
 from app.models import (
     DeadLetter,
     DeadLetterAudit,

@@ -8,7 +8,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from app.clock import isoformat
 from app.errors import ValidationFailed
-from app.models import Attempt, BulkOperation, DeadLetter, Delivery
+from app.models import Attempt, DeadLetter, Delivery, ResendJob
 from app.pagination import parse_limit
 from app.services import dead_letters
 from app.services.actor import Actor
@@ -82,23 +82,23 @@ def dead_letter_json(
     return body
 
 
-def bulk_json(op: BulkOperation) -> dict[str, Any]:
-    params = op.params or {}
+def resend_job_json(job: ResendJob) -> dict[str, Any]:
+    params = job.params or {}
     return {
-        "id": op.id,
-        "kind": op.kind,
-        "state": op.state,
-        "actor": op.actor,
-        "total": op.total,
-        "done": op.done,
-        "failed": op.failed,
+        "id": job.id,
+        "kind": job.kind,
+        "state": job.state,
+        "actor": job.actor,
+        "total": job.total,
+        "done": job.done,
+        "failed": job.failed,
         "skipped": params.get("skipped") or {},
         "filter": params.get("filter"),
         "force": bool(params.get("force")),
-        "error": op.error,
-        "created_at": isoformat(op.created_at),
-        "updated_at": isoformat(op.updated_at),
-        "finished_at": isoformat(op.finished_at),
+        "error": job.error,
+        "created_at": isoformat(job.created_at),
+        "updated_at": isoformat(job.updated_at),
+        "finished_at": isoformat(job.finished_at),
     }
 
 
@@ -151,8 +151,8 @@ def resend_dead_letter(letter_id: str) -> Response:
     return _letter_answer(letter_id)
 
 
-def _status_url(op_id: str) -> str:
-    return f"/v1/dead-letters/resend-jobs/{op_id}"
+def _status_url(job_id: str) -> str:
+    return f"/v1/dead-letters/resend-jobs/{job_id}"
 
 
 @blueprint.post("/dead-letters/resend")
@@ -183,18 +183,18 @@ def resend_many() -> tuple[Response, int]:
             )
         with rt.db.begin() as session:
             outcome = dead_letters.resend_ids(session, rt, actor, ids, force=force)
-            op_id, total = outcome.job.id, outcome.job.total
+            job_id, total = outcome.job.id, outcome.job.total
         if outcome.inline:
             return jsonify(
                 {
                     "count": len(outcome.resent),
-                    "job_id": op_id,
-                    "status_url": _status_url(op_id),
+                    "job_id": job_id,
+                    "status_url": _status_url(job_id),
                     "resent": outcome.resent,
                     "skipped": [{"id": i, "reason": r} for i, r in outcome.skipped.items()],
                 }
             ), 200
-        return jsonify({"count": total, "job_id": op_id, "status_url": _status_url(op_id)}), 202
+        return jsonify({"count": total, "job_id": job_id, "status_url": _status_url(job_id)}), 202
     raw = body["filter"]
     if not isinstance(raw, dict):
         raise ValidationFailed(
@@ -211,18 +211,18 @@ def resend_many() -> tuple[Response, int]:
         )
     form = dead_letters.parse_filter({k: v for k, v in raw.items() if k != "all"}, strict=True)
     with rt.db.begin() as session:
-        op = dead_letters.resend_matching(
+        job = dead_letters.resend_matching(
             session, rt, actor, form, everything=everything, force=force
         )
-        answer = {"count": op.total, "job_id": op.id, "status_url": _status_url(op.id)}
+        answer = {"count": job.total, "job_id": job.id, "status_url": _status_url(job.id)}
     return jsonify(answer), 202
 
 
-@blueprint.get("/dead-letters/resend-jobs/<op_id>")
-def resend_job(op_id: str) -> Response:
+@blueprint.get("/dead-letters/resend-jobs/<job_id>")
+def resend_job(job_id: str) -> Response:
     actor = current_actor()
     with runtime().db.begin() as session:
-        return jsonify(bulk_json(dead_letters.job(session, actor, op_id)))
+        return jsonify(resend_job_json(dead_letters.resend_job(session, actor, job_id)))
 
 
 @blueprint.post("/dead-letters/<letter_id>/discard")

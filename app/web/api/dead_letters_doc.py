@@ -175,16 +175,16 @@ add(
     ),
 )
 add(
-    "/v1/dead-letters/resend-jobs/{op_id}",
+    "/v1/dead-letters/resend-jobs/{job_id}",
     "get",
     op(
         "Progress of a bulk resend",
         tag="dead-letters",
         scope="read",
-        params=[path_param("op_id", "bulk operation id")],
+        params=[path_param("job_id", "resend job id")],
         ok={
             200: schema(
-                "BulkOperation",
+                "ResendJob",
                 obj(
                     {
                         "id": STRING,

@@ -157,7 +157,7 @@ def get_endpoint(uid: str, endpoint_id: str) -> Response:
     rt = runtime()
     now = utcnow()
     with rt.db.begin() as session:
-        endpoint = endpoints.get(session, actor, uid, endpoint_id)
+        endpoint = endpoints.live(session, actor, uid, endpoint_id)
         lag = feed.lag_of(session, rt.settings, endpoint, now)
         return jsonify(
             endpoint_json(
@@ -188,7 +188,7 @@ def delete_endpoint(uid: str, endpoint_id: str) -> Response:
 def enable_endpoint(uid: str, endpoint_id: str) -> Response:
     actor = current_actor()
     with runtime().db.begin() as session:
-        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
         endpoints.enable(session, actor, endpoint)
         return jsonify(endpoint_json(endpoint, uid))
 
@@ -198,7 +198,7 @@ def disable_endpoint(uid: str, endpoint_id: str) -> Response:
     actor = current_actor()
     body = optional_json(allowed=("reason",))
     with runtime().db.begin() as session:
-        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
         endpoints.disable(session, actor, endpoint, body.get("reason"))
         return jsonify(endpoint_json(endpoint, uid))
 
@@ -209,7 +209,7 @@ def rotate_secret(uid: str, endpoint_id: str) -> Response:
     body: dict[str, Any] = optional_json()
     rt = runtime()
     with rt.db.begin() as session:
-        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
         secret = endpoints.rotate_secret(session, rt, actor, endpoint, body)
         return jsonify(endpoint_json(endpoint, uid, secret=secret))
 
@@ -233,7 +233,7 @@ def send_test(uid: str, endpoint_id: str) -> tuple[Response, int]:
     actor = current_actor()
     rt = runtime()
     with rt.db.begin() as session:
-        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
         delivery = endpoints.send_test(session, rt, actor, endpoint)
         answer = delivery_json(delivery, with_attempts=False)
     return jsonify(answer), 202
@@ -244,7 +244,7 @@ def read_secret(uid: str, endpoint_id: str) -> Response:
     actor = current_actor()
     rt = runtime()
     with rt.db.begin() as session:
-        endpoint = endpoints.get(session, actor, uid, endpoint_id, "endpoints:write")
+        endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
         row, secret = endpoints.read_secret(session, rt, actor, endpoint)
         return jsonify(
             {

@@ -266,7 +266,7 @@ def endpoint_new() -> Page:
 
 
 def _endpoint(session: Any, endpoint_id: str, scope: str = "read") -> Endpoint:
-    return endpoints.get(session, security.actor(), _uid(), endpoint_id, scope)
+    return endpoints.live(session, security.actor(), _uid(), endpoint_id, scope)
 
 
 @blueprint.get("/endpoints/<endpoint_id>")
@@ -363,8 +363,8 @@ def endpoint_resend_parked(endpoint_id: str) -> WerkzeugResponse:
     rt = runtime()
     with rt.db.begin() as session:
         ep = _endpoint(session, endpoint_id, "endpoints:write")
-        enabled, op = endpoints.resend_parked(session, rt, security.actor(), ep)
-        total = op.total
+        enabled, job = endpoints.resend_parked(session, rt, security.actor(), ep)
+        total = job.total
     flash(
         f"{'Enabled; r' if enabled else 'R'}esending the {total} event"
         f"{'s' if total != 1 else ''} held back while it was disabled, oldest first. "

@@ -93,10 +93,10 @@ def dead_letters_bulk() -> WerkzeugResponse:
     if action == "resend":
         with rt.db.begin() as session:
             outcome = dead_letters.resend_ids(session, rt, actor, ids, force=force)
-            op_id = outcome.job.id
+            job_id = outcome.job.id
         if not outcome.inline:
             flash(f"Resending {len(ids)} dead letters in the background.", "ok")
-            return redirect(url_for("ui.job", op_id=op_id))
+            return redirect(url_for("ui.resend_job", job_id=job_id))
         _flash_resend(len(outcome.resent), outcome.skipped)
         return to_list
     if action == "discard":
@@ -158,7 +158,7 @@ def dead_letters_resend_matching() -> WerkzeugResponse:
         return redirect(url_for("ui.dead_letters"))
     rt = runtime()
     with rt.db.begin() as session:
-        op = dead_letters.resend_matching(
+        job = dead_letters.resend_matching(
             session,
             rt,
             security.actor(),
@@ -166,9 +166,9 @@ def dead_letters_resend_matching() -> WerkzeugResponse:
             everything=request.form.get("all") == "1",
             force=request.form.get("force") == "1",
         )
-        op_id, total = op.id, op.total
+        job_id, total = job.id, job.total
     flash(f"Resending {total} dead letter{'s' if total != 1 else ''} in the background.", "ok")
-    return redirect(url_for("ui.job", op_id=op_id))
+    return redirect(url_for("ui.resend_job", job_id=job_id))
 
 
 @blueprint.get("/dead-letters/<letter_id>")
@@ -224,18 +224,18 @@ def dead_letter_discard(letter_id: str) -> WerkzeugResponse:
     return redirect(url_for("ui.dead_letter", letter_id=letter_id))
 
 
-@blueprint.get("/jobs/<op_id>")
+@blueprint.get("/jobs/<job_id>")
 @security.login_required
-def job(op_id: str) -> Page:
+def resend_job(job_id: str) -> Page:
     with runtime().db.begin() as session:
-        op = dead_letters.job(session, security.actor(), op_id)
-        flt = DeadLetterFilter.from_params(op.params.get("filter") or {})
-        outcomes = dead_letters.job_outcomes(session, security.actor(), op)
+        job = dead_letters.resend_job(session, security.actor(), job_id)
+        flt = DeadLetterFilter.from_params(job.params.get("filter") or {})
+        outcomes = dead_letters.resend_job_outcomes(session, security.actor(), job)
         return render_template(
             "ui/job.html",
-            op=op,
+            job=job,
             flt=flt,
             outcomes=outcomes,
-            skipped=op.params.get("skipped") or {},
-            running=op.state in ("pending", "running") or outcomes.in_progress > 0,
+            skipped=job.params.get("skipped") or {},
+            running=job.state in ("pending", "running") or outcomes.in_progress > 0,
         )

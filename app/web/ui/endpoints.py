@@ -186,14 +186,14 @@ def endpoint_resend_parked(endpoint_id: str) -> WerkzeugResponse:
     actor = security.actor()
     with rt.db.begin() as session:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
-        enabled, op = endpoints.resend_parked(session, rt, actor, ep)
-        op_id, total = op.id, op.total
+        enabled, job = endpoints.resend_parked(session, rt, actor, ep)
+        job_id, total = job.id, job.total
     flash(
         f"{'Endpoint enabled; r' if enabled else 'R'}esending {total} parked dead letter"
         f"{'s' if total != 1 else ''}.",
         "ok",
     )
-    return redirect(url_for("ui.job", op_id=op_id))
+    return redirect(url_for("ui.resend_job", job_id=job_id))
 
 
 @blueprint.post("/endpoints/<endpoint_id>/skip-expired")
