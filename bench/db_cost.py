@@ -18,7 +18,8 @@ rate at which a fleet stops growing by adding workers. How each figure is taken:
   read-only transactions too (a claim that found nothing, a pool's ping).
 - **Writing commits, WAL bytes, index entries** (`pg_walinspect`, when the server has it:
   the bench creates the extension in its own database). The WAL between the two snapshots'
-  `pg_current_wal_lsn()` is read record by record; a record is the bench's when its block
+  `pg_current_wal_lsn()` is read record by record (a temporary replication slot keeps the
+  server from recycling it meanwhile); a record is the bench's when its block
   reference names the bench database (`rel <tablespace>/<database>/<relfilenode>`), and so
   are the commit and abort records of the transaction ids those records carry. Writing
   commits are those commit records: the ones that wait for a WAL flush (`synchronous_commit
@@ -45,6 +46,7 @@ rate at which a fleet stops growing by adding workers. How each figure is taken:
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +120,8 @@ class CostMeter:
         self.redis = redis.Redis.from_url(redis_url)
         self.postgres = db_url.startswith("postgresql")
         self.walinspect = False
+        self.reserving = False
+        self.slot = f"kurir_bench_{os.getpid()}"
         self.inside: Any = None
         self.outside: Any = None
         self.dboid = 0
@@ -183,11 +187,17 @@ class CostMeter:
         cpu: dict[int, float] | None = None
         if self.postgres:
             db = self._settled()
-            row = self.outside.execute(WAL_QUERY).fetchone()
-            wal = dict(zip(WAL_COUNTERS, (int(v) for v in row[:3]), strict=True))
-            lsn = str(row[3])
             # One transaction in the bench database (OWN_TXNS_PER_SNAPSHOT).
             with self.inside.transaction():
+                if self.walinspect and not self.reserving:
+                    # Keep the server from recycling the WAL the phase will be read back
+                    # from (a shared server checkpoints often): a temporary slot, dropped
+                    # once it is read, or with this connection if the bench dies.
+                    self.inside.execute(
+                        "SELECT pg_create_physical_replication_slot(%s, true, true)",
+                        (self.slot,),
+                    )
+                    self.reserving = True
                 tables = {
                     str(r[0]): dict(zip(TABLE_COUNTERS, (int(v) for v in r[1:]), strict=True))
                     for r in self.inside.execute(TABLES_QUERY)
@@ -200,6 +210,9 @@ class CostMeter:
                     )
                 ]
             cpu = _process_cpu(pids)
+            row = self.outside.execute(WAL_QUERY).fetchone()
+            wal = dict(zip(WAL_COUNTERS, (int(v) for v in row[:3]), strict=True))
+            lsn = str(row[3])
         stats = self.redis.info("commandstats")
         calls = {
             name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
@@ -272,6 +285,8 @@ class CostMeter:
                     pg.update(self._own_wal(before.lsn, after.lsn, n))
                 except Exception as exc:  # noqa: BLE001 - segments recycled, etc.: fall back
                     print(f"(WAL could not be read back, server-wide figures used: {exc})")
+                finally:
+                    self._release()
             if before.backend_cpu_s is not None and after.backend_cpu_s is not None:
                 used = sum(
                     cpu - before.backend_cpu_s.get(pid, 0.0)
@@ -299,6 +314,12 @@ class CostMeter:
             },
         }
         return out
+
+    def _release(self) -> None:
+        """Let the server recycle WAL again."""
+        if self.reserving:
+            self.inside.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+            self.reserving = False
 
     def _lsn_diff(self, start: str, end: str) -> int:
         row = self.outside.execute("SELECT pg_wal_lsn_diff(%s, %s)", (end, start)).fetchone()
