@@ -29,6 +29,18 @@ thread, until the outcome is recorded) and its ratio to the bare loop's CPU time
 measured in the same run (again right before the end-to-end phase): on a shared machine rates
 move with the load, the ratio much less.
 
+Around the two drains (delivering only: enqueue, claim, send, record) and the end-to-end phase
+(publishing as well) it measures what the phase cost PostgreSQL and Redis per delivery
+(`bench/db_cost.py`, whose docstring has the method): commits, and writing commits (the ones
+that wait for a WAL flush); this database's WAL bytes and records, read back with
+pg_walinspect (the server-wide `pg_stat_wal` and LSN difference beside them); rows inserted,
+updated and deleted; B-tree index entries inserted, per index; the server backends' CPU; Redis
+commands. Then it divides stated capacities by that: the deliveries per second one PostgreSQL
+carries at --pg-commits-per-s writing commits/s and --pg-wal-mb-per-s of WAL (defaults 20,000
+and 200 MB/s, an NVMe disk), and one Redis at --redis-commands-per-s (100,000, one core): where
+a fleet stops growing by adding workers. Each snapshot waits about 11 s for PostgreSQL's
+statistics to settle, and the JSON line carries it all (`<phase>_per_delivery`).
+
 Targets on a 2-core machine: >= 1,000 deliveries/s end-to-end, >= 60 % of the bare ceiling with
 the same number of processes, p99 <= 100 ms at 100/s, 1,000-endpoint fan-out within 2 s; worker
 CPU per delivery <= 1.3 x the bare POST on PostgreSQL, <= 1.5 x on SQLite; the ordered drain
