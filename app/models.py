@@ -429,10 +429,10 @@ class Delivery(Base):
     __tablename__ = "deliveries"
     __table_args__ = (
         UniqueConstraint("event_id", "endpoint_id", name="uq_deliveries_event_endpoint"),
-        # Read only for deliveries still being worked on (the sweeper, the claim's guard,
-        # the dashboard): on PostgreSQL a finished delivery leaves it, so recording an
-        # outcome adds no entry and the index stays the size of the work in flight. SQLite
-        # keeps it whole (it uses a partial index only for a query repeating its WHERE).
+        # Read only for deliveries still being worked on (the sweeper, the dashboard): on
+        # PostgreSQL a finished delivery leaves it, so recording an outcome adds no entry and
+        # the index stays the size of the work in flight. SQLite keeps it whole (it uses a
+        # partial index only for a query repeating its WHERE).
         Index(
             "ix_deliveries_due",
             "state",

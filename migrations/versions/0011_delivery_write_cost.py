@@ -5,11 +5,13 @@ Every delivery row is written three times (published, claimed, recorded), never 
 update (`state` is indexed). Two changes make those writes cheaper without changing what is
 stored or read (measured with `bench/deliver.py`, see docs/benchmarks.md):
 
-- `ix_deliveries_due` becomes partial (pending, delivering, retrying): the sweeper, the
-  claim's guard and the dashboard only ever ask it for those states, so a delivery that
-  succeeds or is parked adds no entry to it, and the index stays the size of the work in
-  flight instead of growing with the history. SQLite keeps the whole index: it uses a partial
-  index only for queries that repeat its WHERE term word for word.
+- `ix_deliveries_due` becomes partial (pending, delivering, retrying): the sweeper and the
+  dashboard only ever ask it for those states, so a delivery that succeeds or is parked adds
+  no entry to it, and the index stays the size of the work in flight instead of growing with
+  the history. (Their states are bound parameters: PostgreSQL proves the predicate when it
+  plans with the values, and a generic plan, which could not use the index, costs more and
+  is not chosen.) SQLite keeps the whole index: it uses a partial index only for queries
+  that repeat its WHERE term word for word.
 - `fillfactor = 70` on `deliveries`: the claim's and the outcome's new row versions fit on
   the row's own page, so each is logged as a same-page update (changed bytes only, no extra
   lock record, one page dirtied instead of two). The cost: new pages are filled to 70 %.
