@@ -29,6 +29,18 @@ thread, until the outcome is recorded) and its ratio to the bare loop's CPU time
 measured in the same run (again right before the end-to-end phase): on a shared machine rates
 move with the load, the ratio much less.
 
+Around the two drains (delivering only: enqueue, claim, send, record) and the end-to-end phase
+(publishing as well) it measures what the phase cost PostgreSQL and Redis per delivery
+(`bench/db_cost.py`, whose docstring has the method): commits, and writing commits (the ones
+that wait for a WAL flush); this database's WAL bytes and records, read back with
+pg_walinspect (the server-wide `pg_stat_wal` and LSN difference beside them); rows inserted,
+updated and deleted; B-tree index entries inserted, per index; the server backends' CPU; Redis
+commands. Then it divides stated capacities by that: the deliveries per second one PostgreSQL
+carries at --pg-commits-per-s writing commits/s and --pg-wal-mb-per-s of WAL (defaults 20,000
+and 200 MB/s, an NVMe disk), and one Redis at --redis-commands-per-s (100,000, one core): where
+a fleet stops growing by adding workers. Each snapshot waits about 11 s for PostgreSQL's
+statistics to settle, and the JSON line carries it all (`<phase>_per_delivery`).
+
 Targets on a 2-core machine: >= 1,000 deliveries/s end-to-end, >= 60 % of the bare ceiling with
 the same number of processes, p99 <= 100 ms at 100/s, 1,000-endpoint fan-out within 2 s; worker
 CPU per delivery <= 1.3 x the bare POST on PostgreSQL, <= 1.5 x on SQLite; the ordered drain
@@ -55,6 +67,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.db_cost import Capacity, CostMeter, report, rounded  # noqa: E402
 from tests.support.fast_receiver import ReceiverProcess  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_delivery_bench"
@@ -136,6 +149,9 @@ class Kurir:
         self.runtime.redis.flushdb()
         self.workers_n = workers
         self.workers: list[subprocess.Popen[bytes]] = []
+        # Transactions this process made in the database while waiting for outcomes: not
+        # the deliveries' cost, so the cost meter subtracts them.
+        self.polls = 0
         self.stop_sweeper = threading.Event()
         with self.runtime.db.begin() as session:
             from app import event_types
@@ -184,6 +200,7 @@ class Kurir:
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            self.polls += 1
             with self.runtime.db.begin() as session:
                 done = session.scalar(
                     select(func.count()).select_from(Delivery).where(Delivery.state == SUCCEEDED)
@@ -332,18 +349,22 @@ def latencies(published: dict[str, float], records: list[tuple[str, str, float]]
 def drain_backlog(
     kurir: Kurir,
     receiver: ReceiverProcess,
+    meter: CostMeter,
     uid: str,
     events: int,
     *,
     keys: int = 0,
     recorded_before: int,
-) -> tuple[float, float, int]:
+) -> tuple[float, float, int, dict[str, Any]]:
     """Publish a backlog without enqueueing it, enqueue it at once, and time its delivery:
-    (deliveries per second, worker CPU seconds until every outcome is recorded, deliveries).
+    (deliveries per second, worker CPU seconds until every outcome is recorded, deliveries,
+    what delivering it cost PostgreSQL and Redis: enqueueing, claiming, recording).
     `recorded_before`: deliveries already recorded as succeeded by earlier phases."""
     from sender.dispatch import enqueue_now
 
     backlog = kurir.publish_quietly(uid, events, keys)
+    before = meter.snapshot()
+    polls = kurir.polls
     cpu_before = kurir.worker_cpu_s()
     first = time.time()
     enqueue_now(kurir.runtime.redis, backlog)
@@ -353,7 +374,8 @@ def drain_backlog(
     cpu = kurir.worker_cpu_s() - cpu_before
     records = receiver.dump()
     unique = len({(m, p) for m, p, _ in records})
-    return unique / (max(r[2] for r in records) - first), cpu, unique
+    cost = meter.cost(before, meter.snapshot(), unique, own_commits=kurir.polls - polls)
+    return unique / (max(r[2] for r in records) - first), cpu, unique, cost
 
 
 def run(args: argparse.Namespace) -> int:
@@ -362,6 +384,17 @@ def run(args: argparse.Namespace) -> int:
     fresh_database(args.db)
     receiver = ReceiverProcess()
     results: dict[str, Any] = {"workers": args.workers}
+    capacity = Capacity(
+        pg_commits_per_s=args.pg_commits_per_s,
+        pg_wal_mb_per_s=args.pg_wal_mb_per_s,
+        redis_commands_per_s=args.redis_commands_per_s,
+        disk=args.disk,
+    )
+
+    def cost_lines(name: str, cost: dict[str, Any]) -> str:
+        results[f"{name}_per_delivery"] = rounded(cost, capacity)
+        return report(name, cost, capacity)
+
     try:
         sample = json.dumps(
             {
@@ -421,14 +454,15 @@ def run(args: argparse.Namespace) -> int:
             kurir.partner("paced", [f"{receiver.url}/paced"])
             kurir.partner("fanout", [f"{receiver.url}/f{i}" for i in range(1000)])
             kurir.start()
+            meter = CostMeter(kurir.settings.resolved_database_url, args.redis)
             try:
                 total = events_n * args.endpoints
 
                 # 1. The engine's throughput: a committed backlog, enqueued all at once;
                 # then the same backlog to ordered endpoints, over `--keys` ordering keys.
                 kurir.stop_sweeper.set()  # nothing but the workers during the drains
-                drain, drain_cpu, delivered = drain_backlog(
-                    kurir, receiver, "drain", events_n, recorded_before=0
+                drain, drain_cpu, delivered, drain_cost = drain_backlog(
+                    kurir, receiver, meter, "drain", events_n, recorded_before=0
                 )
                 results.update(
                     {
@@ -442,10 +476,12 @@ def run(args: argparse.Namespace) -> int:
                     f"({drain / ceiling:.0%} of the bare ceiling); "
                     f"{cpu_line('drain', drain_cpu, delivered, bare_cpu_ms)}"
                 )
+                print(cost_lines("drain", drain_cost))
                 if args.keys:
-                    ordered, ordered_cpu, ordered_n = drain_backlog(
+                    ordered, ordered_cpu, ordered_n, ordered_cost = drain_backlog(
                         kurir,
                         receiver,
+                        meter,
                         "ordered",
                         events_n,
                         keys=args.keys,
@@ -463,15 +499,19 @@ def run(args: argparse.Namespace) -> int:
                         f"unordered); "
                         f"{cpu_line('ordered_drain', ordered_cpu, ordered_n, bare_cpu_ms)}"
                     )
+                    print(cost_lines("ordered_drain", ordered_cost))
                 recorded = delivered + (ordered_n if args.keys else 0)
                 if args.drain_only:
                     print(json.dumps(results))
                     return 0
-                kurir.start_sweeper()
 
-                # 2. End to end: publishing (N threads) while the workers deliver.
+                # 2. End to end: publishing (N threads) while the workers deliver, and the
+                # sweeper (paused while the cost meter waits for the counters to settle).
                 e2e_bare_ms = bare_again()
                 published: dict[str, float] = {}
+                before = meter.snapshot()
+                kurir.start_sweeper()
+                polls = kurir.polls
                 cpu_before = kurir.worker_cpu_s()
                 first = time.time()
                 publish_s = kurir.publish_concurrently(
@@ -481,6 +521,11 @@ def run(args: argparse.Namespace) -> int:
                     print(f"only {receiver.count()} of {total} arrived", file=sys.stderr)
                 kurir.wait_recorded(recorded + total)
                 e2e_cpu = kurir.worker_cpu_s() - cpu_before
+                kurir.stop_sweeper.set()
+                e2e_cost = meter.cost(
+                    before, meter.snapshot(), total, own_commits=kurir.polls - polls
+                )
+                kurir.start_sweeper()
                 records = receiver.dump()
                 last = max(at for _, _, at in records)
                 rate = len({(m, p) for m, p, _ in records}) / (last - first)
@@ -508,6 +553,7 @@ def run(args: argparse.Namespace) -> int:
                     f"duplicates {dupes}; "
                     f"{cpu_line('end_to_end', e2e_cpu, len(records), e2e_bare_ms)}"
                 )
+                print(cost_lines("end_to_end", e2e_cost))
 
                 # 3. Latency at a paced 100 events/s (open loop).
                 published = {}
@@ -544,6 +590,7 @@ def run(args: argparse.Namespace) -> int:
                     f"{spread:.2f}s after publish"
                 )
             finally:
+                meter.close()
                 kurir.stop()
     finally:
         receiver.close()
@@ -575,6 +622,25 @@ def main() -> int:
     parser.add_argument(
         "--publishers", type=int, default=4, help="threads publishing in the end-to-end run"
     )
+    parser.add_argument(
+        "--pg-commits-per-s",
+        type=float,
+        default=20_000,
+        help="writing commits/s taken for one PostgreSQL in the ceiling (default: NVMe)",
+    )
+    parser.add_argument(
+        "--pg-wal-mb-per-s",
+        type=float,
+        default=200,
+        help="WAL MB/s taken for one PostgreSQL in the ceiling (default: NVMe)",
+    )
+    parser.add_argument(
+        "--redis-commands-per-s",
+        type=float,
+        default=100_000,
+        help="commands/s taken for one Redis (one core) in the ceiling",
+    )
+    parser.add_argument("--disk", default="NVMe", help="the disk the capacities above describe")
     parser.add_argument("--db", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     parser.add_argument("--redis", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
     return run(parser.parse_args())
