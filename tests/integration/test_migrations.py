@@ -25,7 +25,7 @@ def test_open_dead_letter_is_unique_per_delivery(migrated) -> None:
 
 
 def test_delivery_rows_are_cheap_to_rewrite_on_postgresql(migrated) -> None:
-    """0011: a finished delivery leaves the due index (it holds the work in flight only), and
+    """0012: a finished delivery leaves the due index (it holds the work in flight only), and
     `deliveries` pages keep room for a row's claimed and recorded versions (same-page
     updates); bench/deliver.py measures the WAL this saves."""
     if not migrated.db.is_postgres:

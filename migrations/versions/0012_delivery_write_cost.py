@@ -16,8 +16,8 @@ stored or read (measured with `bench/deliver.py`, see docs/benchmarks.md):
   the row's own page, so each is logged as a same-page update (changed bytes only, no extra
   lock record, one page dirtied instead of two). The cost: new pages are filled to 70 %.
 
-Revision ID: 0011
-Revises: 0008
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-06 10:00:00
 """
 
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0011"
-down_revision: str | None = "0008"
+revision: str = "0012"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
