@@ -33,8 +33,8 @@ from app.feed.sequencer import settled_head
 from app.models import DISABLED_BY_OPERATOR, Endpoint, EndpointSecret, Partner
 from app.net import guard
 from app.net.urls import check_outbound_url
+from app.registry import keys
 from app.registry.secrets import add_secret, current_secret_row, rotate
-from app.signing import generate_secret, is_valid_secret
 from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering, values
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ ENDPOINT_FIELDS = (
     "timeout_s",
     "rate_limit_per_s",
     "secret",
+    keys.FIELD,
     "versions",
     "mode",
     "ordering",
@@ -374,16 +375,6 @@ def check_description(value: Any) -> str | None:
     return value
 
 
-def check_secret(value: Any) -> str:
-    if not isinstance(value, str) or not is_valid_secret(value):
-        raise _invalid(
-            "secret",
-            "secret must be 'whsec_' followed by the base64 of 24 to 64 bytes",
-            "invalid_secret",
-        )
-    return value
-
-
 def reject_unknown(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(body) - set(allowed))
     if unknown:
@@ -400,7 +391,7 @@ def reject_unknown(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
 @dataclass(frozen=True)
 class EndpointWithSecret:
     endpoint: Endpoint
-    secret: str
+    secret: str | None  # None for an Ed25519 endpoint: its private key is never shown
 
 
 def create_endpoint(
@@ -436,8 +427,7 @@ def create_endpoint(
         "ordering", body.get("ordering", Ordering.NONE.value), values(Ordering)
     )
     on_dead = check_choice("on_dead", body.get("on_dead", OnDead.SKIP.value), values(OnDead))
-    given = body.get("secret")
-    secret = check_secret(given) if given is not None else generate_secret()
+    signature, secret = keys.first_key(body)
     endpoint = Endpoint(
         partner=partner,
         url=url,
@@ -452,6 +442,7 @@ def create_endpoint(
         mode=mode,
         ordering=ordering_,
         on_dead=on_dead,
+        signature=signature,
     )
     if mode == EndpointMode.PULL:
         # Its feed starts here: what was committed before is not its backlog.
@@ -459,7 +450,7 @@ def create_endpoint(
     session.add(endpoint)
     add_secret(session, endpoint, secret, box)
     session.flush()
-    return EndpointWithSecret(endpoint, secret)
+    return EndpointWithSecret(endpoint, keys.shown(secret))
 
 
 def get_endpoint(session: Session, partner: Partner, endpoint_id: str) -> Endpoint:
@@ -502,7 +493,8 @@ def update_endpoint(
             code="mode_immutable",
             details={"field": "mode", "mode": endpoint.mode},
         )
-    body = {k: v for k, v in body.items() if k != "mode"}
+    keys.refuse_change(endpoint, body)
+    body = {k: v for k, v in body.items() if k not in ("mode", keys.FIELD)}
     reject_unknown(body, PATCHABLE_FIELDS)
     if "url" in body and endpoint.mode == EndpointMode.PULL:
         raise _invalid("url", "a pull endpoint has no url (its mode is fixed at creation)")
@@ -603,20 +595,26 @@ def rotate_secret(
     settings: Settings,
     box: SecretBox,
     now: datetime | None = None,
-) -> str:
-    """Make a new secret current; the old ones keep signing for the configured overlap."""
-    reject_unknown(body, ("secret",))
-    given = body.get("secret")
-    secret = check_secret(given) if given is not None else generate_secret()
+) -> str | None:
+    """Make a new key current, of the kind asked (default: the endpoint's); the old ones keep
+    signing for the configured overlap. The new HMAC secret, or None for an Ed25519 key."""
+    reject_unknown(body, ("secret", keys.FIELD))
+    signature, secret = keys.next_key(endpoint, body)
     rotate(
         session, endpoint, secret, box, now or utcnow(), settings.secret_rotation_overlap_seconds
     )
-    return secret
+    endpoint.signature = signature
+    return keys.shown(secret)
 
 
 def read_secret(
     endpoint: Endpoint, box: SecretBox, now: datetime | None = None
 ) -> tuple[EndpointSecret, str]:
-    """The current secret's row and its plaintext."""
+    """The current secret's row and its plaintext.
+
+    Raises:
+        Conflict: `no_shared_secret` for an Ed25519 key, whose private half is never shown.
+    """
     row = current_secret_row(endpoint, now or utcnow())
+    keys.require_shared(endpoint, row)
     return row, box.decrypt(row.secret_encrypted)

@@ -39,6 +39,9 @@ ENDPOINT_KEYS = {
     "mode",
     "ordering",
     "on_dead",
+    "signature",
+    "public_key",
+    "public_keys",
     "rate_limit_per_s",
     "state",
     "disabled_reason",
@@ -123,6 +126,11 @@ def test_endpoint_gets_generated_secret_and_defaults(client, auth, runtime):
     assert created["state"] == "enabled" and created["event_types"] is None
     assert created["timeout_s"] == runtime.settings.default_timeout_s
     assert (created["ordering"], created["on_dead"]) == ("none", "skip")
+    assert (created["signature"], created["public_key"], created["public_keys"]) == (
+        "hmac",
+        None,
+        [],
+    )
     secret = created["secret"]
     assert secret.startswith("whsec_")
     assert len(base64.b64decode(secret[len("whsec_") :], validate=True)) == 32
