@@ -11,12 +11,15 @@ import re
 from typing import Any
 
 import pytest
+from alembic import command
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from sqlalchemy import select
+from sqlalchemy import inspect, select, text
 from standardwebhooks.webhooks import Webhook
 
+from app import migrate
 from app.accounts import create_operator
+from app.db import Database
 from app.models import AuditRecord, Delivery, EndpointSecret
 from app.signing import sign
 from tests.support.factories import Received, Receiver, WorkerThread, wait_for
@@ -336,3 +339,36 @@ def test_the_operator_pages_show_the_kind_and_public_key(client, auth, runtime, 
             )
         )
     assert revealed is None  # a public key is no secret: showing it is not recorded
+
+
+def test_a_downgrade_is_refused_while_an_endpoint_signs_with_ed25519(tmp_path):
+    """The code before the migration would read a whsk_ key as an HMAC secret and fail
+    every delivery: the downgrade says so instead, until no live endpoint signs so."""
+    url = f"sqlite:///{tmp_path / 'kurir.db'}"
+    migrate.upgrade(url, "0012")
+    db = Database(url)
+    try:
+        with db.engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO partners (id, uid, name, created_at, updated_at) "
+                    "VALUES ('ptn_1', 'acme', 'Acme', '2026-01-01', '2026-01-01')"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO endpoints (id, partner_id, url, headers, timeout_s, state, "
+                    "consecutive_failures, signature, created_at, updated_at) VALUES ('ep_1', "
+                    "'ptn_1', 'https://x.example', '{}', 5, 'enabled', 0, 'ed25519', "
+                    "'2026-01-01', '2026-01-01')"
+                )
+            )
+        with pytest.raises(RuntimeError, match="sign with Ed25519"):
+            command.downgrade(migrate.alembic_config(url), "-1")
+        with db.engine.begin() as connection:
+            connection.execute(text("UPDATE endpoints SET deleted_at = '2026-01-02'"))
+        command.downgrade(migrate.alembic_config(url), "-1")
+        columns = {c["name"] for c in inspect(db.engine).get_columns("endpoints")}
+        assert "signature" not in columns
+    finally:
+        db.dispose()
