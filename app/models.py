@@ -42,6 +42,7 @@ from app.vocabulary import (
     Ordering,
     ReconcileState,
     ResendJobState,
+    SignatureKind,
     values,
 )
 
@@ -361,6 +362,11 @@ class Endpoint(Base):
     send_traceparent: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=text("false")
     )
+    # "hmac" (v1, a shared whsec_ secret) or "ed25519" (v1a: Kurir keeps the whsk_ private
+    # key, the partner verifies with the whpk_ public key); changed only by a rotation.
+    signature: Mapped[str] = mapped_column(
+        String(8), default=SignatureKind.HMAC.value, server_default=SignatureKind.HMAC.value
+    )
     state: Mapped[str] = mapped_column(String(16), default=EndpointState.ENABLED.value)
     disabled_reason: Mapped[str | None] = mapped_column(String(200))
     disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -390,6 +396,9 @@ class EndpointSecret(RotatingSecret, Base):
     endpoint_id: Mapped[str] = mapped_column(
         ForeignKey("endpoints.id", ondelete="CASCADE"), index=True
     )
+    # An Ed25519 key's whpk_ public half, kept in clear so it is shown without decrypting
+    # the private one; None for an HMAC secret.
+    public_key: Mapped[str | None] = mapped_column(String(64))
 
     endpoint: Mapped[Endpoint] = relationship(back_populates="secrets")
 

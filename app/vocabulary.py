@@ -42,6 +42,14 @@ class DisabledBy(StrEnum):
     HEALTH = "health"  # Kurir, after failures
 
 
+class SignatureKind(StrEnum):
+    """How webhooks to an endpoint are signed (Standard Webhooks): `v1` with a shared HMAC
+    secret, or `v1a` with an Ed25519 key pair whose private half never leaves Kurir."""
+
+    HMAC = "hmac"
+    ED25519 = "ed25519"
+
+
 class Ordering(StrEnum):
     """Whether an endpoint gets one ordering key's events one at a time, in commit order."""
 

@@ -25,7 +25,7 @@ from app.event_types import (
 )
 from app.net import guard
 from app.net.urls import check_outbound_url
-from app.signing import is_valid_secret
+from app.registry import keys
 from app.vocabulary import EndpointMode, values
 
 MAX_DESCRIPTION = 1000
@@ -48,6 +48,7 @@ ENDPOINT_FIELDS = (
     "timeout_s",
     "rate_limit_per_s",
     "secret",
+    keys.FIELD,
     "versions",
     "mode",
     "ordering",
@@ -316,16 +317,6 @@ def check_description(value: Any) -> str | None:
     if not isinstance(value, str) or len(value) > MAX_DESCRIPTION:
         raise invalid(
             "description", f"description must be a string of at most {MAX_DESCRIPTION} characters"
-        )
-    return value
-
-
-def check_secret(value: Any) -> str:
-    if not isinstance(value, str) or not is_valid_secret(value):
-        raise invalid(
-            "secret",
-            "secret must be 'whsec_' followed by the base64 of 24 to 64 bytes",
-            "invalid_secret",
         )
     return value
 

@@ -22,6 +22,7 @@ from app.errors import NotFound, ValidationFailed
 from app.feed.sequencer import settled_head
 from app.models import DISABLED_BY_OPERATOR, Endpoint, EndpointSecret, Partner
 from app.net import guard
+from app.registry import keys
 from app.registry.endpoint_fields import (
     ENDPOINT_FIELDS,
     PATCHABLE_FIELDS,
@@ -33,7 +34,6 @@ from app.registry.endpoint_fields import (
     check_mode,
     check_public_headers,
     check_rate_limit,
-    check_secret,
     check_timeout,
     check_url,
     check_versions,
@@ -41,7 +41,6 @@ from app.registry.endpoint_fields import (
     reject_unknown,
 )
 from app.registry.secrets import add_secret, current_secret_row, rotate
-from app.signing import generate_secret
 from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering, values
 
 log = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EndpointWithSecret:
     endpoint: Endpoint
-    secret: str
+    secret: str | None  # None for an Ed25519 endpoint: its private key is never shown
 
 
 def create_endpoint(
@@ -87,8 +86,7 @@ def create_endpoint(
     )
     on_dead = check_choice("on_dead", body.get("on_dead", OnDead.SKIP.value), values(OnDead))
     send_traceparent = check_flag("send_traceparent", body.get("send_traceparent", False))
-    given = body.get("secret")
-    secret = check_secret(given) if given is not None else generate_secret()
+    signature, secret = keys.first_key(body)
     endpoint = Endpoint(
         partner=partner,
         url=url,
@@ -104,6 +102,7 @@ def create_endpoint(
         ordering=ordering_,
         on_dead=on_dead,
         send_traceparent=send_traceparent,
+        signature=signature,
     )
     if mode == EndpointMode.PULL:
         # Its feed starts here: what was committed before is not its backlog.
@@ -111,7 +110,7 @@ def create_endpoint(
     session.add(endpoint)
     add_secret(session, endpoint, secret, box)
     session.flush()
-    return EndpointWithSecret(endpoint, secret)
+    return EndpointWithSecret(endpoint, keys.shown(secret))
 
 
 def get_endpoint(session: Session, partner: Partner, endpoint_id: str) -> Endpoint:
@@ -154,7 +153,8 @@ def update_endpoint(
             code="mode_immutable",
             details={"field": "mode", "mode": endpoint.mode},
         )
-    body = {k: v for k, v in body.items() if k != "mode"}
+    keys.refuse_change(endpoint, body)
+    body = {k: v for k, v in body.items() if k not in ("mode", keys.FIELD)}
     reject_unknown(body, PATCHABLE_FIELDS)
     if "url" in body and endpoint.mode == EndpointMode.PULL:
         raise invalid("url", "a pull endpoint has no url (its mode is fixed at creation)")
@@ -257,20 +257,26 @@ def rotate_secret(
     settings: Settings,
     box: SecretBox,
     now: datetime | None = None,
-) -> str:
-    """Make a new secret current; the old ones keep signing for the configured overlap."""
-    reject_unknown(body, ("secret",))
-    given = body.get("secret")
-    secret = check_secret(given) if given is not None else generate_secret()
+) -> str | None:
+    """Make a new key current, of the kind asked (default: the endpoint's); the old ones keep
+    signing for the configured overlap. The new HMAC secret, or None for an Ed25519 key."""
+    reject_unknown(body, ("secret", keys.FIELD))
+    signature, secret = keys.next_key(endpoint, body)
     rotate(
         session, endpoint, secret, box, now or utcnow(), settings.secret_rotation_overlap_seconds
     )
-    return secret
+    endpoint.signature = signature
+    return keys.shown(secret)
 
 
 def read_secret(
     endpoint: Endpoint, box: SecretBox, now: datetime | None = None
 ) -> tuple[EndpointSecret, str]:
-    """The current secret's row and its plaintext."""
+    """The current secret's row and its plaintext.
+
+    Raises:
+        Conflict: `no_shared_secret` for an Ed25519 key, whose private half is never shown.
+    """
     row = current_secret_row(endpoint, now or utcnow())
+    keys.require_shared(endpoint, row)
     return row, box.decrypt(row.secret_encrypted)

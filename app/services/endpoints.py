@@ -37,6 +37,7 @@ from app.models import (
 from app.pagination import paginate
 from app.queues import enqueue_after_commit
 from app.registry import endpoints as rules
+from app.registry import keys as signing_keys
 from app.runtime import Runtime
 from app.services import audit, dead_letters, partner_bounds, partners
 from app.services.actor import Actor, shown_to
@@ -181,6 +182,7 @@ def create(
         url=endpoint.url,
         event_types=endpoint.event_types,
         headers=sorted(endpoint.headers or {}),
+        signature=endpoint.signature,
     )
     return created
 
@@ -326,16 +328,23 @@ def rotate_secret(
     actor: Actor,
     endpoint: Endpoint,
     body: dict[str, Any] | None = None,
-) -> str:
-    """A new current secret; the old ones keep signing for the configured overlap."""
+) -> str | None:
+    """A new current key (of the kind `body` asks, default the endpoint's); the old ones
+    keep signing for the configured overlap. The new HMAC secret, or None for an Ed25519
+    key (its public key is then `public_key(endpoint)`)."""
     _own(actor, endpoint, "endpoints:write")
+    was = endpoint.signature
     secret = rules.rotate_secret(session, endpoint, body or {}, rt.settings, rt.secret_box)
+    details: dict[str, Any] = {"signature": endpoint.signature}
+    if was != endpoint.signature:
+        details["was_signature"] = was
     _record(
         session,
         actor,
         "endpoint.secret_rotated",
         endpoint,
         overlap_s=rt.settings.secret_rotation_overlap_seconds,
+        **details,
     )
     return secret
 
@@ -343,7 +352,12 @@ def rotate_secret(
 def read_secret(
     session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint
 ) -> tuple[EndpointSecret, str]:
-    """The current secret (a write scope is needed to read it); every reading is audited."""
+    """The current secret (a write scope is needed to read it); every reading is audited.
+
+    Raises:
+        Conflict: `no_shared_secret`: the endpoint signs with Ed25519, whose private key
+            is never shown (`public_key` is what its partner verifies with).
+    """
     _own(actor, endpoint, "endpoints:write")
     row, secret = rules.read_secret(endpoint, rt.secret_box)
     _record(session, actor, "endpoint.secret_revealed", endpoint, secret_id=row.id)
@@ -408,6 +422,18 @@ def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
         delivery=delivery.id,
     )
     return delivery
+
+
+def public_key(endpoint: Endpoint, now: datetime | None = None) -> str | None:
+    """An Ed25519 endpoint's current whpk_ public key (None for an HMAC endpoint): public,
+    so shown to whoever may see the endpoint."""
+    return signing_keys.current_public_key(endpoint, now or utcnow())
+
+
+def public_keys(endpoint: Endpoint, now: datetime | None = None) -> list[EndpointSecret]:
+    """The Ed25519 keys signing now, newest first (`.public_key`, `.created_at`,
+    `.expires_at`): after a rotation the previous one too, until its overlap ends."""
+    return signing_keys.live_public_keys(endpoint, now or utcnow())
 
 
 def previous_secret_expiry(endpoint: Endpoint, now: datetime | None = None) -> datetime | None:

@@ -12,6 +12,9 @@ Version pins: one selector per event type, "as published" or one of its versions
 partner stays on the shape its code reads until it is ready for the next (a pin to a
 deprecated version shows its sunset). The form sends the whole `versions` object; the
 service checks every pin exists.
+
+The signature kind (HMAC or Ed25519) is chosen when the endpoint is created; it changes later
+only by a rotation (the secret page), never by this form.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 from app import headers as header_rules
 from app.errors import KurirError
 from app.models import Endpoint
-from app.vocabulary import EndpointMode, OnDead, Ordering
+from app.vocabulary import EndpointMode, OnDead, Ordering, SignatureKind
 
 EXTRA_HEADER_ROWS = 2
 PIN_FIELD = "pin-"  # a selector per event type: pin-<type name> = "" (as published) or "<n>"
@@ -60,6 +63,7 @@ class EndpointForm:
     creating: bool = False
     ordering: str = "none"
     on_dead: str = "skip"
+    signature: str = SignatureKind.HMAC.value  # sent only when creating
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -90,6 +94,7 @@ class EndpointForm:
             pull=endpoint.mode == EndpointMode.PULL,
             ordering=endpoint.ordering or Ordering.NONE.value,
             on_dead=endpoint.on_dead or OnDead.SKIP.value,
+            signature=endpoint.signature or SignatureKind.HMAC.value,
         )
 
     @classmethod
@@ -133,6 +138,11 @@ class EndpointForm:
             creating=existing is None,
             ordering=form.get("ordering", Ordering.NONE.value),
             on_dead=form.get("on_dead", OnDead.SKIP.value),
+            signature=(
+                existing.signature or SignatureKind.HMAC.value
+                if existing is not None
+                else form.get("signature", SignatureKind.HMAC.value)
+            ),
         )
 
     # ------------------------------------------------------------------ to the service
@@ -190,6 +200,8 @@ class EndpointForm:
             self.errors["event_types"] = (
                 "choose at least one event type, or receive all event types"
             )
+        if self.creating and not self.pull:
+            body["signature"] = self.signature
         if self.pull:
             del body["url"]
             if self.creating:

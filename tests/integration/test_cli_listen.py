@@ -17,7 +17,7 @@ from app import runtime as runtime_mod
 from app.models import SUCCEEDED, Delivery
 from app.ports import free_port
 from app.runtime import Runtime
-from app.signing import build_headers, generate_secret
+from app.signing import build_headers, generate_secret, generate_signing_key, public_key_of
 from sender.dispatch import enqueue_now
 from tests.support.factories import (
     WorkerThread,
@@ -111,12 +111,60 @@ def test_a_bad_signature_is_answered_401_and_said_so(listener_factory):
     assert "signature: INVALID (signature_mismatch" in printed
 
 
+def test_an_ed25519_delivery_is_checked_with_the_public_key(
+    settings, migrated, redis_client, listener_factory
+):
+    rt = Runtime(settings, database=migrated.db)
+    runtime_mod.install(rt)
+    key = generate_signing_key()
+    listener = listener_factory("--public-key", public_key_of(key))
+    with rt.db.begin() as session:
+        partner = make_partner(session, "acme")
+        endpoint = make_endpoint(
+            session,
+            partner,
+            listener.url + "/hooks",
+            rt.secret_box,
+            secret=key,
+            signature="ed25519",
+        )
+        _, deliveries = make_event_with_deliveries(session, partner, [endpoint])
+    enqueue_now(rt.redis, [d.id for d in deliveries])
+    with WorkerThread(rt):
+
+        def delivered() -> bool:
+            with rt.db.begin() as session:
+                return session.get_one(Delivery, deliveries[0].id).state == SUCCEEDED
+
+        wait_for(delivered, timeout_s=20)
+    body = b'{"id": "evt_1", "data": {}}'
+    forged = build_headers("evt_1", int(time.time()), body, [generate_signing_key()], "test")
+    assert forged["webhook-signature"].startswith("v1a,")
+    assert requests.post(listener.url, data=body, headers=forged, timeout=5).status_code == 401
+    printed = listener.stop()
+    rt.close()
+    assert "POST /hooks  -> 200" in printed and "signature: ok" in printed
+    assert "signature: INVALID (signature_mismatch" in printed
+
+
+def test_a_malformed_public_key_is_refused_at_the_start():
+    started = subprocess.run(
+        [KURIR, "listen", "--port", "0", "--public-key", "whpk_short"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 2 and "--public-key" in started.stderr
+
+
 def test_without_a_secret_it_answers_the_chosen_status(listener_factory):
     listener = listener_factory("--status", "503")
     answer = requests.post(listener.url, data=b"not json", timeout=5)
     assert answer.status_code == 503
     printed = listener.stop()
-    assert "signature: not checked (no --secret)" in printed and "not json" in printed
+    assert (
+        "signature: not checked (no --secret or --public-key)" in printed and "not json" in printed
+    )
 
 
 def test_an_ordered_delivery_shows_its_sequence_and_previous_id(listener_factory):

@@ -40,6 +40,9 @@ ENDPOINT_KEYS = {
     "ordering",
     "on_dead",
     "send_traceparent",
+    "signature",
+    "public_key",
+    "public_keys",
     "rate_limit_per_s",
     "state",
     "disabled_reason",
@@ -125,6 +128,11 @@ def test_endpoint_gets_generated_secret_and_defaults(client, auth, runtime):
     assert created["timeout_s"] == runtime.settings.default_timeout_s
     assert (created["ordering"], created["on_dead"]) == ("none", "skip")
     assert created["send_traceparent"] is False  # trace ids stay internal unless asked
+    assert (created["signature"], created["public_key"], created["public_keys"]) == (
+        "hmac",
+        None,
+        [],
+    )
     secret = created["secret"]
     assert secret.startswith("whsec_")
     assert len(base64.b64decode(secret[len("whsec_") :], validate=True)) == 32

@@ -1,6 +1,8 @@
 """The portal's verification snippets, run as a partner would run them, against real
 deliveries from the real engine: they accept Kurir's webhooks (also with two signatures during
-a rotation) and refuse a forged one."""
+a rotation) and refuse a forged one. Each runs twice: for an HMAC endpoint with its secret, and
+for an Ed25519 endpoint with its public key (the one from before a rotation, so the second
+webhook verifies by its older signature)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from werkzeug.serving import make_server
 
 from app.models import Delivery
@@ -26,17 +29,30 @@ from tests.support.factories import WorkerThread, wait_for
 from tests.support.publish import make_partner
 
 
-def _snippet(key: str, secret: str) -> str:
-    (found,) = [s for s in guide.snippets(secret[:10] + "…") if s.key == key]
+def _snippet(key: str, secret: str, signature: str = "hmac") -> str:
+    hint = secret if signature == "ed25519" else secret[:10] + "…"
+    (found,) = [s for s in guide.snippets(hint, signature) if s.key == key]
     return found.code
 
 
+def _probe(client, auth, url: str, signature: str) -> tuple[dict, str, str]:
+    """An endpoint of partner probe; its key for the snippet, and the variable holding it."""
+    make_partner(client, auth, "probe")
+    probe = client.post(
+        "/v1/partners/probe/endpoints", headers=auth, json={"url": url, "signature": signature}
+    ).get_json()
+    if signature == "ed25519":
+        return probe, probe["public_key"], "WEBHOOK_PUBLIC_KEY"
+    return probe, probe["secret"], "WEBHOOK_SECRET"
+
+
 def _forged(url: str) -> int:
+    """A webhook signed v1 with another secret and v1a with another key: refused by all."""
     body = b'{"id":"evt_forged","type":"order.created","data":{}}'
     timestamp = str(int(time.time()))
-    wrong = hmac.new(
-        b"not the secret", f"evt_forged.{timestamp}.".encode() + body, hashlib.sha256
-    ).digest()
+    content = f"evt_forged.{timestamp}.".encode() + body
+    wrong = hmac.new(b"not the secret", content, hashlib.sha256).digest()
+    wrong_v1a = Ed25519PrivateKey.generate().sign(content)
     return requests.post(
         url,
         data=body,
@@ -45,7 +61,8 @@ def _forged(url: str) -> int:
             "content-type": "application/json",
             "webhook-id": "evt_forged",
             "webhook-timestamp": timestamp,
-            "webhook-signature": "v1," + base64.b64encode(wrong).decode(),
+            "webhook-signature": f"v1,{base64.b64encode(wrong).decode()} "
+            f"v1a,{base64.b64encode(wrong_v1a).decode()}",
         },
     ).status_code
 
@@ -64,15 +81,16 @@ def python_receiver(runtime) -> Iterator[tuple[str, dict[str, str]]]:
     def _build() -> None:
         if "app" not in holder:
             namespace: dict[str, object] = {"__name__": "webhooks"}
-            previous = os.environ.get("WEBHOOK_SECRET")
-            os.environ["WEBHOOK_SECRET"] = env["secret"]
+            name = env["variable"]
+            previous = os.environ.get(name)
+            os.environ[name] = env["secret"]
             try:
                 exec(compile(env["code"], "webhooks.py", "exec"), namespace)  # noqa: S102
             finally:
                 if previous is None:
-                    os.environ.pop("WEBHOOK_SECRET", None)
+                    os.environ.pop(name, None)
                 else:
-                    os.environ["WEBHOOK_SECRET"] = previous
+                    os.environ[name] = previous
             holder["app"] = namespace["app"]
 
     server = make_server("127.0.0.1", 0, app, threaded=True)
@@ -82,14 +100,17 @@ def python_receiver(runtime) -> Iterator[tuple[str, dict[str, str]]]:
     server.shutdown()
 
 
-def test_the_python_snippet_verifies_real_webhooks(client, auth, runtime, python_receiver):
+@pytest.mark.parametrize("signature", ["hmac", "ed25519"])
+def test_the_python_snippet_verifies_real_webhooks(
+    client, auth, runtime, python_receiver, signature: str
+):
     url, env = python_receiver
     # The secret is only known once the endpoint exists: the app reads it on first request.
-    make_partner(client, auth, "probe")
-    probe = client.post("/v1/partners/probe/endpoints", headers=auth, json={"url": url}).get_json()
-    env["secret"] = probe["secret"]
-    env["code"] = _snippet("python", probe["secret"])
-    assert "standardwebhooks" in env["code"] and probe["secret"][:10] in env["code"]
+    probe, key, env["variable"] = _probe(client, auth, url, signature)
+    env["secret"] = key
+    env["code"] = _snippet("python", key, signature)
+    library = "cryptography" if signature == "ed25519" else "standardwebhooks"
+    assert library in env["code"] and key[:10] in env["code"]
     base = f"/v1/partners/probe/endpoints/{probe['id']}"
     first = client.post(f"{base}/test", headers=auth).get_json()["id"]
     client.post(f"{base}/secret/rotate", headers=auth)
@@ -129,24 +150,24 @@ RUNNERS = {
 }
 
 
+@pytest.mark.parametrize("signature", ["hmac", "ed25519"])
 @pytest.mark.parametrize("language", sorted(RUNNERS))
 def test_the_node_and_go_snippets_verify_real_webhooks(
-    client, auth, runtime, tmp_path: Path, language: str
+    client, auth, runtime, tmp_path: Path, language: str, signature: str
 ):
     program, listens, instead, name = RUNNERS[language]
     if program is None:
         pytest.skip(f"{language} is not installed (apt-get install nodejs golang-go)")
     port = free_port()
     url = f"http://127.0.0.1:{port}/webhooks"
-    make_partner(client, auth, "probe")
-    probe = client.post("/v1/partners/probe/endpoints", headers=auth, json={"url": url}).get_json()
-    code = _snippet(language, probe["secret"])
-    assert listens in code and probe["secret"][:10] in code
+    probe, key, variable = _probe(client, auth, url, signature)
+    code = _snippet(language, key, signature)
+    assert listens in code and key[:10] in code
     script = tmp_path / name
     script.write_text(code.replace(listens, instead.format(port=port)))
     env = dict(
         os.environ,
-        WEBHOOK_SECRET=probe["secret"],
+        **{variable: key},
         GOCACHE=str(tmp_path / "gocache"),
         GOPATH=str(tmp_path / "gopath"),
         GO111MODULE="off",
@@ -205,3 +226,8 @@ def test_the_go_snippet_uses_only_the_standard_library_and_names_the_secret():
         "whsec_AbCd…" in code
         and 'strings.TrimPrefix(os.Getenv("WEBHOOK_SECRET"), "whsec_")' in code
     )
+    public_key = "whpk_" + "A" * 43 + "="
+    ed25519 = _snippet("go", public_key, "ed25519")
+    imports = ed25519.split("import (", 1)[1].split(")", 1)[0].split()
+    assert all("." not in name.strip('"') for name in imports), imports
+    assert f"WEBHOOK_PUBLIC_KEY={public_key} go run" in ed25519  # public: named in full

@@ -13,7 +13,7 @@ from app.event_types import downgrades
 from app.models import SCOPES
 from app.services import portal
 from app.services.actor import PARTNER_SCOPES
-from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering
+from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering, SignatureKind
 from app.web.api.deliveries_doc import DELIVERY
 from app.web.openapi import (
     INTEGER,
@@ -295,6 +295,25 @@ SECRET: Schema = {
     "pattern": "^whsec_",
     "description": "whsec_ + base64 of 24-64 random bytes",
 }
+_SIGNATURE: Schema = {
+    "type": "string",
+    "enum": list(SignatureKind),
+    "description": "how webhooks are signed (Standard Webhooks): hmac, `v1,<base64>` with the "
+    "shared whsec_ secret; ed25519, `v1a,<base64>` with a key pair Kurir makes, whose private "
+    "key (whsk_, kept encrypted) is never shown and whose public key (whpk_) the partner "
+    "verifies with. Default hmac; changed by a rotation (POST …/secret/rotate "
+    '{"signature": …}), never by PATCH',
+}
+PUBLIC_KEY: Schema = {
+    "type": "string",
+    "pattern": "^whpk_",
+    "description": "whpk_ + base64 of the 32-byte Ed25519 public key",
+}
+_PUBLIC_KEYS: Schema = array(
+    obj({"public_key": PUBLIC_KEY, "created_at": TIMESTAMP, "expires_at": OPT_TIMESTAMP}),
+    description="an ed25519 endpoint's keys that sign now, newest first: after a rotation "
+    "the previous one too, until `expires_at`; trust each (empty for hmac)",
+)
 _MODE: Schema = {
     "type": "string",
     "enum": list(EndpointMode),
@@ -340,6 +359,11 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "ordering": _ORDERING,
     "on_dead": _ON_DEAD,
     "send_traceparent": _SEND_TRACEPARENT,
+    "signature": _SIGNATURE,
+    "public_key": nullable(
+        dict(PUBLIC_KEY, description="an ed25519 endpoint's current public key; null for hmac")
+    ),
+    "public_keys": _PUBLIC_KEYS,
     "state": {"type": "string", "enum": list(EndpointState)},
     "disabled_reason": OPT_STRING,
     "disabled_at": OPT_TIMESTAMP,
@@ -372,7 +396,9 @@ ENDPOINT_WITH_SECRET = schema(
     "EndpointWithSecret",
     obj(
         {**_ENDPOINT_PROPS, "secret": SECRET},
-        description="only in the answers to create and rotate",
+        required=list(_ENDPOINT_PROPS),
+        description="`secret` only in the answers to create and rotate of an hmac endpoint "
+        "(an ed25519 one answers with `public_key`)",
     ),
 )
 ENDPOINT_CREATE = schema(
@@ -398,7 +424,12 @@ ENDPOINT_CREATE = schema(
             "ordering": _ORDERING,
             "on_dead": _ON_DEAD,
             "send_traceparent": _SEND_TRACEPARENT,
-            "secret": dict(SECRET, description="optional; generated when absent"),
+            "signature": _SIGNATURE,
+            "secret": dict(
+                SECRET,
+                description="optional; generated when absent. Refused (422 "
+                "`secret_not_allowed`) with signature ed25519: Kurir makes that key pair",
+            ),
         },
         required=[],
     ),
@@ -418,6 +449,11 @@ ENDPOINT_UPDATE = schema(
             "ordering": _ORDERING,
             "on_dead": _ON_DEAD,
             "send_traceparent": _SEND_TRACEPARENT,
+            "signature": dict(
+                _SIGNATURE,
+                description="may repeat the current kind; another is 422 "
+                "`signature_changes_by_rotation` (rotate instead)",
+            ),
         },
         required=[],
     ),
@@ -530,8 +566,26 @@ add(
         tag="endpoints",
         scope="endpoints:write",
         params=EP,
+        description="Makes a new key of the endpoint's kind, or of the kind `signature` names "
+        "(switching hmac and ed25519): the previous key keeps signing beside it until the "
+        "overlap (`KURIR_SECRET_ROTATION_OVERLAP_SECONDS`) ends, so webhooks carry one "
+        "signature per live key (`v1a,… v1,…`). An hmac rotation answers with the new "
+        "`secret`; an ed25519 one with the new `public_key`.",
         body_required=False,
-        body=schema("SecretRotate", obj({"secret": SECRET}, required=[])),
+        body=schema(
+            "SecretRotate",
+            obj(
+                {
+                    "secret": dict(
+                        SECRET, description="hmac only: the new secret (generated when absent)"
+                    ),
+                    "signature": dict(
+                        _SIGNATURE, description="the new key's kind (default: the endpoint's)"
+                    ),
+                },
+                required=[],
+            ),
+        ),
         ok={200: ENDPOINT_WITH_SECRET},
         errors=(400, 404, 415, 422),
     ),
@@ -600,6 +654,8 @@ add(
         tag="endpoints",
         scope="endpoints:write",
         params=EP,
+        description="An ed25519 endpoint has no secret to share: 409 `no_shared_secret` "
+        "(its private key never leaves Kurir; `public_key` is on the endpoint).",
         ok={
             200: schema(
                 "Secret",
@@ -614,6 +670,6 @@ add(
                 ),
             )
         },
-        errors=(404,),
+        errors=(404, 409),
     ),
 )

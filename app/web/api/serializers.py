@@ -8,11 +8,12 @@ from typing import Any
 from app import headers as header_rules
 from app.clock import isoformat
 from app.models import ApiKey, Attempt, Delivery, Endpoint, Event, EventType, Partner
+from app.services import endpoints as endpoint_service
 from app.services.audit import Shown
 from app.services.deliveries import delivered_version
 from app.services.endpoints import BlockedKey
 from app.services.feed import Lag
-from app.vocabulary import EndpointMode, EndpointState
+from app.vocabulary import EndpointMode, EndpointState, SignatureKind
 
 
 def event_type_json(row: EventType) -> dict[str, Any]:
@@ -62,10 +63,12 @@ def endpoint_json(
     secret: str | None = None,
     lag: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`secret` is given only by create, rotate and GET …/secret.
+    """`secret` is given only by create, rotate and GET …/secret (of an HMAC endpoint).
 
     Custom header values are write-only: `headers` names every header, with its value only
     when it is listed in `public_headers` (null otherwise; sending null back keeps it).
+    An Ed25519 endpoint shows its public key (`public_key`), and every key that signs now
+    (`public_keys`: after a rotation, the previous one until its overlap ends).
     """
     body: dict[str, Any] = {
         "id": endpoint.id,
@@ -82,6 +85,9 @@ def endpoint_json(
         "ordering": endpoint.ordering or "none",
         "on_dead": endpoint.on_dead or "skip",
         "send_traceparent": bool(endpoint.send_traceparent),
+        "signature": endpoint.signature or SignatureKind.HMAC.value,
+        "public_key": None,
+        "public_keys": [],
         "state": endpoint.state,
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": isoformat(endpoint.disabled_at),
@@ -92,6 +98,16 @@ def endpoint_json(
         "created_at": isoformat(endpoint.created_at),
         "updated_at": isoformat(endpoint.updated_at),
     }
+    if body["signature"] == SignatureKind.ED25519:  # an HMAC endpoint loads no keys
+        body["public_key"] = endpoint_service.public_key(endpoint)
+        body["public_keys"] = [
+            {
+                "public_key": row.public_key,
+                "created_at": isoformat(row.created_at),
+                "expires_at": isoformat(row.expires_at),
+            }
+            for row in endpoint_service.public_keys(endpoint)
+        ]
     if secret is not None:
         body["secret"] = secret
     if lag is not None:

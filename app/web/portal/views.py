@@ -24,6 +24,7 @@ from app.clock import isoformat, utcnow
 from app.errors import KurirError, RateLimited, ValidationFailed
 from app.models import Endpoint
 from app.services import deliveries, endpoints, event_types, feed, pins, portal
+from app.vocabulary import SignatureKind
 from app.web import csrf, error_pages, present
 from app.web.context import runtime
 from app.web.delivery_log import log_context
@@ -242,6 +243,7 @@ def endpoint_new() -> Page:
                 with session.begin_nested():
                     created = endpoints.create(session, rt, actor, _uid(), body)
                     endpoint_id = created.endpoint.id
+                    ed25519 = created.endpoint.signature == SignatureKind.ED25519
             except ValidationFailed as exc:  # a field, or the partner's endpoint limit
                 form.refused(exc)
             except RateLimited as exc:  # the form stays filled in, to send again later
@@ -255,8 +257,12 @@ def endpoint_new() -> Page:
                 )
             else:
                 flash(
-                    "Endpoint created. Its signing secret is on the Secret tab; send a test "
-                    "event to check that it arrives.",
+                    (
+                        "Endpoint created. Its public key is on the Public key tab"
+                        if ed25519
+                        else "Endpoint created. Its signing secret is on the Secret tab"
+                    )
+                    + "; send a test event to check that it arrives.",
                     "ok",
                 )
                 return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
@@ -303,6 +309,7 @@ def endpoint(endpoint_id: str) -> Page:
             expired=feed.expired_backlog(session, runtime().settings, ep),
             pinned=pins.of_endpoint(session, actor, ep),
             lag=feed.lag_of(session, runtime().settings, ep),
+            public_key=endpoints.public_key(ep),
             feed_url=feed_url,
             ack_url=request.host_url.rstrip("/") + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack",
         )
@@ -429,6 +436,8 @@ def _secret_page(ep: Endpoint, secret: str | None = None, since: Any = None) -> 
         since=since,
         old_until=endpoints.previous_secret_expiry(ep),
         overlap=runtime().settings.secret_rotation_overlap_seconds,
+        public_key=endpoints.public_key(ep),
+        public_keys=endpoints.public_keys(ep),
     )
 
 
@@ -457,11 +466,18 @@ def endpoint_secret_rotate(endpoint_id: str) -> WerkzeugResponse:
     actor = security.actor()
     with rt.db.begin() as session:
         ep = _endpoint(session, endpoint_id, "endpoints:write")
-        endpoints.rotate_secret(session, rt, actor, ep)
+        # The kind may change here ("switch to Ed25519"): by a rotation, with an overlap.
+        switch = request.form.get("signature")
+        endpoints.rotate_secret(session, rt, actor, ep, {"signature": switch} if switch else {})
         until = endpoints.previous_secret_expiry(ep)
+        ed25519 = ep.signature == SignatureKind.ED25519
     flash(
-        "Rotated. Reveal the new secret below and put it in your receiver"
-        + (f"; the previous one keeps signing until {isoformat(until)}." if until else "."),
+        (
+            "Rotated. Put the new public key below in your receiver"
+            if ed25519
+            else "Rotated. Reveal the new secret below and put it in your receiver"
+        )
+        + (f"; the previous key keeps signing until {isoformat(until)}." if until else "."),
         "ok",
     )
     return redirect(url_for("portal.endpoint_secret", endpoint_id=endpoint_id))
@@ -562,15 +578,21 @@ def verify() -> Page:
         rows, _ = endpoints.page(session, actor, _uid(), limit=100, cursor=None)
         chosen_id = request.args.get("endpoint") or (rows[0].id if rows else None)
         chosen = _endpoint(session, chosen_id) if chosen_id else None
-        hint = guide.secret_hint(
-            endpoints.secret_prefix(session, runtime(), actor, chosen)
-            if chosen is not None
-            else None
-        )
+        signature = chosen.signature if chosen is not None else SignatureKind.HMAC
+        if signature == SignatureKind.ED25519:
+            # Public: named in full, and nothing to reveal.
+            hint = endpoints.public_key(chosen) if chosen is not None else None
+        else:
+            hint = guide.secret_hint(
+                endpoints.secret_prefix(session, runtime(), actor, chosen)
+                if chosen is not None
+                else None
+            )
         return render_template(
             "portal/verify.html",
             endpoints=rows,
             chosen=chosen,
-            snippets=guide.snippets(hint),
-            headers=guide.HEADERS,
+            public_key=hint if signature == SignatureKind.ED25519 else None,
+            snippets=guide.snippets(hint, signature),
+            headers=guide.headers(signature),
         )

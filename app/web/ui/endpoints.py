@@ -15,6 +15,7 @@ from app.clock import utcnow
 from app.errors import NotFound, ValidationFailed
 from app.pagination import parse_limit
 from app.services import audit, dead_letters, endpoints, event_types, feed, partners, pins
+from app.vocabulary import SignatureKind
 from app.web import present
 from app.web.context import runtime
 from app.web.endpoint_form import EndpointForm
@@ -101,6 +102,7 @@ def endpoint(endpoint_id: str) -> Page:
             trail=trail,
             headers=present.endpoint_headers(ep.headers, ep.public_headers),
             lag=feed.lag_of(session, runtime().settings, ep),
+            public_key=endpoints.public_key(ep),
             pinned=pins.of_endpoint(session, actor, ep),
             open_letters=dead_letters.open_by_endpoint(session, actor, [ep.id]).get(ep.id, 0),
         )
@@ -152,7 +154,8 @@ def endpoint_rotate(endpoint_id: str) -> WerkzeugResponse:
     with rt.db.begin() as session:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
         endpoints.rotate_secret(session, rt, actor, ep)
-    flash("Rotated. The new secret is below; the old one keeps signing during the overlap.", "ok")
+        what = "public key" if ep.signature == SignatureKind.ED25519 else "secret"
+    flash(f"Rotated. The new {what} is below; the old one keeps signing during the overlap.", "ok")
     # The secret is read by the page, never carried in the redirect or the session cookie;
     # reloading that page shows it again and rotates nothing.
     return redirect(url_for("ui.endpoint_secret", endpoint_id=endpoint_id))
@@ -167,8 +170,17 @@ def endpoint_secret(endpoint_id: str) -> Page:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
         if ep.deleted_at is not None:
             raise NotFound(f"Endpoint {endpoint_id} is deleted; it has no secret to show.")
-        row, secret = endpoints.read_secret(session, rt, actor, ep)
         partner = partners.by_id(session, actor, ep.partner_id)
+        if ep.signature == SignatureKind.ED25519:
+            # Its private key is never shown; the public keys are, unaudited (public).
+            return render_template(
+                "ui/secret.html",
+                ep=ep,
+                partner=partner,
+                public_keys=endpoints.public_keys(ep),
+                old_until=endpoints.previous_secret_expiry(ep),
+            )
+        row, secret = endpoints.read_secret(session, rt, actor, ep)
         return render_template(
             "ui/secret.html",
             ep=ep,
