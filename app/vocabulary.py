@@ -105,6 +105,8 @@ class ResendSkip(StrEnum):
     NOT_OPEN = "dead_letter_not_open"
     ENDPOINT_DISABLED = "endpoint_disabled"
     ENDPOINT_DELETED = "endpoint_deleted"
+    # A partner's own credentials may not force past an operator's decision to disable.
+    DISABLED_BY_OPERATOR = "disabled_by_operator"
 
 
 class ResendJobState(StrEnum):

@@ -43,7 +43,7 @@ from app.models import (
 )
 from app.queues import DEFAULT, DLQ_BULK_RESEND, JobSpec, enqueue_after_commit, try_enqueue_many
 from app.runtime import Runtime
-from app.vocabulary import EndpointState, ResendJobState, ResendSkip
+from app.vocabulary import DisabledBy, EndpointState, ResendJobState, ResendSkip
 from dlq.audit import audit_row
 from dlq.search import DeadLetterFilter, conditions, count, newest_id
 from sender.dispatch import job_specs
@@ -63,6 +63,8 @@ _MESSAGES = {
     ResendSkip.ENDPOINT_DISABLED: "the endpoint is disabled: enable it first, or resend with "
     "force=true",
     ResendSkip.ENDPOINT_DELETED: "the endpoint was deleted; this letter can only be discarded",
+    ResendSkip.DISABLED_BY_OPERATOR: "the publisher's operators disabled this endpoint: only "
+    "they can resend to it",
 }
 
 
@@ -92,7 +94,8 @@ def rearm(
 ) -> PageResult:
     """Flip open letters to `resent` and their deliveries back to `pending`, in this session.
 
-    Letters that are not open, or whose endpoint is disabled (unless `force`) or deleted, are
+    Letters that are not open, or whose endpoint is disabled (unless `force`; a partner's own
+    credentials, `actor_partner_id`, never force past an operator's disable) or deleted, are
     skipped with a reason. Nothing is enqueued here; see `enqueue`.
     """
     now = now or utcnow()
@@ -101,7 +104,13 @@ def rearm(
     if not ids:
         return result
     rows = session.execute(
-        select(DeadLetter.id, DeadLetter.state, Endpoint.state, Endpoint.deleted_at)
+        select(
+            DeadLetter.id,
+            DeadLetter.state,
+            Endpoint.state,
+            Endpoint.deleted_at,
+            Endpoint.disabled_by,
+        )
         .join(Endpoint, Endpoint.id == DeadLetter.endpoint_id)
         .where(DeadLetter.id.in_(ids))
     ).all()
@@ -118,6 +127,13 @@ def rearm(
             result.skipped[letter_id] = ResendSkip.ENDPOINT_DELETED
         elif row[2] != EndpointState.ENABLED and not force:
             result.skipped[letter_id] = ResendSkip.ENDPOINT_DISABLED
+        elif (
+            row[2] != EndpointState.ENABLED
+            and actor_partner_id is not None
+            and row[4] == DisabledBy.OPERATOR
+        ):
+            # Forcing is the partner's to do on its own or Kurir's disable, not an operator's.
+            result.skipped[letter_id] = ResendSkip.DISABLED_BY_OPERATOR
         else:
             eligible.append(letter_id)
             if row[2] != EndpointState.ENABLED:

@@ -52,6 +52,37 @@ def make_app(make_rt: Callable[..., Any]) -> Callable[..., Any]:
     return build
 
 
+def test_a_partner_cannot_force_a_resend_to_what_an_operator_disabled(client, auth, runtime):
+    """Forcing past a disable is the partner's to do when the partner or Kurir's health
+    monitor disabled the endpoint, never past an operator's decision (which the operator's
+    own force still overrides)."""
+    make_partner(client, auth, "acme")
+    key = partner_key(client, auth)
+    endpoint = make_endpoint(client, auth, "acme")
+    base = f"/v1/partners/acme/endpoints/{endpoint['id']}"
+    with runtime.db.begin() as session:
+        partner = session.scalar(select(Partner).where(Partner.uid == "acme"))
+        ep = session.get_one(Endpoint, endpoint["id"])
+        letters = [make_dead_letter(session, ep, make_dl_event(session, partner)).id for _ in "ab"]
+    assert client.post(f"{base}/disable", headers=auth, json={"reason": "abuse"}).status_code == 200
+    refused = client.post(f"/v1/dead-letters/{letters[0]}/resend?force=true", headers=key)
+    assert refused.status_code == 409, refused.get_json()
+    assert error_of(refused)["code"] == "disabled_by_operator"
+    bulk = client.post(
+        "/v1/dead-letters/resend", headers=key, json={"ids": letters, "force": True}
+    ).get_json()
+    assert bulk["count"] == 0
+    with runtime.db.begin() as session:
+        assert {session.get_one(DeadLetter, i).state for i in letters} == {"open"}
+    # The operator may force; and once the partner disabled it itself, so may the partner.
+    ok = client.post(f"/v1/dead-letters/{letters[0]}/resend?force=true", headers=auth)
+    assert ok.status_code in (200, 202), ok.get_json()
+    assert client.post(f"{base}/enable", headers=auth).status_code == 200
+    assert client.post(f"{base}/disable", headers=key, json={"reason": "ours"}).status_code == 200
+    mine = client.post(f"/v1/dead-letters/{letters[1]}/resend?force=true", headers=key)
+    assert mine.status_code in (200, 202), mine.get_json()
+
+
 def partner_key(
     client: Any, auth: dict[str, str], uid: str = "acme", name: str = "acme-robot"
 ) -> dict[str, str]:
