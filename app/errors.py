@@ -19,6 +19,7 @@ as a `Retry-After` header.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 
@@ -108,3 +109,19 @@ class RateLimited(KurirError):
 class Unavailable(KurirError):
     status = 503
     code = "unavailable"
+
+
+def reject_unknown_fields(
+    body: Mapping[str, object], allowed: Collection[str], code: str = "unknown_field"
+) -> None:
+    """Refuse a request body that carries a field this operation does not know: a typo must
+    be an error, not a silently ignored setting.
+
+    Raises:
+        ValidationFailed: `unknown_field` (or `code`), naming the fields.
+    """
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise ValidationFailed(
+            f"unknown field(s): {', '.join(unknown)}", code=code, details={"fields": unknown}
+        )

@@ -9,9 +9,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-from app.config import DEFAULT_RETRY_SCHEDULE, parse_schedule
-
-__all__ = ["DEFAULT_RETRY_SCHEDULE", "parse_schedule"]  # re-exported: the policy's inputs
+from app.config import DEFAULT_RETRY_SCHEDULE
 
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 # The longest Retry-After honoured: a partner may ask for a pause, not park a delivery for days.

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.config import Settings
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.errors import Conflict, NotFound, ValidationFailed, reject_unknown_fields
 from app.event_types import downgrades
 from app.event_types.examples import example_for
 from app.event_types.schema import (
@@ -111,15 +111,9 @@ def register(
         ValidationFailed: a field or the schema is invalid.
         Conflict: the version exists with another schema (versions are immutable).
     """
-    unknown = sorted(
-        set(body) - {"name", "version", "schema", "description", "downgrade", "examples"}
+    reject_unknown_fields(
+        body, {"name", "version", "schema", "description", "downgrade", "examples"}
     )
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field(s): {', '.join(unknown)}",
-            code="unknown_field",
-            details={"fields": unknown},
-        )
     name = _check_name(body.get("name"))
     if is_reserved(name):
         raise ValidationFailed(

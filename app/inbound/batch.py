@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import BindParameter, and_, bindparam, or_, select, text, update
+from sqlalchemy import BindParameter, bindparam, select, text, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, SessionTransaction
 
@@ -46,13 +46,15 @@ from app.inbound import process, reconcile
 from app.inbound import state as states
 from app.inbound.process import (
     _EVENTS,
+    CLAIM_VALUES,
+    CLAIMABLE,
+    CLAIMED_COLUMNS,
     FINISH,
     PROCESSING_LEASE_S,
     Claimed,
     HandlerFailed,
     SourceConfig,
 )
-from app.models import UTCDateTime
 from app.queues import enqueue_after_commit
 from app.runtime import Runtime
 from app.vocabulary import InboundStatus
@@ -61,13 +63,6 @@ log = logging.getLogger(__name__)
 
 _E = _EVENTS.c
 _IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
-_CLAIMABLE = or_(
-    _E.status == InboundStatus.RECEIVED,
-    and_(
-        _E.status == InboundStatus.PROCESSING,
-        _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime()),
-    ),
-)
 # SKIP LOCKED: an event another worker is claiming this instant is theirs; waiting for it
 # could deadlock two claims that list the same events in another order (PostgreSQL only;
 # SQLite has one writer and renders no lock clause).
@@ -76,29 +71,14 @@ _CLAIM_MANY = (
     .where(
         _E.id.in_(
             select(_E.id)
-            .where(_E.id.in_(_IDS), _CLAIMABLE)
+            .where(_E.id.in_(_IDS), CLAIMABLE)
             .with_for_update(skip_locked=True)
             .scalar_subquery()
         ),
-        _CLAIMABLE,
+        CLAIMABLE,
     )
-    .values(
-        status=InboundStatus.PROCESSING,
-        attempts=_E.attempts + 1,
-        updated_at=bindparam("now", type_=UTCDateTime()),
-    )
-    .returning(
-        _E.id,
-        _E.attempts,
-        _E.source_id,
-        _E.event_type,
-        _E.resource_type,
-        _E.resource_id,
-        _E.resource_version,
-        _E.occurred_at,
-        _E.resource_status,
-        _E.trace_context,
-    )
+    .values(CLAIM_VALUES)
+    .returning(*CLAIMED_COLUMNS)
 )
 
 

@@ -128,36 +128,37 @@ def process_claimed(rt: Runtime, claimed: Claimed, *, now: datetime | None = Non
 
 
 _E = _EVENTS.c
+# What a claim takes, sets and reads back, one for the single claim here and the batch's.
+CLAIMABLE = or_(
+    _E.status == InboundStatus.RECEIVED,
+    and_(
+        _E.status == InboundStatus.PROCESSING,
+        _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime()),
+    ),
+)
+CLAIM_VALUES = {
+    "status": InboundStatus.PROCESSING,
+    "attempts": _E.attempts + 1,
+    "updated_at": bindparam("now", type_=UTCDateTime()),
+}
+CLAIMED_COLUMNS = (
+    _E.id,
+    _E.attempts,
+    _E.source_id,
+    _E.event_type,
+    _E.resource_type,
+    _E.resource_id,
+    _E.resource_version,
+    _E.occurred_at,
+    _E.resource_status,
+    _E.trace_context,
+)
 # Built once, values as parameters: the claim runs for every event.
 _CLAIM = (
     update(_EVENTS)
-    .where(
-        _E.id == bindparam("b_id"),
-        or_(
-            _E.status == InboundStatus.RECEIVED,
-            and_(
-                _E.status == InboundStatus.PROCESSING,
-                _E.updated_at < bindparam("lease_cutoff", type_=UTCDateTime()),
-            ),
-        ),
-    )
-    .values(
-        status=InboundStatus.PROCESSING,
-        attempts=_E.attempts + 1,
-        updated_at=bindparam("now", type_=UTCDateTime()),
-    )
-    .returning(
-        _E.id,
-        _E.attempts,
-        _E.source_id,
-        _E.event_type,
-        _E.resource_type,
-        _E.resource_id,
-        _E.resource_version,
-        _E.occurred_at,
-        _E.resource_status,
-        _E.trace_context,
-    )
+    .where(_E.id == bindparam("b_id"), CLAIMABLE)
+    .values(CLAIM_VALUES)
+    .returning(*CLAIMED_COLUMNS)
 )
 FINISH = (
     update(_EVENTS)

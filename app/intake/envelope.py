@@ -14,7 +14,7 @@ from typing import Any
 
 from app import event_types
 from app.clock import isoformat, parse_rfc3339
-from app.errors import ValidationFailed
+from app.errors import ValidationFailed, reject_unknown_fields
 from sender import ordering
 
 PUBLISH_FIELDS = frozenset(
@@ -83,13 +83,7 @@ def parse_request(body: dict[str, Any]) -> PublishRequest:
     Raises:
         ValidationFailed: an unknown, missing or malformed field.
     """
-    unknown = sorted(set(body) - PUBLISH_FIELDS)
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field(s): {', '.join(unknown)}",
-            code="unknown_field",
-            details={"fields": unknown},
-        )
+    reject_unknown_fields(body, PUBLISH_FIELDS)
     type_ = str(_text(body.get("type"), "type", required=True))
     if "version" not in body:
         raise _invalid("version", "version is required")

@@ -319,13 +319,3 @@ def check_description(value: Any) -> str | None:
             "description", f"description must be a string of at most {MAX_DESCRIPTION} characters"
         )
     return value
-
-
-def reject_unknown(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field(s): {', '.join(unknown)}",
-            code="unknown_field",
-            details={"fields": unknown},
-        )

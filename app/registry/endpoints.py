@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from app.clock import utcnow
 from app.config import Settings
 from app.crypto import SecretBox
-from app.errors import NotFound, ValidationFailed
+from app.errors import NotFound, ValidationFailed, reject_unknown_fields
 from app.feed.sequencer import settled_head
 from app.models import DISABLED_BY_OPERATOR, Endpoint, EndpointSecret, Partner
 from app.net import guard
@@ -38,7 +38,6 @@ from app.registry.endpoint_fields import (
     check_url,
     check_versions,
     invalid,
-    reject_unknown,
 )
 from app.registry.secrets import add_secret, current_secret_row, rotate
 from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering, values
@@ -61,7 +60,7 @@ def create_endpoint(
     resolver: guard.Resolver = guard.default_resolver,
 ) -> EndpointWithSecret:
     """Validate everything, then store the endpoint and its (encrypted) first secret."""
-    reject_unknown(body, ENDPOINT_FIELDS)
+    reject_unknown_fields(body, ENDPOINT_FIELDS)
     mode = check_mode(body.get("mode", EndpointMode.PUSH.value))
     if mode == EndpointMode.PULL:
         if body.get("url") is not None:
@@ -155,7 +154,7 @@ def update_endpoint(
         )
     keys.refuse_change(endpoint, body)
     body = {k: v for k, v in body.items() if k not in ("mode", keys.FIELD)}
-    reject_unknown(body, PATCHABLE_FIELDS)
+    reject_unknown_fields(body, PATCHABLE_FIELDS)
     if "url" in body and endpoint.mode == EndpointMode.PULL:
         raise invalid("url", "a pull endpoint has no url (its mode is fixed at creation)")
     if "url" in body:
@@ -260,7 +259,7 @@ def rotate_secret(
 ) -> str | None:
     """Make a new key current, of the kind asked (default: the endpoint's); the old ones keep
     signing for the configured overlap. The new HMAC secret, or None for an Ed25519 key."""
-    reject_unknown(body, ("secret", keys.FIELD))
+    reject_unknown_fields(body, ("secret", keys.FIELD))
     signature, secret = keys.next_key(endpoint, body)
     rotate(
         session, endpoint, secret, box, now or utcnow(), settings.secret_rotation_overlap_seconds

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.errors import Conflict, NotFound, reject_unknown_fields
 from app.models import Partner
 from app.registry.endpoint_fields import invalid
 
@@ -19,13 +19,7 @@ MAX_NAME_LENGTH = 400
 
 def create_partner(session: Session, body: dict[str, Any]) -> Partner:
     """Raises ValidationFailed for a bad uid or name, Conflict when the uid is taken."""
-    unknown = sorted(set(body) - {"uid", "name"})
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field(s): {', '.join(unknown)}",
-            code="unknown_field",
-            details={"fields": unknown},
-        )
+    reject_unknown_fields(body, {"uid", "name"})
     uid = body.get("uid")
     if not isinstance(uid, str) or not UID_PATTERN.fullmatch(uid):
         raise invalid(

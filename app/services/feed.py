@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
 from app.config import Settings
-from app.errors import Conflict, Gone, ValidationFailed
+from app.errors import Conflict, Gone, ValidationFailed, reject_unknown_fields
 from app.feed import cursor as cursors
 from app.feed.backlog import ExpiredBacklog, expired
 from app.feed.lag import Lag, PullLag, lag, lags
@@ -172,13 +172,7 @@ def ack(
     """
     now = now or utcnow()
     endpoint = endpoint_service.live(session, actor, uid, endpoint_id, "endpoints:write")
-    unknown = sorted(set(body) - {"cursor"})
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field(s): {', '.join(unknown)}",
-            code="unknown_field",
-            details={"fields": unknown},
-        )
+    reject_unknown_fields(body, {"cursor"})
     raw = body.get("cursor")
     if not isinstance(raw, str) or not raw:
         raise ValidationFailed(

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
+from app.errors import BadRequest, Conflict, NotFound, ValidationFailed, reject_unknown_fields
 from app.inbound import receive as receive_mod
 from app.inbound import reconcile as reconcile_mod
 from app.inbound import replay as replay_mod
@@ -63,13 +63,7 @@ def create(session: Session, rt: Runtime, actor: Actor, body: dict[str, Any]) ->
     """Raises ValidationFailed for any bad field (a handler not registered by name among
     them, unless the actor is the operator's command line), Conflict for a taken name."""
     _require(actor, "sources:write")
-    unknown = sorted(set(body) - CREATE_FIELDS)
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field(s): {', '.join(unknown)}",
-            code="invalid_source",
-            details={"fields": unknown},
-        )
+    reject_unknown_fields(body, CREATE_FIELDS, code="invalid_source")
     secrets = body.get("secrets")
     if secrets is None and "secret" in body:
         secrets = [body["secret"]]

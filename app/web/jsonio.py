@@ -9,7 +9,7 @@ from flask import Response, request
 
 from app import jsonstrict
 from app.clock import parse_time
-from app.errors import BadRequest, UnsupportedMediaType, ValidationFailed
+from app.errors import BadRequest, UnsupportedMediaType, ValidationFailed, reject_unknown_fields
 
 # Top-level members of a request body that are stored only as JSON (the event's data and
 # its renditions), never in a text column: a NUL character in them is escaped and harmless.
@@ -119,13 +119,7 @@ def optional_json(allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
         return {}
     body = read_json_object()
     if allowed is not None:
-        unknown = sorted(set(body) - set(allowed))
-        if unknown:
-            raise ValidationFailed(
-                f"unknown field(s): {', '.join(unknown)}",
-                code="unknown_field",
-                details={"fields": unknown},
-            )
+        reject_unknown_fields(body, allowed)
     return body
 
 

@@ -9,15 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.config import DEFAULT_RETRY_SCHEDULE, parse_schedule
 from sender.policy import (
-    DEFAULT_RETRY_SCHEDULE,
     MAX_RETRY_AFTER_S,
     Decision,
     RetryPolicy,
     decide,
     is_success,
     parse_retry_after,
-    parse_schedule,
     should_auto_disable,
 )
 

@@ -7,7 +7,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from app.clock import isoformat, utcnow
-from app.errors import ValidationFailed
+from app.errors import ValidationFailed, reject_unknown_fields
 from app.pagination import parse_limit
 from app.services import endpoints, feed, keys, partners, portal
 from app.web.api.serializers import (
@@ -60,13 +60,7 @@ def create_partner_key(uid: str) -> tuple[Response, int]:
     """A key bound to this partner (admin only); the key itself is in this answer alone."""
     actor = current_actor()
     body = read_json_object()
-    unknown = sorted(set(body) - {"name", "scopes"})
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field(s): {', '.join(unknown)}",
-            code="unknown_field",
-            details={"fields": unknown},
-        )
+    reject_unknown_fields(body, {"name", "scopes"})
     scopes = body.get("scopes") or []
     if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
         raise ValidationFailed(
