@@ -22,6 +22,7 @@ from app.accounts import create_api_key
 from app.intake.publish import publish
 from app.models import DEAD, PENDING, RETRYING, SUCCEEDED, DeadLetter, Delivery, Endpoint
 from app.registry import endpoints as endpoint_rules
+from app.registry.partners import create_partner
 from app.runtime import Runtime
 from sender.sweeper import sweep
 from tests.support.factories import Receiver, WorkerThread, wait_for
@@ -105,7 +106,7 @@ class Publisher:
         with rt.db.begin() as session:
             event_types.register(session, {"name": TYPE, "version": 1, "schema": SCHEMA})
             key, _ = create_api_key(session, "ordering-test", ["admin"])
-            partner = endpoint_rules.create_partner(session, {"uid": "shop", "name": "Shop"})
+            partner = create_partner(session, {"uid": "shop", "name": "Shop"})
             created = endpoint_rules.create_endpoint(
                 session, partner, {"url": url, **endpoint}, rt.settings, rt.secret_box
             )
