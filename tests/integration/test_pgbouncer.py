@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psutil
 import psycopg
 import pytest
 import requests
@@ -91,28 +92,57 @@ def _plain(url: str) -> str:
     return url.split("?", 1)[0].replace("postgresql+psycopg://", "postgresql://", 1)
 
 
-class ServerConnections:
-    """Samples, beside the pooler, how many client backends PostgreSQL serves for the test
-    database, leaving out `excluded` pids; keeps the highest count."""
+def _pooler_pid(pooled_url: str) -> int:
+    """The pid of the PgBouncer listening on the pooled URL's port."""
+    port = int(pooled_url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+    for connection in psutil.net_connections(kind="tcp"):
+        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port:
+            assert connection.pid is not None
+            return int(connection.pid)
+    raise AssertionError(f"nothing listens on the pooler's port {port}")
 
-    def __init__(self, upstream_url: str, excluded: list[int]) -> None:
+
+class ServerConnections:
+    """Samples how many backends PostgreSQL serves the pooler (identified by the pooler
+    process's own sockets, so a leftover connection of an earlier test in this process
+    cannot be mistaken for Kurir's), leaving out `excluded` pids; keeps the highest count.
+    It also counts backends opened during the run from anywhere but the pooler: Kurir
+    reaching PostgreSQL around the pooler would show there."""
+
+    def __init__(self, upstream_url: str, pooled_url: str, excluded: list[int]) -> None:
         self.url = _plain(upstream_url)
+        self.pooler = psutil.Process(_pooler_pid(pooled_url))
+        self.upstream_port = int(self.url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
         self.excluded = excluded
         self.peak = 0
+        self.bypassing: set[int] = set()
         self.samples = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
+    def _pooler_ports(self) -> list[int]:
+        return [
+            c.laddr.port
+            for c in self.pooler.net_connections(kind="tcp")
+            if c.raddr and c.raddr.port == self.upstream_port
+        ]
+
     def _run(self) -> None:
         with psycopg.connect(self.url, autocommit=True, prepare_threshold=None) as connection:
+            row = connection.execute("SELECT now()").fetchone()
+            assert row is not None
+            started = row[0]
             while not self.stop.is_set():
-                row = connection.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-                    " AND NOT pid = ANY(%s)",
-                    (self.excluded,),
-                ).fetchone()
-                self.peak = max(self.peak, int(row[0]) if row else 0)
+                rows = connection.execute(
+                    "SELECT pid, client_port, backend_start > %s FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND backend_type = 'client backend'"
+                    " AND pid <> pg_backend_pid() AND NOT pid = ANY(%s)",
+                    (started, self.excluded),
+                ).fetchall()
+                ports = set(self._pooler_ports())
+                pooled = [pid for pid, port, _ in rows if port in ports]
+                self.bypassing |= {pid for pid, port, new in rows if new and port not in ports}
+                self.peak = max(self.peak, len(pooled))
                 self.samples += 1
                 self.stop.wait(0.01)
 
@@ -203,7 +233,7 @@ def test_publish_deliver_and_receive_at_once_on_three_server_connections(
         total = publishers * per_thread
         with (
             pinned_servers(pgbouncer_url, DEFAULT_POOL_SIZE - left) as pinned,
-            ServerConnections(os.environ["TEST_DATABASE_URL"], pinned) as servers,
+            ServerConnections(os.environ["TEST_DATABASE_URL"], pgbouncer_url, pinned) as servers,
             WorkerThread(runtime),
         ):
             threads = [threading.Thread(target=work, args=(i,)) for i in range(publishers)]
@@ -217,4 +247,5 @@ def test_publish_deliver_and_receive_at_once_on_three_server_connections(
         assert len(ids) == total and len(set(ids)) == total
 
     assert servers.samples > 0 and servers.peak >= 1
+    assert not servers.bypassing, f"backends opened around the pooler: {servers.bypassing}"
     assert servers.peak <= left, f"PostgreSQL served Kurir {servers.peak} connections, not {left}"
