@@ -1,0 +1,353 @@
+"""The engine at everyday load: paced traffic through the HTTP API, not a backlog drained.
+
+    .venv/bin/python bench/everyday.py [--rates 20,100,500] [--fanouts 1,5] [--seconds 10]
+                                       [--workers 2] [--publishers 4] [--flat-out 2000]
+
+Most of a deployment's life is a trickle (10 million deliveries a day is 115 a second), where
+every batch the engine claims holds one or two deliveries. This script measures that, the way
+a deployment runs it: `kurir api` (its default server) and `kurir worker` processes, with
+publishers in separate processes POSTing events over HTTP at a paced, open-loop rate, and a
+receiver process answering 200.
+
+It owns its database (default: `kurir_everyday_bench`, WIPED and migrated) and Redis db
+(default 5, flushed). First, in the same run, the two bare ceilings every figure is held
+against: N processes POSTing the same signed bodies in a bare `requests.Session` loop, and in a
+bare urllib3 `HTTPConnectionPool` loop (what Kurir's transport is built on). Then, for every
+rate x fan-out:
+
+  worker CPU per delivery   user + system of the worker processes, all threads, from the
+                            phase's first publish until every outcome is recorded
+  API CPU per publish       the `kurir api` process tree
+  PostgreSQL CPU per delivery  the backends of this database
+  publish -> receipt        p50 / p99 / max, from the moment the publisher sent the request
+                            to the receiver's arrival stamp, per delivery
+
+and, with --flat-out N, the end-to-end rate through the API (N events from --publishers
+processes in a closed loop, fan-out 5): deliveries/s against the bare requests loop's rate
+with the same number of processes, worker CPU per delivery beside it.
+
+Everything shares the machine's cores (receiver, PostgreSQL, Redis, API, workers, publishers):
+rates move with the neighbours, CPU per unit of work much less. Run it on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.ports import free_port  # noqa: E402
+from bench.deliver import Kurir, bare_ceiling, percentile  # noqa: E402
+from bench.fresh_db import fresh_database  # noqa: E402
+from bench.publish import CpuMeter, server  # noqa: E402
+from tests.support.fast_receiver import ReceiverProcess  # noqa: E402
+
+DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_everyday_bench"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/5"
+SAMPLE = json.dumps(
+    {
+        "id": "evt_x",
+        "type": "order.paid",
+        "version": 1,
+        "occurred_at": "2026-12-02T10:00:00Z",
+        "partner": "bench",
+        "resource": None,
+        "correlation_id": "bench-1",
+        "data": {"order_id": "ord_00000001", "amount": 1001},
+    }
+).encode()
+
+
+def _publisher_main(
+    url: str, token: str, first: int, count: int, rate: float | None, start_at: float, out: Any
+) -> None:
+    """POST `count` events, paced at `rate`/s from `start_at` (open loop: a late request is
+    sent at once, never skipped), or back to back when `rate` is None; reports
+    (event id, send time) per event and the refusals."""
+    import requests
+
+    session = requests.Session()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    sent: list[tuple[str, float]] = []
+    refused: list[str] = []
+    delay = start_at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    for n in range(count):
+        if rate is not None:
+            delay = start_at + n / rate - time.time()
+            if delay > 0:
+                time.sleep(delay)
+        i = first + n
+        body = json.dumps(
+            {
+                "type": "order.paid",
+                "version": 1,
+                "data": {"order_id": f"ord_{i:08d}", "amount": 1000 + i},
+                "correlation_id": f"everyday-{i}",
+            }
+        )
+        at = time.time()
+        answer = session.post(url, data=body, headers=headers, timeout=60)
+        if answer.status_code == 202:
+            sent.append((str(answer.json()["id"]), at))
+        else:
+            refused.append(f"{answer.status_code} {answer.text[:200]}")
+    out.put((sent, refused))
+
+
+def publish_through_api(
+    url: str, token: str, events: int, processes: int, rate: float | None, first: int
+) -> tuple[dict[str, float], list[str]]:
+    """`events` from `processes` publisher processes, together at `rate`/s (or flat out)."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    per = events // processes
+    start_at = time.time() + 1.5  # every process started and connected by then
+    procs = [
+        ctx.Process(
+            target=_publisher_main,
+            args=(
+                url,
+                token,
+                first + k * per,
+                per,
+                None if rate is None else rate / processes,
+                start_at + (0 if rate is None else k / rate),
+                out,
+            ),
+        )
+        for k in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    sent: dict[str, float] = {}
+    refused: list[str] = []
+    for _ in procs:
+        got, bad = out.get(timeout=600)
+        sent.update(got)
+        refused += bad
+    for proc in procs:
+        proc.join()
+    return sent, refused
+
+
+def _bare_urllib3_main(url: str, count: int, body: bytes, barrier: Any, out: Any) -> None:
+    from urllib.parse import urlsplit
+
+    import urllib3
+
+    from app.signing import generate_secret
+    from sender.deliver import request_headers
+
+    parts = urlsplit(url)
+    pool = urllib3.HTTPConnectionPool(parts.hostname, parts.port, maxsize=1)
+    secret = generate_secret()
+    barrier.wait()
+    started = time.perf_counter()
+    cpu = time.process_time()
+    for i in range(count):
+        headers = request_headers(
+            f"evt_bare_{os.getpid()}_{i}", body, [secret], {}, int(time.time())
+        )
+        pool.urlopen("POST", parts.path, body=body, headers=headers, retries=False)
+    out.put((time.perf_counter() - started, time.process_time() - cpu))
+
+
+def bare_urllib3_ceiling(url: str, processes: int, total: int, body: bytes) -> tuple[float, float]:
+    """As `bench.deliver.bare_ceiling`, through urllib3's connection pool instead of requests."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    out = ctx.Queue()
+    per = total // processes
+    procs = [
+        ctx.Process(target=_bare_urllib3_main, args=(url + "/bare", per, body, barrier, out))
+        for _ in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    finished = [out.get(timeout=300) for _ in procs]
+    for proc in procs:
+        proc.join()
+    elapsed = max(wall for wall, _ in finished)
+    return per * processes / elapsed, sum(cpu for _, cpu in finished) * 1000 / (per * processes)
+
+
+class Phase:
+    """One measured stretch: CPU of the workers, the API and PostgreSQL from its start."""
+
+    def __init__(self, kurir: Kurir, meter: CpuMeter) -> None:
+        self.kurir, self.meter = kurir, meter
+        self.worker = kurir.worker_cpu_s()
+        self.cpu = meter.snapshot()
+
+    def finish(self) -> tuple[float, float, float]:
+        """(worker, API, PostgreSQL) CPU seconds since the start."""
+        now = self.meter.snapshot()
+        return (
+            self.kurir.worker_cpu_s() - self.worker,
+            now.get("server", 0.0) - self.cpu.get("server", 0.0),
+            now.get("postgres", 0.0) - self.cpu.get("postgres", 0.0),
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.accounts import create_api_key
+
+    fresh_database(args.db)
+    receiver = ReceiverProcess()
+    results: dict[str, Any] = {"workers": args.workers, "publishers": args.publishers}
+    try:
+        bare_rate, bare_ms = bare_ceiling(receiver.url, args.workers, args.bare_n, SAMPLE)
+        u3_rate, u3_ms = bare_urllib3_ceiling(receiver.url, args.workers, args.bare_n, SAMPLE)
+        receiver.dump()
+        results.update(
+            {
+                "bare_requests_per_s": round(bare_rate),
+                "bare_requests_cpu_ms": round(bare_ms, 3),
+                "bare_urllib3_per_s": round(u3_rate),
+                "bare_urllib3_cpu_ms": round(u3_ms, 3),
+            }
+        )
+        print(
+            f"bare POST loops, {args.workers} processes: requests.Session {bare_rate:,.0f}/s, "
+            f"{bare_ms:.3f} ms CPU per POST; urllib3 pool {u3_rate:,.0f}/s, {u3_ms:.3f} ms"
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            kurir = Kurir(args.db, args.redis, args.workers, Path(tmp))
+            fanouts = [int(f) for f in args.fanouts.split(",")]
+            for fanout in {*fanouts, 5}:
+                kurir.partner(
+                    f"f{fanout}", [f"{receiver.url}/f{fanout}/{i}" for i in range(fanout)]
+                )
+            with kurir.runtime.db.begin() as session:
+                _, token = create_api_key(session, "everyday", ["admin"])
+            kurir.start()
+            port = free_port()
+            api_env = {**kurir.env, "KURIR_LOG_LEVEL": "warning"}
+            base = f"http://127.0.0.1:{port}"
+            command = [sys.executable, "-m", "app.cli", "api", "--host", "127.0.0.1"]
+            with server([*command, "--port", str(port)], api_env, base + "/healthz") as api:
+                meter = CpuMeter(api.pid, args.db.rsplit("/", 1)[1])
+                recorded, first = 0, 0
+                try:
+                    for fanout in fanouts:
+                        for rate in [int(r) for r in args.rates.split(",")]:
+                            events = rate * args.seconds
+                            phase = Phase(kurir, meter)
+                            sent, refused = publish_through_api(
+                                f"{base}/v1/partners/f{fanout}/events",
+                                token,
+                                events,
+                                args.publishers,
+                                rate,
+                                first,
+                            )
+                            first += events
+                            expected = len(sent) * fanout
+                            receiver.wait_for(expected, timeout_s=120)
+                            recorded += expected
+                            kurir.wait_recorded(recorded)
+                            worker_s, api_s, pg_s = phase.finish()
+                            records = receiver.dump()
+                            lat = [(at - sent[m]) * 1000 for m, _, at in records if m in sent]
+                            name = f"r{rate}_f{fanout}"
+                            figures = {
+                                "deliveries": len(records),
+                                "refused": len(refused),
+                                "worker_cpu_ms_per_delivery": round(
+                                    worker_s * 1000 / max(len(records), 1), 3
+                                ),
+                                "api_cpu_ms_per_publish": round(
+                                    api_s * 1000 / max(len(sent), 1), 3
+                                ),
+                                "pg_cpu_ms_per_delivery": round(
+                                    pg_s * 1000 / max(len(records), 1), 3
+                                ),
+                                "p50_ms": round(percentile(lat, 50), 1),
+                                "p99_ms": round(percentile(lat, 99), 1),
+                                "max_ms": round(max(lat, default=float("nan")), 1),
+                            }
+                            results[name] = figures
+                            ratio = figures["worker_cpu_ms_per_delivery"] / bare_ms
+                            print(
+                                f"{rate:>4} events/s x fan-out {fanout}: "
+                                f"{figures['deliveries']:,} deliveries, worker CPU "
+                                f"{figures['worker_cpu_ms_per_delivery']:.3f} ms/delivery "
+                                f"({ratio:.2f}x the bare requests POST, "
+                                f"{figures['worker_cpu_ms_per_delivery'] / u3_ms:.2f}x urllib3), "
+                                f"API {figures['api_cpu_ms_per_publish']:.3f} ms/publish, "
+                                f"PostgreSQL {figures['pg_cpu_ms_per_delivery']:.3f} ms/delivery; "
+                                f"publish->receipt p50 {figures['p50_ms']:.1f} ms, "
+                                f"p99 {figures['p99_ms']:.1f} ms, max {figures['max_ms']:.1f} ms"
+                                + (f"; {len(refused)} refused: {refused[0]}" if refused else "")
+                            )
+                    if args.flat_out:
+                        phase = Phase(kurir, meter)
+                        started = time.time()
+                        sent, refused = publish_through_api(
+                            f"{base}/v1/partners/f5/events",
+                            token,
+                            args.flat_out,
+                            args.publishers,
+                            None,
+                            first,
+                        )
+                        expected = len(sent) * 5
+                        receiver.wait_for(expected, timeout_s=300)
+                        recorded += expected
+                        kurir.wait_recorded(recorded)
+                        worker_s, api_s, _ = phase.finish()
+                        records = receiver.dump()
+                        last = max(at for _, _, at in records)
+                        rate_s = len(records) / (last - started - 1.5)
+                        per = worker_s * 1000 / max(len(records), 1)
+                        results["flat_out_f5"] = {
+                            "deliveries": len(records),
+                            "deliveries_per_s": round(rate_s),
+                            "share_of_bare": round(rate_s / bare_rate, 3),
+                            "worker_cpu_ms_per_delivery": round(per, 3),
+                            "api_cpu_ms_per_publish": round(api_s * 1000 / max(len(sent), 1), 3),
+                        }
+                        print(
+                            f"flat out through the API, {args.publishers} publisher processes, "
+                            f"fan-out 5, {args.workers} workers: {rate_s:,.0f} deliveries/s = "
+                            f"{rate_s / bare_rate:.2f}x the bare requests loop; worker CPU "
+                            f"{per:.3f} ms/delivery ({per / bare_ms:.2f}x the bare POST, "
+                            f"{per / u3_ms:.2f}x urllib3)"
+                        )
+                finally:
+                    kurir.stop()
+    finally:
+        receiver.close()
+    print(json.dumps(results))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rates", default="20,100,500", help="events/s of the paced phases")
+    parser.add_argument("--fanouts", default="1,5", help="endpoints per event, per phase")
+    parser.add_argument("--seconds", type=int, default=10, help="length of each paced phase")
+    parser.add_argument("--workers", type=int, default=2, help="kurir worker processes")
+    parser.add_argument("--publishers", type=int, default=4, help="publisher processes")
+    parser.add_argument("--bare-n", type=int, default=4000, help="POSTs of each bare loop")
+    parser.add_argument(
+        "--flat-out", type=int, default=2000, help="events of the flat-out phase (0: skip)"
+    )
+    parser.add_argument("--db", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
+    parser.add_argument("--redis", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
+    return run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
