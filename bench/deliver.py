@@ -84,34 +84,50 @@ SCHEMA = {
 # ---------------------------------------------------------------------------- the ceiling
 
 
-def _bare_main(url: str, count: int, body: bytes, barrier: Any, out: Any) -> None:
+def _bare_main(url: str, count: int, body: bytes, barrier: Any, out: Any, client: str) -> None:
+    """POST `count` signed bodies over one kept-alive connection of `client`: "requests" (a
+    bare `requests.Session`) or "urllib3" (the connection pool Kurir's transport is built on)."""
+    from urllib.parse import urlsplit
+
     import requests
+    import urllib3
 
     from app.signing import generate_secret
     from sender.deliver import request_headers
 
+    if client == "urllib3":
+        parts = urlsplit(url)
+        pool = urllib3.HTTPConnectionPool(parts.hostname, parts.port, maxsize=1)
+
+        def post(headers: dict[str, str]) -> None:
+            pool.urlopen("POST", parts.path, body=body, headers=headers, retries=False)
+
+    else:
+        session = requests.Session()
+
+        def post(headers: dict[str, str]) -> None:
+            session.post(url, data=body, headers=headers, timeout=15)
+
     secret = generate_secret()
-    session = requests.Session()
     barrier.wait()
     started = time.perf_counter()
     cpu = time.process_time()
     for i in range(count):
-        headers = request_headers(
-            f"evt_bare_{os.getpid()}_{i}", body, [secret], {}, int(time.time())
-        )
-        session.post(url, data=body, headers=headers, timeout=15)
+        post(request_headers(f"evt_bare_{os.getpid()}_{i}", body, [secret], {}, int(time.time())))
     out.put((time.perf_counter() - started, time.process_time() - cpu))
 
 
-def bare_ceiling(url: str, processes: int, total: int, body: bytes) -> tuple[float, float]:
-    """Deliveries per second of N processes in a bare requests.Session loop, and the CPU time
-    (user + system, ms) each POST cost its process."""
+def bare_ceiling(
+    url: str, processes: int, total: int, body: bytes, client: str = "requests"
+) -> tuple[float, float]:
+    """Deliveries per second of N processes in a bare POST loop (`client`: a requests.Session
+    or a urllib3 pool), and the CPU time (user + system, ms) each POST cost its process."""
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(processes)
     out = ctx.Queue()
     per = total // processes
     procs = [
-        ctx.Process(target=_bare_main, args=(url + "/bare", per, body, barrier, out))
+        ctx.Process(target=_bare_main, args=(url + "/bare", per, body, barrier, out, client))
         for _ in range(processes)
     ]
     for p in procs:

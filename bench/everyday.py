@@ -141,47 +141,6 @@ def publish_through_api(
     return sent, refused
 
 
-def _bare_urllib3_main(url: str, count: int, body: bytes, barrier: Any, out: Any) -> None:
-    from urllib.parse import urlsplit
-
-    import urllib3
-
-    from app.signing import generate_secret
-    from sender.deliver import request_headers
-
-    parts = urlsplit(url)
-    pool = urllib3.HTTPConnectionPool(parts.hostname, parts.port, maxsize=1)
-    secret = generate_secret()
-    barrier.wait()
-    started = time.perf_counter()
-    cpu = time.process_time()
-    for i in range(count):
-        headers = request_headers(
-            f"evt_bare_{os.getpid()}_{i}", body, [secret], {}, int(time.time())
-        )
-        pool.urlopen("POST", parts.path, body=body, headers=headers, retries=False)
-    out.put((time.perf_counter() - started, time.process_time() - cpu))
-
-
-def bare_urllib3_ceiling(url: str, processes: int, total: int, body: bytes) -> tuple[float, float]:
-    """As `bench.deliver.bare_ceiling`, through urllib3's connection pool instead of requests."""
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(processes)
-    out = ctx.Queue()
-    per = total // processes
-    procs = [
-        ctx.Process(target=_bare_urllib3_main, args=(url + "/bare", per, body, barrier, out))
-        for _ in range(processes)
-    ]
-    for proc in procs:
-        proc.start()
-    finished = [out.get(timeout=300) for _ in procs]
-    for proc in procs:
-        proc.join()
-    elapsed = max(wall for wall, _ in finished)
-    return per * processes / elapsed, sum(cpu for _, cpu in finished) * 1000 / (per * processes)
-
-
 class Phase:
     """One measured stretch: CPU of the workers, the API and PostgreSQL from its start."""
 
@@ -208,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {"workers": args.workers, "publishers": args.publishers}
     try:
         bare_rate, bare_ms = bare_ceiling(receiver.url, args.workers, args.bare_n, SAMPLE)
-        u3_rate, u3_ms = bare_urllib3_ceiling(receiver.url, args.workers, args.bare_n, SAMPLE)
+        u3_rate, u3_ms = bare_ceiling(
+            receiver.url, args.workers, args.bare_n, SAMPLE, client="urllib3"
+        )
         receiver.dump()
         results.update(
             {

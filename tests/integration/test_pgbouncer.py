@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 import psycopg
@@ -92,9 +93,15 @@ def _plain(url: str) -> str:
     return url.split("?", 1)[0].replace("postgresql+psycopg://", "postgresql://", 1)
 
 
+def _port(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None, url
+    return port
+
+
 def _pooler_pid(pooled_url: str) -> int:
     """The pid of the PgBouncer listening on the pooled URL's port."""
-    port = int(pooled_url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+    port = _port(pooled_url)
     for connection in psutil.net_connections(kind="tcp"):
         if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port:
             assert connection.pid is not None
@@ -112,7 +119,7 @@ class ServerConnections:
     def __init__(self, upstream_url: str, pooled_url: str, excluded: list[int]) -> None:
         self.url = _plain(upstream_url)
         self.pooler = psutil.Process(_pooler_pid(pooled_url))
-        self.upstream_port = int(self.url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+        self.upstream_port = _port(self.url)
         self.excluded = excluded
         self.peak = 0
         self.bypassing: set[int] = set()
