@@ -174,7 +174,7 @@ def test_postgres_q_search_uses_the_trigram_index(runtime):
             SELECT 'dl_seed' || lpad(g::text, 8, '0'), :d, :e, :ep, :p, 'order.created',
                 'retries_exhausted', '{"data":{"filler":"' || md5(g::text) || '"}}',
                 'resent', now(), now()
-            FROM generate_series(1, 5000) AS g"""),
+            FROM generate_series(1, 50000) AS g"""),
             {"d": delivery_id, "e": event_id, "ep": endpoint_id, "p": partner_id},
         )
         session.execute(text("ANALYZE dead_letters"))

@@ -9,8 +9,16 @@ import pytest
 from rq import Queue, SimpleWorker
 from rq.job import Job, JobStatus
 
+from app.processes.worker import KurirWorker
 from app.queues import DEFAULT, RESULT_TTL_S, JobSpec, enqueue_after_commit, enqueue_many
 from tests.support.factories import wait_for
+
+
+class RQWorker(SimpleWorker):
+    """RQ's own worker, with only Kurir's prompt command listener: RQ's waits 60 s on stop
+    when it loses a race, long enough for a finished job's result (60 s) to expire."""
+
+    subscribe = KurirWorker.subscribe
 
 
 def test_an_enqueued_job_is_run_by_rq_own_worker(redis_client):
@@ -23,7 +31,7 @@ def test_an_enqueued_job_is_run_by_rq_own_worker(redis_client):
     assert (job.func_name, job.args, job.origin) == ("os.getcwd", (), DEFAULT)
     assert job.get_status() == JobStatus.QUEUED and job.enqueued_at is not None
 
-    SimpleWorker([queue], connection=redis_client).work(burst=True)
+    RQWorker([queue], connection=redis_client).work(burst=True)
     job = Job.fetch("probe-1", connection=redis_client)
     assert job.get_status() == JobStatus.FINISHED
     assert job.return_value() == os.getcwd()
@@ -33,9 +41,7 @@ def test_an_enqueued_job_is_run_by_rq_own_worker(redis_client):
 def test_a_reused_job_id_starts_from_a_clean_hash(redis_client):
     spec = JobSpec(DEFAULT, "os.getcwd", (), job_id="probe-2")
     enqueue_many(redis_client, [spec])
-    SimpleWorker([Queue(DEFAULT, connection=redis_client)], connection=redis_client).work(
-        burst=True
-    )
+    RQWorker([Queue(DEFAULT, connection=redis_client)], connection=redis_client).work(burst=True)
     assert redis_client.ttl(Job.key_for("probe-2")) > 0  # a finished job expires
 
     enqueue_many(redis_client, [spec])  # the same deterministic id, queued again
@@ -59,8 +65,6 @@ def test_a_worker_stops_its_command_listener_at_once(redis_client):
     loaded machine loses often), it goes back to waiting, for the whole 60 s, and the worker
     takes a minute to stop. The race is forced here: Kurir's listener waits briefly, so the
     stop returns promptly all the same."""
-    from app.processes.worker import KurirWorker
-
     worker = KurirWorker([Queue(DEFAULT, connection=redis_client)], connection=redis_client)
     worker.subscribe()
     listener, pubsub = worker.pubsub_thread, worker.pubsub
