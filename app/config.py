@@ -242,6 +242,12 @@ class Settings:
     scheduler_lease_seconds: float | None = None
     scheduler_renew_seconds: float | None = None
     worker_threads: int = 16
+    # Threads of `kurir scheduler` that run periodic jobs; its database pool is one more (the
+    # lease keeper). See app/budget.py for every process's connections.
+    scheduler_threads: int = 4
+    # How long a thread waits for a pooled connection when the process's budget is in use,
+    # before it fails with app.db.PoolExhausted (instead of opening one more).
+    db_pool_timeout_s: float = 30.0
     endpoint_concurrency: int = 4
     inbound_tolerance_seconds: int = 300
     reconcile_cron: str = "0 3 * * *"
@@ -389,6 +395,8 @@ _ENV: dict[str, tuple[str, Any]] = {
         lambda n, r: _parse_float(n, r, 0.05),
     ),
     "KURIR_WORKER_THREADS": ("worker_threads", lambda n, r: _parse_int(n, r, 1, 512)),
+    "KURIR_SCHEDULER_THREADS": ("scheduler_threads", lambda n, r: _parse_int(n, r, 1, 64)),
+    "KURIR_DB_POOL_TIMEOUT_S": ("db_pool_timeout_s", lambda n, r: _parse_float(n, r, 0.1)),
     "KURIR_ENDPOINT_CONCURRENCY": ("endpoint_concurrency", lambda n, r: _parse_int(n, r, 1, 256)),
     "KURIR_INBOUND_TOLERANCE_SECONDS": (
         "inbound_tolerance_seconds",

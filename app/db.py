@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,27 @@ PING_AFTER_IDLE_S = 5.0
 _AFTER_COMMIT = "kurir_after_commit"
 # A query parameter of a PostgreSQL DATABASE_URL that Kurir hands to psycopg, not to libpq.
 PREPARE_THRESHOLD_PARAM = "prepare_threshold"
+DEFAULT_POOL_TIMEOUT_S = 30.0
+
+
+class PoolExhausted(sa_exc.TimeoutError):
+    """Every connection of this process's budget stayed in use for the whole wait: the
+    process opens no more than its budget (app/budget.py), it fails instead."""
+
+
+class BudgetedPool(QueuePool):
+    """A QueuePool that never overflows and says plainly what happened when it runs dry."""
+
+    def _do_get(self) -> ConnectionPoolEntry:
+        try:
+            return super()._do_get()
+        except sa_exc.TimeoutError:
+            raise PoolExhausted(
+                f"all {self.size()} database connections of this process's budget were in "
+                f"use for {self._timeout:g} s (KURIR_DB_POOL_TIMEOUT_S); none more is opened. "
+                "Something holds connections too long, or the budget is too small for this "
+                "process's threads: see `kurir doctor` and docs/fleet.md"
+            ) from None
 
 
 def parse_prepare_threshold(raw: str) -> int | None:
@@ -72,8 +95,18 @@ def prepare_threshold_of(url: str | URL) -> tuple[URL, dict[str, Any]]:
     return stripped, {"prepare_threshold": threshold}
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 10,
+    pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S,
+    application_name: str | None = None,
+) -> Engine:
     """Create an engine with the pragmas and pool settings each backend needs.
+
+    The pool holds at most `pool_size` connections, never more (no overflow): a checkout
+    that finds them all in use waits `pool_timeout_s`, then raises PoolExhausted.
+    `application_name` names the connections to PostgreSQL (`pg_stat_activity`).
 
     Bound values never reach a log or an exception message (`hide_parameters`): they hold
     encrypted secrets, payloads and API key hashes.
@@ -89,16 +122,22 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
             url,
             hide_parameters=True,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+            poolclass=BudgetedPool,
             pool_size=pool_size,
-            max_overflow=pool_size,
+            max_overflow=0,
+            pool_timeout=pool_timeout_s,
         )
         _configure_sqlite(engine)
         return engine
     server_url, connect_args = prepare_threshold_of(url)
+    if application_name is not None:
+        connect_args["application_name"] = application_name
     engine = create_engine(
         server_url,
+        poolclass=BudgetedPool,
         pool_size=pool_size,
-        max_overflow=pool_size * 2,
+        max_overflow=0,
+        pool_timeout=pool_timeout_s,
         pool_recycle=1800,
         hide_parameters=True,
         connect_args=connect_args,
@@ -149,9 +188,22 @@ def _configure_sqlite(engine: Engine) -> None:
 class Database:
     """Owns the engine and hands out sessions; the caller owns each transaction."""
 
-    def __init__(self, url: str, *, pool_size: int = 10, engine: Engine | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S,
+        application_name: str | None = None,
+        engine: Engine | None = None,
+    ) -> None:
         self.url = url
-        self.engine = engine or make_engine(url, pool_size=pool_size)
+        self.engine = engine or make_engine(
+            url,
+            pool_size=pool_size,
+            pool_timeout_s=pool_timeout_s,
+            application_name=application_name,
+        )
         self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
         # Same pool; each checkout switches the driver to autocommit (no SQL is sent for it).
         self._autocommit_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")

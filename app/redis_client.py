@@ -176,11 +176,18 @@ def connect(
     health_check_interval: int = 0,
     keepalive: bool = False,
     retry: Retry | None = None,
+    client_name: str | None = None,
+    max_connections: int | None = None,
+    pool_timeout_s: float | None = None,
 ) -> redis.Redis:
     """A client for `url` (any form `check_url` accepts) with these socket settings.
 
     `keepalive` turns on TCP keepalive (long blocking reads); a Unix socket takes none.
     `retry` replaces the default retry policy (fail-fast side channels pass `Retry(…, 0)`).
+    `client_name` names every connection (`CLIENT SETNAME`, seen in `CLIENT LIST`).
+    `max_connections` caps the client's pool: with a plain URL a thread that finds them all
+    in use waits up to `pool_timeout_s` (default: the socket timeout), then gets
+    `redis.ConnectionError`; with a Sentinel URL it gets the error at once.
     """
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
@@ -189,10 +196,24 @@ def connect(
     }
     if retry is not None:
         options["retry"] = retry
+    if client_name is not None:
+        options["client_name"] = client_name
     if not is_sentinel_url(url):
         if keepalive and not url.startswith("unix://"):
             options["socket_keepalive"] = True
-        return redis.Redis.from_url(url, **options)
+        if max_connections is None:
+            return redis.Redis.from_url(url, **options)
+        pool = redis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=socket_timeout if pool_timeout_s is None else pool_timeout_s,
+            **options,
+        )
+        capped = redis.Redis(connection_pool=pool)
+        capped.auto_close_connection_pool = True
+        return capped
+    if max_connections is not None:
+        options["max_connections"] = max_connections
     target = parse_sentinel_url(url)
     if keepalive:
         options["socket_keepalive"] = True

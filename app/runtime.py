@@ -1,7 +1,9 @@
 """A process's handles on its stores: settings, database, Redis and the secret box.
 
-Every face (api, worker, scheduler, CLI) builds one Runtime at start. RQ jobs receive only
-primitive ids, so they find the worker's Runtime through `current()`.
+Every face (api, worker, scheduler, CLI) builds one Runtime at start, saying which kind of
+process it is: its pools are sized by that kind's budget (app/budget.py) and its connections
+named after it. RQ jobs receive only primitive ids, so they find the worker's Runtime through
+`current()`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from functools import cached_property
 import redis
 
 from app import redis_client
+from app.budget import Budget, ProcessKind, application_name, budget_for
 from app.config import Settings, load_settings
 from app.crypto import SecretBox, load_secret_box
 from app.db import Database
@@ -22,16 +25,33 @@ REDIS_SOCKET_TIMEOUT_S = 5.0
 class Runtime:
     """Lazily opened connections; cheap to build, safe to share between threads."""
 
-    def __init__(self, settings: Settings, *, database: Database | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kind: ProcessKind = ProcessKind.EMBEDDED,
+        database: Database | None = None,
+    ) -> None:
         self.settings = settings
+        self.kind = kind
+        self.budget: Budget = budget_for(settings, kind)
         self._database = database
+
+    @property
+    def name(self) -> str:
+        """What this process calls itself to PostgreSQL and Redis (`kurir-<kind>`)."""
+        return application_name(self.kind)
 
     @cached_property
     def db(self) -> Database:
         if self._database is not None:
             return self._database
-        pool = max(10, self.settings.worker_threads + 2)
-        return Database(self.settings.resolved_database_url, pool_size=pool)
+        return Database(
+            self.settings.resolved_database_url,
+            pool_size=self.budget.postgres,
+            pool_timeout_s=self.settings.db_pool_timeout_s,
+            application_name=self.name,
+        )
 
     @cached_property
     def redis(self) -> redis.Redis:
@@ -40,6 +60,9 @@ class Runtime:
             socket_timeout=REDIS_SOCKET_TIMEOUT_S,
             socket_connect_timeout=REDIS_SOCKET_TIMEOUT_S,
             health_check_interval=30,
+            client_name=self.name,
+            max_connections=self.budget.redis_pool,
+            pool_timeout_s=self.settings.db_pool_timeout_s,
         )
 
     @cached_property

@@ -163,7 +163,8 @@ class MigratedDatabase:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.db = Database(url, pool_size=20)
+        # The ceiling this shared pool had before pools stopped overflowing (20 + 40).
+        self.db = Database(url, pool_size=60)
 
     def empty(self) -> None:
         tables = [t.name for t in reversed(Base.metadata.sorted_tables)]

@@ -7,7 +7,7 @@ import sys
 import click
 
 from app import __version__
-from app.cli import admin, dlq, feed, inbound, listen, portal, run
+from app.cli import admin, dlq, doctor, feed, inbound, listen, portal, run
 from app.config import ConfigError, Settings, load_settings
 
 
@@ -44,6 +44,7 @@ for command in (
     *listen.COMMANDS,
     *feed.COMMANDS,
     *portal.COMMANDS,
+    *doctor.COMMANDS,
 ):
     cli.add_command(command)
 

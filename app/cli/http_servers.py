@@ -73,9 +73,11 @@ def _build_app(settings: Settings, *, gunicorn: bool) -> Any:
     Everything built so far lives as long as the worker: out of the collector's sight, a full
     collection no longer walks it (~100 ms with every thread stopped).
     """
+    from app.budget import ProcessKind
+    from app.runtime import Runtime
     from app.web import create_app, keepalive
 
-    app: Any = create_app(settings)
+    app: Any = create_app(runtime=Runtime(settings, kind=ProcessKind.API))
     app = keepalive.with_gunicorn_close(app) if gunicorn else keepalive.with_close_header(app)
     gc.freeze()
     return app

@@ -14,6 +14,7 @@ from types import FrameType
 import click
 
 from app import __version__, migrate
+from app.budget import ProcessKind
 from app.cli.common import cli_actor, fail, make_runtime
 from app.config import HTTP_SERVERS
 from app.embedded_redis import EmbeddedRedis, EmbeddedRedisError, die_with_parent
@@ -67,7 +68,7 @@ def worker_command(burst: bool) -> None:
     """Run an RQ worker for deliveries and inbound processing (as many as you like)."""
     from app.processes.worker import run_worker
 
-    runtime = make_runtime()
+    runtime = make_runtime(ProcessKind.WORKER)
     gc.freeze()  # as in `kurir api`: full collections skip what lives as long as the process
     run_worker(runtime, burst=burst)
 
@@ -77,7 +78,7 @@ def scheduler_command() -> None:
     """Run the periodic jobs: sweeper, reconciliation, retention (one per node; one is active)."""
     from app.processes.scheduler import run_scheduler
 
-    run_scheduler(make_runtime())
+    run_scheduler(make_runtime(ProcessKind.SCHEDULER))
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

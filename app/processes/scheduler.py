@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from types import FrameType
 
 from apscheduler.events import EVENT_SCHEDULER_START
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
@@ -136,7 +137,11 @@ def build_scheduler(
     """The jobs on their triggers, each run fenced by `leadership`; when this process gains
     the lease, every interval job runs at once (whatever the previous holder last did, the new
     one catches up now, and the sweep starts without waiting a whole interval)."""
-    scheduler = scheduler or BlockingScheduler(timezone="UTC")
+    scheduler = scheduler or BlockingScheduler(
+        timezone="UTC",
+        # The job threads of this process's budget (app/budget.py); the keeper is the last.
+        executors={"default": ThreadPoolExecutor(runtime.settings.scheduler_threads)},
+    )
     jobs = periodic_jobs(runtime) if jobs is None else jobs
     for job in jobs:
         scheduler.add_job(

@@ -147,6 +147,7 @@ def worker_connection(runtime: Runtime) -> redis.Redis:
         socket_connect_timeout=5.0,
         health_check_interval=30,
         keepalive=True,
+        client_name=runtime.name,
     )
 
 

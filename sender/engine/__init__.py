@@ -53,6 +53,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from app import redis_client
+from app.budget import WORKER_SIDE_CHANNEL
 from app.clock import utcnow
 from app.net import guard
 from app.net.http import Transport
@@ -118,6 +119,8 @@ class Engine:
             socket_timeout=2.0,
             socket_connect_timeout=2.0,
             retry=Retry(NoBackoff(), 0),
+            client_name=runtime.name,
+            max_connections=WORKER_SIDE_CHANNEL,
         )
         self.limiter = RateLimiter(self.redis)
         self.high_water = max(HIGH_WATER_MIN, HIGH_WATER_PER_THREAD * self.fast_threads)

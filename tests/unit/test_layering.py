@@ -24,6 +24,8 @@ UNITS = {
         "app.clock",
         "app.crypto",
         "app.db",
+        "app.budget",
+        "app.doctor",
         "app.errors",
         "app.headers",
         "app.ids",
