@@ -109,9 +109,10 @@ def redis_limits(settings: Settings) -> RedisLimits:
     )
     try:
         try:
-            maxclients = int(client.config_get("maxclients")["maxclients"])
+            configured: Any = client.config_get("maxclients")["maxclients"]
         except redis.ResponseError:  # CONFIG renamed or refused (managed Redis)
-            maxclients = int(client.info("clients")["maxclients"])
+            configured = client.info("clients")["maxclients"]
+        maxclients = int(configured)
         names = [entry.get("name", "") for entry in client.client_list()]
     except (redis.RedisError, OSError, KeyError) as exc:
         raise StoreUnreachable("Redis", _first_line(exc)) from None
