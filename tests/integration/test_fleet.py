@@ -10,9 +10,6 @@ time between the two kills, so by then the sweeper runs in the scheduler that st
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -36,9 +33,9 @@ from tests.support.factories import wait_for
 from tests.support.fast_receiver import ReceiverProcess
 from tests.support.processes import stop_groups
 from tests.support.scheduler_process import (
-    KURIR,
     SECRET_KEY,
     SchedulerProcess,
+    Spawned,
     kurir_env,
     overlapping_runs,
 )
@@ -75,27 +72,6 @@ def _setup(database_url: str, redis_url: str, receiver_url: str, data_dir: Path)
     finally:
         runtime.close()
     return token
-
-
-class Spawned:
-    """A `kurir` process in its own group and data dir, logging to a file."""
-
-    def __init__(self, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
-        self.name = name
-        self.log_path = logs / f"{name}.log"
-        Path(env["KURIR_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [KURIR, *args],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def kill(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
 
 
 class Publisher:

@@ -50,6 +50,27 @@ class Run:
     ended: float | None
 
 
+class Spawned:
+    """A `kurir` process in its own group and data dir, logging to a file."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
+        self.name = name
+        self.log_path = logs / f"{name}.log"
+        Path(env["KURIR_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [KURIR, *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+
 class SchedulerProcess:
     """One `kurir scheduler` in its own process group and data dir, logging to a file."""
 
