@@ -21,6 +21,10 @@ from app import redis_client
 from app.db import prepare_threshold_of
 
 # Seconds between a delivery's attempts after the first: about 3 days in all, 13 attempts.
+# When a failure-disabled endpoint is probed: these delays after it was disabled (each from
+# the probe before), then every PROBE_EVERY_S until KURIR_PROBE_DAYS have passed.
+PROBE_SCHEDULE: tuple[int, ...] = (300, 900, 3600)
+PROBE_EVERY_S = 6 * 3600
 DEFAULT_RETRY_SCHEDULE: tuple[int, ...] = (5, 300, 1800, 7200, 18000) + (36000,) * 7
 
 
@@ -228,6 +232,10 @@ class Settings:
     retry_jitter: float = 0.2
     disable_after_failures: int = 8
     disable_after_seconds: int = 86400
+    # Failure-disabled endpoints are probed for this many days; the first 2xx re-enables
+    # those with auto_recover (unless KURIR_AUTO_RECOVER is off).
+    probe_days: int = 7
+    auto_recover: bool = True
     allow_private_targets: bool = False
     allowed_cidrs: tuple[str, ...] = ()
     require_https: bool = False
@@ -368,6 +376,8 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_RETRY_JITTER": ("retry_jitter", lambda n, r: _parse_float(n, r, 0.0)),
     "KURIR_DISABLE_AFTER_FAILURES": ("disable_after_failures", lambda n, r: _parse_int(n, r, 1)),
     "KURIR_DISABLE_AFTER_SECONDS": ("disable_after_seconds", lambda n, r: _parse_int(n, r, 0)),
+    "KURIR_PROBE_DAYS": ("probe_days", lambda n, r: _parse_int(n, r, 1, 365)),
+    "KURIR_AUTO_RECOVER": ("auto_recover", _parse_bool),
     "KURIR_ALLOW_PRIVATE_TARGETS": ("allow_private_targets", _parse_bool),
     "KURIR_ALLOWED_CIDRS": ("allowed_cidrs", _parse_cidrs),
     "KURIR_REQUIRE_HTTPS": ("require_https", _parse_bool),

@@ -374,6 +374,12 @@ class Endpoint(Base):
     # portal) or "health" (Kurir, after failures); a partner may not undo an operator's.
     disabled_by: Mapped[str | None] = mapped_column(String(16))
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    # Self-healing (app.recovery): an endpoint disabled after failures is probed while
+    # `probe_next_at` is set; with `auto_recover` the first 2xx re-enables it and replays
+    # what it parked. `probe_count` probes were sent since it was disabled.
+    auto_recover: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
+    probe_next_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
+    probe_count: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     first_failure_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_failure_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -385,6 +391,26 @@ class Endpoint(Base):
     secrets: Mapped[list[EndpointSecret]] = relationship(
         back_populates="endpoint", order_by="EndpointSecret.created_at.desc()"
     )
+
+
+class EndpointProbe(Base):
+    """One `kurir.endpoint.probe` sent to a failure-disabled endpoint: never a delivery,
+    kept as the endpoint's probe history."""
+
+    __tablename__ = "endpoint_probes"
+    __table_args__ = (Index("ix_endpoint_probes_endpoint_at", "endpoint_id", "at"),)
+
+    id: Mapped[str] = _id("prb")
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # The probe's number since the endpoint was disabled (1 for the first).
+    n: Mapped[int] = mapped_column(Integer)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(String(200))
+    duration_ms: Mapped[int] = mapped_column(Integer, default=0)
+    ok: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Whether this probe re-enabled the endpoint.
+    recovered: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class EndpointSecret(RotatingSecret, Base):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from app.errors import Conflict, NotFound, ValidationFailed
 from app.ids import new_id
 from app.models import (
     DEAD,
+    DELIVERING,
     DL_OPEN,
     DL_RESENT,
     PENDING,
@@ -39,6 +41,7 @@ from app.models import (
     DeadLetterAudit,
     Delivery,
     Endpoint,
+    Event,
     ResendJob,
 )
 from app.queues import DEFAULT, DLQ_BULK_RESEND, JobSpec, enqueue_after_commit, try_enqueue_many
@@ -371,6 +374,8 @@ def start_bulk(
     connection: redis.Redis | None = None,
     key_id: str | None = None,
     actor_partner_id: str | None = None,
+    ordered: bool = False,
+    purpose: str | None = None,
 ) -> ResendJob:
     """Record a background resend and, if `connection` is given, enqueue it after commit.
 
@@ -378,11 +383,25 @@ def start_bulk(
     this moment are not swept up by it. `key_id` is the API key starting it (a partner key
     reads its own jobs by it), `actor_partner_id` the partner a partner-bound actor acts
     for; the job audits its letters with both its actor and that partner.
+
+    `ordered` resends in publish order, one after the other: each letter is re-armed only
+    once the one before has had its attempt (see `run_bulk`); the letters are fixed now.
+    `purpose` says why the job runs (e.g. `recovery`), shown with its progress.
     """
     if (ids is None) == (flt is None):
         raise ValidationFailed("give either ids or a filter", code="invalid_parameter")
     params: dict[str, Any] = {"force": bool(force), "skipped": {}}
-    if flt is not None:
+    if purpose:
+        params["purpose"] = purpose[:64]
+    if ordered:
+        if flt is not None:
+            flt = flt.with_state(DL_OPEN)
+            where = conditions(flt)
+        else:
+            where = [DeadLetter.id.in_(_validate_ids(ids or ()))]
+        params.update(ordered=True, position=0, ids=publish_order(session, where))
+        total = len(params["ids"])
+    elif flt is not None:
         if flt.state not in (None, DL_OPEN):
             raise ValidationFailed(
                 "only open dead letters can be resent; drop the state filter or set it to open",
@@ -411,6 +430,18 @@ def start_bulk(
         job_id = job.id
         after_commit(session, lambda: enqueue_bulk(connection, job_id))
     return job
+
+
+def publish_order(session: Session, where: list[Any]) -> list[str]:
+    """The ids of the letters matching `where`, in the order their events were published."""
+    stmt = (
+        select(DeadLetter.id)
+        .join(Event, Event.id == DeadLetter.event_id)
+        .where(and_(*where))
+        .order_by(Event.created_at, Event.id, DeadLetter.id)
+        .limit(MAX_IDS * 10)
+    )
+    return list(session.scalars(stmt))
 
 
 def enqueue_bulk(connection: redis.Redis, resend_job_id: str) -> bool:
@@ -459,8 +490,12 @@ def run_bulk(
     *,
     page_size: int = PAGE_SIZE,
     progress: Callable[[int], None] | None = None,
+    settle_s: float | None = None,
 ) -> ResendJob:
-    """Process a bulk resend page by page; safe to run twice (it resumes from its cursor)."""
+    """Process a bulk resend page by page; safe to run twice (it resumes from its cursor).
+
+    An ordered job goes letter by letter instead (see `_run_ordered`).
+    """
     db = runtime.db
     with db.begin() as session:
         job = session.get(ResendJob, job_id)
@@ -470,8 +505,11 @@ def run_bulk(
             return job
         job.state = ResendJobState.RUNNING
         cursor = job.params.get("cursor")
+        ordered = bool(job.params.get("ordered"))
     try:
-        while True:
+        if ordered:
+            _run_ordered(runtime, job_id, settle_s=settle_s, progress=progress)
+        while not ordered:
             with db.begin() as session:
                 job = session.get_one(ResendJob, job_id)
                 page = _next_page(session, job, cursor, page_size)
@@ -520,6 +558,81 @@ def run_bulk(
         extra={"bulk_operation_id": job_id, "resent": job.done, "skipped": job.failed},
     )
     return job
+
+
+# How long an ordered resend waits for one re-armed delivery's attempt before it goes on
+# with the next (a worker that never comes must not hold the rest for ever).
+SETTLE_S = 120.0
+_SETTLE_POLL_S = 0.02
+
+
+def _run_ordered(
+    runtime: Runtime,
+    job_id: str,
+    *,
+    settle_s: float | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Re-arm the job's letters one at a time, in their stored (publish) order: the next
+    only when the delivery before has had its attempt (succeeded, retrying or dead again),
+    so the endpoint gets them one after the other, at whatever rate its limit allows.
+
+    Each letter is its own transaction and moves `position` on, so a job resumed after a
+    crash goes on where it stopped; a letter is never re-armed twice (it is no longer open).
+    """
+    db = runtime.db
+    wait_s = SETTLE_S if settle_s is None else settle_s
+    while True:
+        with db.begin() as session:
+            job = session.get_one(ResendJob, job_id)
+            ids: list[str] = list(job.params.get("ids") or [])
+            position = int(job.params.get("position") or 0)
+            if position >= len(ids):
+                return
+            letter_id = ids[position]
+            result = rearm(
+                session,
+                [letter_id],
+                actor=job.actor,
+                force=bool(job.params.get("force")),
+                operation_id=job_id,
+                actor_partner_id=job.actor_partner_id,
+            )
+            audit_skips(
+                session,
+                result.skipped,
+                actor=job.actor,
+                operation_id=job_id,
+                actor_partner_id=job.actor_partner_id,
+            )
+            enqueue(session, runtime.redis, result)
+            skipped = Counter(job.params.get("skipped") or {})
+            skipped.update(result.skipped.values())
+            job.params = {**job.params, "position": position + 1, "skipped": dict(skipped)}
+            job.done += len(result.resent)
+            job.failed += len(result.skipped)
+            job.updated_at = utcnow()
+        for delivery_id in result.delivery_ids:
+            _settle(runtime, delivery_id, wait_s)
+        if progress is not None:
+            progress(1)
+
+
+def _settle(runtime: Runtime, delivery_id: str, wait_s: float) -> None:
+    """Wait until a re-armed delivery has had its attempt (it left pending and delivering)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with runtime.db.begin() as session:
+            state = session.scalar(select(Delivery.state).where(Delivery.id == delivery_id))
+        if state not in (PENDING, DELIVERING):
+            return
+        if time.monotonic() > deadline:
+            log.warning(
+                "ordered resend went on without the attempt before",
+                extra={"delivery_id": delivery_id, "waited_s": wait_s},
+            )
+            return
+        time.sleep(_SETTLE_POLL_S)
 
 
 @dataclass(frozen=True)

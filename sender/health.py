@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, case, select, update
 from sqlalchemy.orm import Session, selectinload
 
+from app.config import PROBE_SCHEDULE
 from app.models import PENDING, RETRYING, Delivery, Endpoint, OperationalEvent, UTCDateTime
 from app.vocabulary import DeadLetterReason, DisabledBy, EndpointState
 from sender.park import park
@@ -195,11 +196,14 @@ def disable(
     reason: str,
     now: datetime,
     details: dict[str, Any] | None = None,
+    *,
+    probe: bool = False,
 ) -> bool:
     """Disable an enabled endpoint and park its waiting deliveries; False if it was not enabled.
 
     The state change is one conditional UPDATE, so of two workers deciding at once only one
-    disables, parks and records the operational event.
+    disables, parks and records the operational event. `probe` (a disable for failures, not
+    for a 410) schedules the first `kurir.endpoint.probe` (see app.recovery).
     """
     table = _table(Endpoint)
     won = session.execute(
@@ -210,6 +214,8 @@ def disable(
             disabled_reason=reason[:200],
             disabled_at=now,
             disabled_by=DisabledBy.HEALTH,
+            probe_count=0,
+            probe_next_at=now + timedelta(seconds=PROBE_SCHEDULE[0]) if probe else None,
         )
         .returning(table.c.id)
     ).first()

@@ -75,6 +75,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     from app.inbound import process as inbound_process
     from app.inbound import reconcile as inbound_reconcile
     from app.intake import idempotency
+    from app.recovery import jobs as recovery_jobs
     from dlq import resend as dlq_resend
     from dlq import retention as dlq_retention
     from sender import sweeper as delivery_sweeper
@@ -91,6 +92,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),
         PeriodicJob("purge-portal-links", purge_portal, IntervalTrigger(hours=1)),
         PeriodicJob("purge-operator-sessions", purge_operator_sessions, IntervalTrigger(hours=1)),
+        PeriodicJob("probe-endpoints", recovery_jobs.probe_due, IntervalTrigger(seconds=30)),
         PeriodicJob("resume-bulk-resends", dlq_resend.resume_stalled, IntervalTrigger(minutes=1)),
         PeriodicJob("sweep-inbound-events", inbound_process.sweep, IntervalTrigger(seconds=15)),
         PeriodicJob(

@@ -214,6 +214,8 @@ def enable_endpoint(session: Session, endpoint: Endpoint) -> Endpoint:
     endpoint.disabled_by = None
     endpoint.consecutive_failures = 0
     endpoint.first_failure_at = None
+    endpoint.probe_next_at = None
+    endpoint.probe_count = 0
     session.flush()
     return endpoint
 
@@ -245,6 +247,8 @@ def disable_endpoint(
         if reason:
             endpoint.disabled_reason = reason.strip()
         endpoint.disabled_by = by
+    # Disabled by someone, not by failures: Kurir no longer probes it.
+    endpoint.probe_next_at = None
     session.flush()
     return endpoint
 

@@ -466,6 +466,7 @@ class Recorder:
                         "last_status_code": last.status,
                         "last_error": last.error,
                     },
+                    probe=True,
                 ):
                     states[endpoint_id] = EndpointState.DISABLED
         health.record_successes(session, successes)

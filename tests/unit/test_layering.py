@@ -53,12 +53,21 @@ UNITS = {
     "app.intake": ("app.intake",),
     "dlq": ("dlq",),
     "app.inbound": ("app.inbound",),
+    "app.recovery": ("app.recovery",),
     "app.services": ("app.services",),
     "app.processes": ("app.processes",),
     "app.web": ("app.web",),
     "app.cli": ("app.cli",),
 }
-PIPELINES = ("app.registry", "app.feed", "sender", "app.intake", "dlq", "app.inbound")
+PIPELINES = (
+    "app.registry",
+    "app.feed",
+    "sender",
+    "app.intake",
+    "dlq",
+    "app.inbound",
+    "app.recovery",
+)
 FACES = ("app.web", "app.cli")
 BELOW_PIPELINES = ("core", "app.net", "domain")
 
@@ -74,8 +83,11 @@ ALLOWED: dict[str, set[str]] = {
     "app.cli": {"core", "app.services", "app.web"},
 }
 # The peer edges between pipelines, one way each: intake hands its deliveries to sending;
-# dead letters are resent by sending; a pull endpoint starts at the feed's head.
+# dead letters are resent by sending; a pull endpoint starts at the feed's head; recovery
+# signs its probes as sending does and replays what was parked through the dead letters.
 PEER_EDGES = {
+    ("app.recovery", "sender"),
+    ("app.recovery", "dlq"),
     ("app.intake", "sender"),
     ("app.intake", "app.registry"),
     ("dlq", "sender"),

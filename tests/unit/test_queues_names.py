@@ -23,7 +23,9 @@ def test_each_old_path_runs_the_function_of_its_stable_name(old: str) -> None:
 
 
 def test_every_stable_name_keeps_an_alias_for_jobs_queued_before_it() -> None:
-    assert sorted(LEGACY_NAMES.values()) == sorted(JOBS)
+    # Jobs born with a stable name (the endpoint probe) never had an import-path name.
+    born_stable = {"kurir.endpoint.probe"}
+    assert sorted(LEGACY_NAMES.values()) == sorted(set(JOBS) - born_stable)
 
 
 def test_other_names_are_imported_as_rq_would() -> None:

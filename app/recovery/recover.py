@@ -1,0 +1,99 @@
+"""An endpoint answers again: re-enable it and replay, in publish order, what it parked.
+
+`endpoint_recovered` is the one place a recovery happens (a probe's 2xx calls it); whatever
+else must follow a recovery hooks in here.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+import redis
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.clock import isoformat
+from app.models import DL_OPEN, AuditRecord, DeadLetter, Endpoint, OperationalEvent, ResendJob
+from app.vocabulary import EndpointState
+from dlq.resend import start_bulk
+from dlq.search import DeadLetterFilter
+
+log = logging.getLogger(__name__)
+
+RECOVERED_EVENT = "endpoint.recovered"
+ACTOR = "kurir:recovery"
+PURPOSE = "recovery"
+
+
+def parked_filter(endpoint_id: str, since: datetime | None) -> DeadLetterFilter:
+    """The open letters the endpoint parked since it was disabled."""
+    return DeadLetterFilter(endpoint=endpoint_id, state=DL_OPEN, since=since)
+
+
+def endpoint_recovered(
+    session: Session,
+    endpoint: Endpoint,
+    *,
+    now: datetime,
+    redis: redis.Redis | None,
+    probe_id: str | None = None,
+) -> ResendJob | None:
+    """Re-enable a failure-disabled endpoint that answered a probe with a 2xx, record
+    `endpoint.recovered` (operational event and audit row) and start one ordered resend of
+    every open letter it parked since it was disabled; that job, or None when nothing was
+    parked. Runs in the caller's transaction; the resend job is enqueued after commit.
+    """
+    since = endpoint.disabled_at
+    was_reason = endpoint.disabled_reason
+    endpoint.state = EndpointState.ENABLED
+    endpoint.disabled_reason = None
+    endpoint.disabled_at = None
+    endpoint.disabled_by = None
+    endpoint.consecutive_failures = 0
+    endpoint.first_failure_at = None
+    endpoint.last_success_at = now
+    endpoint.probe_next_at = None
+    probes = endpoint.probe_count
+    endpoint.probe_count = 0
+    session.flush()
+    flt = parked_filter(endpoint.id, since)
+    parked = session.scalar(
+        select(func.count())
+        .select_from(DeadLetter)
+        .where(
+            DeadLetter.endpoint_id == endpoint.id,
+            DeadLetter.state == DL_OPEN,
+            *([DeadLetter.created_at >= since] if since is not None else []),
+        )
+    )
+    job = None
+    if parked:
+        job = start_bulk(
+            session, actor=ACTOR, flt=flt, connection=redis, ordered=True, purpose=PURPOSE
+        )
+    details = {
+        "was_disabled_at": isoformat(since),
+        "was_disabled_because": was_reason,
+        "probes": probes,
+        "probe": probe_id,
+        "parked": int(parked or 0),
+        "replay": job.id if job is not None else None,
+    }
+    session.add(
+        OperationalEvent(kind=RECOVERED_EVENT, subject_id=endpoint.id, created_at=now, data=details)
+    )
+    session.add(
+        AuditRecord(
+            actor=ACTOR,
+            action=RECOVERED_EVENT,
+            subject_type="endpoint",
+            subject_id=endpoint.id,
+            partner_id=endpoint.partner_id,
+            details=details,
+            created_at=now,
+        )
+    )
+    session.flush()
+    log.warning("endpoint recovered", extra={"endpoint_id": endpoint.id, **details})
+    return job
