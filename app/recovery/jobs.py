@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 
 from app.clock import utcnow
@@ -16,13 +17,15 @@ from app.runtime import Runtime
 PROBES_PER_PASS = 100
 
 
-def probe_spec(endpoint_id: str, probe_count: int) -> JobSpec:
-    """The job sending one endpoint's next probe (one id per probe: queued once)."""
+def probe_spec(endpoint_id: str, probe_count: int, *, now: bool = False) -> JobSpec:
+    """The job sending one endpoint's next probe (one id per probe: queued once; a probe
+    asked for by hand gets its own)."""
+    suffix = f"now-{secrets.token_hex(4)}" if now else str(probe_count + 1)
     return JobSpec(
         DEFAULT,
         ENDPOINT_PROBE,
         (endpoint_id,),
-        job_id=f"probe-{endpoint_id}-{probe_count + 1}",
+        job_id=f"probe-{endpoint_id}-{suffix}",
         timeout_s=120,
     )
 

@@ -54,6 +54,7 @@ ENDPOINT_FIELDS = (
     "ordering",
     "on_dead",
     "send_traceparent",
+    "auto_recover",
 )
 PATCHABLE_FIELDS = (
     "url",
@@ -67,6 +68,7 @@ PATCHABLE_FIELDS = (
     "ordering",
     "on_dead",
     "send_traceparent",
+    "auto_recover",
 )
 
 

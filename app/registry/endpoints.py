@@ -85,6 +85,7 @@ def create_endpoint(
     )
     on_dead = check_choice("on_dead", body.get("on_dead", OnDead.SKIP.value), values(OnDead))
     send_traceparent = check_flag("send_traceparent", body.get("send_traceparent", False))
+    auto_recover = check_flag("auto_recover", body.get("auto_recover", True))
     signature, secret = keys.first_key(body)
     endpoint = Endpoint(
         partner=partner,
@@ -101,6 +102,7 @@ def create_endpoint(
         ordering=ordering_,
         on_dead=on_dead,
         send_traceparent=send_traceparent,
+        auto_recover=auto_recover,
         signature=signature,
     )
     if mode == EndpointMode.PULL:
@@ -188,6 +190,8 @@ def update_endpoint(
         endpoint.on_dead = check_choice("on_dead", body["on_dead"], values(OnDead))
     if "send_traceparent" in body:
         endpoint.send_traceparent = check_flag("send_traceparent", body["send_traceparent"])
+    if "auto_recover" in body:
+        endpoint.auto_recover = check_flag("auto_recover", body["auto_recover"])
     session.flush()
     return endpoint
 

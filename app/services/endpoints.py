@@ -29,6 +29,7 @@ from app.models import (
     DeadLetter,
     Delivery,
     Endpoint,
+    EndpointProbe,
     EndpointSecret,
     OperationalEvent,
     Partner,
@@ -36,6 +37,8 @@ from app.models import (
 )
 from app.pagination import paginate
 from app.queues import enqueue_after_commit
+from app.recovery import due as recovery_due
+from app.recovery import jobs as recovery_jobs
 from app.registry import endpoints as rules
 from app.registry import keys as signing_keys
 from app.runtime import Runtime
@@ -422,6 +425,52 @@ def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
         delivery=delivery.id,
     )
     return delivery
+
+
+NOT_PROBED_CODE = "endpoint_not_probed"
+
+
+def probe_now(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -> None:
+    """Queue a `kurir.endpoint.probe` to this endpoint now (after commit); the scheduled
+    probes go on from it. Audited as `endpoint.probe_requested`.
+
+    Raises:
+        Conflict: `endpoint_not_probed` unless Kurir disabled the endpoint after failures
+            and still probes it (enabled, disabled by someone, a 410, the window ended).
+    """
+    _own(actor, endpoint, "endpoints:write")
+    if not recovery_due.is_probed(endpoint):
+        raise Conflict(
+            "only an endpoint Kurir disabled after failures, within its probe window, is "
+            "probed: this one is not",
+            code=NOT_PROBED_CODE,
+            details={
+                "endpoint": endpoint.id,
+                "state": endpoint.state,
+                "disabled_by": endpoint.disabled_by,
+            },
+        )
+    enqueue_after_commit(
+        session, rt.redis, [recovery_jobs.probe_spec(endpoint.id, endpoint.probe_count, now=True)]
+    )
+    _record(session, actor, "endpoint.probe_requested", endpoint)
+
+
+def probes(
+    session: Session, actor: Actor, endpoint: Endpoint, *, limit: int = 20
+) -> list[EndpointProbe]:
+    """The endpoint's probe history, newest first."""
+    actor.require("read")
+    if not actor.may_see_partner(endpoint.partner_id):
+        raise _not_found(endpoint.id)
+    return list(
+        session.scalars(
+            select(EndpointProbe)
+            .where(EndpointProbe.endpoint_id == endpoint.id)
+            .order_by(EndpointProbe.at.desc(), EndpointProbe.id.desc())
+            .limit(limit)
+        )
+    )
 
 
 def public_key(endpoint: Endpoint, now: datetime | None = None) -> str | None:

@@ -53,6 +53,9 @@ ENDPOINT_KEYS = {
     "consecutive_failures",
     "last_success_at",
     "last_failure_at",
+    "auto_recover",
+    "probe_next_at",
+    "probe_count",
 }
 
 

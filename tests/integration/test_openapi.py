@@ -22,6 +22,7 @@ from app.models import Attempt, Delivery
 from app.signing import generate_secret
 from app.web import create_app
 from app.web.openapi import document
+from sender import health
 from tests.support.publish import ORDER_SCHEMA, order
 
 IGNORED_METHODS = {"HEAD", "OPTIONS"}
@@ -296,6 +297,12 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     tested = api.post(f"{base}/{ep}/test", headers=auth)
     assert tested.status_code == 202 and tested.get_json()["state"] == "pending"
     assert api.post(f"{base}/ep_nope/test", headers=auth).status_code == 404
+    assert api.post(f"{base}/{ep}/probe", headers=auth).status_code == 409  # enabled
+    assert api.post(f"{base}/ep_nope/probe", headers=auth).status_code == 404
+    with runtime.db.begin() as session:  # as the engine disables it after failures
+        health.disable(session, ep, "failing", utcnow(), probe=True)
+    assert api.post(f"{base}/{ep}/probe", headers=auth).status_code == 202
+    assert api.post(f"{base}/{ep}/enable", headers=auth).status_code == 200
     assert (
         api.get(
             f"/v1/deliveries?endpoint={ep}&state=pending&type=kurir.test"

@@ -59,6 +59,7 @@ TABLE: dict[tuple[str, str], int] = {
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/disable"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/secret/rotate"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/test"): NOT_FOUND,
+    ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/probe"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/endpoints/{endpoint_id}/secret"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/endpoints/{endpoint_id}/blocked-keys"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/events"): NOT_FOUND,

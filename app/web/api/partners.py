@@ -208,6 +208,19 @@ def rotate_secret(uid: str, endpoint_id: str) -> Response:
         return jsonify(endpoint_json(endpoint, uid, secret=secret))
 
 
+@blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/probe")
+def probe_endpoint(uid: str, endpoint_id: str) -> tuple[Response, int]:
+    """Send a `kurir.endpoint.probe` now (in the background) to an endpoint Kurir disabled
+    after failures."""
+    actor = current_actor()
+    rt = runtime()
+    with rt.db.begin() as session:
+        endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
+        endpoints.probe_now(session, rt, actor, endpoint)
+        answer = endpoint_json(endpoint, uid)
+    return jsonify(answer), 202
+
+
 @blueprint.get("/partners/<uid>/endpoints/<endpoint_id>/blocked-keys")
 def blocked_keys(uid: str, endpoint_id: str) -> Response:
     """Keys an `on_dead: "block"` endpoint holds behind a dead delivery; resending or

@@ -290,6 +290,13 @@ _SEND_TRACEPARENT: Schema = {
     "Default false: internal trace ids are not sent to partners. Only operators (not a "
     "partner's own keys or portal: 403 `operator_only_field`) may turn it on",
 }
+_AUTO_RECOVER: Schema = {
+    "type": "boolean",
+    "description": "default true: when Kurir disabled the endpoint after failures, the first "
+    "2xx answer to a `kurir.endpoint.probe` re-enables it and replays what it parked, in "
+    "publish order (unless KURIR_AUTO_RECOVER is off). False: probes are still sent and "
+    "recorded, the endpoint stays disabled",
+}
 SECRET: Schema = {
     "type": "string",
     "pattern": "^whsec_",
@@ -380,6 +387,17 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "consecutive_failures": {"type": "integer", "minimum": 0},
     "last_success_at": OPT_TIMESTAMP,
     "last_failure_at": OPT_TIMESTAMP,
+    "auto_recover": _AUTO_RECOVER,
+    "probe_next_at": dict(
+        OPT_TIMESTAMP,
+        description="when the next `kurir.endpoint.probe` is due; null unless Kurir disabled "
+        "it after failures and is still probing it",
+    ),
+    "probe_count": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "probes sent since it was disabled",
+    },
     "created_at": TIMESTAMP,
     "updated_at": TIMESTAMP,
 }
@@ -424,6 +442,7 @@ ENDPOINT_CREATE = schema(
             "ordering": _ORDERING,
             "on_dead": _ON_DEAD,
             "send_traceparent": _SEND_TRACEPARENT,
+            "auto_recover": _AUTO_RECOVER,
             "signature": _SIGNATURE,
             "secret": dict(
                 SECRET,
@@ -449,6 +468,7 @@ ENDPOINT_UPDATE = schema(
             "ordering": _ORDERING,
             "on_dead": _ON_DEAD,
             "send_traceparent": _SEND_TRACEPARENT,
+            "auto_recover": _AUTO_RECOVER,
             "signature": dict(
                 _SIGNATURE,
                 description="may repeat the current kind; another is 422 "
@@ -606,6 +626,22 @@ add(
         "limiter (Redis) is unreachable they are refused, 503 `unavailable`.",
         ok={202: DELIVERY},
         errors=(404, 409, 429, 503),
+    ),
+)
+add(
+    f"{_EP_PATH}/probe",
+    "post",
+    op(
+        "Probe this endpoint now",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        description="Sends a `kurir.endpoint.probe` (signed like any delivery; never a delivery "
+        "or a dead letter) in the background; the result is in the endpoint's probe history, "
+        "and a 2xx re-enables an endpoint with `auto_recover`. Only for an endpoint Kurir "
+        "disabled after failures and still probes: otherwise 409 `endpoint_not_probed`.",
+        ok={202: ENDPOINT},
+        errors=(404, 409),
     ),
 )
 add(

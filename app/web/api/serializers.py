@@ -95,6 +95,9 @@ def endpoint_json(
         "consecutive_failures": endpoint.consecutive_failures or 0,
         "last_success_at": isoformat(endpoint.last_success_at),
         "last_failure_at": isoformat(endpoint.last_failure_at),
+        "auto_recover": endpoint.auto_recover is not False,
+        "probe_next_at": isoformat(endpoint.probe_next_at),
+        "probe_count": endpoint.probe_count or 0,
         "created_at": isoformat(endpoint.created_at),
         "updated_at": isoformat(endpoint.updated_at),
     }
