@@ -456,6 +456,11 @@ def probe_now(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
     _record(session, actor, "endpoint.probe_requested", endpoint)
 
 
+def is_probed(endpoint: Endpoint) -> bool:
+    """Whether Kurir probes this endpoint now (disabled after failures, window open)."""
+    return recovery_due.is_probed(endpoint)
+
+
 def probes(
     session: Session, actor: Actor, endpoint: Endpoint, *, limit: int = 20
 ) -> list[EndpointProbe]:

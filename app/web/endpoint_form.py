@@ -63,6 +63,8 @@ class EndpointForm:
     creating: bool = False
     ordering: str = "none"
     on_dead: str = "skip"
+    # Re-enabled by the first 2xx to a probe after Kurir disabled it for failures.
+    auto_recover: bool = True
     signature: str = SignatureKind.HMAC.value  # sent only when creating
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -94,6 +96,7 @@ class EndpointForm:
             pull=endpoint.mode == EndpointMode.PULL,
             ordering=endpoint.ordering or Ordering.NONE.value,
             on_dead=endpoint.on_dead or OnDead.SKIP.value,
+            auto_recover=endpoint.auto_recover is not False,
             signature=endpoint.signature or SignatureKind.HMAC.value,
         )
 
@@ -138,6 +141,10 @@ class EndpointForm:
             creating=existing is None,
             ordering=form.get("ordering", Ordering.NONE.value),
             on_dead=form.get("on_dead", OnDead.SKIP.value),
+            # An unticked box sends nothing: the form's marker says the box was shown.
+            auto_recover=(
+                form.get("auto_recover") == "1" if "auto_recover-shown" in form else True
+            ),
             signature=(
                 existing.signature or SignatureKind.HMAC.value
                 if existing is not None
@@ -202,6 +209,8 @@ class EndpointForm:
             )
         if self.creating and not self.pull:
             body["signature"] = self.signature
+        if not self.pull:
+            body["auto_recover"] = self.auto_recover
         if self.pull:
             del body["url"]
             if self.creating:

@@ -310,6 +310,9 @@ def endpoint(endpoint_id: str) -> Page:
             pinned=pins.of_endpoint(session, actor, ep),
             lag=feed.lag_of(session, runtime().settings, ep),
             public_key=endpoints.public_key(ep),
+            probes=endpoints.probes(session, actor, ep),
+            probed=endpoints.is_probed(ep),
+            auto_recover_on=runtime().settings.auto_recover,
             feed_url=feed_url,
             ack_url=request.host_url.rstrip("/") + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack",
         )
@@ -484,6 +487,18 @@ def endpoint_secret_rotate(endpoint_id: str) -> WerkzeugResponse:
 
 
 # ------------------------------------------------------------------------------ test event
+
+
+@blueprint.post("/endpoints/<endpoint_id>/probe")
+@security.session_required
+def endpoint_probe(endpoint_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = _endpoint(session, endpoint_id, "endpoints:write")
+        endpoints.probe_now(session, rt, actor, ep)
+    flash("Probe sent. Its answer shows on this page when it comes back.", "ok")
+    return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
 
 
 @blueprint.post("/endpoints/<endpoint_id>/test")

@@ -105,6 +105,9 @@ def endpoint(endpoint_id: str) -> Page:
             public_key=endpoints.public_key(ep),
             pinned=pins.of_endpoint(session, actor, ep),
             open_letters=dead_letters.open_by_endpoint(session, actor, [ep.id]).get(ep.id, 0),
+            probes=endpoints.probes(session, actor, ep),
+            probed=endpoints.is_probed(ep),
+            auto_recover_on=runtime().settings.auto_recover,
         )
 
 
@@ -264,6 +267,18 @@ def endpoint_edit(endpoint_id: str) -> Page:
         return render_template(
             "ui/endpoint_edit.html", ep=ep, partner=partner, form=form, catalog=catalog
         ), 422
+
+
+@blueprint.post("/endpoints/<endpoint_id>/probe")
+@security.login_required
+def endpoint_probe(endpoint_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        endpoints.probe_now(session, rt, actor, ep)
+    flash("Probe sent. Its answer shows below when it comes back.", "ok")
+    return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
 
 
 @blueprint.post("/endpoints/<endpoint_id>/test")
