@@ -95,6 +95,8 @@ def resend_job_json(job: ResendJob) -> dict[str, Any]:
         "skipped": params.get("skipped") or {},
         "filter": params.get("filter"),
         "force": bool(params.get("force")),
+        "ordered": bool(params.get("ordered")),
+        "purpose": params.get("purpose"),
         "error": job.error,
         "created_at": isoformat(job.created_at),
         "updated_at": isoformat(job.updated_at),

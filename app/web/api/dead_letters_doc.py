@@ -193,6 +193,16 @@ add(
                         "total": INTEGER,
                         "done": INTEGER,
                         "failed": INTEGER,
+                        "ordered": {
+                            "type": "boolean",
+                            "description": "resent one after the other, in publish order "
+                            "(a recovery's replay)",
+                        },
+                        "purpose": dict(
+                            OPT_STRING,
+                            description="why it runs: null for an operator's resend, "
+                            "`recovery` for the replay after an endpoint recovered",
+                        ),
                     },
                     strict=False,
                 ),
