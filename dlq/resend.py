@@ -36,6 +36,7 @@ from app.models import (
     DL_OPEN,
     DL_RESENT,
     PENDING,
+    RETRYING,
     SUCCEEDED,
     DeadLetter,
     DeadLetterAudit,
@@ -432,6 +433,63 @@ def start_bulk(
     return job
 
 
+def start_ordered(
+    session: Session,
+    items: Sequence[str],
+    *,
+    actor: str,
+    purpose: str,
+    connection: redis.Redis | None = None,
+    key_id: str | None = None,
+    actor_partner_id: str | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> ResendJob:
+    """An ordered resend job over `items` as given (already in publish order): dead letter
+    ids (re-armed as any resend) and ids of deliveries still retrying (made due now, once).
+    `details` are kept with the job's parameters (e.g. a recovery's window)."""
+    params: dict[str, Any] = {
+        "force": False,
+        "skipped": {},
+        "ordered": True,
+        "position": 0,
+        "ids": list(items),
+        "purpose": purpose[:64],
+        **(details or {}),
+    }
+    job = ResendJob(
+        kind=BULK_KIND,
+        actor=actor[:320],
+        key_id=key_id,
+        actor_partner_id=actor_partner_id,
+        params=params,
+        total=len(items),
+    )
+    session.add(job)
+    session.flush()
+    if connection is not None:
+        job_id = job.id
+        after_commit(session, lambda: enqueue_bulk(connection, job_id))
+    return job
+
+
+def due_now(session: Session, delivery_id: str, now: datetime) -> PageResult:
+    """Make a delivery still retrying due now (its attempt budget is left as it is)."""
+    result = PageResult()
+    moved = session.execute(
+        update(Delivery)
+        .where(Delivery.id == delivery_id, Delivery.state == RETRYING)
+        .values(next_attempt_at=now, updated_at=now)
+        .returning(Delivery.id)
+        .execution_options(synchronize_session=False)
+    ).first()
+    if moved is None:
+        result.skipped[delivery_id] = ResendSkip.NOT_OPEN
+    else:
+        result.resent.append(delivery_id)
+        result.delivery_ids.append(delivery_id)
+    return result
+
+
 def publish_order(session: Session, where: list[Any]) -> list[str]:
     """The ids of the letters matching `where`, in the order their events were published."""
     stmt = (
@@ -560,6 +618,7 @@ def run_bulk(
     return job
 
 
+DELIVERY_PREFIX = "dlv_"
 # How long an ordered resend waits for one re-armed delivery's attempt before it goes on
 # with the next (a worker that never comes must not hold the rest for ever).
 SETTLE_S = 120.0
@@ -590,41 +649,64 @@ def _run_ordered(
             if position >= len(ids):
                 return
             letter_id = ids[position]
-            result = rearm(
-                session,
-                [letter_id],
-                actor=job.actor,
-                force=bool(job.params.get("force")),
-                operation_id=job_id,
-                actor_partner_id=job.actor_partner_id,
-            )
-            audit_skips(
-                session,
-                result.skipped,
-                actor=job.actor,
-                operation_id=job_id,
-                actor_partner_id=job.actor_partner_id,
-            )
+            if letter_id.startswith(DELIVERY_PREFIX):  # a delivery still retrying
+                result = due_now(session, letter_id, utcnow())
+            else:
+                result = rearm(
+                    session,
+                    [letter_id],
+                    actor=job.actor,
+                    force=bool(job.params.get("force")),
+                    operation_id=job_id,
+                    actor_partner_id=job.actor_partner_id,
+                )
+                audit_skips(
+                    session,
+                    result.skipped,
+                    actor=job.actor,
+                    operation_id=job_id,
+                    actor_partner_id=job.actor_partner_id,
+                )
             enqueue(session, runtime.redis, result)
-            skipped = Counter(job.params.get("skipped") or {})
-            skipped.update(result.skipped.values())
-            job.params = {**job.params, "position": position + 1, "skipped": dict(skipped)}
-            job.done += len(result.resent)
-            job.failed += len(result.skipped)
-            job.updated_at = utcnow()
+            _count(job, position, result)
+            # Read before the commit lets a worker at them: their attempt counts now.
+            bases = dict(
+                session.execute(
+                    select(Delivery.id, Delivery.attempt_count).where(
+                        Delivery.id.in_(result.delivery_ids)
+                    )
+                ).all()
+            )
         for delivery_id in result.delivery_ids:
-            _settle(runtime, delivery_id, wait_s)
+            _settle(runtime, delivery_id, int(bases.get(delivery_id) or 0), wait_s)
         if progress is not None:
             progress(1)
 
 
-def _settle(runtime: Runtime, delivery_id: str, wait_s: float) -> None:
-    """Wait until a re-armed delivery has had its attempt (it left pending and delivering)."""
+def _count(job: ResendJob, position: int, result: PageResult) -> None:
+    """One item of an ordered job done: move its position and its counts on."""
+    skipped = Counter(job.params.get("skipped") or {})
+    skipped.update(result.skipped.values())
+    job.params = {**job.params, "position": position + 1, "skipped": dict(skipped)}
+    job.done += len(result.resent)
+    job.failed += len(result.skipped)
+    job.updated_at = utcnow()
+
+
+def _settle(runtime: Runtime, delivery_id: str, attempts: int, wait_s: float) -> None:
+    """Wait until a re-armed delivery has had its attempt (one more than `attempts` is
+    recorded, or it is final)."""
     deadline = time.monotonic() + wait_s
     while True:
         with runtime.db.begin() as session:
-            state = session.scalar(select(Delivery.state).where(Delivery.id == delivery_id))
-        if state not in (PENDING, DELIVERING):
+            row = session.execute(
+                select(Delivery.state, Delivery.attempt_count).where(Delivery.id == delivery_id)
+            ).first()
+        if (
+            row is None
+            or row[0] in (SUCCEEDED, DEAD)
+            or (row[0] not in (PENDING, DELIVERING) and int(row[1] or 0) > attempts)
+        ):
             return
         if time.monotonic() > deadline:
             log.warning(

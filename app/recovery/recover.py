@@ -14,9 +14,20 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.clock import isoformat
-from app.models import DL_OPEN, AuditRecord, DeadLetter, Endpoint, OperationalEvent, ResendJob
+from app.models import (
+    DEAD,
+    DL_OPEN,
+    RETRYING,
+    AuditRecord,
+    DeadLetter,
+    Delivery,
+    Endpoint,
+    Event,
+    OperationalEvent,
+    ResendJob,
+)
 from app.vocabulary import EndpointState
-from dlq.resend import start_bulk
+from dlq.resend import start_bulk, start_ordered
 from dlq.search import DeadLetterFilter
 
 log = logging.getLogger(__name__)
@@ -97,3 +108,73 @@ def endpoint_recovered(
     session.flush()
     log.warning("endpoint recovered", extra={"endpoint_id": endpoint.id, **details})
     return job
+
+
+# ------------------------------------------------------------------------- recover since T
+
+WINDOW_PURPOSE = "recover_window"
+MAX_ITEMS = 100_000
+
+
+def window_items(
+    session: Session, endpoint_id: str, since: datetime, until: datetime | None
+) -> list[str]:
+    """What of the endpoint's deliveries in the window (by publish time) did not succeed, in
+    publish order: the open dead letter of each dead delivery, and each delivery still
+    retrying. Succeeded ones, those under way, and dead ones whose letter was discarded or
+    already resent are left out."""
+    where = [
+        Delivery.endpoint_id == endpoint_id,
+        Delivery.state.in_((RETRYING, DEAD)),
+        Event.created_at >= since,
+    ]
+    if until is not None:
+        where.append(Event.created_at < until)
+    rows = session.execute(
+        select(Delivery.id, Delivery.state, DeadLetter.id)
+        .join(Event, Event.id == Delivery.event_id)
+        .outerjoin(
+            DeadLetter,
+            (DeadLetter.delivery_id == Delivery.id) & (DeadLetter.state == DL_OPEN),
+        )
+        .where(*where)
+        .order_by(Event.created_at, Event.id, Delivery.id)
+        .limit(MAX_ITEMS)
+    ).all()
+    items: list[str] = []
+    for delivery_id, state, letter_id in rows:
+        if state == RETRYING:
+            items.append(delivery_id)
+        elif letter_id is not None:
+            items.append(letter_id)
+    return items
+
+
+def start_window(
+    session: Session,
+    endpoint: Endpoint,
+    since: datetime,
+    until: datetime | None,
+    *,
+    actor: str,
+    redis: redis.Redis | None,
+    key_id: str | None = None,
+    actor_partner_id: str | None = None,
+) -> ResendJob:
+    """One ordered resend of everything of the endpoint in the window that did not succeed;
+    a second run over the same window finds only what has failed again since."""
+    items = window_items(session, endpoint.id, since, until)
+    return start_ordered(
+        session,
+        items,
+        actor=actor,
+        purpose=WINDOW_PURPOSE,
+        connection=redis,
+        key_id=key_id,
+        actor_partner_id=actor_partner_id,
+        details={
+            "endpoint": endpoint.id,
+            "since": isoformat(since),
+            "until": isoformat(until),
+        },
+    )

@@ -18,8 +18,15 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app import secret_ring
-from app.clock import isoformat, utcnow
-from app.errors import BadRequest, Conflict, Forbidden, NotFound
+from app.clock import isoformat, parse_rfc3339, utcnow
+from app.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    ValidationFailed,
+    reject_unknown_fields,
+)
 from app.intake.kurir_test import send_test_event
 from app.models import (
     DISABLED_BY_OPERATOR,
@@ -39,6 +46,7 @@ from app.pagination import paginate
 from app.queues import enqueue_after_commit
 from app.recovery import due as recovery_due
 from app.recovery import jobs as recovery_jobs
+from app.recovery import recover as recovery
 from app.registry import endpoints as rules
 from app.registry import keys as signing_keys
 from app.runtime import Runtime
@@ -454,6 +462,82 @@ def probe_now(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
         session, rt.redis, [recovery_jobs.probe_spec(endpoint.id, endpoint.probe_count, now=True)]
     )
     _record(session, actor, "endpoint.probe_requested", endpoint)
+
+
+def _window_bound(body: dict[str, Any], name: str, *, required: bool) -> datetime | None:
+    raw = body.get(name)
+    if raw is None and not required:
+        return None
+    if not isinstance(raw, str):
+        raise ValidationFailed(
+            f"{name} must be an RFC 3339 timestamp with an offset",
+            code="invalid_field",
+            details={"field": name},
+        )
+    try:
+        return parse_rfc3339(raw)
+    except ValueError:
+        raise ValidationFailed(
+            f"{name} must be an RFC 3339 timestamp with an offset",
+            code="invalid_field",
+            details={"field": name},
+        ) from None
+
+
+def recover_window(
+    session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint, body: dict[str, Any]
+) -> ResendJob:
+    """Resend once, in publish order and one after the other (so at the endpoint's rate),
+    every delivery of this endpoint published in `[since, until)` that did not succeed:
+    open dead letters and deliveries still retrying. One audited operation
+    (`endpoint.recover_started`), with progress at GET /v1/operations/{id}.
+
+    Raises:
+        ValidationFailed: `since` missing or not a timestamp, `until` not after it.
+        Conflict: `endpoint_disabled` (enable it first), `pull_endpoint`.
+    """
+    _own(actor, endpoint, "endpoints:write")
+    actor.require("dlq:write")
+    reject_unknown_fields(body, ("since", "until"))
+    since = _window_bound(body, "since", required=True) or utcnow()  # required: never None
+    until = _window_bound(body, "until", required=False)
+    if until is not None and until <= since:
+        raise ValidationFailed(
+            "until must be after since", code="invalid_field", details={"field": "until"}
+        )
+    if endpoint.mode == EndpointMode.PULL:
+        raise Conflict(
+            "a pull endpoint is sent nothing: its consumer reads the feed",
+            code="pull_endpoint",
+            details={"endpoint": endpoint.id},
+        )
+    if endpoint.state != ENABLED:
+        raise Conflict(
+            "this endpoint is disabled and is sent nothing: enable it first",
+            code=ENDPOINT_DISABLED,
+            details={"endpoint": endpoint.id, "disabled_by": endpoint.disabled_by},
+        )
+    job = recovery.start_window(
+        session,
+        endpoint,
+        since,
+        until,
+        actor=str(actor),
+        redis=rt.redis,
+        key_id=actor.key_id,
+        actor_partner_id=actor.partner_id,
+    )
+    _record(
+        session,
+        actor,
+        "endpoint.recover_started",
+        endpoint,
+        operation=job.id,
+        since=isoformat(since),
+        until=isoformat(until),
+        items=job.total,
+    )
+    return job
 
 
 def is_probed(endpoint: Endpoint) -> bool:

@@ -271,7 +271,22 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
         api.post(f"{base}/{ep}/disable", headers=auth, json={"reason": "maintenance"}).status_code
         == 200
     )
+    assert api.post(f"{base}/{ep}/recover", headers=auth, json={}).status_code == 422
+    assert api.post(f"{base}/{ep}/recover", headers=auth, json={"since": "x"}).status_code == 422
+    assert (
+        api.post(
+            f"{base}/{ep}/recover", headers=auth, json={"since": "2020-01-01T00:00:00Z"}
+        ).status_code
+        == 409  # disabled
+    )
     assert api.post(f"{base}/{ep}/enable", headers=auth).status_code == 200
+    recovering = api.post(
+        f"{base}/{ep}/recover", headers=auth, json={"since": "2020-01-01T00:00:00Z"}
+    )
+    assert recovering.status_code == 202
+    job_id = recovering.get_json()["operation"]["id"]
+    assert api.get(f"/v1/operations/{job_id}", headers=auth).status_code == 200
+    assert api.get("/v1/operations/bop_nope", headers=auth).status_code == 404
     assert api.post(f"{base}/{ep}/secret/rotate", headers=auth).status_code == 200
     assert (
         api.post(

@@ -60,6 +60,7 @@ TABLE: dict[tuple[str, str], int] = {
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/secret/rotate"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/test"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/probe"): NOT_FOUND,
+    ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/recover"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/endpoints/{endpoint_id}/secret"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/endpoints/{endpoint_id}/blocked-keys"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/events"): NOT_FOUND,
@@ -77,6 +78,7 @@ TABLE: dict[tuple[str, str], int] = {
     # By ids: B's letter is skipped exactly as an id that does not exist is.
     ("post", "/v1/dead-letters/resend"): 200,
     ("get", "/v1/dead-letters/resend-jobs/{job_id}"): NOT_FOUND,
+    ("get", "/v1/operations/{job_id}"): NOT_FOUND,
     ("post", "/v1/dead-letters/{letter_id}/discard"): NOT_FOUND,
     ("post", "/v1/sources"): NOT_FOUND,
     ("get", "/v1/sources"): NOT_FOUND,
@@ -127,6 +129,7 @@ def _body(method: str, template: str, b: dict[str, Any]) -> dict[str, Any] | Non
         "/v1/sources": {"name": "sneaky", "scheme": "github", "secret": "s" * 32},
         "/v1/sources/{name}/secrets": {"secret": "s" * 32},
         "/v1/partners/{uid}/endpoints/{endpoint_id}/ack": {"cursor": "ZjEuMC4w"},
+        "/v1/partners/{uid}/endpoints/{endpoint_id}/recover": {"since": "2020-01-01T00:00:00Z"},
     }
     if method in ("post", "patch"):
         return bodies.get(template)

@@ -227,6 +227,12 @@ def resend_job(job_id: str) -> Response:
         return jsonify(resend_job_json(dead_letters.resend_job(session, actor, job_id)))
 
 
+@blueprint.get("/operations/<job_id>")
+def operation(job_id: str) -> Response:
+    """A background operation (a bulk resend, a recovery's replay, a recover window)."""
+    return resend_job(job_id)
+
+
 @blueprint.post("/dead-letters/<letter_id>/discard")
 def discard_dead_letter(letter_id: str) -> Response:
     actor = current_actor()

@@ -81,6 +81,31 @@ DL_FILTERS = [
     query("q", "text in the payload"),
     query("state", "open, resent or discarded", DEAD_LETTER_STATE),
 ]
+RESEND_JOB = schema(
+    "ResendJob",
+    obj(
+        {
+            "id": STRING,
+            "kind": STRING,
+            "state": STRING,
+            "total": INTEGER,
+            "done": INTEGER,
+            "failed": INTEGER,
+            "ordered": {
+                "type": "boolean",
+                "description": "resent one after the other, in publish order (a recovery's "
+                "replay, a recover window)",
+            },
+            "purpose": dict(
+                OPT_STRING,
+                description="why it runs: null for an operator's resend, `recovery` for "
+                "the replay after an endpoint recovered, `recover_window` for POST "
+                "…/endpoints/{id}/recover",
+            ),
+        },
+        strict=False,
+    ),
+)
 BULK = schema(
     "BulkResend",
     {
@@ -182,32 +207,22 @@ add(
         tag="dead-letters",
         scope="read",
         params=[path_param("job_id", "resend job id")],
-        ok={
-            200: schema(
-                "ResendJob",
-                obj(
-                    {
-                        "id": STRING,
-                        "kind": STRING,
-                        "state": STRING,
-                        "total": INTEGER,
-                        "done": INTEGER,
-                        "failed": INTEGER,
-                        "ordered": {
-                            "type": "boolean",
-                            "description": "resent one after the other, in publish order "
-                            "(a recovery's replay)",
-                        },
-                        "purpose": dict(
-                            OPT_STRING,
-                            description="why it runs: null for an operator's resend, "
-                            "`recovery` for the replay after an endpoint recovered",
-                        ),
-                    },
-                    strict=False,
-                ),
-            )
-        },
+        ok={200: RESEND_JOB},
+        errors=(404,),
+    ),
+)
+add(
+    "/v1/operations/{job_id}",
+    "get",
+    op(
+        "Progress of a background operation",
+        tag="dead-letters",
+        scope="read",
+        params=[path_param("job_id", "operation id (bop_…)")],
+        description="A bulk resend, the replay after an endpoint recovered, or a recover "
+        "window (POST …/endpoints/{id}/recover): the same job as "
+        "GET /v1/dead-letters/resend-jobs/{id}. A partner's key reads the ones it started.",
+        ok={200: RESEND_JOB},
         errors=(404,),
     ),
 )

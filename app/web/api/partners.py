@@ -10,6 +10,7 @@ from app.clock import isoformat, utcnow
 from app.errors import ValidationFailed, reject_unknown_fields
 from app.pagination import parse_limit
 from app.services import endpoints, feed, keys, partners, portal
+from app.web.api.dead_letters import resend_job_json
 from app.web.api.serializers import (
     blocked_key_json,
     delivery_json,
@@ -218,6 +219,19 @@ def probe_endpoint(uid: str, endpoint_id: str) -> tuple[Response, int]:
         endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
         endpoints.probe_now(session, rt, actor, endpoint)
         answer = endpoint_json(endpoint, uid)
+    return jsonify(answer), 202
+
+
+@blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/recover")
+def recover_endpoint(uid: str, endpoint_id: str) -> tuple[Response, int]:
+    """Resend, in publish order, what of this endpoint did not succeed in a window."""
+    actor = current_actor()
+    body = read_json_object()
+    rt = runtime()
+    with rt.db.begin() as session:
+        endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
+        job = endpoints.recover_window(session, rt, actor, endpoint, body)
+        answer = {"operation": resend_job_json(job), "status_url": f"/v1/operations/{job.id}"}
     return jsonify(answer), 202
 
 

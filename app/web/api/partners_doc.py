@@ -14,6 +14,7 @@ from app.models import SCOPES
 from app.services import portal
 from app.services.actor import PARTNER_SCOPES
 from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering, SignatureKind
+from app.web.api.dead_letters_doc import RESEND_JOB
 from app.web.api.deliveries_doc import DELIVERY
 from app.web.openapi import (
     INTEGER,
@@ -642,6 +643,36 @@ add(
         "disabled after failures and still probes: otherwise 409 `endpoint_not_probed`.",
         ok={202: ENDPOINT},
         errors=(404, 409),
+    ),
+)
+add(
+    f"{_EP_PATH}/recover",
+    "post",
+    op(
+        "Resend what of this endpoint did not succeed in a window",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        body=obj(
+            {
+                "since": dict(TIMESTAMP, description="published at or after (RFC 3339)"),
+                "until": dict(OPT_TIMESTAMP, description="published before; default: now"),
+            },
+            required=["since"],
+        ),
+        description="Every delivery of this endpoint whose event was published in the window "
+        "and did not succeed — open dead letters and deliveries still retrying — is resent "
+        "once, in publish order, one after the other (so at the endpoint's rate), as one "
+        "audited operation; follow it at GET /v1/operations/{id}. Running it again over the "
+        "same window resends only what has failed again since. Also needs `dlq:write`. "
+        "409 `endpoint_disabled` (enable it first), 409 `pull_endpoint`.",
+        ok={
+            202: schema(
+                "RecoverStarted",
+                obj({"operation": RESEND_JOB, "status_url": STRING}),
+            )
+        },
+        errors=(400, 404, 409, 415, 422),
     ),
 )
 add(
