@@ -7,7 +7,7 @@ import sys
 import click
 
 from app import __version__
-from app.cli import admin, dlq, doctor, feed, inbound, listen, portal, run
+from app.cli import admin, dlq, doctor, endpoints, feed, inbound, listen, portal, run
 from app.config import ConfigError, Settings, load_settings
 
 
@@ -40,6 +40,7 @@ for command in (
     *run.COMMANDS,
     *admin.COMMANDS,
     *dlq.COMMANDS,
+    *endpoints.COMMANDS,
     *inbound.COMMANDS,
     *listen.COMMANDS,
     *feed.COMMANDS,

@@ -108,3 +108,36 @@ def test_recover_refuses_a_disabled_endpoint(client, auth, runtime):
     )
     assert refused.status_code == 409
     assert refused.get_json()["error"]["code"] == "endpoint_disabled"
+
+
+def test_kurir_endpoints_recover_starts_the_operation(settings, runtime):
+    from click.testing import CliRunner
+    from rq import Queue
+    from sqlalchemy import select
+
+    from app.cli import cli
+    from app.models import AuditRecord, ResendJob
+    from app.queues import DEFAULT
+
+    endpoint_id, _, since = _scene(runtime, "http://127.0.0.1:9/h")
+    env = {
+        "DATABASE_URL": settings.database_url,
+        "REDIS_URL": settings.redis_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+    }
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["endpoints", "recover", endpoint_id, "--since", "soon"], env=env)
+    assert bad.exit_code == 2 and "since" in bad.output
+    result = runner.invoke(
+        cli, ["endpoints", "recover", endpoint_id, "--since", isoformat(since)], env=env
+    )
+    assert result.exit_code == 0, result.output
+    assert "3 to resend" in result.output
+    with runtime.db.begin() as session:
+        job = session.scalars(select(ResendJob)).one()
+        assert job.params["purpose"] == "recover_window" and job.total == 3
+        assert session.scalars(
+            select(AuditRecord.action).where(AuditRecord.subject_id == endpoint_id)
+        ).all() == ["endpoint.recover_started"]
+    assert f"bulk-{job.id}" in Queue(DEFAULT, connection=runtime.redis).job_ids
