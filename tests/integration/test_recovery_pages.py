@@ -78,3 +78,30 @@ def test_portal_page_shows_probes_and_probes_now(client, auth, app, runtime):
     assert 'data-testid="probes"' in portal.get(url).text
     edit = portal.get(f"{url}/edit").text
     assert 'data-testid="auto-recover"' in edit
+
+
+def test_recover_since_from_the_operator_page_and_the_portal(ui, auth, app, runtime):  # noqa: F811
+    from sqlalchemy import select
+
+    from app.models import ResendJob
+
+    make_partner(ui, auth, "acme")
+    endpoint = make_endpoint(ui, auth, "acme", url="http://127.0.0.1:9/acme")
+    url = f"/ui/endpoints/{endpoint['id']}"
+    assert 'data-testid="recover-card"' in ui.get(url).text
+    bad = ui.post(f"{url}/recover", data={"csrf_token": token(ui, url), "since": "soon"})
+    assert bad.status_code == 302 and "RFC 3339" in ui.get(url).text
+    done = ui.post(
+        f"{url}/recover", data={"csrf_token": token(ui, url), "since": "2020-01-01T00:00:00Z"}
+    )
+    assert done.status_code == 302
+    portal = sign_in(app.test_client(), auth)
+    purl = f"/portal/endpoints/{endpoint['id']}"
+    assert 'data-testid="recover-card"' in portal.get(purl).text
+    started = portal.post(
+        f"{purl}/recover", data={"csrf_token": csrf(portal, purl), "since": "2020-01-01T00:00:00Z"}
+    )
+    assert started.status_code == 302
+    with runtime.db.begin() as session:
+        jobs = session.scalars(select(ResendJob)).all()
+        assert [j.params["purpose"] for j in jobs] == ["recover_window"] * 2

@@ -21,7 +21,7 @@ from flask import Blueprint, flash, g, redirect, render_template, request, url_f
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.clock import isoformat, utcnow
-from app.errors import KurirError, RateLimited, ValidationFailed
+from app.errors import Conflict, KurirError, RateLimited, ValidationFailed
 from app.models import Endpoint
 from app.services import deliveries, endpoints, event_types, feed, pins, portal
 from app.vocabulary import SignatureKind
@@ -487,6 +487,25 @@ def endpoint_secret_rotate(endpoint_id: str) -> WerkzeugResponse:
 
 
 # ------------------------------------------------------------------------------ test event
+
+
+@blueprint.post("/endpoints/<endpoint_id>/recover")
+@security.session_required
+def endpoint_recover(endpoint_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    actor = security.actor()
+    body = {k: v.strip() for k, v in request.form.items() if k in ("since", "until") and v.strip()}
+    try:
+        with rt.db.begin() as session:
+            ep = _endpoint(session, endpoint_id, "endpoints:write")
+            job = endpoints.recover_window(session, rt, actor, ep, body)
+            flash(
+                f"Resending {job.total} in publish order (operation {job.id}).",
+                "ok",
+            )
+    except (ValidationFailed, Conflict) as exc:
+        flash(exc.message, "error")
+    return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
 
 
 @blueprint.post("/endpoints/<endpoint_id>/probe")

@@ -12,7 +12,7 @@ from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.clock import utcnow
-from app.errors import NotFound, ValidationFailed
+from app.errors import Conflict, NotFound, ValidationFailed
 from app.pagination import parse_limit
 from app.services import audit, dead_letters, endpoints, event_types, feed, partners, pins
 from app.vocabulary import SignatureKind
@@ -267,6 +267,25 @@ def endpoint_edit(endpoint_id: str) -> Page:
         return render_template(
             "ui/endpoint_edit.html", ep=ep, partner=partner, form=form, catalog=catalog
         ), 422
+
+
+@blueprint.post("/endpoints/<endpoint_id>/recover")
+@security.login_required
+def endpoint_recover(endpoint_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    actor = security.actor()
+    body = {k: v.strip() for k, v in request.form.items() if k in ("since", "until") and v.strip()}
+    try:
+        with rt.db.begin() as session:
+            ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+            job = endpoints.recover_window(session, rt, actor, ep, body)
+            flash(
+                f"Resending {job.total} in publish order (operation {job.id}).",
+                "ok",
+            )
+    except (ValidationFailed, Conflict) as exc:
+        flash(exc.message, "error")
+    return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
 
 
 @blueprint.post("/endpoints/<endpoint_id>/probe")
