@@ -239,6 +239,9 @@ class Settings:
     allow_private_targets: bool = False
     allowed_cidrs: tuple[str, ...] = ()
     require_https: bool = False
+    # New push endpoints must answer an ownership challenge before anything else is sent
+    # (an endpoint's own `verify` field overrides this default).
+    verify_endpoints: bool = False
     secret_rotation_overlap_seconds: int = 86400
     default_timeout_s: int = 15
     connect_timeout_s: float = 5.0
@@ -381,6 +384,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KURIR_ALLOW_PRIVATE_TARGETS": ("allow_private_targets", _parse_bool),
     "KURIR_ALLOWED_CIDRS": ("allowed_cidrs", _parse_cidrs),
     "KURIR_REQUIRE_HTTPS": ("require_https", _parse_bool),
+    "KURIR_VERIFY_ENDPOINTS": ("verify_endpoints", _parse_bool),
     "KURIR_SECRET_ROTATION_OVERLAP_SECONDS": (
         "secret_rotation_overlap_seconds",
         lambda n, r: _parse_int(n, r, 0),

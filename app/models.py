@@ -367,7 +367,8 @@ class Endpoint(Base):
     signature: Mapped[str] = mapped_column(
         String(8), default=SignatureKind.HMAC.value, server_default=SignatureKind.HMAC.value
     )
-    state: Mapped[str] = mapped_column(String(16), default=EndpointState.ENABLED.value)
+    # "enabled", "disabled" or "pending_verification" (see `verify`).
+    state: Mapped[str] = mapped_column(String(32), default=EndpointState.ENABLED.value)
     disabled_reason: Mapped[str | None] = mapped_column(String(200))
     disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # Who disabled it: "operator" (the UI, an admin key, the CLI), "partner" (its keys, its
@@ -384,6 +385,20 @@ class Endpoint(Base):
     last_failure_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Ownership challenge (sender.verification): with `verify`, the endpoint is sent nothing
+    # but the challenge until it answers it; `verification_started_at` starts the window
+    # after which it is disabled as unverified. The challenge is kept as its SHA-256 (what
+    # an answer is checked against) and encrypted (what a retry sends again).
+    verify: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    verification_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    challenge_hash: Mapped[str | None] = mapped_column(String(64))
+    challenge_encrypted: Mapped[str | None] = mapped_column(Text)
+    challenge_sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    challenge_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    # When the challenge is (re)sent next; None once it reached the endpoint with a 2xx.
+    challenge_next_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    challenge_error: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _updated()
 

@@ -47,12 +47,14 @@ INBOUND_PROCESS = "kurir.inbound.process"
 INBOUND_RECONCILE = "kurir.inbound.reconcile"
 DLQ_BULK_RESEND = "kurir.dlq.bulk_resend"
 ENDPOINT_PROBE = "kurir.endpoint.probe"
+SEND_CHALLENGE = "kurir.endpoint.send_challenge"
 JOBS: dict[str, str] = {
     DELIVER_BATCH: "sender.jobs.deliver_batch",
     INBOUND_PROCESS: "app.inbound.process.process_event",
     INBOUND_RECONCILE: "app.inbound.reconcile.run_request",
     DLQ_BULK_RESEND: "dlq.resend.run_bulk_job",
     ENDPOINT_PROBE: "app.recovery.jobs.run_probe_job",
+    SEND_CHALLENGE: "sender.verification.send_challenge_job",
 }
 # What jobs were named by before the stable names: the import paths of that time. Jobs
 # queued then (a worker upgraded while Redis held work) are run under their stable name.

@@ -21,10 +21,12 @@ def values(words: type[StrEnum]) -> tuple[str, ...]:
 
 
 class EndpointState(StrEnum):
-    """Whether Kurir sends to an endpoint; a disabled one has its deliveries parked."""
+    """Whether Kurir sends to an endpoint; a disabled one has its deliveries parked, one
+    pending verification has them wait until it proves it controls its URL."""
 
     ENABLED = "enabled"
     DISABLED = "disabled"
+    PENDING_VERIFICATION = "pending_verification"
 
 
 class EndpointMode(StrEnum):
@@ -40,6 +42,7 @@ class DisabledBy(StrEnum):
     OPERATOR = "operator"  # the UI, an admin key, the CLI
     PARTNER = "partner"  # its keys, its portal
     HEALTH = "health"  # Kurir, after failures
+    VERIFICATION = "verification"  # Kurir, when the ownership challenge went unanswered
 
 
 class SignatureKind(StrEnum):

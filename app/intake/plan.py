@@ -34,10 +34,16 @@ class Plan:
     versions: list[dict[str, Any]] = field(default_factory=list)
     # Ordered endpoints this event goes to under its ordering key: numbered at write time.
     ordered: list[str] = field(default_factory=list)
+    # Deliveries among `pending` whose endpoint waits for verification: written held (no
+    # `next_attempt_at`), not enqueued, released once it is verified (sender.verification).
+    held: list[str] = field(default_factory=list)
 
     @property
     def enqueued(self) -> list[str]:
-        return [delivery_id for delivery_id, _, _ in self.pending]
+        if not self.held:
+            return [delivery_id for delivery_id, _, _ in self.pending]
+        held = set(self.held)
+        return [delivery_id for delivery_id, _, _ in self.pending if delivery_id not in held]
 
     @property
     def versioned(self) -> bool:
@@ -210,6 +216,7 @@ def make_plan(
     }
     pending: list[Planned] = []
     parked: list[Planned] = []
+    held: list[str] = []
     answer: list[dict[str, Any]] = []
     for endpoint_id, state, subscribed, _, mode in targets.endpoints:
         if subscribed is not None and req.type not in subscribed:
@@ -219,7 +226,9 @@ def make_plan(
             # above, so the version it wants is stored with the event.
             continue
         delivery_id = new_id("dlv")
-        enabled = state == EndpointState.ENABLED
+        enabled = state in (EndpointState.ENABLED, EndpointState.PENDING_VERIFICATION)
+        if state == EndpointState.PENDING_VERIFICATION:
+            held.append(delivery_id)
         version = wanted.get(endpoint_id)
         (pending if enabled else parked).append((delivery_id, endpoint_id, version))
         answer.append(
@@ -268,4 +277,4 @@ def make_plan(
             endpoint_id for _, endpoint_id, _ in pending + parked if endpoint_id in targets.ordered
         ]
     )
-    return Plan(event_values, pending, parked, response, versions, ordered)
+    return Plan(event_values, pending, parked, response, versions, ordered, held)

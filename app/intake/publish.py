@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import redis
-from sqlalchemy import Connection, insert, select, text
+from sqlalchemy import Connection, insert, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -118,8 +118,9 @@ def _publish_in_one_statement(
                 return None  # other versions to make and store: a transaction
             # No version is made here (the return above), so no size budget is needed.
             plan = make_plan(targets, req, partner_uid, now, _no_versions, max_bytes=0)
-            if plan.parked or plan.ordered:
-                # Dead letters and audit rows, or sequence numbers, take a transaction.
+            if plan.parked or plan.ordered or plan.held:
+                # Dead letters and audit rows, sequence numbers or held deliveries take a
+                # transaction.
                 return None
             params = sql.event_params(plan.event_values, plan.pending)
             params["digest"] = targets.digest
@@ -227,6 +228,8 @@ def publish_in_transaction(
     _insert_event_and_deliveries(
         session.connection(), plan.event_values, plan.pending, plan.versions, places
     )
+    if plan.held:
+        _hold(session.connection(), plan.held)
     if plan.parked:
         _park_for_disabled(session, Event(**plan.event_values), plan.parked, now, places)
     enqueue_after_commit(session, redis_client, job_specs(plan.enqueued))
@@ -288,6 +291,17 @@ def _insert_event_and_deliveries(
                 for delivery_id, endpoint_id, version in deliveries
             ],
         )
+
+
+def _hold(connection: Connection, delivery_ids: list[str]) -> None:
+    """Deliveries to an endpoint waiting for verification wait with it: no `next_attempt_at`,
+    so nothing offers them to a worker until the verification releases them."""
+    connection.execute(
+        update(Delivery)
+        .where(Delivery.id.in_(delivery_ids))
+        .values(next_attempt_at=None)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _place_values(place: ordering.Place | None, key: str | None) -> dict[str, Any]:

@@ -70,6 +70,14 @@ def sequence_feed(runtime: Runtime) -> int:
     return feed.sequence_now(runtime)
 
 
+def verify_endpoints(runtime: Runtime) -> dict[str, int]:
+    """Endpoints waiting for verification: their challenges due (retries, sends Redis lost),
+    and disabling those unverified past their window."""
+    from app.services import verification
+
+    return verification.tick(runtime)
+
+
 def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
     from app.inbound import process as inbound_process
@@ -87,6 +95,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
             IntervalTrigger(seconds=runtime.settings.sweep_interval_seconds),
         ),
         PeriodicJob("sequence-feed", sequence_feed, IntervalTrigger(seconds=2)),
+        PeriodicJob("verify-endpoints", verify_endpoints, IntervalTrigger(seconds=10)),
         PeriodicJob("purge-idempotency-keys", idempotency.purge_expired, IntervalTrigger(hours=1)),
         PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),

@@ -55,6 +55,7 @@ ENDPOINT_FIELDS = (
     "on_dead",
     "send_traceparent",
     "auto_recover",
+    "verify",
 )
 PATCHABLE_FIELDS = (
     "url",

@@ -86,6 +86,7 @@ def create_endpoint(
     on_dead = check_choice("on_dead", body.get("on_dead", OnDead.SKIP.value), values(OnDead))
     send_traceparent = check_flag("send_traceparent", body.get("send_traceparent", False))
     auto_recover = check_flag("auto_recover", body.get("auto_recover", True))
+    verify = check_verify(body, mode, settings)
     signature, secret = keys.first_key(body)
     endpoint = Endpoint(
         partner=partner,
@@ -104,6 +105,7 @@ def create_endpoint(
         send_traceparent=send_traceparent,
         auto_recover=auto_recover,
         signature=signature,
+        verify=verify,
     )
     if mode == EndpointMode.PULL:
         # Its feed starts here: what was committed before is not its backlog.
@@ -112,6 +114,19 @@ def create_endpoint(
     add_secret(session, endpoint, secret, box)
     session.flush()
     return EndpointWithSecret(endpoint, keys.shown(secret))
+
+
+def check_verify(body: dict[str, Any], mode: str, settings: Settings) -> bool:
+    """`verify` as given, else the setting's default for a push endpoint; a pull endpoint is
+    sent nothing, so it has nothing to verify."""
+    if "verify" not in body:
+        return settings.verify_endpoints and mode == EndpointMode.PUSH
+    verify = check_flag("verify", body["verify"])
+    if verify and mode == EndpointMode.PULL:
+        raise invalid(
+            "verify", "a pull endpoint is sent nothing, so there is no URL whose control to verify"
+        )
+    return verify
 
 
 def get_endpoint(session: Session, partner: Partner, endpoint_id: str) -> Endpoint:
@@ -155,7 +170,14 @@ def update_endpoint(
             details={"field": "mode", "mode": endpoint.mode},
         )
     keys.refuse_change(endpoint, body)
-    body = {k: v for k, v in body.items() if k not in ("mode", keys.FIELD)}
+    if "verify" in body and body["verify"] != endpoint.verify:
+        raise ValidationFailed(
+            "whether an endpoint must prove it controls its URL is fixed at creation; "
+            "create a new endpoint to change it",
+            code="verify_immutable",
+            details={"field": "verify", "verify": endpoint.verify},
+        )
+    body = {k: v for k, v in body.items() if k not in ("mode", keys.FIELD, "verify")}
     reject_unknown_fields(body, PATCHABLE_FIELDS)
     if "url" in body and endpoint.mode == EndpointMode.PULL:
         raise invalid("url", "a pull endpoint has no url (its mode is fixed at creation)")

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from app import runtime as runtime_mod
 from app import secret_ring
 from app.clock import isoformat, parse_rfc3339, utcnow
 from app.errors import (
@@ -50,7 +51,7 @@ from app.recovery import recover as recovery
 from app.registry import endpoints as rules
 from app.registry import keys as signing_keys
 from app.runtime import Runtime
-from app.services import audit, dead_letters, partner_bounds, partners
+from app.services import audit, dead_letters, partner_bounds, partners, verification
 from app.services.actor import Actor, shown_to
 from app.vocabulary import EndpointMode, EndpointState, OnDead
 from dlq.search import DeadLetterFilter
@@ -185,6 +186,9 @@ def create(
     partner_bounds.check_endpoint_room(session, rt.settings, partner)
     created = rules.create_endpoint(session, partner, body, rt.settings, rt.secret_box)
     endpoint = created.endpoint
+    if endpoint.verify:
+        # Nothing but the challenge is sent until it proves it controls its URL.
+        verification.start(session, rt, endpoint)
     _record(
         session,
         actor,
@@ -194,6 +198,7 @@ def create(
         event_types=endpoint.event_types,
         headers=sorted(endpoint.headers or {}),
         signature=endpoint.signature,
+        verify=endpoint.verify,
     )
     return created
 
@@ -203,7 +208,10 @@ def update(
 ) -> Endpoint:
     endpoint = live(session, actor, uid, endpoint_id, "endpoints:write")
     _trace_opt_in(actor, body, endpoint.send_traceparent)
+    old_url = endpoint.url
     rules.update_endpoint(session, endpoint, body, rt.settings)
+    if "url" in body:
+        verification.after_url_change(session, rt, actor, endpoint, old_url)
     changed = sorted(body)
     details: dict[str, Any] = {"fields": changed}
     if "url" in body:
@@ -259,7 +267,10 @@ def blocked_key_counts(session: Session) -> list[BlockedCount]:
 
 def delete(session: Session, actor: Actor, uid: str, endpoint_id: str) -> None:
     endpoint = live(session, actor, uid, endpoint_id, "endpoints:write")
+    was_pending = verification.pending(endpoint)
     rules.delete_endpoint(session, endpoint)
+    if was_pending:
+        verification.park_held(session, endpoint)
     _record(session, actor, "endpoint.deleted", endpoint)
 
 
@@ -276,16 +287,28 @@ def may_enable(actor: Actor, endpoint: Endpoint) -> bool:
     )
 
 
-def enable(session: Session, actor: Actor, endpoint: Endpoint) -> bool:
+def enable(session: Session, actor: Actor, endpoint: Endpoint, rt: Runtime | None = None) -> bool:
     """Enable a disabled endpoint; False when it was enabled already (nothing recorded).
+
+    A `verify` endpoint that never verified (disabled as unverified, or its host changed
+    while disabled) is not enabled but made to verify again: a fresh challenge and window
+    (sent through `rt`, the process runtime when not given).
 
     Raises:
         Conflict: `disabled_by_operator` when a partner's credentials try to enable an
-            endpoint an operator disabled.
+            endpoint an operator disabled; `pending_verification` for an endpoint that
+            waits for verification (it is enabled by answering its challenge).
     """
     _own(actor, endpoint, "endpoints:write")
     if endpoint.state == ENABLED:
         return False
+    if verification.pending(endpoint):
+        raise Conflict(
+            "this endpoint waits for verification: it is enabled by answering its challenge "
+            "(POST …/verify), and a new challenge is sent with POST …/verify/resend",
+            code="pending_verification",
+            details={"endpoint": endpoint.id},
+        )
     if not may_enable(actor, endpoint):
         raise Conflict(
             "this endpoint was disabled by the publisher's operators; only they "
@@ -300,6 +323,8 @@ def enable(session: Session, actor: Actor, endpoint: Endpoint) -> bool:
     was = isoformat(endpoint.disabled_at)
     reason = endpoint.disabled_reason
     rules.enable_endpoint(session, endpoint)
+    if endpoint.verify and endpoint.verified_at is None:
+        verification.start(session, rt or runtime_mod.current(), endpoint)
     session.add(
         OperationalEvent(
             kind="endpoint.enabled",
@@ -315,12 +340,15 @@ def disable(session: Session, actor: Actor, endpoint: Endpoint, reason: str | No
     """Disable by hand; False when it was disabled already (a new reason is still kept)."""
     _own(actor, endpoint, "endpoints:write")
     was_enabled = endpoint.state == ENABLED
+    was_pending = verification.pending(endpoint)
     rules.disable_endpoint(
         session,
         endpoint,
         reason,
         by=DISABLED_BY_PARTNER if actor.bound_to_partner else DISABLED_BY_OPERATOR,
     )
+    if was_pending:
+        verification.park_held(session, endpoint)
     if was_enabled:
         session.add(
             OperationalEvent(
@@ -407,6 +435,13 @@ def send_test(session: Session, rt: Runtime, actor: Actor, endpoint: Endpoint) -
         raise Conflict(
             "a pull endpoint is sent nothing, a test event neither: its consumer reads the feed",
             code="pull_endpoint",
+            details={"endpoint": endpoint.id},
+        )
+    if verification.pending(endpoint):
+        raise Conflict(
+            "this endpoint waits for verification and is sent nothing but its challenge: "
+            "answer it first (POST …/verify)",
+            code="pending_verification",
             details={"endpoint": endpoint.id},
         )
     if endpoint.state != ENABLED:
@@ -639,7 +674,7 @@ def resend_parked(
     _own(actor, endpoint, "endpoints:write")
     actor.require("dlq:write")
     since = parked_since(session, endpoint)
-    enabled = enable(session, actor, endpoint)
+    enabled = enable(session, actor, endpoint, rt)
     job = dead_letters.resend_matching(
         session, rt, actor, dead_letters.FilterForm(_parked_filter(endpoint, since))
     )
@@ -666,7 +701,7 @@ def resend_letter_enabling(
     """
     letter, _ = dead_letters.get(session, actor, letter_id)
     endpoint = by_id(session, actor, letter.endpoint_id, "endpoints:write")
-    enabled = endpoint.deleted_at is None and enable(session, actor, endpoint)
+    enabled = endpoint.deleted_at is None and enable(session, actor, endpoint, rt)
     return enabled, dead_letters.resend_one(session, rt, actor, letter_id, force=force)
 
 

@@ -188,8 +188,9 @@ def look_at_unclaimed(
                 continue
             due.append(row.id)
     if due:
-        # Due yet not claimed: its endpoint is disabled or deleted.
+        # Due yet not claimed: its endpoint is disabled or deleted, or waits for verification.
         park_disabled(session, due)
+        hold_unverified(session, due)
     return later, len(ids) - len(due)
 
 
@@ -201,11 +202,30 @@ def park_disabled(session: Session, ids: list[str]) -> None:
         .where(
             Delivery.id.in_(ids),
             Delivery.state.in_((PENDING, RETRYING)),
-            or_(Endpoint.state != EndpointState.ENABLED, Endpoint.deleted_at.is_not(None)),
+            or_(Endpoint.state == EndpointState.DISABLED, Endpoint.deleted_at.is_not(None)),
         )
     ):
         park(
             session, delivery, delivery.event, delivery.endpoint, DeadLetterReason.ENDPOINT_DISABLED
+        )
+
+
+def hold_unverified(session: Session, ids: list[str]) -> None:
+    """A due delivery whose endpoint waits for verification is held (no `next_attempt_at`):
+    nothing offers it again until the verification releases it (`sender.verification`)."""
+    deliveries = table(Delivery)
+    waiting = select(Endpoint.id).where(
+        Endpoint.state == EndpointState.PENDING_VERIFICATION, Endpoint.deleted_at.is_(None)
+    )
+    for chunk in chunks(ids):
+        session.execute(
+            update(deliveries)
+            .where(
+                deliveries.c.id.in_(chunk),
+                deliveries.c.state.in_((PENDING, RETRYING)),
+                deliveries.c.endpoint_id.in_(waiting),
+            )
+            .values(next_attempt_at=None, lease_expires_at=None)
         )
 
 

@@ -9,7 +9,7 @@ from flask import Blueprint, Response, jsonify, request
 from app.clock import isoformat, utcnow
 from app.errors import ValidationFailed, reject_unknown_fields
 from app.pagination import parse_limit
-from app.services import endpoints, feed, keys, partners, portal
+from app.services import endpoints, feed, keys, partners, portal, verification
 from app.web.api.dead_letters import resend_job_json
 from app.web.api.serializers import (
     blocked_key_json,
@@ -184,7 +184,7 @@ def enable_endpoint(uid: str, endpoint_id: str) -> Response:
     actor = current_actor()
     with runtime().db.begin() as session:
         endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
-        endpoints.enable(session, actor, endpoint)
+        endpoints.enable(session, actor, endpoint, runtime())
         return jsonify(endpoint_json(endpoint, uid))
 
 
@@ -257,6 +257,29 @@ def send_test(uid: str, endpoint_id: str) -> tuple[Response, int]:
         endpoint = endpoints.live(session, actor, uid, endpoint_id, "endpoints:write")
         delivery = endpoints.send_test(session, rt, actor, endpoint)
         answer = delivery_json(delivery, with_attempts=False)
+    return jsonify(answer), 202
+
+
+@blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/verify")
+def verify_endpoint(uid: str, endpoint_id: str) -> Response:
+    """Answer the endpoint's ownership challenge (for receivers that cannot echo it)."""
+    actor = current_actor()
+    body = read_json_object()
+    rt = runtime()
+    with rt.db.begin() as session:
+        endpoint = verification.confirm(session, rt, actor, uid, endpoint_id, body)
+        return jsonify(endpoint_json(endpoint, uid))
+
+
+@blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/verify/resend")
+def resend_challenge(uid: str, endpoint_id: str) -> tuple[Response, int]:
+    """Send a fresh ownership challenge (the previous one stops counting)."""
+    actor = current_actor()
+    optional_json(allowed=())
+    rt = runtime()
+    with rt.db.begin() as session:
+        endpoint = verification.resend(session, rt, actor, uid, endpoint_id)
+        answer = endpoint_json(endpoint, uid)
     return jsonify(answer), 202
 
 

@@ -9,6 +9,7 @@ from app import headers as header_rules
 from app.clock import isoformat
 from app.models import ApiKey, Attempt, Delivery, Endpoint, Event, EventType, Partner
 from app.services import endpoints as endpoint_service
+from app.services import verification
 from app.services.audit import Shown
 from app.services.deliveries import delivered_version
 from app.services.endpoints import BlockedKey
@@ -89,6 +90,9 @@ def endpoint_json(
         "public_key": None,
         "public_keys": [],
         "state": endpoint.state,
+        "verify": bool(endpoint.verify),
+        "verified_at": isoformat(endpoint.verified_at),
+        "verification": verification_json(endpoint),
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": isoformat(endpoint.disabled_at),
         "disabled_by": endpoint.disabled_by if endpoint.state == EndpointState.DISABLED else None,
@@ -116,6 +120,20 @@ def endpoint_json(
     if lag is not None:
         body["lag"] = lag
     return body
+
+
+def verification_json(endpoint: Endpoint) -> dict[str, Any] | None:
+    """Where a pending endpoint's challenge stands (None when it waits for nothing)."""
+    if not verification.pending(endpoint):
+        return None
+    return {
+        "started_at": isoformat(endpoint.verification_started_at),
+        "expires_at": isoformat(verification.expires_at(endpoint)),
+        "challenge_sent_at": isoformat(endpoint.challenge_sent_at),
+        "challenge_attempts": endpoint.challenge_attempts or 0,
+        "next_send_at": isoformat(endpoint.challenge_next_at),
+        "last_error": endpoint.challenge_error,
+    }
 
 
 def blocked_key_json(row: BlockedKey) -> dict[str, Any]:

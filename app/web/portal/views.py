@@ -355,7 +355,7 @@ def endpoint_enable(endpoint_id: str) -> WerkzeugResponse:
     actor = security.actor()
     with runtime().db.begin() as session:
         ep = _endpoint(session, endpoint_id, "endpoints:write")
-        if endpoints.enable(session, actor, ep):
+        if endpoints.enable(session, actor, ep, runtime()):
             flash(
                 "Enabled. New events are delivered to it again; what was held back while "
                 "it was disabled can be resent from this page.",

@@ -117,7 +117,7 @@ def endpoint_enable(endpoint_id: str) -> WerkzeugResponse:
     actor = security.actor()
     with runtime().db.begin() as session:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
-        if endpoints.enable(session, actor, ep):
+        if endpoints.enable(session, actor, ep, runtime()):
             parked = endpoints.parked(session, actor, ep)
             if parked.holds_keys:
                 flash(
