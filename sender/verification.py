@@ -287,9 +287,10 @@ def send(
                 Endpoint.challenge_hash == endpoint.challenge_hash,
             )
             .values(challenge_next_at=now + timedelta(seconds=SEND_LEASE_S))
+            .returning(Endpoint.id)
             .execution_options(synchronize_session=False)
-        ).rowcount
-        if not claimed:
+        ).first()
+        if claimed is None:
             return None
         fence = endpoint.challenge_hash
         challenge = runtime.secret_box.decrypt(endpoint.challenge_encrypted)

@@ -63,6 +63,8 @@ TABLE: dict[tuple[str, str], int] = {
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/recover"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/endpoints/{endpoint_id}/secret"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/endpoints/{endpoint_id}/blocked-keys"): NOT_FOUND,
+    ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/verify"): NOT_FOUND,
+    ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/verify/resend"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/events"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/events"): NOT_FOUND,
     ("get", "/v1/events/{event_id}"): NOT_FOUND,
@@ -130,6 +132,7 @@ def _body(method: str, template: str, b: dict[str, Any]) -> dict[str, Any] | Non
         "/v1/sources/{name}/secrets": {"secret": "s" * 32},
         "/v1/partners/{uid}/endpoints/{endpoint_id}/ack": {"cursor": "ZjEuMC4w"},
         "/v1/partners/{uid}/endpoints/{endpoint_id}/recover": {"since": "2020-01-01T00:00:00Z"},
+        "/v1/partners/{uid}/endpoints/{endpoint_id}/verify": {"challenge": "guessed"},
     }
     if method in ("post", "patch"):
         return bodies.get(template)

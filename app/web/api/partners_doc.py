@@ -13,7 +13,14 @@ from app.event_types import downgrades
 from app.models import SCOPES
 from app.services import portal
 from app.services.actor import PARTNER_SCOPES
-from app.vocabulary import EndpointMode, EndpointState, OnDead, Ordering, SignatureKind
+from app.vocabulary import (
+    DisabledBy,
+    EndpointMode,
+    EndpointState,
+    OnDead,
+    Ordering,
+    SignatureKind,
+)
 from app.web.api.dead_letters_doc import RESEND_JOB
 from app.web.api.deliveries_doc import DELIVERY
 from app.web.openapi import (
@@ -322,6 +329,15 @@ _PUBLIC_KEYS: Schema = array(
     description="an ed25519 endpoint's keys that sign now, newest first: after a rotation "
     "the previous one too, until `expires_at`; trust each (empty for hmac)",
 )
+_VERIFY: Schema = {
+    "type": "boolean",
+    "description": "the endpoint must prove it controls its URL before it is sent anything: "
+    "it starts in pending_verification and gets a signed `kurir.endpoint.verify` event whose "
+    '`data.challenge` it answers, echoing `{"challenge": …}` in a 2xx body or posting it to '
+    "POST …/verify. Unanswered for 72 h, it is disabled (reason unverified). A new host in "
+    "its url asks again. Default `KURIR_VERIFY_ENDPOINTS` (false); fixed at creation "
+    "(422 `verify_immutable`); refused for a pull endpoint",
+}
 _MODE: Schema = {
     "type": "string",
     "enum": list(EndpointMode),
@@ -372,17 +388,46 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
         dict(PUBLIC_KEY, description="an ed25519 endpoint's current public key; null for hmac")
     ),
     "public_keys": _PUBLIC_KEYS,
-    "state": {"type": "string", "enum": list(EndpointState)},
+    "state": {
+        "type": "string",
+        "enum": list(EndpointState),
+        "description": "pending_verification: it is sent nothing but its ownership challenge "
+        "until it answers it; what is published meanwhile waits and flows once it is verified",
+    },
+    "verify": _VERIFY,
+    "verified_at": dict(OPT_TIMESTAMP, description="when it last proved it controls its URL"),
+    "verification": nullable(
+        obj(
+            {
+                "started_at": TIMESTAMP,
+                "expires_at": dict(
+                    TIMESTAMP, description="when it is disabled (reason unverified) if unanswered"
+                ),
+                "challenge_sent_at": dict(
+                    OPT_TIMESTAMP, description="when the current challenge was last sent"
+                ),
+                "challenge_attempts": INTEGER,
+                "next_send_at": dict(
+                    OPT_TIMESTAMP,
+                    description="when it is sent again (null once the endpoint answered 2xx)",
+                ),
+                "last_error": OPT_STRING,
+            },
+            description="where the ownership challenge stands; null unless "
+            "state is pending_verification",
+        )
+    ),
     "disabled_reason": OPT_STRING,
     "disabled_at": OPT_TIMESTAMP,
     "disabled_by": nullable(
         {
             "type": "string",
-            "enum": ["operator", "partner", "health"],
+            "enum": list(DisabledBy),
             "description": "who disabled it: an operator (UI, admin key, "
             "CLI; a partner's credentials cannot enable it "
-            "again), the partner, or Kurir's health monitor "
-            "after failures",
+            "again), the partner, Kurir's health monitor "
+            "after failures, or the verification (reason unverified: its challenge went "
+            "unanswered; enabling it sends a new one)",
         }
     ),
     "consecutive_failures": {"type": "integer", "minimum": 0},
@@ -445,6 +490,7 @@ ENDPOINT_CREATE = schema(
             "send_traceparent": _SEND_TRACEPARENT,
             "auto_recover": _AUTO_RECOVER,
             "signature": _SIGNATURE,
+            "verify": _VERIFY,
             "secret": dict(
                 SECRET,
                 description="optional; generated when absent. Refused (422 "
@@ -506,7 +552,7 @@ add(
         "List a partner's endpoints, newest first",
         tag="endpoints",
         scope="read",
-        params=[UID, query("state", "enabled or disabled"), *PAGE_PARAMS],
+        params=[UID, query("state", "enabled, disabled or pending_verification"), *PAGE_PARAMS],
         ok={200: schema("EndpointPage", page_of("Endpoint"))},
         errors=(400, 404),
     ),
@@ -558,7 +604,10 @@ add(
         params=EP,
         description="A partner's key cannot enable an endpoint an operator disabled "
         "(`disabled_by: operator`): 409 `disabled_by_operator`. One the health "
-        "monitor or the partner disabled, it can.",
+        "monitor or the partner disabled, it can. An endpoint with `verify` that never "
+        "verified (disabled as unverified) is not enabled but made to verify again: "
+        "state pending_verification, with a new challenge. 409 `pending_verification` "
+        "for one waiting for verification: it is enabled by answering its challenge.",
         ok={200: ENDPOINT},
         errors=(404, 409),
     ),
@@ -621,7 +670,8 @@ add(
         params=EP,
         description="Through the normal delivery engine (signed, retried, recorded); follow it "
         "with GET /v1/deliveries/{id}. 409 `endpoint_disabled` for a disabled "
-        "endpoint (enable it first), 409 `pull_endpoint` for a pull endpoint. A "
+        "endpoint (enable it first), 409 `pending_verification` for one waiting for "
+        "verification, 409 `pull_endpoint` for a pull endpoint. A "
         "partner's own keys send at most `KURIR_PARTNER_TEST_SENDS_PER_MINUTE` a "
         "minute: more is 429 `rate_limited` with `Retry-After`; while the rate "
         "limiter (Redis) is unreachable they are refused, 503 `unavailable`.",
@@ -673,6 +723,45 @@ add(
             )
         },
         errors=(400, 404, 409, 415, 422),
+    ),
+)
+add(
+    f"{_EP_PATH}/verify",
+    "post",
+    op(
+        "Answer the endpoint's ownership challenge",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        description="For receivers that cannot echo the challenge: post the `data.challenge` "
+        "of the latest `kurir.endpoint.verify` event, with the partner's own key, its "
+        "portal, or an operator's key. The endpoint is enabled and what was published "
+        "while it waited is sent, in publish order. 422 `challenge_mismatch` for any other "
+        "value (nothing changes); 409 `not_pending_verification` when it waits for nothing.",
+        body=schema(
+            "VerifyChallenge",
+            obj({"challenge": {"type": "string", "minLength": 1, "maxLength": 200}}),
+        ),
+        ok={200: ENDPOINT},
+        errors=(400, 404, 409, 413, 415, 422),
+    ),
+)
+add(
+    f"{_EP_PATH}/verify/resend",
+    "post",
+    op(
+        "Send a new ownership challenge",
+        tag="endpoints",
+        scope="endpoints:write",
+        params=EP,
+        description="A fresh challenge is sent now; the previous one no longer counts. The "
+        "72 h window does not restart. 409 `not_pending_verification` when the endpoint "
+        "waits for nothing. A partner's own keys count it against "
+        "`KURIR_PARTNER_TEST_SENDS_PER_MINUTE` (429 `rate_limited`).",
+        body_required=False,
+        body=schema("VerifyResend", obj({}, required=[])),
+        ok={202: ENDPOINT},
+        errors=(400, 404, 409, 415, 429, 503),
     ),
 )
 add(
