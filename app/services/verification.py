@@ -22,6 +22,7 @@ The mechanism (the challenge, the send, holding and releasing deliveries) is
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,6 +69,32 @@ def expires_at(endpoint: Endpoint) -> datetime | None:
     if not pending(endpoint) or endpoint.verification_started_at is None:
         return None
     return endpoint.verification_started_at + WINDOW
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where a pending endpoint's challenge stands, for every face."""
+
+    started_at: datetime | None
+    expires_at: datetime | None
+    challenge_sent_at: datetime | None
+    challenge_attempts: int
+    next_send_at: datetime | None
+    last_error: str | None
+
+
+def status(endpoint: Endpoint) -> Status | None:
+    """None unless the endpoint waits for verification."""
+    if not pending(endpoint):
+        return None
+    return Status(
+        started_at=endpoint.verification_started_at,
+        expires_at=expires_at(endpoint),
+        challenge_sent_at=endpoint.challenge_sent_at,
+        challenge_attempts=endpoint.challenge_attempts or 0,
+        next_send_at=endpoint.challenge_next_at,
+        last_error=endpoint.challenge_error,
+    )
 
 
 def start(session: Session, rt: Runtime, endpoint: Endpoint, now: datetime | None = None) -> None:

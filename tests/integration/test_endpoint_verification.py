@@ -9,6 +9,7 @@ once it is verified, in order; unanswered for 72 h it is disabled as unverified.
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from sqlalchemy import select
 from standardwebhooks.webhooks import Webhook
 
+from app.accounts import create_operator
 from app.models import DeadLetter, Delivery, Endpoint, OperationalEvent
 from app.services import endpoints as endpoint_service
 from app.services import verification
@@ -354,3 +356,89 @@ def test_only_the_partner_or_an_operator_may_answer_its_challenge(client, auth, 
     )
     assert own.status_code == 200, own.get_json()
     assert own.get_json()["state"] == "enabled"
+
+
+# ---------------------------------------------------------------------------- the pages
+
+_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def _csrf(browser: Any, path: str) -> str:
+    match = _CSRF.search(browser.get(path).text)
+    assert match, f"no CSRF token on {path}"
+    return match.group(1)
+
+
+@pytest.fixture
+def portal(app, client, auth, acme) -> Any:
+    """The partner's browser, signed in to acme's portal."""
+    link = client.post("/v1/partners/acme/portal-links", headers=auth).get_json()
+    browser = app.test_client()
+    path = "/" + link["url"].split("/", 3)[3]
+    browser.get(path)
+    assert browser.post(path).status_code == 302
+    return browser
+
+
+def test_the_partner_pastes_its_challenge_in_the_portal(portal, client, auth, runtime):
+    with Receiver(_no_echo) as receiver:
+        ep = _create(client, auth, receiver.url + "/hook", verify=True)
+        mechanism.send(runtime, ep["id"])
+        [challenge] = _challenges(receiver)
+    page_path = f"/portal/endpoints/{ep['id']}"
+    page = portal.get(page_path).text
+    assert 'data-testid="verification"' in page and 'data-testid="verify-form"' in page
+    assert 'data-testid="challenge-sent"' in page and "not yet" not in page
+    assert 'data-testid="resend-challenge"' in page and "Send test event" not in page
+
+    wrong = portal.post(
+        f"{page_path}/verify", data={"csrf_token": _csrf(portal, page_path), "challenge": "nope"}
+    )
+    assert wrong.status_code == 302
+    assert "not the endpoint&#39;s current challenge" in portal.get(page_path).text
+    assert _endpoint(runtime, ep["id"]).state == "pending_verification"
+
+    resent = portal.post(
+        f"{page_path}/verify/resend", data={"csrf_token": _csrf(portal, page_path)}
+    )
+    assert resent.status_code == 302
+    with Receiver(_no_echo) as second:
+        client.patch(f"{BASE}/{ep['id']}", headers=auth, json={"url": second.url + "/hook"})
+        mechanism.send(runtime, ep["id"])
+        [fresh] = _challenges(second)
+    value = fresh.json["data"]["challenge"]
+    assert value != challenge.json["data"]["challenge"]
+    right = portal.post(
+        f"{page_path}/verify", data={"csrf_token": _csrf(portal, page_path), "challenge": value}
+    )
+    assert right.status_code == 302
+    after = portal.get(page_path).text
+    assert 'data-testid="verification"' not in after
+    assert _endpoint(runtime, ep["id"]).state == "enabled"
+
+
+def test_the_operator_page_shows_the_challenge_and_sends_a_new_one(client, auth, runtime, acme):
+    with runtime.db.begin() as session:
+        create_operator(session, "ops@example.com", "correct horse battery staple")
+    login = client.post(
+        "/ui/login",
+        data={
+            "email": "ops@example.com",
+            "password": "correct horse battery staple",
+            "csrf_token": _csrf(client, "/ui/login"),
+        },
+    )
+    assert login.status_code == 302
+    ep = _create(client, auth, "http://127.0.0.1:9/hook", verify=True)
+    page_path = f"/ui/endpoints/{ep['id']}"
+    page = client.get(page_path).text
+    assert 'data-testid="verification"' in page and "not yet" in page
+    assert 'data-testid="verify-form"' not in page and 'data-testid="verified"' in page
+    before = _endpoint(runtime, ep["id"]).challenge_hash
+    resent = client.post(
+        f"{page_path}/verify/resend", data={"csrf_token": _csrf(client, page_path)}
+    )
+    assert resent.status_code == 302
+    assert _endpoint(runtime, ep["id"]).challenge_hash != before
+    listed = client.get("/ui/endpoints?state=pending_verification").text
+    assert ep["id"] in listed

@@ -124,15 +124,16 @@ def endpoint_json(
 
 def verification_json(endpoint: Endpoint) -> dict[str, Any] | None:
     """Where a pending endpoint's challenge stands (None when it waits for nothing)."""
-    if not verification.pending(endpoint):
+    shown = verification.status(endpoint)
+    if shown is None:
         return None
     return {
-        "started_at": isoformat(endpoint.verification_started_at),
-        "expires_at": isoformat(verification.expires_at(endpoint)),
-        "challenge_sent_at": isoformat(endpoint.challenge_sent_at),
-        "challenge_attempts": endpoint.challenge_attempts or 0,
-        "next_send_at": isoformat(endpoint.challenge_next_at),
-        "last_error": endpoint.challenge_error,
+        "started_at": isoformat(shown.started_at),
+        "expires_at": isoformat(shown.expires_at),
+        "challenge_sent_at": isoformat(shown.challenge_sent_at),
+        "challenge_attempts": shown.challenge_attempts,
+        "next_send_at": isoformat(shown.next_send_at),
+        "last_error": shown.last_error,
     }
 
 

@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from app.clock import isoformat, utcnow
 from app.errors import Conflict, KurirError, RateLimited, ValidationFailed
 from app.models import Endpoint
-from app.services import deliveries, endpoints, event_types, feed, pins, portal
+from app.services import deliveries, endpoints, event_types, feed, pins, portal, verification
 from app.vocabulary import SignatureKind
 from app.web import csrf, error_pages, present
 from app.web.context import runtime
@@ -313,6 +313,7 @@ def endpoint(endpoint_id: str) -> Page:
             probes=endpoints.probes(session, actor, ep),
             probed=endpoints.is_probed(ep),
             auto_recover_on=runtime().settings.auto_recover,
+            verification=verification.status(ep),
             feed_url=feed_url,
             ack_url=request.host_url.rstrip("/") + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack",
         )
@@ -484,6 +485,42 @@ def endpoint_secret_rotate(endpoint_id: str) -> WerkzeugResponse:
         "ok",
     )
     return redirect(url_for("portal.endpoint_secret", endpoint_id=endpoint_id))
+
+
+# ------------------------------------------------------------------------------ verification
+
+
+@blueprint.post("/endpoints/<endpoint_id>/verify")
+@security.session_required
+def endpoint_verify(endpoint_id: str) -> WerkzeugResponse:
+    """The partner pastes the challenge its receiver got but could not echo."""
+    rt = runtime()
+    with rt.db.begin() as session:
+        try:
+            with session.begin_nested():
+                verification.confirm(
+                    session,
+                    rt,
+                    security.actor(),
+                    _uid(),
+                    endpoint_id,
+                    {"challenge": request.form.get("challenge", "").strip()},
+                )
+        except ValidationFailed as exc:
+            flash(exc.message, "error")
+        else:
+            flash("Verified. Events that waited for it are on their way, in order.", "ok")
+    return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
+
+
+@blueprint.post("/endpoints/<endpoint_id>/verify/resend")
+@security.session_required
+def endpoint_resend_challenge(endpoint_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    with rt.db.begin() as session:
+        verification.resend(session, rt, security.actor(), _uid(), endpoint_id)
+    flash("A new challenge is on its way; the previous one no longer counts.", "ok")
+    return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id))
 
 
 # ------------------------------------------------------------------------------ test event

@@ -14,7 +14,16 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from app.clock import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.pagination import parse_limit
-from app.services import audit, dead_letters, endpoints, event_types, feed, partners, pins
+from app.services import (
+    audit,
+    dead_letters,
+    endpoints,
+    event_types,
+    feed,
+    partners,
+    pins,
+    verification,
+)
 from app.vocabulary import SignatureKind
 from app.web import present
 from app.web.context import runtime
@@ -46,7 +55,7 @@ def endpoints_page() -> Page:
                 session,
                 actor,
                 partner_uid or None,
-                state=state if state in ("enabled", "disabled") else None,
+                state=state if state in ("enabled", "disabled", "pending_verification") else None,
                 limit=limit,
                 cursor=request.args.get("cursor"),
             )
@@ -108,6 +117,7 @@ def endpoint(endpoint_id: str) -> Page:
             probes=endpoints.probes(session, actor, ep),
             probed=endpoints.is_probed(ep),
             auto_recover_on=runtime().settings.auto_recover,
+            verification=verification.status(ep),
         )
 
 
@@ -297,6 +307,19 @@ def endpoint_probe(endpoint_id: str) -> WerkzeugResponse:
         ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
         endpoints.probe_now(session, rt, actor, ep)
     flash("Probe sent. Its answer shows below when it comes back.", "ok")
+    return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
+
+
+@blueprint.post("/endpoints/<endpoint_id>/verify/resend")
+@security.login_required
+def endpoint_resend_challenge(endpoint_id: str) -> WerkzeugResponse:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        partner = partners.by_id(session, actor, ep.partner_id)
+        verification.resend(session, rt, actor, partner.uid, endpoint_id)
+    flash("A new challenge is on its way; the previous one no longer counts.", "ok")
     return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
 
 
