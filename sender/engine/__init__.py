@@ -6,8 +6,9 @@ module each:
 
 1. `claim`: **guard and claim** with one conditional UPDATE: every due delivery whose
    endpoint is enabled becomes `delivering`, with a lease. What was not claimed is looked at
-   again: final, in flight elsewhere, due within `claim.LOOKAHEAD_S` (a local timer), or
-   parked when its endpoint is disabled. Duplicate jobs are harmless.
+   again: final, in flight elsewhere, due within `claim.LOOKAHEAD_S` (a local timer),
+   parked when its endpoint is disabled, or held when it waits for verification
+   (`sender.verification`). Duplicate jobs are harmless.
 2. `targets`: **read** each claimed endpoint's URL, headers, timeout and live secrets
    (decrypted, cached by ciphertext), afresh for every batch. A fault that belongs to one
    endpoint or one delivery (a secret KURIR_SECRET_KEY cannot decrypt, stored headers that

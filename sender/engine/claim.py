@@ -3,7 +3,8 @@
 One conditional UPDATE claims every delivery among the ids that is due and whose endpoint is
 enabled (or that an operator forced to a disabled one): `delivering`, with a lease. The guard
 for the rest reads them again: final, in flight elsewhere, not yet due (due within
-`LOOKAHEAD_S`: a local timer), or due for a disabled endpoint (parked as a dead letter). An
+`LOOKAHEAD_S`: a local timer), due for a disabled endpoint (parked as a dead letter), or due
+for an endpoint waiting for verification (held until it is verified: `sender.verification`). An
 ordered delivery is claimed only once the one before it in its key is released
 (`sender.ordering.ready`); until then it is left alone, and woken when that one is recorded.
 
