@@ -18,7 +18,7 @@ from sqlalchemy import select
 from app.accounts import create_api_key
 from app.clock import utcnow
 from app.config import Settings
-from app.models import Attempt, Delivery
+from app.models import Attempt, Delivery, Endpoint
 from app.signing import generate_secret
 from app.web import create_app
 from app.web.openapi import document
@@ -318,6 +318,19 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
         health.disable(session, ep, "failing", utcnow(), probe=True)
     assert api.post(f"{base}/{ep}/probe", headers=auth).status_code == 202
     assert api.post(f"{base}/{ep}/enable", headers=auth).status_code == 200
+    # ownership verification: a new challenge, a wrong answer, the right one
+    waiting = api.post(base, headers=auth, json={"url": "http://127.0.0.1:9/v", "verify": True})
+    assert waiting.status_code == 201 and waiting.get_json()["verification"] is not None
+    vep = waiting.get_json()["id"]
+    assert api.post(f"{base}/{vep}/verify/resend", headers=auth).status_code == 202
+    wrong = api.post(f"{base}/{vep}/verify", headers=auth, json={"challenge": "nope"})
+    assert wrong.status_code == 422
+    with runtime.db.begin() as session:
+        sealed = session.get_one(Endpoint, vep).challenge_encrypted
+    challenge = runtime.secret_box.decrypt(sealed)
+    verified = api.post(f"{base}/{vep}/verify", headers=auth, json={"challenge": challenge})
+    assert verified.status_code == 200 and verified.get_json()["state"] == "enabled"
+    assert api.post(f"{base}/{vep}/verify/resend", headers=auth).status_code == 409
     assert (
         api.get(
             f"/v1/deliveries?endpoint={ep}&state=pending&type=kurir.test"
