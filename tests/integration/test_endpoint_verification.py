@@ -442,3 +442,51 @@ def test_the_operator_page_shows_the_challenge_and_sends_a_new_one(client, auth,
     assert _endpoint(runtime, ep["id"]).challenge_hash != before
     listed = client.get("/ui/endpoints?state=pending_verification").text
     assert ep["id"] in listed
+
+
+def test_deliveries_already_queued_when_the_host_changes_wait_instead_of_dying(
+    client, auth, runtime, acme
+):
+    with Receiver(_echo) as receiver:
+        ep = _create(client, auth, receiver.url + "/hook", verify=True)
+        assert mechanism.send(runtime, ep["id"]).verified  # type: ignore[union-attr]
+        ids = _publish(client, auth, 2)  # enabled: due now, and on the queue
+        assert not _held(runtime, ids)
+        moved = client.patch(
+            f"{BASE}/{ep['id']}",
+            headers=auth,
+            json={"url": f"http://localhost:{receiver.port}/hook"},
+        )
+        assert moved.get_json()["state"] == "pending_verification"
+        with WorkerThread(runtime):
+            # The claim does not take them, and the guard holds them rather than parking.
+            wait_for(lambda: _held(runtime, ids), message="the queued deliveries to be held")
+            wait_for(
+                lambda: _endpoint(runtime, ep["id"]).state == "enabled",
+                message="the echo to verify the new host",
+            )
+            wait_for(
+                lambda: all(d.state == "succeeded" for d in _deliveries(runtime, ids)),
+                message="the held deliveries after the new verification",
+            )
+        kinds = [r.json["type"] for r in receiver.requests]
+    assert kinds == [mechanism.EVENT_TYPE] * 2 + ["order.created"] * 2
+    assert [d.attempt_count for d in _deliveries(runtime, ids)] == [1, 1]
+    with runtime.db.begin() as session:
+        assert session.scalars(select(DeadLetter.id)).all() == []
+
+
+def test_disabling_or_deleting_a_waiting_endpoint_parks_what_waited(client, auth, runtime, acme):
+    first = _create(client, auth, "http://127.0.0.1:9/a", verify=True)
+    second = _create(client, auth, "http://127.0.0.1:9/b", verify=True)
+    published = client.post("/v1/partners/acme/events", headers=auth, json=order())
+    assert published.status_code == 202
+    held = {d["endpoint"]: d["id"] for d in published.get_json()["deliveries"]}
+    assert set(held) == {first["id"], second["id"]}
+    assert _held(runtime, list(held.values()))
+    disabled = client.post(f"{BASE}/{first['id']}/disable", headers=auth)
+    assert disabled.status_code == 200 and disabled.get_json()["state"] == "disabled"
+    assert client.delete(f"{BASE}/{second['id']}", headers=auth).status_code == 204
+    rows = _deliveries(runtime, list(held.values()))
+    assert [d.state for d in rows] == ["dead", "dead"]
+    assert [d.attempt_count for d in rows] == [0, 0]
