@@ -66,6 +66,9 @@ class EndpointForm:
     # Re-enabled by the first 2xx to a probe after Kurir disabled it for failures.
     auto_recover: bool = True
     signature: str = SignatureKind.HMAC.value  # sent only when creating
+    # Ask for the ownership challenge (sent only when creating, and only when ticked: unticked
+    # leaves the publisher's default, `KURIR_VERIFY_ENDPOINTS`).
+    verify: bool = False
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -150,6 +153,7 @@ class EndpointForm:
                 if existing is not None
                 else form.get("signature", SignatureKind.HMAC.value)
             ),
+            verify=existing is None and form.get("verify") == "1",
         )
 
     # ------------------------------------------------------------------ to the service
@@ -209,6 +213,8 @@ class EndpointForm:
             )
         if self.creating and not self.pull:
             body["signature"] = self.signature
+            if self.verify:
+                body["verify"] = True
         if not self.pull:
             body["auto_recover"] = self.auto_recover
         if self.pull:

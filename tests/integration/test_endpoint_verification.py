@@ -382,7 +382,20 @@ def portal(app, client, auth, acme) -> Any:
 
 def test_the_partner_pastes_its_challenge_in_the_portal(portal, client, auth, runtime):
     with Receiver(_no_echo) as receiver:
-        ep = _create(client, auth, receiver.url + "/hook", verify=True)
+        assert 'data-testid="verify"' in portal.get("/portal/endpoints/new").text
+        created = portal.post(
+            "/portal/endpoints/new",
+            data={
+                "csrf_token": _csrf(portal, "/portal/endpoints/new"),
+                "url": receiver.url + "/hook",
+                "verify": "1",
+                "all_types": "1",
+                "timeout_s": "15",
+            },
+        )
+        assert created.status_code == 302, created.text
+        ep = {"id": created.headers["Location"].rsplit("/", 1)[1]}
+        assert _endpoint(runtime, ep["id"]).state == "pending_verification"
         mechanism.send(runtime, ep["id"])
         [challenge] = _challenges(receiver)
     page_path = f"/portal/endpoints/{ep['id']}"
