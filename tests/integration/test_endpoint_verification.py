@@ -503,3 +503,11 @@ def test_disabling_or_deleting_a_waiting_endpoint_parks_what_waited(client, auth
     rows = _deliveries(runtime, list(held.values()))
     assert [d.state for d in rows] == ["dead", "dead"]
     assert [d.attempt_count for d in rows] == [0, 0]
+
+
+def test_the_scheduler_runs_the_verification_pass(runtime):
+    from app.processes.scheduler import periodic_jobs, verify_endpoints
+
+    jobs = {job.name: job for job in periodic_jobs(runtime)}
+    assert jobs["verify-endpoints"].run is verify_endpoints
+    assert verify_endpoints(runtime) == {"expired": 0, "sent": 0, "released": 0}
