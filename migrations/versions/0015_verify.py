@@ -1,8 +1,8 @@
 """Endpoint ownership challenge: `verify`, the challenge's hash, sends and the state
 `pending_verification` (the state column widens to hold it)
 
-Revision ID: 0014_verify
-Revises: 0013
+Revision ID: 0015_verify
+Revises: 0014_probes
 Create Date: 2026-12-05 09:00:00
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014_verify"
-down_revision: str | None = "0013"
+revision: str = "0015_verify"
+down_revision: str | None = "0014_probes"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
