@@ -219,6 +219,15 @@ def _opt_str(name: str, raw: str) -> str | None:
     return raw or None
 
 
+def _parse_urls(name: str, raw: str) -> tuple[str, ...]:
+    """Comma-separated http(s) URLs (blanks ignored)."""
+    urls = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for url in urls:
+        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s]*)?", url):
+            raise ConfigError(f"{name}: {url!r} is not an http(s) URL")
+    return tuple(dict.fromkeys(urls))
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything configurable, read once at start; pass it around, never re-read the env."""
@@ -295,6 +304,10 @@ class Settings:
     otel: bool | None = None
     otel_endpoint: str | None = None
     otel_traces_exporter: str = "otlp"
+    # Operator endpoints for Kurir's operational events (app.operational), kept in step with
+    # this list by the scheduler; the secret signs them (None: each gets its own).
+    operator_webhook_urls: tuple[str, ...] = ()
+    operator_webhook_secret: str | None = None
 
     @property
     def tracing(self) -> bool:
@@ -446,6 +459,8 @@ _ENV: dict[str, tuple[str, Any]] = {
         "partner_test_sends_per_minute",
         lambda n, r: _parse_int(n, r, 1, 60_000),
     ),
+    "KURIR_OPERATOR_WEBHOOK_URL": ("operator_webhook_urls", _parse_urls),
+    "KURIR_OPERATOR_WEBHOOK_SECRET": ("operator_webhook_secret", _opt_str),
     "KURIR_OTEL": ("otel", _parse_auto_bool),
     # OpenTelemetry's own variables: read here only to decide whether tracing is on and how it
     # exports; the SDK reads them (and every other OTEL_*) itself.

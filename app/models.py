@@ -312,6 +312,11 @@ class Partner(Base):
     id: Mapped[str] = _id("ptn")
     uid: Mapped[str] = mapped_column(String(200), unique=True)
     name: Mapped[str] = mapped_column(String(400))
+    # Opted in to Kurir's operational events about its own endpoints (sent to those of its
+    # endpoints that subscribe to them).
+    operational_events: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=text("false")
+    )
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _updated()
 
@@ -628,15 +633,26 @@ class Attempt(Base):
 
 
 class OperationalEvent(Base):
-    """Things operators must notice that are not deliveries, e.g. `endpoint.disabled`."""
+    """Things operators must notice that are not deliveries, e.g. `endpoint.disabled`.
+
+    A row of one of Kurir's operational event types is also an outbox entry: it is written in
+    the transaction of what happened, and published as an event (`app.intake.operational`)
+    after that commits; `published_at` says when. Other kinds are shown in the UI only.
+    """
 
     __tablename__ = "operational_events"
 
     id: Mapped[str] = _id("ope")
     kind: Mapped[str] = mapped_column(String(100), index=True)
     subject_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    # The partner the event is about (no foreign key: partners are never deleted).
+    partner_id: Mapped[str | None] = mapped_column(String(40))
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = _created()
+    # None: an operational event type still to be published (None for other kinds too, which
+    # the publisher never reads); set when published, or at once when the loop guard keeps it
+    # from being published.
+    published_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
 
 
 # ---------------------------------------------------------------------------- dead letters

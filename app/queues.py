@@ -48,6 +48,7 @@ INBOUND_RECONCILE = "kurir.inbound.reconcile"
 DLQ_BULK_RESEND = "kurir.dlq.bulk_resend"
 ENDPOINT_PROBE = "kurir.endpoint.probe"
 SEND_CHALLENGE = "kurir.endpoint.send_challenge"
+OPERATIONAL_PUBLISH = "kurir.operational.publish"
 JOBS: dict[str, str] = {
     DELIVER_BATCH: "sender.jobs.deliver_batch",
     INBOUND_PROCESS: "app.inbound.process.process_event",
@@ -55,6 +56,7 @@ JOBS: dict[str, str] = {
     DLQ_BULK_RESEND: "dlq.resend.run_bulk_job",
     ENDPOINT_PROBE: "app.recovery.jobs.run_probe_job",
     SEND_CHALLENGE: "sender.verification.send_challenge_job",
+    OPERATIONAL_PUBLISH: "app.intake.operational.run_job",
 }
 # What jobs were named by before the stable names: the import paths of that time. Jobs
 # queued then (a worker upgraded while Redis held work) are run under their stable name.
@@ -64,6 +66,8 @@ LEGACY_NAMES: dict[str, str] = {
     "app.inbound.reconcile.run_request": INBOUND_RECONCILE,
     "dlq.resend.run_bulk_job": DLQ_BULK_RESEND,
 }
+# Jobs that had their stable name from the start: no job was ever queued under their path.
+BORN_STABLE: frozenset[str] = frozenset({OPERATIONAL_PUBLISH, ENDPOINT_PROBE, SEND_CHALLENGE})
 
 # Jobs record only ids; results are not needed, failures mean a bug and are kept a week.
 RESULT_TTL_S = 60

@@ -101,6 +101,18 @@ class DeadLetterReason(StrEnum):
     ENDPOINT_DISABLED = "endpoint_disabled"
 
 
+class OperationalEventType(StrEnum):
+    """Kurir's own event types, about its endpoints, deliveries and contracts: registered by
+    Kurir (never by publishers), published by Kurir and delivered like any event."""
+
+    ENDPOINT_DISABLED = "endpoint.disabled"
+    ENDPOINT_RECOVERED = "endpoint.recovered"
+    ENDPOINT_VERIFICATION_FAILED = "endpoint.verification_failed"
+    DELIVERY_EXHAUSTED = "delivery.exhausted"
+    ORDERING_KEY_BLOCKED = "ordering.key_blocked"
+    EVENT_TYPE_SUNSET_PASSED = "event_type.sunset_passed"
+
+
 class ResendSkip(StrEnum):
     """Why a resend left a letter alone (also the API error codes of a single resend)."""
 

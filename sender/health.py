@@ -4,8 +4,8 @@ Counters change only through single UPDATE statements (`x = x + n`), so workers 
 processes never lose each other's increments. An endpoint is disabled when it has failed
 `disable_after_failures` attempts in a row *and* has gone `disable_after_seconds` without a
 success, or at once when it answers 410 Gone. Disabling parks every delivery still
-waiting for it as a dead letter with reason `endpoint_disabled`, and records an operational
-event `endpoint.disabled` for the UI.
+waiting for it as a dead letter with reason `endpoint_disabled`, and records the operational
+event `endpoint.disabled` (shown in the UI, and published: `app.operational`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, case, select, update
 from sqlalchemy.orm import Session, selectinload
 
+from app import operational
+from app.clock import isoformat
 from app.config import PROBE_SCHEDULE
-from app.models import PENDING, RETRYING, Delivery, Endpoint, OperationalEvent, UTCDateTime
-from app.vocabulary import DeadLetterReason, DisabledBy, EndpointState
+from app.models import PENDING, RETRYING, Delivery, Endpoint, UTCDateTime
+from app.vocabulary import DeadLetterReason, DisabledBy, EndpointState, OperationalEventType
 from sender.park import park
 from sender.policy import should_auto_disable
 
@@ -33,7 +35,7 @@ def _table(model: Any) -> Table:
     return cast(Table, model.__table__)
 
 
-DISABLED_EVENT = "endpoint.disabled"
+DISABLED_EVENT = OperationalEventType.ENDPOINT_DISABLED
 
 
 @dataclass(frozen=True)
@@ -222,13 +224,20 @@ def disable(
     if won is None:
         return False
     parked = park_waiting(session, endpoint_id)
-    session.add(
-        OperationalEvent(
-            kind=DISABLED_EVENT,
-            subject_id=endpoint_id,
-            created_at=now,
-            data={"reason": reason, "parked_deliveries": parked, **(details or {})},
-        )
+    endpoint = session.get_one(Endpoint, endpoint_id)
+    known = operational.CATALOG[DISABLED_EVENT].schema["properties"]
+    operational.about_endpoint(
+        session,
+        DISABLED_EVENT,
+        endpoint,
+        {
+            "reason": reason[:200],
+            "disabled_by": DisabledBy.HEALTH.value,
+            "disabled_at": isoformat(now),
+            "parked_deliveries": parked,
+            **{k: v for k, v in (details or {}).items() if k in known},
+        },
+        now=now,
     )
     log.warning(
         "endpoint disabled", extra={"endpoint_id": endpoint_id, "reason": reason, "parked": parked}

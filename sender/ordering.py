@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from app import headers as header_names
+from app import operational
 from app.models import (
     DEAD,
     DELIVERING,
@@ -42,10 +43,11 @@ from app.models import (
     DeadLetter,
     Delivery,
     Endpoint,
+    Event,
     OrderingSequence,
     Partner,
 )
-from app.vocabulary import OnDead
+from app.vocabulary import OnDead, OperationalEventType
 
 # Ids per IN (...) list, well under every driver's parameter limit.
 _CHUNK = 500
@@ -340,3 +342,29 @@ def blocked_keys(
             )
         )
     return found
+
+
+def report_blocked(
+    session: Session, delivery: Delivery, event: Event, endpoint: Endpoint, letter: DeadLetter
+) -> None:
+    """Record `ordering.key_blocked` when a numbered delivery to an `on_dead: "block"`
+    endpoint has just become a dead letter: its key waits behind it from now on. (Only a
+    key's head is ever attempted, so the delivery that ran out of retries is its head.)"""
+    if delivery.ordering_seq is None or delivery.ordering_key is None:
+        return
+    if endpoint.on_dead != OnDead.BLOCK:
+        return
+    operational.about_delivery(
+        session,
+        OperationalEventType.ORDERING_KEY_BLOCKED,
+        event,
+        endpoint,
+        {
+            "ordering_key": delivery.ordering_key,
+            "sequence": delivery.ordering_seq,
+            "event": event.id,
+            "delivery": delivery.id,
+            "dead_letter": letter.id,
+            "reason": letter.reason,
+        },
+    )

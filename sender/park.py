@@ -2,16 +2,28 @@
 
 Used when retries run out, when an endpoint is disabled, and when an event is published to an
 endpoint that is already disabled. The caller owns the transaction.
+
+A delivery whose retries ran out records the operational event `delivery.exhausted` (and
+`ordering.key_blocked` when it now holds an ordering key: `sender.ordering.report_blocked`);
+one parked because its endpoint is disabled records nothing of its own, the endpoint's
+`endpoint.disabled` tells of them all.
 """
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from app import operational
 from app.clock import utcnow
 from app.ids import new_id
 from app.models import DeadLetter, DeadLetterAudit, Delivery, Endpoint, Event
-from app.vocabulary import DeadLetterReason, DeadLetterState, DeliveryState
+from app.vocabulary import (
+    DeadLetterReason,
+    DeadLetterState,
+    DeliveryState,
+    OperationalEventType,
+)
+from sender import ordering
 
 SYSTEM_ACTOR = "system"
 
@@ -66,4 +78,24 @@ def park(
             dead_letter=letter, actor=SYSTEM_ACTOR, action="park", outcome=reason, created_at=now
         )
     )
+    if reason == DeadLetterReason.RETRIES_EXHAUSTED:
+        operational.about_delivery(
+            session,
+            OperationalEventType.DELIVERY_EXHAUSTED,
+            event,
+            endpoint,
+            {
+                "event": event.id,
+                "event_type": event.type,
+                "version": delivery.version if delivery.version is not None else event.version,
+                "delivery": delivery.id,
+                "dead_letter": letter.id,
+                "reason": reason.value,
+                "attempts": delivery.attempt_count,
+                "last_status_code": last_status_code,
+                "last_error": last_error,
+            },
+            now=now,
+        )
+        ordering.report_blocked(session, delivery, event, endpoint, letter)
     return letter

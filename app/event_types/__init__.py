@@ -43,6 +43,7 @@ from app.event_types.registry import (  # noqa: F401 - the package's public name
     existing_names,
     find,
     get,
+    is_operational,
     is_reserved,
     lookup_columns,
     register,

@@ -27,6 +27,7 @@ from app.event_types.schema import (
     validators,
 )
 from app.models import EventType
+from app.vocabulary import OperationalEventType
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 MAX_VERSION = 2**31 - 1
@@ -66,6 +67,15 @@ TEST_EVENT_DESCRIPTION = (
 
 def is_reserved(name: Any) -> bool:
     return isinstance(name, str) and name.lower().startswith(RESERVED_PREFIX)
+
+
+_OPERATIONAL = frozenset(t.value for t in OperationalEventType)
+
+
+def is_operational(name: Any) -> bool:
+    """One of Kurir's operational event types: endpoints subscribe to them, but only Kurir
+    registers and publishes them."""
+    return isinstance(name, str) and name.lower() in _OPERATIONAL
 
 
 # ---------------------------------------------------------------------------- registry
@@ -118,6 +128,12 @@ def register(
     if is_reserved(name):
         raise ValidationFailed(
             f"event type names starting with {RESERVED_PREFIX!r} belong to Kurir",
+            code="reserved_event_type",
+            details={"field": "name"},
+        )
+    if is_operational(name):
+        raise ValidationFailed(
+            f"{name} is one of Kurir's operational event types: Kurir registers its versions",
             code="reserved_event_type",
             details={"field": "name"},
         )

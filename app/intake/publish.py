@@ -217,6 +217,14 @@ def publish_in_transaction(
                 details={"idempotency_key": key},
             ) from None
 
+    write_plan(session, redis_client, plan)
+    _log_published(plan, partner_uid)
+    return PublishResult(status=ACCEPTED, body=plan.response, enqueued=plan.enqueued)
+
+
+def write_plan(session: Session, redis_client: redis.Redis, plan: Plan) -> None:
+    """Write a planned event with its deliveries in the caller's transaction (numbered for
+    ordered endpoints, parked for disabled ones); enqueue them once the caller commits."""
     places: dict[str, ordering.Place] = {}
     if plan.ordered:
         places = ordering.assign(
@@ -231,10 +239,14 @@ def publish_in_transaction(
     if plan.held:
         _hold(session.connection(), plan.held)
     if plan.parked:
-        _park_for_disabled(session, Event(**plan.event_values), plan.parked, now, places)
+        _park_for_disabled(
+            session,
+            Event(**plan.event_values),
+            plan.parked,
+            plan.event_values["created_at"],
+            places,
+        )
     enqueue_after_commit(session, redis_client, job_specs(plan.enqueued))
-    _log_published(plan, partner_uid)
-    return PublishResult(status=ACCEPTED, body=plan.response, enqueued=plan.enqueued)
 
 
 def _log_published(plan: Plan, partner_uid: str) -> None:

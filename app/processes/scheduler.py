@@ -46,6 +46,24 @@ def report_sunsets(runtime: Runtime) -> int:
         return event_types.report_sunsets(session)
 
 
+def sync_operator_endpoints(runtime: Runtime) -> int:
+    """Kurir's operational event types registered, and the operator endpoints in step with
+    KURIR_OPERATOR_WEBHOOK_URL; how many endpoints were made or removed."""
+    from app import operational
+
+    with runtime.db.begin() as session:
+        operational.ensure_registered(session)
+        synced = operational.sync_operator_endpoints(session, runtime.settings, runtime.secret_box)
+    return synced.created + synced.removed
+
+
+def publish_operational_events(runtime: Runtime) -> int:
+    """Operational events recorded but not yet published (their job was lost)."""
+    from app.intake import operational
+
+    return operational.publish_all(runtime)
+
+
 def purge_portal(runtime: Runtime) -> int:
     """Portal links and sessions that ended more than a day ago."""
     from app.services import portal
@@ -99,6 +117,10 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
         PeriodicJob("purge-idempotency-keys", idempotency.purge_expired, IntervalTrigger(hours=1)),
         PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),
+        PeriodicJob("sync-operator-endpoints", sync_operator_endpoints, IntervalTrigger(minutes=1)),
+        PeriodicJob(
+            "publish-operational-events", publish_operational_events, IntervalTrigger(seconds=30)
+        ),
         PeriodicJob("purge-portal-links", purge_portal, IntervalTrigger(hours=1)),
         PeriodicJob("purge-operator-sessions", purge_operator_sessions, IntervalTrigger(hours=1)),
         PeriodicJob("probe-endpoints", recovery_jobs.probe_due, IntervalTrigger(seconds=30)),

@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from app import operational, secret_ring
 from app import runtime as runtime_mod
-from app import secret_ring
 from app.clock import isoformat, parse_rfc3339, utcnow
 from app.errors import (
     BadRequest,
@@ -53,7 +53,7 @@ from app.registry import keys as signing_keys
 from app.runtime import Runtime
 from app.services import audit, dead_letters, partner_bounds, partners, verification
 from app.services.actor import Actor, shown_to
-from app.vocabulary import EndpointMode, EndpointState, OnDead
+from app.vocabulary import EndpointMode, EndpointState, OnDead, OperationalEventType
 from dlq.search import DeadLetterFilter
 from sender import ordering
 from sender.dispatch import job_specs
@@ -350,12 +350,15 @@ def disable(session: Session, actor: Actor, endpoint: Endpoint, reason: str | No
     if was_pending:
         verification.park_held(session, endpoint)
     if was_enabled:
-        session.add(
-            OperationalEvent(
-                kind="endpoint.disabled",
-                subject_id=endpoint.id,
-                data={"actor": str(actor), "reason": endpoint.disabled_reason, "manual": True},
-            )
+        operational.about_endpoint(
+            session,
+            OperationalEventType.ENDPOINT_DISABLED,
+            endpoint,
+            {
+                "reason": endpoint.disabled_reason or "manual",
+                "disabled_by": endpoint.disabled_by or DISABLED_BY_OPERATOR,
+                "disabled_at": isoformat(endpoint.disabled_at),
+            },
         )
     _record(session, actor, "endpoint.disabled", endpoint, reason=endpoint.disabled_reason)
     return was_enabled

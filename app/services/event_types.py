@@ -14,14 +14,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app import event_types
+from app import event_types, operational
 from app.clock import isoformat, utcnow
 from app.errors import NotFound
 from app.event_types.examples import made_for, own_example
-from app.models import Delivery, Endpoint, Event, EventType, OperationalEvent
+from app.models import Delivery, Endpoint, Event, EventType
 from app.pagination import paginate
 from app.services import audit
 from app.services.actor import Actor
+from app.vocabulary import OperationalEventType
 
 Registered = event_types.Registered
 
@@ -231,8 +232,8 @@ def pinned_endpoints(
 
 
 def report_sunsets(session: Session, now: datetime | None = None) -> int:
-    """Record `event_type.sunset_passed` once per endpoint still pinned to a version whose
-    sunset has passed; returns how many were recorded. Run by the scheduler."""
+    """Record (and so publish) `event_type.sunset_passed` once per endpoint still pinned to a
+    version whose sunset has passed, as of `now`; returns how many. Run by the scheduler."""
     now = now or utcnow()
     recorded = 0
     for row in session.scalars(
@@ -244,18 +245,13 @@ def report_sunsets(session: Session, now: datetime | None = None) -> int:
         )
         .with_for_update(skip_locked=True)
     ):
-        for endpoint_id in pinned_endpoints(session, row.name).get(row.version, []):
-            session.add(
-                OperationalEvent(
-                    kind="event_type.sunset_passed",
-                    subject_id=endpoint_id,
-                    data={
-                        "type": row.name,
-                        "version": row.version,
-                        "sunset_at": isoformat(row.sunset_at),
-                        "note": "the endpoint keeps receiving this version until its pin changes",
-                    },
-                )
+        for endpoint_id in sorted(pinned_endpoints(session, row.name).get(row.version, [])):
+            operational.about_endpoint(
+                session,
+                OperationalEventType.EVENT_TYPE_SUNSET_PASSED,
+                session.get_one(Endpoint, endpoint_id),
+                {"type": row.name, "version": row.version, "sunset_at": isoformat(row.sunset_at)},
+                now=now,
             )
             recorded += 1
         row.sunset_reported_at = now

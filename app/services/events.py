@@ -20,6 +20,7 @@ from app.intake import publish as intake
 from app.intake.envelope import PublishResult
 from app.models import SUCCEEDED, Attempt, DeadLetter, Delivery, Endpoint, Event, Partner
 from app.pagination import paginate
+from app.registry.partners import is_reserved_partner
 from app.runtime import Runtime
 from app.services import partners
 from app.services.actor import Actor
@@ -75,6 +76,19 @@ def _publish(
             "endpoints/{id}/test",
             code="reserved_event_type",
             details={"field": "type"},
+        )
+    if event_types.is_operational(body.get("type")):
+        raise ValidationFailed(
+            f"{body.get('type')} is one of Kurir's operational event types: Kurir publishes it "
+            "when it happens",
+            code="reserved_event_type",
+            details={"field": "type"},
+        )
+    if is_reserved_partner(uid):
+        raise ValidationFailed(
+            f"partner {uid!r} is Kurir's own: its endpoints receive operational events only",
+            code="reserved_partner",
+            details={"uid": uid},
         )
     return intake.publish(
         rt.db,

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.errors import NotFound
+from app.errors import Forbidden, NotFound
 from app.models import Partner
 from app.pagination import paginate
 from app.registry import partners as rules
@@ -58,6 +58,34 @@ def create(session: Session, actor: Actor, body: dict[str, Any]) -> Partner:
         name=partner.name,
     )
     return partner
+
+
+def update(session: Session, actor: Actor, uid: str, body: dict[str, Any]) -> Partner:
+    """Change a partner's name or its operational-events opt-in. A partner-bound actor (its
+    key, its portal) may change only its own opt-in: the name is the publisher's."""
+    partner = visible(session, actor, uid, "endpoints:write")
+    if actor.bound_to_partner and set(body) - {"operational_events"}:
+        raise Forbidden(
+            "a partner may change only its operational_events opt-in",
+            details={"fields": sorted(set(body) - {"operational_events"})},
+        )
+    changed = rules.update_partner(session, partner, body)
+    if changed:
+        audit.record(
+            session,
+            actor,
+            "partner.updated",
+            "partner",
+            partner.id,
+            partner_id=partner.id,
+            **changed,
+        )
+    return partner
+
+
+def set_operational_events(session: Session, actor: Actor, uid: str, on: bool) -> Partner:
+    """The opt-in toggle of the UI and the portal."""
+    return update(session, actor, uid, {"operational_events": on})
 
 
 def get(session: Session, actor: Actor, uid: str) -> Partner:

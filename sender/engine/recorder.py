@@ -450,7 +450,7 @@ class Recorder:
                     endpoint_id,
                     "gone: the endpoint answered 410",
                     now,
-                    {"last_status_code": 410, "delivery_id": gone.work.delivery_id},
+                    {"last_status_code": 410, "delivery": gone.work.delivery_id},
                 )
             h = health.record(session, endpoint_id, tally)
             states[endpoint_id] = h.state if h is not None else EndpointState.DISABLED

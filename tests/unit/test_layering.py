@@ -51,6 +51,7 @@ UNITS = {
     "app.feed": ("app.feed",),
     "sender": ("sender",),
     "app.intake": ("app.intake",),
+    "app.operational": ("app.operational",),
     "dlq": ("dlq",),
     "app.inbound": ("app.inbound",),
     "app.recovery": ("app.recovery",),
@@ -64,6 +65,7 @@ PIPELINES = (
     "app.feed",
     "sender",
     "app.intake",
+    "app.operational",
     "dlq",
     "app.inbound",
     "app.recovery",
@@ -84,7 +86,9 @@ ALLOWED: dict[str, set[str]] = {
 }
 # The peer edges between pipelines, one way each: intake hands its deliveries to sending;
 # dead letters are resent by sending; a pull endpoint starts at the feed's head; recovery
-# signs its probes as sending does and replays what was parked through the dead letters.
+# signs its probes as sending does and replays what was parked through the dead letters;
+# sending records operational events, which the intake publishes to the operator endpoints
+# that `app.operational` keeps through the registry.
 PEER_EDGES = {
     ("app.recovery", "sender"),
     ("app.recovery", "dlq"),
@@ -92,6 +96,9 @@ PEER_EDGES = {
     ("app.intake", "app.registry"),
     ("dlq", "sender"),
     ("app.registry", "app.feed"),
+    ("sender", "app.operational"),
+    ("app.intake", "app.operational"),
+    ("app.operational", "app.registry"),
 }
 # Single modules allowed one edge their unit is not: process entry points start the loops,
 # `kurir listen` is a local receiver that only checks a signature, and the parts of the API

@@ -6,17 +6,7 @@ import os
 
 import pytest
 
-from app.queues import (
-    ENDPOINT_PROBE,
-    JOBS,
-    LEGACY_NAMES,
-    SEND_CHALLENGE,
-    job_function,
-    job_name,
-)
-
-# Jobs made after the stable names: never queued under an import path, so no alias.
-BORN_STABLE = {SEND_CHALLENGE, ENDPOINT_PROBE}
+from app.queues import BORN_STABLE, JOBS, LEGACY_NAMES, job_function, job_name
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))

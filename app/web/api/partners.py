@@ -56,6 +56,14 @@ def get_partner(uid: str) -> Response:
         return jsonify(partner_json(partners.get(session, actor, uid)))
 
 
+@blueprint.patch("/partners/<uid>")
+def update_partner(uid: str) -> Response:
+    actor = current_actor()
+    body = read_json_object()
+    with runtime().db.begin() as session:
+        return jsonify(partner_json(partners.update(session, actor, uid, body)))
+
+
 @blueprint.post("/partners/<uid>/keys")
 def create_partner_key(uid: str) -> tuple[Response, int]:
     """A key bound to this partner (admin only); the key itself is in this answer alone."""

@@ -49,6 +49,11 @@ PARTNER = schema(
             "id": STRING,
             "uid": STRING,
             "name": STRING,
+            "operational_events": {
+                "type": "boolean",
+                "description": "opted in to Kurir's operational events about its own "
+                "endpoints, sent to those of its endpoints subscribed to them by name",
+            },
             "created_at": TIMESTAMP,
             "updated_at": TIMESTAMP,
         }
@@ -68,6 +73,16 @@ PARTNER_CREATE = schema(
         required=["uid"],
     ),
 )
+PARTNER_UPDATE = schema(
+    "PartnerUpdate",
+    obj(
+        {
+            "name": {"type": "string", "minLength": 1, "maxLength": 400},
+            "operational_events": {"type": "boolean"},
+        },
+        required=[],
+    ),
+)
 UID = path_param("uid", "partner uid")
 # The scopes a partner-bound key may hold, in the order `app.models.SCOPES` lists them.
 PARTNER_KEY_SCOPES = [scope for scope in SCOPES if scope in PARTNER_SCOPES]
@@ -80,6 +95,8 @@ add(
         tag="partners",
         scope="endpoints:write",
         body=PARTNER_CREATE,
+        description="The uid `kurir-operators` is Kurir's own (its endpoints receive "
+        "operational events): 422 `reserved_partner`.",
         ok={201: PARTNER},
         errors=(400, 409, 413, 415, 422),
     ),
@@ -106,6 +123,23 @@ add(
         params=[UID],
         ok={200: PARTNER},
         errors=(404,),
+    ),
+)
+add(
+    "/v1/partners/{uid}",
+    "patch",
+    op(
+        "Change a partner (only the fields given)",
+        tag="partners",
+        scope="endpoints:write",
+        params=[UID],
+        body=PARTNER_UPDATE,
+        description="`operational_events: true` opts the partner in to Kurir's operational "
+        "events (`endpoint.disabled`, `delivery.exhausted`, …) about its own endpoints, "
+        "delivered to those of its endpoints that subscribe to them by name. A partner's own "
+        "key may change only this flag (403 otherwise).",
+        ok={200: PARTNER},
+        errors=(400, 403, 404, 413, 415, 422),
     ),
 )
 

@@ -38,6 +38,7 @@ def partner_json(partner: Partner) -> dict[str, Any]:
         "id": partner.id,
         "uid": partner.uid,
         "name": partner.name,
+        "operational_events": partner.operational_events,
         "created_at": isoformat(partner.created_at),
         "updated_at": isoformat(partner.updated_at),
     }
