@@ -109,6 +109,6 @@ def is_operational_only(endpoint: Endpoint, operator_partner_id: str | None) -> 
     operational deliveries, so they must not make operational events in turn."""
     if operator_partner_id is not None and endpoint.partner_id == operator_partner_id:
         return True
-    subscribed = endpoint.event_types
+    subscribed = endpoint.event_types or []
     names = {t.value for t in OperationalEventType}
     return bool(subscribed) and all(name in names for name in subscribed)

@@ -14,7 +14,8 @@ and never import Flask or click, never commit. One module per thing an actor act
 
     actor          who is acting, and what it may do
     audit          the audit trail
-    partners       partners, and which of them an actor may see
+    partners       partners, and which of them an actor may see; a partner's opt-ins
+    operational    the operator endpoints that receive operational events
     endpoints      endpoints: create, change, enable/disable, secrets
     event_types    contracts (event types and versions)
     events         publishing, and reading events back

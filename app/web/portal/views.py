@@ -23,7 +23,16 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from app.clock import isoformat, utcnow
 from app.errors import Conflict, KurirError, RateLimited, ValidationFailed
 from app.models import Endpoint
-from app.services import deliveries, endpoints, event_types, feed, pins, portal, verification
+from app.services import (
+    deliveries,
+    endpoints,
+    event_types,
+    feed,
+    partners,
+    pins,
+    portal,
+    verification,
+)
 from app.vocabulary import SignatureKind
 from app.web import csrf, error_pages, present
 from app.web.context import runtime
@@ -216,8 +225,26 @@ def home() -> Page:
             "portal/endpoints.html",
             endpoints=rows,
             health=health,
+            operational_on=partners.get(session, actor, _uid()).operational_events,
             next_url=url_for("portal.home", cursor=next_cursor) if next_cursor else None,
         )
+
+
+@blueprint.post("/operational-events")
+@security.session_required
+def operational_events() -> WerkzeugResponse:
+    """The partner's opt-in to Kurir's operational events about its own endpoints."""
+    on = request.form.get("on") == "1"
+    with runtime().db.begin() as session:
+        partners.set_operational_events(session, security.actor(), _uid(), on)
+    flash(
+        "Operational events on: endpoints of yours subscribed to them (endpoint.disabled, "
+        "delivery.exhausted, …) receive them."
+        if on
+        else "Operational events off.",
+        "ok",
+    )
+    return redirect(url_for("portal.home"))
 
 
 def _catalog(session: Any) -> list[event_types.CatalogEntry]:

@@ -19,6 +19,7 @@ from app.web.ui import (  # noqa: F401
     endpoints,
     events,
     inbound,
+    operational,
     partners,
     security,
     session,
