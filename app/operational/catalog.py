@@ -222,6 +222,7 @@ CATALOG: dict[str, OperationalType] = {
             _schema(
                 ["type", "version", "sunset_at"],
                 {
+                    "url": _URL,
                     "type": {"type": "string", "description": "the event type"},
                     "version": {"type": "integer", "description": "the version pinned"},
                     "sunset_at": _TIME,
@@ -229,6 +230,7 @@ CATALOG: dict[str, OperationalType] = {
                 {
                     "partner": "acme",
                     "endpoint": "ep_2Jd…",
+                    "url": "https://hooks.acme.example/kurir",
                     "type": "payment.succeeded",
                     "version": 1,
                     "sunset_at": "2026-12-31T00:00:00Z",

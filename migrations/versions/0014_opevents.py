@@ -288,6 +288,7 @@ TYPES: list[dict[str, Any]] = [
                     "type": "string",
                     "description": "id of the endpoint the event is about",
                 },
+                "url": {"type": "string", "description": "the endpoint's URL"},
                 "type": {"type": "string", "description": "the event type"},
                 "version": {"type": "integer", "description": "the version pinned"},
                 "sunset_at": {"type": "string", "description": "RFC 3339, UTC"},
@@ -297,6 +298,7 @@ TYPES: list[dict[str, Any]] = [
                 {
                     "partner": "acme",
                     "endpoint": "ep_2Jd…",
+                    "url": "https://hooks.acme.example/kurir",
                     "type": "payment.succeeded",
                     "version": 1,
                     "sunset_at": "2026-12-31T00:00:00Z",
