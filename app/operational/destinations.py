@@ -54,6 +54,19 @@ def ensure_operator_partner(session: Session) -> Partner:
     return partner
 
 
+def operator_listens(session: Session) -> bool:
+    """Whether the operator partner has a live endpoint to send operational events to."""
+    return (
+        session.scalar(
+            select(Endpoint.id)
+            .join(Partner, Partner.id == Endpoint.partner_id)
+            .where(Partner.uid == OPERATOR_PARTNER_UID, Endpoint.deleted_at.is_(None))
+            .limit(1)
+        )
+        is not None
+    )
+
+
 @dataclass(frozen=True)
 class Synced:
     created: int

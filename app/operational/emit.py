@@ -22,7 +22,11 @@ from app.db import after_commit
 from app.event_types import is_reserved
 from app.models import Endpoint, Event, OperationalEvent, Partner
 from app.operational.catalog import NAMES
-from app.operational.destinations import is_operational_only, operator_partner
+from app.operational.destinations import (
+    is_operational_only,
+    operator_listens,
+    operator_partner,
+)
 from app.queues import DEFAULT, OPERATIONAL_PUBLISH, JobSpec, try_enqueue_many
 from app.vocabulary import OperationalEventType
 
@@ -40,15 +44,23 @@ def emit(
 ) -> OperationalEvent:
     """Record `type_` with `data` about an endpoint of partner id `partner`; `data` gets the
     partner's uid as `partner` unless it has one. Published after the caller commits, unless
-    `publish` is False (the loop guard): then it is only shown in the UI.
+    `publish` is False (the loop guard) or nobody receives it (no operator endpoint, the
+    partner not opted in): then it is only shown in the UI.
 
     Raises:
         ValueError: `type_` is not an operational event type.
     """
     kind = OperationalEventType(type_)
     payload = dict(data)
-    if partner is not None and "partner" not in payload:
-        payload["partner"] = session.scalar(select(Partner.uid).where(Partner.id == partner))
+    subject = session.execute(
+        select(Partner.uid, Partner.operational_events).where(Partner.id == partner)
+    ).first()
+    if subject is not None and "partner" not in payload:
+        payload["partner"] = subject.uid
+    if publish and not (subject is not None and subject.operational_events):
+        # Nobody to send it to (no operator endpoint, partner not opted in): recorded for the
+        # UI only, and no job is queued for nothing.
+        publish = operator_listens(session)
     at = now or utcnow()
     row = OperationalEvent(
         kind=kind.value,

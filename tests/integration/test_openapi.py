@@ -221,6 +221,13 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     assert api.get("/v1/partners", headers=auth).status_code == 200
     assert api.get("/v1/partners/acme", headers=auth).status_code == 200
     assert api.get("/v1/partners/ghost", headers=auth).status_code == 404
+    opt_in = {"operational_events": True}
+    assert api.patch("/v1/partners/acme", headers=auth, json=opt_in).status_code == 200
+    assert api.patch("/v1/partners/acme", headers=auth, json={"x": 1}).status_code == 422
+    assert api.patch("/v1/partners/ghost", headers=auth, json=opt_in).status_code == 404
+    assert (
+        api.post("/v1/partners", headers=auth, json={"uid": "kurir-operators"}).status_code == 422
+    )
 
     # endpoints
     base = "/v1/partners/acme/endpoints"

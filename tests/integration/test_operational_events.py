@@ -17,7 +17,15 @@ from app.clock import utcnow
 from app.db import Database
 from app.intake import operational as op_publish
 from app.intake.publish import publish
-from app.models import DeadLetter, Delivery, Endpoint, Event, EventType, OperationalEvent
+from app.models import (
+    DeadLetter,
+    Delivery,
+    Endpoint,
+    Event,
+    EventType,
+    OperationalEvent,
+    Partner,
+)
 from app.processes.scheduler import publish_operational_events, sync_operator_endpoints
 from app.registry import endpoints as endpoint_rules
 from app.registry.partners import create_partner
@@ -27,8 +35,8 @@ from app.signing import generate_secret
 from sender import health
 from sender.dispatch import enqueue_now
 from tests.support.factories import (
-    Receiver,
     Received,
+    Receiver,
     WorkerThread,
     make_endpoint,
     make_event_with_deliveries,
@@ -270,12 +278,17 @@ def test_without_the_opt_in_a_partner_gets_nothing(make_rt):
         failing, _ = _partner_with_endpoints(rt, receiver, "acme", opted_in=False)
         with rt.db.begin() as session:
             assert health.disable(session, failing, "failing: test", utcnow())
-        assert op_publish.publish_all(rt) == 1
+        # Recorded for the UI; with no one to send it to, no job is queued for it.
+        assert rt.redis.llen("rq:queue:kurir-default") == 0
+        assert op_publish.publish_all(rt) == 0
         with rt.db.begin() as session:
             assert session.scalar(select(func.count()).select_from(Event)) == 0
             row = session.scalars(select(OperationalEvent)).one()
             assert row.kind == "endpoint.disabled" and row.published_at is not None
-        assert publish_operational_events(rt) == 0  # published once, never again
+        # Opted in later: what happened before is not sent after the fact.
+        with rt.db.begin() as session:
+            session.get_one(Partner, row.partner_id).operational_events = True
+        assert publish_operational_events(rt) == 0
         assert receiver.requests == []
 
 

@@ -14,15 +14,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_exactly_the_six_operational_types() -> None:
-    assert NAMES == {
+    assert {
         "endpoint.disabled",
         "endpoint.recovered",
         "endpoint.verification_failed",
         "delivery.exhausted",
         "ordering.key_blocked",
         "event_type.sunset_passed",
-    }
-    assert NAMES == {t.value for t in OperationalEventType}
+    } == NAMES
+    assert {t.value for t in OperationalEventType} == NAMES
 
 
 def test_each_schema_is_valid_names_partner_and_endpoint_and_accepts_its_example() -> None:
