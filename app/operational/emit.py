@@ -41,11 +41,13 @@ def emit(
     partner: str | None,
     now: datetime | None = None,
     publish: bool = True,
-) -> OperationalEvent:
+    unheard: bool = True,
+) -> OperationalEvent | None:
     """Record `type_` with `data` about an endpoint of partner id `partner`; `data` gets the
     partner's uid as `partner` unless it has one. Published after the caller commits, unless
     `publish` is False (the loop guard) or nobody receives it (no operator endpoint, the
-    partner not opted in): then it is only shown in the UI.
+    partner not opted in): then it is only shown in the UI, or, with `unheard` False (an
+    event per delivery, whose dead letter tells the same), not recorded at all (None).
 
     Raises:
         ValueError: `type_` is not an operational event type.
@@ -61,6 +63,8 @@ def emit(
         # Nobody to send it to (no operator endpoint, partner not opted in): recorded for the
         # UI only, and no job is queued for nothing.
         publish = operator_listens(session)
+    if not publish and not unheard:
+        return None
     at = now or utcnow()
     row = OperationalEvent(
         kind=kind.value,
@@ -100,7 +104,8 @@ def about_endpoint(
     data: dict[str, Any],
     *,
     now: datetime | None = None,
-) -> OperationalEvent:
+    unheard: bool = True,
+) -> OperationalEvent | None:
     """`emit` an event about `endpoint` (its id and URL added to `data`). The loop guard
     keeps it from being published when the endpoint receives only operational events: it
     is then recorded for the UI alone."""
@@ -113,6 +118,7 @@ def about_endpoint(
         partner=endpoint.partner_id,
         now=now,
         publish=not guarded,
+        unheard=unheard,
     )
 
 
@@ -126,7 +132,8 @@ def about_delivery(
     now: datetime | None = None,
 ) -> OperationalEvent | None:
     """`emit` an event about a delivery of `event` to `endpoint`; None when the loop guard
-    holds it back: the event is Kurir's own (an operational event, or a test)."""
+    holds it back (the event is Kurir's own: an operational event, or a test), or when
+    nobody would receive it (its dead letter already shows it in the UI)."""
     if event.type in NAMES or is_reserved(event.type):
         return None
-    return about_endpoint(session, type_, endpoint, data, now=now)
+    return about_endpoint(session, type_, endpoint, data, now=now, unheard=False)
