@@ -458,3 +458,27 @@ def test_migrating_a_fresh_database_registers_the_types(tmp_path):
     assert found == {
         name: (1, spec.schema, spec.examples) for name, spec in operational.CATALOG.items()
     }
+
+
+def test_a_disable_by_hand_is_sent_to_the_operator_endpoints_too(client, auth, runtime):
+    with runtime.db.begin() as session:
+        operator = operational.ensure_operator_partner(session)
+        make_endpoint(session, operator, "http://127.0.0.1:9/ops", runtime.secret_box)
+    assert client.post("/v1/partners", headers=auth, json={"uid": "acme"}).status_code == 201
+    endpoint = client.post(
+        "/v1/partners/acme/endpoints", headers=auth, json={"url": "http://127.0.0.1:9/h"}
+    ).get_json()
+    disabled = client.post(
+        f"/v1/partners/acme/endpoints/{endpoint['id']}/disable",
+        headers=auth,
+        json={"reason": "maintenance"},
+    )
+    assert disabled.status_code == 200
+    assert publish_operational_events(runtime) == 1
+    with runtime.db.begin() as session:
+        event = session.scalars(select(Event)).one()
+        assert session.get_one(Partner, event.partner_id).uid == "kurir-operators"
+        assert [d.state for d in event.deliveries] == ["pending"]
+    assert event.type == "endpoint.disabled"
+    assert event.data["endpoint"] == endpoint["id"] and event.data["partner"] == "acme"
+    assert (event.data["reason"], event.data["disabled_by"]) == ("maintenance", "operator")
