@@ -22,6 +22,7 @@ from datetime import datetime
 from sqlalchemy import Connection, func, select
 
 from app.event_types import RESERVED_PREFIX
+from app.feed.read import OPERATIONAL_TYPES
 from app.models import Event
 
 
@@ -58,6 +59,8 @@ def expired(
     ]
     if event_types is not None:
         feed.append(Event.type.in_(event_types))
+    else:
+        feed.append(Event.type.not_in(OPERATIONAL_TYPES))
     through = connection.execute(
         select(func.max(Event.feed_seq)).where(*feed, Event.created_at < horizon)
     ).scalar()

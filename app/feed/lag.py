@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, case, func, select
 
 from app.event_types import RESERVED_PREFIX
+from app.feed.read import OPERATIONAL_TYPES
 from app.models import Endpoint, Event, Partner
 from app.vocabulary import EndpointMode
 
@@ -110,7 +111,9 @@ def lags(
         wanted = None if event_types is None else set(event_types)
         tally = _Tally()
         for type_, n, oldest, expired in (*numbered[endpoint_id_], *waiting[partner_id]):
-            if wanted is None or type_ in wanted:
+            if (wanted is None and type_ not in OPERATIONAL_TYPES) or (
+                wanted is not None and type_ in wanted
+            ):
                 tally.add(int(n), oldest, int(expired))
         found.append(PullLag(endpoint_id_, uid, Lag(tally.events, tally.oldest_at, tally.expired)))
     return found

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, select
 from app.event_types import RESERVED_PREFIX
 from app.feed.sequencer import head
 from app.models import Event, EventVersion
+from app.vocabulary import OperationalEventType
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class Page:
     # The position to read after next time: the last event returned, or, when the page was
     # not full, the head seen before reading (everything up to it has been looked at).
     position: int
+
+
+OPERATIONAL_TYPES = tuple(t.value for t in OperationalEventType)
 
 
 def page(
@@ -69,6 +73,10 @@ def page(
         stmt = stmt.where(Event.created_at >= not_before)
     if subscriber is not None and subscriber.event_types is not None:
         stmt = stmt.where(Event.type.in_(subscriber.event_types))
+    elif subscriber is not None:
+        # Subscribed to everything is not subscribed to Kurir's operational events: those
+        # reach the endpoints that name them.
+        stmt = stmt.where(Event.type.not_in(OPERATIONAL_TYPES))
     rows = list(connection.execute(stmt).all())
     payloads = [row.payload for row in rows]
     if subscriber is not None and subscriber.versions:

@@ -130,11 +130,14 @@ def _publish_to(
     req = PublishRequest(row.kind, operational.VERSION, row.data, row.created_at, None, row.id)
     connection = session.connection()
     targets = read_targets(connection, partner.uid, req.type, req.version)
-    if by_name:
-        targets = replace(
-            targets,
-            endpoints=[e for e in targets.endpoints if e[2] is not None and req.type in e[2]],
-        )
+    subscribed = [
+        e
+        for e in targets.endpoints
+        if (e[2] is None and not by_name) or (e[2] is not None and req.type in e[2])
+    ]
+    if not subscribed:
+        return  # nobody there receives it (a pull endpoint reads it from the feed)
+    targets = replace(targets, endpoints=subscribed)
     plan = make_plan(
         targets,
         req,
@@ -143,6 +146,4 @@ def _publish_to(
         lambda name: event_types.versions_of(connection, name),
         max_bytes=settings.max_payload_bytes,
     )
-    if not plan.response["deliveries"]:
-        return  # nobody there receives it
     write_plan(session, redis_client, plan)

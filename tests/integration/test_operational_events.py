@@ -482,3 +482,31 @@ def test_a_disable_by_hand_is_sent_to_the_operator_endpoints_too(client, auth, r
     assert event.type == "endpoint.disabled"
     assert event.data["endpoint"] == endpoint["id"] and event.data["partner"] == "acme"
     assert (event.data["reason"], event.data["disabled_by"]) == ("maintenance", "operator")
+
+
+def test_an_opted_in_partner_reads_them_in_its_feed_only_on_a_pull_endpoint_that_names_them(
+    client, auth, runtime
+):
+    with runtime.db.begin() as session:
+        partner = make_partner(session, "acme")
+        partner.operational_events = True
+        failing = make_endpoint(session, partner, "http://127.0.0.1:9/h", runtime.secret_box)
+        named = make_endpoint(
+            session, partner, "", runtime.secret_box, mode="pull", event_types=["endpoint.disabled"]
+        )
+        everything = make_endpoint(session, partner, "", runtime.secret_box, mode="pull")
+        assert health.disable(session, failing.id, "failing: test", utcnow())
+    assert publish_operational_events(runtime) == 1
+
+    def feed_types(endpoint_id: str) -> list[str]:
+        page = client.get(f"/v1/partners/acme/feed?endpoint={endpoint_id}", headers=auth)
+        assert page.status_code == 200, page.get_json()
+        return [item["type"] for item in page.get_json()["data"]]
+
+    assert feed_types(named.id) == ["endpoint.disabled"]
+    assert feed_types(everything.id) == []
+    lags = {
+        e.id: client.get(f"/v1/partners/acme/endpoints/{e.id}", headers=auth).get_json()["lag"]
+        for e in (named, everything)
+    }
+    assert (lags[named.id]["events"], lags[everything.id]["events"]) == (1, 0)
