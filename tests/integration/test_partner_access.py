@@ -47,6 +47,7 @@ TABLE: dict[tuple[str, str], int] = {
     ("post", "/v1/partners"): NOT_FOUND,
     ("get", "/v1/partners"): 200,  # A alone
     ("get", "/v1/partners/{uid}"): NOT_FOUND,
+    ("patch", "/v1/partners/{uid}"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/keys"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/portal-links"): NOT_FOUND,
     ("delete", "/v1/partners/{uid}/portal-sessions"): NOT_FOUND,
@@ -123,6 +124,7 @@ def _body(method: str, template: str, b: dict[str, Any]) -> dict[str, Any] | Non
     bodies = {
         "/v1/event-types": {"name": "sneaky.type", "version": 1, "schema": {"type": "object"}},
         "/v1/partners": {"uid": "sneaky", "name": "Sneaky"},
+        "/v1/partners/{uid}": {"operational_events": True},
         "/v1/partners/{uid}/keys": {"name": "stolen"},
         "/v1/partners/{uid}/endpoints": {"url": "http://127.0.0.1:9/sneaky"},
         "/v1/partners/{uid}/endpoints/{endpoint_id}": {"description": "mine now"},
