@@ -25,6 +25,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from app import runtime as runtime_mod
 from app.processes.leadership import Leadership
 from app.runtime import Runtime
 
@@ -202,6 +203,8 @@ def run_scheduler(runtime: Runtime) -> None:
     """`kurir scheduler` until SIGTERM or SIGINT: stand by or run the jobs, and on the way out
     let running jobs finish, then give the lease back."""
     settings = runtime.settings
+    # Jobs that record operational events enqueue their publishing through `current()`.
+    runtime_mod.install(runtime)
     leadership = Leadership(
         runtime.db,
         ttl_s=settings.resolved_scheduler_lease_seconds,
