@@ -510,3 +510,24 @@ def test_an_opted_in_partner_reads_them_in_its_feed_only_on_a_pull_endpoint_that
         for e in (named, everything)
     }
     assert (lags[named.id]["events"], lags[everything.id]["events"]) == (1, 0)
+
+
+def test_a_partner_endpoint_that_only_receives_operational_events_is_guarded_too(runtime):
+    with runtime.db.begin() as session:
+        operator = operational.ensure_operator_partner(session)
+        make_endpoint(session, operator, "http://127.0.0.1:9/ops", runtime.secret_box)
+        partner = make_partner(session, "acme")
+        partner.operational_events = True
+        watcher = make_endpoint(
+            session,
+            partner,
+            "http://127.0.0.1:9/w",
+            runtime.secret_box,
+            event_types=["endpoint.disabled", "delivery.exhausted"],
+        )
+        assert health.disable(session, watcher.id, "failing: test", utcnow())
+    assert publish_operational_events(runtime) == 0
+    with runtime.db.begin() as session:
+        row = session.scalars(select(OperationalEvent)).one()
+        assert row.published_at is not None  # shown in the UI, never published
+        assert session.scalar(select(func.count()).select_from(Event)) == 0
