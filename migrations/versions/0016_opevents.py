@@ -1,8 +1,8 @@
 """Operational events: Kurir's own event types (registered here), a partner's opt-in, and
 the operational events table as an outbox (what is still to be published)
 
-Revision ID: 0014_opevents
-Revises: 0013
+Revision ID: 0016_opevents
+Revises: 0015_verify
 Create Date: 2026-12-05 09:00:00
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014_opevents"
-down_revision: str | None = "0013"
+revision: str = "0016_opevents"
+down_revision: str | None = "0015_verify"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
