@@ -271,7 +271,14 @@ class Settings:
     endpoint_concurrency: int = 4
     inbound_tolerance_seconds: int = 300
     reconcile_cron: str = "0 3 * * *"
-    retention_days: int = 30
+    # Retention per kind of history (app.lifecycle), in days; only finished history is purged.
+    retain_events_days: int = 30
+    retain_attempts_days: int = 30
+    retain_inbound_days: int = 30
+    retain_dead_letters_days: int = 90
+    retain_audit_days: int = 365
+    # The longest a retention batch may hold the database's writer, in milliseconds.
+    retention_batch_ms: int = 50
     log_level: str = "info"
     log_format: str = "text"
     api_workers: int = 2
@@ -430,7 +437,15 @@ _ENV: dict[str, tuple[str, Any]] = {
         lambda n, r: _parse_int(n, r, 1),
     ),
     "KURIR_RECONCILE_CRON": ("reconcile_cron", _parse_cron),
-    "KURIR_RETENTION_DAYS": ("retention_days", lambda n, r: _parse_int(n, r, 1)),
+    "KURIR_RETAIN_EVENTS_DAYS": ("retain_events_days", lambda n, r: _parse_int(n, r, 1)),
+    "KURIR_RETAIN_ATTEMPTS_DAYS": ("retain_attempts_days", lambda n, r: _parse_int(n, r, 1)),
+    "KURIR_RETAIN_INBOUND_DAYS": ("retain_inbound_days", lambda n, r: _parse_int(n, r, 1)),
+    "KURIR_RETAIN_DEAD_LETTERS_DAYS": (
+        "retain_dead_letters_days",
+        lambda n, r: _parse_int(n, r, 1),
+    ),
+    "KURIR_RETAIN_AUDIT_DAYS": ("retain_audit_days", lambda n, r: _parse_int(n, r, 1)),
+    "KURIR_RETENTION_BATCH_MS": ("retention_batch_ms", lambda n, r: _parse_int(n, r, 5, 10_000)),
     "KURIR_LOG_LEVEL": ("log_level", _parse_choice(("debug", "info", "warning", "error"))),
     "KURIR_LOG_FORMAT": ("log_format", _parse_choice(("text", "json"))),
     "KURIR_API_WORKERS": ("api_workers", lambda n, r: _parse_int(n, r, 1, 64)),

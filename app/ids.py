@@ -44,3 +44,9 @@ def id_floor(prefix: str, moment: datetime) -> str:
     (which the primary key answers, where `created_at` may have no index)."""
     millis = max(0, int(moment.timestamp() * 1000))
     return f"{prefix}_{_encode(millis, 10)}{'0' * 16}"
+
+
+def id_at(prefix: str, moment: datetime) -> str:
+    """A fresh id as if made at `moment` (loading history, and tests that need old rows)."""
+    millis = max(0, int(moment.timestamp() * 1000))
+    return f"{prefix}_{_encode(millis, 10)}{_encode(int.from_bytes(os.urandom(10), 'big'), 16)}"

@@ -881,3 +881,36 @@ class SchedulerLease(Base):
     epoch: Mapped[int] = mapped_column(BigInteger)
     acquired_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+# ---------------------------------------------------------------------------- data lifecycle
+
+
+class RetentionMark(Base):
+    """What retention did to one kind of history (`app.lifecycle`): rows purged so far, the
+    horizon of the last run, and the oldest row kept after it."""
+
+    __tablename__ = "retention_marks"
+
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    purged_total: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_purged: Mapped[int] = mapped_column(BigInteger, default=0)
+    horizon: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    oldest_kept_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class FeedPurge(Base):
+    """How far retention has purged one partner's feed, per event type: the highest feed
+    position purged and the horizon it was purged under. A cursor or acknowledgement behind
+    it is refused (`app.feed.horizon`) instead of silently skipping what is gone."""
+
+    __tablename__ = "feed_purges"
+
+    partner_id: Mapped[str] = mapped_column(
+        ForeignKey("partners.id", ondelete="CASCADE"), primary_key=True
+    )
+    event_type: Mapped[str] = mapped_column(String(200), primary_key=True)
+    purged_seq: Mapped[int] = mapped_column(BigInteger)
+    horizon: Mapped[datetime] = mapped_column(UTCDateTime())
+    purged_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -154,3 +154,15 @@ class ReconcileState(StrEnum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+
+
+class RetentionKind(StrEnum):
+    """The kinds of history retention purges, each after its own number of days
+    (`KURIR_RETAIN_<KIND>_DAYS`), in the order a run purges them: closed dead letters first,
+    so the events they held become finished."""
+
+    DEAD_LETTERS = "dead_letters"
+    ATTEMPTS = "attempts"
+    EVENTS = "events"
+    INBOUND = "inbound"
+    AUDIT = "audit"

@@ -14,7 +14,7 @@ from app.cli.common import cli_actor, fail, make_runtime
 from app.clock import isoformat
 from app.errors import KurirError
 from app.models import SCOPES
-from app.services import keys, operators, secret_keys
+from app.services import keys, lifecycle, operators, secret_keys
 
 
 @click.group("db")
@@ -29,6 +29,63 @@ def db_upgrade(revision: str) -> None:
     runtime = make_runtime()
     migrate.upgrade(runtime.settings.resolved_database_url, revision)
     click.echo(f"database at revision {revision}")
+
+
+@db_group.command("stats")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+def db_stats(as_json: bool) -> None:
+    """Rows (and bytes, on PostgreSQL) per table, and per kind of history its retention:
+    days kept, horizon, rows purged, oldest row kept."""
+    runtime = make_runtime()
+    with runtime.db.begin() as session:
+        found = lifecycle.storage(session, runtime.settings, cli_actor())
+    tables: list[dict[str, Any]] = [
+        {"table": t.table, "rows": t.rows, "bytes": t.bytes} for t in found.tables
+    ]
+    kinds: list[dict[str, Any]] = [
+        {
+            "kind": k.kind.value,
+            "days": k.days,
+            "horizon": isoformat(k.horizon),
+            "rows_purged": k.mark.purged_total,
+            "last_purged": k.mark.last_purged,
+            "oldest_kept_at": isoformat(k.mark.oldest_kept_at),
+            "last_run_at": isoformat(k.mark.last_run_at),
+        }
+        for k in found.kinds
+    ]
+    if as_json:
+        click.echo(json.dumps({"tables": tables, "retention": kinds}, indent=2))
+        return
+    _print_table(
+        ("TABLE", "ROWS", "BYTES"),
+        [
+            (t["table"], str(t["rows"]), "-" if t["bytes"] is None else str(t["bytes"]))
+            for t in tables
+        ],
+    )
+    click.echo("")
+    _print_table(
+        ("KIND", "DAYS", "HORIZON", "PURGED", "OLDEST KEPT", "LAST RUN"),
+        [
+            (
+                k["kind"],
+                str(k["days"]),
+                k["horizon"] or "-",
+                str(k["rows_purged"]),
+                k["oldest_kept_at"] or "-",
+                k["last_run_at"] or "never",
+            )
+            for k in kinds
+        ],
+    )
+
+
+def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    table = [header, *rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
 
 
 @click.group("keys")

@@ -97,6 +97,14 @@ def verify_endpoints(runtime: Runtime) -> dict[str, int]:
     return verification.tick(runtime)
 
 
+def run_retention(runtime: Runtime) -> int:
+    """Finished history past each kind's retention period, purged in short batches with
+    pauses between them, so publishing and delivering go on meanwhile."""
+    from app.lifecycle import purge
+
+    return purge.run(runtime).total
+
+
 def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
     from app.inbound import process as inbound_process
@@ -104,7 +112,6 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     from app.intake import idempotency
     from app.recovery import jobs as recovery_jobs
     from dlq import resend as dlq_resend
-    from dlq import retention as dlq_retention
     from sender import sweeper as delivery_sweeper
 
     return [
@@ -116,7 +123,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
         PeriodicJob("sequence-feed", sequence_feed, IntervalTrigger(seconds=2)),
         PeriodicJob("verify-endpoints", verify_endpoints, IntervalTrigger(seconds=10)),
         PeriodicJob("purge-idempotency-keys", idempotency.purge_expired, IntervalTrigger(hours=1)),
-        PeriodicJob("purge-dead-letters", dlq_retention.purge, IntervalTrigger(hours=1)),
+        PeriodicJob("retention", run_retention, IntervalTrigger(hours=1)),
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),
         PeriodicJob("sync-operator-endpoints", sync_operator_endpoints, IntervalTrigger(minutes=1)),
         PeriodicJob(

@@ -25,6 +25,7 @@ from app.config import Settings
 from app.errors import Conflict, Gone, ValidationFailed, reject_unknown_fields
 from app.feed import cursor as cursors
 from app.feed.backlog import ExpiredBacklog, expired
+from app.feed.horizon import purged
 from app.feed.lag import Lag, PullLag, lag, lags
 from app.feed.read import Subscriber, page
 from app.feed.sequencer import head, sequence
@@ -60,7 +61,7 @@ class FeedPage:
 
 
 def _retention(settings: Settings) -> timedelta:
-    return timedelta(days=settings.retention_days)
+    return timedelta(days=settings.retain_events_days)
 
 
 def read(
@@ -105,6 +106,9 @@ def read(
         if after is not None:
             position = cursors.decode(after, now=now, retention=retention)
             _not_ahead(session, position.seq, after)
+            _not_behind_purge(
+                session, partner.id, subscriber.event_types if subscriber else None, position.seq
+            )
             start, not_before, resuming = position.seq, None, None
         partner_id = partner.id
     # Before reading, so the page holds every event committed before this request.
@@ -112,8 +116,14 @@ def read(
     with rt.db.begin() as session:
         if resuming is not None:
             resuming_id, event_types = resuming
+            connection = session.connection()
             gone = expired(
-                session.connection(), partner_id, event_types, start, horizon=now - retention
+                connection,
+                partner_id,
+                event_types,
+                start,
+                horizon=now - retention,
+                purged=purged(connection, partner_id, event_types),
             )
             if gone is not None:
                 raise backlog_expired(gone, uid, resuming_id)
@@ -148,6 +158,20 @@ def _not_ahead(session: Session, seq: int, raw: str) -> None:
     if seq > head(session.connection()):
         raise cursors.invalid(
             "cursor points beyond the end of the feed (use the next_cursor of a feed answer)", raw
+        )
+
+
+def _not_behind_purge(
+    session: Session, partner_id: str, event_types: list[str] | None, seq: int
+) -> None:
+    """A position behind what retention purged of this feed would skip what is gone."""
+    gone = purged(session.connection(), partner_id, event_types)
+    if gone is not None and seq < gone.seq:
+        raise Gone(
+            "events after this cursor have been purged by retention; start again without "
+            "a cursor (or from the endpoint's last acknowledgement)",
+            code="cursor_expired",
+            details={"horizon": isoformat(gone.horizon), "purged_through": gone.seq},
         )
 
 
@@ -189,6 +213,7 @@ def ack(
         )
     position = cursors.decode(raw, now=now, retention=_retention(settings))
     _not_ahead(session, position.seq, raw)
+    _not_behind_purge(session, endpoint.partner_id, endpoint.event_types, position.seq)
     if position.seq > (endpoint.acked_seq or 0):
         endpoint.acked_seq = position.seq
         endpoint.acked_at = now
@@ -210,12 +235,14 @@ def expired_backlog(
     """What of a pull endpoint's backlog lies past retention (None for a push endpoint)."""
     if endpoint.mode != EndpointMode.PULL:
         return None
+    connection = session.connection()
     return expired(
-        session.connection(),
+        connection,
         endpoint.partner_id,
         endpoint.event_types,
         endpoint.acked_seq,
         horizon=(now or utcnow()) - _retention(settings),
+        purged=purged(connection, endpoint.partner_id, endpoint.event_types),
     )
 
 

@@ -2,7 +2,8 @@
 
 The database is the truth, so the figures come from it: deliveries by state, attempts by
 outcome with a latency histogram built from `attempts.duration_ms` in one pass, dead letters,
-endpoints and inbound events by state, pull endpoints' lag and blocked ordering keys. Queue
+endpoints and inbound events by state, pull endpoints' lag, blocked ordering keys, and what
+retention purged per kind of history (its persisted marks). Queue
 depth and the age of the oldest waiting job come from RQ.
 
 A reading is a fixed number of SQL statements, whatever the number of endpoints, so a scraper
@@ -24,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.config import Settings
+from app.lifecycle import marks
 from app.models import Attempt, DeadLetter, Delivery, Endpoint, InboundEvent
 from app.queues import ALL_QUEUES
 from app.services import endpoints, feed
@@ -89,6 +91,7 @@ class Figures:
     pull: list[feed.PullLag]  # every live pull endpoint's lag (three statements for all)
     blocked: list[BlockedCount]  # endpoints holding ordering keys (one statement)
     inbound: dict[str, int]  # received callbacks, by status
+    retention: list[marks.Mark]  # per kind: rows purged, oldest row kept (one statement)
 
 
 def _by(session: Session, column: Any, model: Any) -> dict[str, int]:
@@ -129,4 +132,5 @@ def database(session: Session, settings: Settings) -> Figures:
     lags = feed.pull_lags(session, settings, now)
     blocked = endpoints.blocked_key_counts(session)
     inbound = _by(session, InboundEvent.status, InboundEvent)
-    return Figures(now, deliveries, attempts, letters, live, lags, blocked, inbound)
+    retention = marks.read(session)
+    return Figures(now, deliveries, attempts, letters, live, lags, blocked, inbound, retention)

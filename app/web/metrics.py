@@ -104,6 +104,38 @@ def _database_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -
     for status in sorted(set(INBOUND_STATUSES) | set(found.inbound)):
         out.sample("kurir_inbound_events", found.inbound.get(status, 0), status=status)
 
+    _retention_metrics(out, found)
+
+
+def _retention_metrics(out: _Writer, found: figures.Figures) -> None:
+    """What retention did per kind of history (read from its marks: one statement)."""
+    out.family(
+        "kurir_retention_rows_purged_total",
+        "counter",
+        "Rows retention has purged, by kind of history (KURIR_RETAIN_<KIND>_DAYS).",
+    )
+    for mark in found.retention:
+        out.sample("kurir_retention_rows_purged_total", mark.purged_total, kind=mark.kind.value)
+    out.family(
+        "kurir_retention_oldest_row_age_seconds",
+        "gauge",
+        "Age of the oldest row kept of each kind, as of the last retention run (0: none).",
+    )
+    for mark in found.retention:
+        out.sample(
+            "kurir_retention_oldest_row_age_seconds",
+            _age(found.now, mark.oldest_kept_at),
+            kind=mark.kind.value,
+        )
+    out.family(
+        "kurir_retention_last_run_timestamp_seconds",
+        "gauge",
+        "When retention last ran over each kind (Unix time; 0: never).",
+    )
+    for mark in found.retention:
+        ran = mark.last_run_at.timestamp() if mark.last_run_at else 0.0
+        out.sample("kurir_retention_last_run_timestamp_seconds", float(ran), kind=mark.kind.value)
+
 
 def _age(now: datetime, oldest: datetime | None) -> float:
     return 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())

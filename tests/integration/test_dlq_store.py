@@ -1,4 +1,4 @@
-"""The dead-letter store on both databases: search filters, resend, discard, retention."""
+"""The dead-letter store on both databases: search filters, resend, discard."""
 
 from __future__ import annotations
 
@@ -18,11 +18,10 @@ from app.models import (
     DeadLetter,
     DeadLetterAudit,
     Delivery,
-    ResendJob,
 )
 from app.queues import DEFAULT, DELIVERIES, DLQ_BULK_RESEND
 from dlq import discard as discard_mod
-from dlq import resend, retention
+from dlq import resend
 from dlq.search import DeadLetterFilter, conditions, search
 from tests.support.dlq_factories import letters_for, make_scene
 
@@ -396,37 +395,12 @@ def test_discard_closes_an_open_letter_with_a_note(runtime):
         resend.resend_one(session, runtime.redis, letter_id, actor="ops")
 
 
-# ------------------------------------------------------------------------------- retention
-
-
-def test_retention_purges_only_closed_letters_past_the_period(runtime):
-    with runtime.db.begin() as session:
-        scene = make_scene(session, runtime.secret_box)
-        old_open, old_closed, new_closed = letters_for(session, scene, 3)
-        discard_mod.discard(session, old_closed, actor="ops")
-        discard_mod.discard(session, new_closed, actor="ops")
-        long_ago = utcnow() - timedelta(days=runtime.settings.retention_days + 1)
-        for letter_id in (old_open, old_closed):
-            letter = session.get_one(DeadLetter, letter_id)
-            letter.created_at = long_ago
-        session.get_one(DeadLetter, old_closed).resolved_at = long_ago
-        session.add(ResendJob(kind="resend", actor="ops", state="succeeded", finished_at=long_ago))
-    assert retention.purge(runtime) == 1
-    with runtime.db.begin() as session:
-        left = set(session.scalars(select(DeadLetter.id)))
-        assert left == {old_open, new_closed}
-        orphans = session.scalar(
-            select(func.count())
-            .select_from(DeadLetterAudit)
-            .where(DeadLetterAudit.dead_letter_id == old_closed)
-        )
-        assert orphans == 0
-        assert session.scalar(select(func.count()).select_from(ResendJob)) == 0
+# ------------------------------------------------------------------------------- scheduler
 
 
 def test_scheduler_runs_retention_and_resumes_stalled_bulk_resends(runtime):
     from app.processes.scheduler import periodic_jobs
 
     jobs = {job.name: job.run for job in periodic_jobs(runtime)}
-    assert jobs["purge-dead-letters"] is retention.purge
+    assert "retention" in jobs
     assert jobs["resume-bulk-resends"] is resend.resume_stalled

@@ -437,7 +437,7 @@ def test_ack_refuses_push_endpoints_and_bad_cursors(client, auth, acme):
 
 def test_a_cursor_older_than_retention_is_gone(client, auth, acme, runtime):
     client.post("/v1/partners/acme/events", headers=auth, json=order())
-    days = runtime.settings.retention_days
+    days = runtime.settings.retain_events_days
     old = cursors.encode(0, utcnow() - timedelta(days=days, minutes=1))
     response = _feed(client, auth, after=old)
     assert response.status_code == 410
@@ -454,7 +454,7 @@ def test_a_pull_endpoint_behind_retention_gets_backlog_expired_not_a_silent_skip
     them on purpose (skip-expired, audited; or acknowledging a later cursor)."""
     skipper = make_endpoint(client, auth, url=None, mode="pull")
     acker = make_endpoint(client, auth, url=None, mode="pull")
-    retention = timedelta(days=runtime.settings.retention_days)
+    retention = timedelta(days=runtime.settings.retain_events_days)
     old_id = old_event(runtime, "acme", "o-old", retention + timedelta(hours=1))
     # Created earlier still, but committed (so placed in the feed) after it.
     old_event(runtime, "acme", "o-older", retention + timedelta(hours=2))
@@ -515,7 +515,9 @@ def test_a_pull_endpoint_behind_retention_gets_backlog_expired_not_a_silent_skip
 def test_only_subscribed_types_make_a_backlog_expire(client, auth, acme, runtime):
     make_event_type(client, auth, "order.shipped")
     pull = make_endpoint(client, auth, url=None, mode="pull", event_types=["order.shipped"])
-    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retention_days, hours=1))
+    old_event(
+        runtime, "acme", "o-old", timedelta(days=runtime.settings.retain_events_days, hours=1)
+    )
     page = _feed(client, auth, endpoint=pull["id"])
     assert page.status_code == 200 and page.get_json()["data"] == []
     lag = client.get(f"/v1/partners/acme/endpoints/{pull['id']}", headers=auth).get_json()

@@ -70,7 +70,7 @@ def test_feed_says_backlog_expired_and_skips_it_on_request(run, client, auth, ru
     make_event_type(client, auth)
     make_partner(client, auth, "acme")
     pull = make_endpoint(client, auth, url=None, mode="pull")
-    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retention_days + 1))
+    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retain_events_days + 1))
     client.post("/v1/partners/acme/events", headers=auth, json=order("o-new"))
     refused = run("acme", "--endpoint", pull["id"])
     assert refused.exit_code == 2 and "backlog_expired" in refused.stderr

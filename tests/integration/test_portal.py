@@ -972,7 +972,7 @@ def test_an_enabled_endpoint_still_offers_what_it_held_back(portal, client, auth
 
 def test_a_partner_moves_its_pull_endpoint_past_an_expired_backlog(portal, client, auth, runtime):
     pull = make_endpoint(client, auth, url=None, mode="pull")
-    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retention_days + 1))
+    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retain_events_days + 1))
     assert (
         client.get(f"/v1/partners/acme/feed?endpoint={pull['id']}", headers=auth).status_code == 410
     )

@@ -375,7 +375,7 @@ def test_a_pull_endpoint_behind_retention_shows_it_and_is_skipped_from_its_page(
     make_event_type(ui, auth)
     make_partner(ui, auth, "acme")
     pull = make_endpoint(ui, auth, url=None, mode="pull")
-    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retention_days + 1))
+    old_event(runtime, "acme", "o-old", timedelta(days=runtime.settings.retain_events_days + 1))
     assert ui.get(f"/v1/partners/acme/feed?endpoint={pull['id']}", headers=auth).status_code == 410
     url = f"/ui/endpoints/{pull['id']}"
     assert re.search(r'data-testid="backlog-expired"><strong>1 of them', ui.get(url).text)

@@ -49,6 +49,7 @@ UNITS = {
     "domain": ("app.accounts", "app.event_types"),
     "app.registry": ("app.registry",),
     "app.feed": ("app.feed",),
+    "app.lifecycle": ("app.lifecycle",),
     "sender": ("sender",),
     "app.intake": ("app.intake",),
     "app.operational": ("app.operational",),
@@ -69,6 +70,7 @@ PIPELINES = (
     "dlq",
     "app.inbound",
     "app.recovery",
+    "app.lifecycle",
 )
 FACES = ("app.web", "app.cli")
 BELOW_PIPELINES = ("core", "app.net", "domain")
@@ -88,10 +90,12 @@ ALLOWED: dict[str, set[str]] = {
 # dead letters are resent by sending; a pull endpoint starts at the feed's head; recovery
 # signs its probes as sending does and replays what was parked through the dead letters;
 # sending records operational events, which the intake publishes to the operator endpoints
-# that `app.operational` keeps through the registry.
+# that `app.operational` keeps through the registry; retention records in the feed how far
+# it purged it.
 PEER_EDGES = {
     ("app.recovery", "sender"),
     ("app.recovery", "dlq"),
+    ("app.lifecycle", "app.feed"),
     ("app.intake", "sender"),
     ("app.intake", "app.registry"),
     ("dlq", "sender"),

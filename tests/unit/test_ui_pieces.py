@@ -99,7 +99,7 @@ def test_login_redirects_only_to_local_ui_paths(target, expected):
 
 def test_workers_importing_dlq_do_not_load_flask():
     code = (
-        "import sys, dlq.resend, dlq.discard, dlq.retention, dlq.search; "
+        "import sys, dlq.resend, dlq.discard, app.lifecycle.purge, dlq.search; "
         "assert 'flask' not in sys.modules, 'flask was imported'"
     )
     result = subprocess.run(

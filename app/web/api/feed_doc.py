@@ -18,7 +18,7 @@ from app.web.openapi import (
 
 FEED_CURSOR: Schema = {
     "type": "string",
-    "description": "opaque; valid for the retention period (KURIR_RETENTION_DAYS)",
+    "description": "opaque; valid for the retention period (KURIR_RETAIN_EVENTS_DAYS)",
 }
 add(
     "/v1/partners/{uid}/feed",

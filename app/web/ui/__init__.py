@@ -23,6 +23,7 @@ from app.web.ui import (  # noqa: F401
     partners,
     security,
     session,
+    storage,
 )
 from app.web.ui.base import blueprint
 

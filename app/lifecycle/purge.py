@@ -1,0 +1,440 @@
+"""The retention run: each kind's finished rows past its horizon, deleted in bounded batches.
+
+A batch is one short transaction: read the next `size` candidate rows past the horizon in id
+order (the primary key: ids are creation times), keep back those not finished, delete the
+rest and what hangs off them in foreign-key order, commit. Its wall time is measured; the
+next batch is sized so it stays under `KURIR_RETENTION_BATCH_MS` (on SQLite the whole
+transaction holds the one writer lock, so that is the longest a publish waits for it) and
+follows a pause as long as the batch, so writers get at least half the time.
+
+The candidates of a batch are bounded whatever is kept back: a kept row is passed over by
+the id cursor, never read again in the same run, so a table full of unfinished rows cannot
+make a batch slow or the run endless.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from app.clock import utcnow
+from app.event_types import RESERVED_PREFIX
+from app.feed import horizon as feed_horizon
+from app.feed.sequencer import head
+from app.ids import id_floor
+from app.lifecycle import marks, policy
+from app.models import (
+    Attempt,
+    AuditRecord,
+    DeadLetter,
+    DeadLetterAudit,
+    Delivery,
+    Endpoint,
+    Event,
+    EventVersion,
+    InboundEvent,
+    OperationalEvent,
+    ReconcileRequest,
+    ResendJob,
+)
+from app.runtime import Runtime
+from app.vocabulary import DeadLetterState, EndpointMode, RetentionKind
+
+log = logging.getLogger(__name__)
+
+# Batch sizes, in candidate rows: the first batch of each source is small (its cost is not
+# known yet); later ones grow at most twofold per batch toward what fits the time budget.
+FIRST_BATCH = 50
+MIN_BATCH = 10
+MAX_BATCH = 5000
+# Aim under the budget: the next batch may meet a colder cache than the last.
+_HEADROOM = 0.8
+# Ids per IN (...) list, well under every driver's parameter limit.
+_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Batch:
+    kind: RetentionKind
+    source: str
+    examined: int
+    purged: int
+    elapsed_ms: float
+
+
+@dataclass
+class Report:
+    """What a run did: rows purged per kind, and every batch (for the bench and the tests)."""
+
+    purged: dict[RetentionKind, int] = field(default_factory=dict)
+    batches: list[Batch] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.purged.values())
+
+
+@dataclass(frozen=True)
+class Step:
+    examined: int
+    last_id: str | None
+    purged: int
+
+
+StepFn = Callable[[Session, datetime, str | None, int, datetime], Step]
+
+
+def next_size(size: int, examined: int, elapsed_ms: float, budget_ms: float) -> int:
+    """The next batch's size: what the last one's rate fits in the budget, with headroom,
+    never more than twice the last."""
+    if elapsed_ms <= 0:
+        fitted = size * 2
+    else:
+        fitted = int(max(examined, 1) * budget_ms * _HEADROOM / elapsed_ms)
+    return max(MIN_BATCH, min(MAX_BATCH, size * 2, fitted))
+
+
+def _chunks(ids: Sequence[str]) -> list[list[str]]:
+    return [list(ids[i : i + _CHUNK]) for i in range(0, len(ids), _CHUNK)]
+
+
+def _candidates(
+    session: Session,
+    model: Any,
+    columns: Sequence[Any],
+    prefix: str,
+    horizon: datetime,
+    after: str | None,
+    size: int,
+) -> list[Any]:
+    stmt = select(model.id, *columns).where(model.id < id_floor(prefix, horizon))
+    if after is not None:
+        stmt = stmt.where(model.id > after)
+    return list(session.execute(stmt.order_by(model.id).limit(size)).all())
+
+
+def _step(rows: list[Any], purged: int) -> Step:
+    return Step(len(rows), rows[-1].id if rows else None, purged)
+
+
+# ---------------------------------------------------------------------------- dead letters
+
+
+def _dead_letters(
+    session: Session, horizon: datetime, after: str | None, size: int, _now: datetime
+) -> Step:
+    rows = _candidates(
+        session, DeadLetter, (DeadLetter.state, DeadLetter.resolved_at), "dl", horizon, after, size
+    )
+    ids = [
+        r.id
+        for r in rows
+        if r.state in policy.CLOSED_LETTER_STATES
+        and r.resolved_at is not None
+        and r.resolved_at < horizon
+    ]
+    for chunk in _chunks(ids):
+        session.execute(delete(DeadLetterAudit).where(DeadLetterAudit.dead_letter_id.in_(chunk)))
+        session.execute(delete(DeadLetter).where(DeadLetter.id.in_(chunk)))
+    return _step(rows, len(ids))
+
+
+def _resend_jobs(
+    session: Session, horizon: datetime, after: str | None, size: int, _now: datetime
+) -> Step:
+    rows = _candidates(
+        session, ResendJob, (ResendJob.state, ResendJob.finished_at), "bop", horizon, after, size
+    )
+    ids = [
+        r.id
+        for r in rows
+        if r.state in policy.FINISHED_RESEND_JOB_STATES
+        and r.finished_at is not None
+        and r.finished_at < horizon
+    ]
+    for chunk in _chunks(ids):
+        session.execute(delete(ResendJob).where(ResendJob.id.in_(chunk)))
+    return _step(rows, len(ids))
+
+
+# ---------------------------------------------------------------------------- attempts
+
+
+def _finished_deliveries(session: Session, delivery_ids: list[str]) -> set[str]:
+    """Of these deliveries, those finished: succeeded, or dead with no open dead letter."""
+    finished: set[str] = set()
+    for chunk in _chunks(delivery_ids):
+        finished |= {
+            row.id
+            for row in session.execute(
+                select(Delivery.id).where(
+                    Delivery.id.in_(chunk), Delivery.state.in_(policy.FINISHED_DELIVERY_STATES)
+                )
+            )
+        }
+        finished -= set(
+            session.scalars(
+                select(DeadLetter.delivery_id).where(
+                    DeadLetter.delivery_id.in_(chunk), DeadLetter.state == DeadLetterState.OPEN
+                )
+            )
+        )
+    return finished
+
+
+def _attempts(
+    session: Session, horizon: datetime, after: str | None, size: int, _now: datetime
+) -> Step:
+    rows = _candidates(
+        session, Attempt, (Attempt.delivery_id, Attempt.created_at), "att", horizon, after, size
+    )
+    old = [r for r in rows if r.created_at < horizon]
+    finished = _finished_deliveries(session, sorted({r.delivery_id for r in old}))
+    ids = [r.id for r in old if r.delivery_id in finished]
+    for chunk in _chunks(ids):
+        session.execute(delete(Attempt).where(Attempt.id.in_(chunk)))
+    return _step(rows, len(ids))
+
+
+# ---------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class _Pull:
+    partner_id: str
+    acked_seq: int
+    types: frozenset[str] | None
+
+
+def _pulls(session: Session) -> dict[str, list[_Pull]]:
+    """Live pull endpoints by partner: the events they have not acknowledged are kept."""
+    found: dict[str, list[_Pull]] = defaultdict(list)
+    for row in session.execute(
+        select(Endpoint.partner_id, Endpoint.acked_seq, Endpoint.event_types).where(
+            Endpoint.mode == EndpointMode.PULL, Endpoint.deleted_at.is_(None)
+        )
+    ):
+        types = None if row.event_types is None else frozenset(row.event_types)
+        found[row.partner_id].append(_Pull(row.partner_id, int(row.acked_seq or 0), types))
+    return found
+
+
+def _owed(row: Any, pulls: dict[str, list[_Pull]]) -> bool:
+    """Whether a live pull endpoint still has to read this event."""
+    if row.type.startswith(RESERVED_PREFIX):
+        return False  # never in a feed
+    return any(
+        (p.types is None or row.type in p.types) and row.feed_seq > p.acked_seq
+        for p in pulls.get(row.partner_id, ())
+    )
+
+
+def _events(
+    session: Session, horizon: datetime, after: str | None, size: int, now: datetime
+) -> Step:
+    rows = _candidates(
+        session,
+        Event,
+        (Event.partner_id, Event.type, Event.feed_seq, Event.created_at),
+        "evt",
+        horizon,
+        after,
+        size,
+    )
+    # An event without a feed position yet is kept: a reader may still be owed it. So is the
+    # event at the feed's head: the sequencer numbers on from the highest position stored,
+    # and positions must never be given twice.
+    top = head(session.connection())
+    old = [
+        r
+        for r in rows
+        if r.created_at < horizon and r.feed_seq is not None and int(r.feed_seq) != top
+    ]
+    ids = [r.id for r in old]
+    held: set[str] = set()
+    for chunk in _chunks(ids):
+        held |= set(
+            session.scalars(
+                select(Delivery.event_id).where(
+                    Delivery.event_id.in_(chunk),
+                    Delivery.state.not_in(policy.FINISHED_DELIVERY_STATES),
+                )
+            )
+        )
+        # Closed letters past their own horizon were purged first; any letter left (open,
+        # or closed and kept longer) keeps its event, delivery and attempts.
+        held |= set(
+            session.scalars(select(DeadLetter.event_id).where(DeadLetter.event_id.in_(chunk)))
+        )
+    pulls = _pulls(session)
+    gone = [r for r in old if r.id not in held and not _owed(r, pulls)]
+    gone_ids = [r.id for r in gone]
+    for chunk in _chunks(gone_ids):
+        deliveries = select(Delivery.id).where(Delivery.event_id.in_(chunk))
+        session.execute(delete(Attempt).where(Attempt.delivery_id.in_(deliveries)))
+        session.execute(delete(Delivery).where(Delivery.event_id.in_(chunk)))
+        session.execute(delete(EventVersion).where(EventVersion.event_id.in_(chunk)))
+        session.execute(delete(Event).where(Event.id.in_(chunk)))
+    highest: dict[str, dict[str, int]] = defaultdict(dict)
+    for r in gone:
+        if not r.type.startswith(RESERVED_PREFIX):
+            seen = highest[r.partner_id]
+            seen[r.type] = max(seen.get(r.type, 0), int(r.feed_seq))
+    for partner_id, by_type in highest.items():
+        feed_horizon.record(session.connection(), partner_id, by_type, horizon=horizon, now=now)
+    return _step(rows, len(gone_ids))
+
+
+# ---------------------------------------------------------------------------- inbound
+
+
+def _inbound(
+    session: Session, horizon: datetime, after: str | None, size: int, _now: datetime
+) -> Step:
+    rows = _candidates(
+        session,
+        InboundEvent,
+        (InboundEvent.status, InboundEvent.updated_at),
+        "ine",
+        horizon,
+        after,
+        size,
+    )
+    ids = [
+        r.id
+        for r in rows
+        if r.status in policy.FINISHED_INBOUND_STATUSES and r.updated_at < horizon
+    ]
+    for chunk in _chunks(ids):
+        session.execute(delete(InboundEvent).where(InboundEvent.id.in_(chunk)))
+    return _step(rows, len(ids))
+
+
+def _reconcile_requests(
+    session: Session, horizon: datetime, after: str | None, size: int, _now: datetime
+) -> Step:
+    rows = _candidates(
+        session,
+        ReconcileRequest,
+        (ReconcileRequest.state, ReconcileRequest.updated_at),
+        "rcn",
+        horizon,
+        after,
+        size,
+    )
+    ids = [
+        r.id for r in rows if r.state in policy.FINISHED_RECONCILE_STATES and r.updated_at < horizon
+    ]
+    for chunk in _chunks(ids):
+        session.execute(delete(ReconcileRequest).where(ReconcileRequest.id.in_(chunk)))
+    return _step(rows, len(ids))
+
+
+# ---------------------------------------------------------------------------- audit
+
+
+def _audit_records(
+    session: Session, horizon: datetime, after: str | None, size: int, _now: datetime
+) -> Step:
+    rows = _candidates(session, AuditRecord, (AuditRecord.created_at,), "aud", horizon, after, size)
+    ids = [r.id for r in rows if r.created_at < horizon]
+    for chunk in _chunks(ids):
+        session.execute(delete(AuditRecord).where(AuditRecord.id.in_(chunk)))
+    return _step(rows, len(ids))
+
+
+def _operational_events(
+    session: Session, horizon: datetime, after: str | None, size: int, _now: datetime
+) -> Step:
+    rows = _candidates(
+        session, OperationalEvent, (OperationalEvent.created_at,), "ope", horizon, after, size
+    )
+    ids = [r.id for r in rows if r.created_at < horizon]
+    for chunk in _chunks(ids):
+        session.execute(delete(OperationalEvent).where(OperationalEvent.id.in_(chunk)))
+    return _step(rows, len(ids))
+
+
+# Every source of history, in the order a run purges them (kinds as in RetentionKind).
+SOURCES: tuple[tuple[RetentionKind, str, StepFn], ...] = (
+    (RetentionKind.DEAD_LETTERS, "dead_letters", _dead_letters),
+    (RetentionKind.DEAD_LETTERS, "bulk_operations", _resend_jobs),
+    (RetentionKind.ATTEMPTS, "attempts", _attempts),
+    (RetentionKind.EVENTS, "events", _events),
+    (RetentionKind.INBOUND, "inbound_events", _inbound),
+    (RetentionKind.INBOUND, "reconcile_requests", _reconcile_requests),
+    (RetentionKind.AUDIT, "audit_records", _audit_records),
+    (RetentionKind.AUDIT, "operational_events", _operational_events),
+)
+
+
+def run(
+    runtime: Runtime,
+    *,
+    now: datetime | None = None,
+    budget_ms: float | None = None,
+    timer: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+    kinds: Sequence[RetentionKind] | None = None,
+) -> Report:
+    """Purge every kind's finished history past its horizon (the scheduler's job).
+
+    `timer` and `sleep` are injectable so the batch sizing is tested without waiting.
+    """
+    now = now or utcnow()
+    budget = float(budget_ms if budget_ms is not None else runtime.settings.retention_batch_ms)
+    horizons = policy.horizons(runtime.settings, now)
+    report = Report()
+    for kind in RetentionKind:
+        if kinds is not None and kind not in kinds:
+            continue
+        purged = 0
+        for source_kind, source, step in SOURCES:
+            if source_kind != kind:
+                continue
+            purged += _drain(
+                runtime, kind, source, step, horizons[kind], now, budget, timer, sleep, report
+            )
+        report.purged[kind] = purged
+        with runtime.db.begin() as session:
+            marks.record(session, kind, purged, horizon=horizons[kind], now=now)
+        if purged:
+            log.info("retention purged rows", extra={"kind": kind.value, "count": purged})
+    return report
+
+
+def _drain(
+    runtime: Runtime,
+    kind: RetentionKind,
+    source: str,
+    step: StepFn,
+    horizon: datetime,
+    now: datetime,
+    budget_ms: float,
+    timer: Callable[[], float],
+    sleep: Callable[[float], None],
+    report: Report,
+) -> int:
+    """One source, batch after batch, until no candidate is left."""
+    size, after, purged = FIRST_BATCH, None, 0
+    while True:
+        started = timer()
+        with runtime.db.begin() as session:
+            done = step(session, horizon, after, size, now)
+        elapsed_ms = (timer() - started) * 1000.0
+        report.batches.append(Batch(kind, source, done.examined, done.purged, elapsed_ms))
+        purged += done.purged
+        if done.examined < size or done.last_id is None:
+            return purged
+        after = done.last_id
+        size = next_size(size, done.examined, elapsed_ms, budget_ms)
+        # As long as the batch held the writer, so writers get at least half the time.
+        sleep(max(elapsed_ms, 1.0) / 1000.0)
