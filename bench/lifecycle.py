@@ -15,6 +15,7 @@ publish still answers 202.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -62,7 +63,9 @@ def _load(rt: Runtime, endpoint_id: str, partner_id: str, days: int, per_day: in
                     "type": "order.created",
                     "version": 1,
                     "data": {"order_id": f"h-{i}"},
-                    "payload": '{"type":"order.created","data":{"order_id":"h-%d"}}' % i,
+                    "payload": json.dumps(
+                        {"type": "order.created", "data": {"order_id": f"h-{i}"}}
+                    ),
                     "occurred_at": at,
                     "created_at": at,
                     "feed_seq": i + 1,
@@ -178,7 +181,7 @@ def main() -> None:
         data_dir=tmp / "data",
         database_url=url,
         redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:1/0"),
-        secret_key="bench-secret-key",
+        secret_key="bench-secret-key",  # noqa: S106 - a throwaway database
         allow_private_targets=True,
         retention_batch_ms=args.batch_ms,
     )
@@ -245,7 +248,7 @@ def main() -> None:
     worker.join()
     during_cpu = time.process_time() - cpu
 
-    print("publish latency (in-process API, paced at %.0f/s):" % args.rate)
+    print(f"publish latency (in-process API, paced at {args.rate:.0f}/s):")
     _show("without retention", alone)
     _show("while retention runs", during)
     print(f"  process cpu: {alone_cpu:.2f} s alone, {during_cpu:.2f} s with retention")
