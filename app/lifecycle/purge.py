@@ -261,14 +261,15 @@ def _events(
     ids = [r.id for r in old]
     held: set[str] = set()
     for chunk in _chunks(ids):
-        held |= set(
-            session.scalars(
-                select(Delivery.event_id).where(
-                    Delivery.event_id.in_(chunk),
-                    Delivery.state.not_in(policy.FINISHED_DELIVERY_STATES),
-                )
-            )
-        )
+        # Locked (PostgreSQL; SQLite's writer lock is already ours) so that a delivery
+        # retried or parked meanwhile waits for this batch or keeps its event.
+        for event_id, state in session.execute(
+            select(Delivery.event_id, Delivery.state)
+            .where(Delivery.event_id.in_(chunk))
+            .with_for_update()
+        ):
+            if state not in policy.FINISHED_DELIVERY_STATES:
+                held.add(event_id)
         # Closed letters past their own horizon were purged first; any letter left (open,
         # or closed and kept longer) keeps its event, delivery and attempts.
         held |= set(
