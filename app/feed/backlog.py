@@ -23,8 +23,8 @@ from datetime import datetime
 from sqlalchemy import Connection, func, select
 
 from app.event_types import RESERVED_PREFIX
-from app.feed.read import OPERATIONAL_TYPES
 from app.feed.horizon import Purged
+from app.feed.read import OPERATIONAL_TYPES
 from app.models import Event
 
 

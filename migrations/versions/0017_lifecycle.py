@@ -1,7 +1,7 @@
 """data lifecycle: retention marks per kind, and how far each partner's feed was purged
 
-Revision ID: 0014_lifecycle
-Revises: 0013
+Revision ID: 0017_lifecycle
+Revises: 0016_opevents
 Create Date: 2026-12-13 12:00:00
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014_lifecycle"
-down_revision: str | None = "0013"
+revision: str = "0017_lifecycle"
+down_revision: str | None = "0016_opevents"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
