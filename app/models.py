@@ -252,6 +252,10 @@ class PortalLink(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The scope of the session it opens: changes nothing (read_only), and sees only these
+    # portal sections (features; None: all of them).
+    read_only: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    features: Mapped[list[Any] | None] = mapped_column(JSON)
 
 
 class PortalSession(Base):
@@ -273,6 +277,9 @@ class PortalSession(Base):
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # "signed_out" or "revoked": what the partner is told when the cookie comes back.
     end_reason: Mapped[str | None] = mapped_column(String(20))
+    # Carried over from the link: its scope (see PortalLink).
+    read_only: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    features: Mapped[list[Any] | None] = mapped_column(JSON)
 
 
 # ---------------------------------------------------------------------------- contracts
@@ -372,6 +379,9 @@ class Endpoint(Base):
     signature: Mapped[str] = mapped_column(
         String(8), default=SignatureKind.HMAC.value, server_default=SignatureKind.HMAC.value
     )
+    # A JMESPath expression over the event (data, type, version, resource) that must be
+    # truthy for the endpoint to get it (None: every event it subscribes to).
+    filter: Mapped[str | None] = mapped_column(Text)
     # "enabled", "disabled" or "pending_verification" (see `verify`).
     state: Mapped[str] = mapped_column(String(32), default=EndpointState.ENABLED.value)
     disabled_reason: Mapped[str | None] = mapped_column(String(200))

@@ -12,6 +12,7 @@ from typing import Any
 from app import event_types, telemetry
 from app.clock import isoformat
 from app.errors import ValidationFailed
+from app.event_types import filters
 from app.ids import new_id
 from app.intake.envelope import PublishRequest, payload_json
 from app.intake.targets import Targets
@@ -90,12 +91,35 @@ def published_warnings(
 VersionsLoader = Callable[[str], dict[int, event_types.Version]]
 
 
-def wanted_versions(targets: Targets, req: PublishRequest) -> dict[str, int]:
+def filtered_out(targets: Targets, req: PublishRequest) -> frozenset[str]:
+    """The subscribed push endpoints whose filter does not match this event (evaluated once
+    per publish, before anything is made for them)."""
+    if not targets.filters:
+        return frozenset()
+    candidates = [
+        endpoint_id
+        for endpoint_id, _, subscribed, _, mode in targets.endpoints
+        if endpoint_id in targets.filters
+        and mode != EndpointMode.PULL
+        and (subscribed is None or req.type in subscribed)
+    ]
+    if not candidates:
+        return frozenset()
+    event = filters.envelope(req.type, req.version, req.data, req.resource)
+    return frozenset(filters.filtered_out(targets.filters, event, candidates))
+
+
+def wanted_versions(
+    targets: Targets, req: PublishRequest, excluded: frozenset[str] = frozenset()
+) -> dict[str, int]:
     """Endpoint id -> the version it is pinned to, for the subscribed endpoints with a pin
-    on this type other than the published version."""
+    on this type other than the published version (those `excluded` by their filter get
+    nothing, so need nothing made)."""
     wanted: dict[str, int] = {}
     for endpoint_id, _, subscribed, pins, _mode in targets.endpoints:
         if subscribed is not None and req.type not in subscribed:
+            continue
+        if endpoint_id in excluded:
             continue
         pinned = (pins or {}).get(req.type)
         if pinned is not None and pinned != req.version:
@@ -175,10 +199,12 @@ def make_plan(
     load_versions: VersionsLoader,
     *,
     max_bytes: int,
+    excluded: frozenset[str] | None = None,
 ) -> Plan:
     """Judge `data` by its contract, make the versions pinned endpoints need (each at most
     `max_bytes` of JSON), and lay out the rows to write. Without pins or renditions no other
-    version is looked at."""
+    version is looked at. Endpoints whose filter does not match (`excluded`, evaluated here
+    unless the caller did) get no delivery and are left out of the answer."""
     contract = contract_of(targets, req)
     errors = event_types.data_errors(contract.validator, req.data)
     if errors:
@@ -187,7 +213,9 @@ def make_plan(
             code="schema_validation_failed",
             details=errors,
         )
-    wanted = wanted_versions(targets, req)
+    if excluded is None:
+        excluded = filtered_out(targets, req)
+    wanted = wanted_versions(targets, req, excluded)
     made: dict[int, tuple[dict[str, Any], str]] = {}
     family: dict[int, event_types.Version] = {}
     if wanted or req.renditions:
@@ -225,6 +253,8 @@ def make_plan(
             # Nothing is pushed to a pull endpoint: it reads the feed. Its pin still counts
             # above, so the version it wants is stored with the event.
             continue
+        if endpoint_id in excluded:
+            continue  # its filter does not match this event
         delivery_id = new_id("dlv")
         enabled = state in (EndpointState.ENABLED, EndpointState.PENDING_VERIFICATION)
         if state == EndpointState.PENDING_VERIFICATION:

@@ -44,6 +44,7 @@ from app.intake.plan import (
     Plan,
     Planned,
     contract_of,
+    filtered_out,
     make_plan,
     published_warnings,
     wanted_versions,
@@ -114,10 +115,13 @@ def _publish_in_one_statement(
                 )
                 if targets.contract is not None:
                     targets_cache.put(key, targets)
-            if req.renditions or wanted_versions(targets, req):
+            excluded = filtered_out(targets, req)
+            if req.renditions or wanted_versions(targets, req, excluded):
                 return None  # other versions to make and store: a transaction
             # No version is made here (the return above), so no size budget is needed.
-            plan = make_plan(targets, req, partner_uid, now, _no_versions, max_bytes=0)
+            plan = make_plan(
+                targets, req, partner_uid, now, _no_versions, max_bytes=0, excluded=excluded
+            )
             if plan.parked or plan.ordered or plan.held:
                 # Dead letters and audit rows, sequence numbers or held deliveries take a
                 # transaction.

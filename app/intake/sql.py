@@ -51,8 +51,8 @@ _DELIVERY_COLUMNS = (
 
 def endpoints_digest(partner_id: Any) -> Any:
     """PostgreSQL: md5 over what a publish plan depends on — each live endpoint's id, state,
-    subscription, version pins and ordering — so that a plan made from an earlier read can be
-    checked in the write.
+    subscription, version pins, ordering and filter — so that a plan made from an earlier read
+    can be checked in the write.
     """
     e = ENDPOINTS
     colon: Any = literal_column("':'")
@@ -66,6 +66,8 @@ def endpoints_digest(partner_id: Any) -> Any:
         + func.coalesce(sql_cast(e.c.versions, Text), literal_column("''"))
         + colon
         + e.c.ordering
+        + colon
+        + func.md5(func.coalesce(e.c.filter, literal_column("''")))
     )
     listing = func.string_agg(entry, aggregate_order_by(literal_column("','"), e.c.id))
     return (
@@ -90,6 +92,7 @@ def _targets(*, with_digest: bool) -> Any:
         ENDPOINTS.c.versions,
         ENDPOINTS.c.mode,
         ENDPOINTS.c.ordering,
+        ENDPOINTS.c.filter,
         *event_types.lookup_columns(bindparam("type_name"), bindparam("type_version")),
     ]
     if with_digest:

@@ -5,7 +5,7 @@ trip, and the per-process cache the PostgreSQL hot path reads them from.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +29,8 @@ class Targets:
     sunset_at: datetime | None = None
     # The endpoints with `ordering: "key"`.
     ordered: frozenset[str] = frozenset()
+    # Endpoint id -> its filter, for the endpoints that have one.
+    filters: dict[str, str] = field(default_factory=dict)
 
 
 def read_targets(
@@ -60,6 +62,7 @@ def read_targets(
         digest=first.digest if with_digest else None,
         sunset_at=first.sunset_at,
         ordered=frozenset(row.endpoint_id for row in rows if row.ordering == Ordering.KEY),
+        filters={row.endpoint_id: row.filter for row in rows if row.filter is not None},
     )
 
 

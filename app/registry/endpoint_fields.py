@@ -19,6 +19,7 @@ from app.errors import ValidationFailed
 from app.event_types import (
     MAX_DOWNGRADE_HOPS,
     existing_names,
+    filters,
     is_reserved,
     registered_pairs,
     unreachable_pins,
@@ -56,6 +57,7 @@ ENDPOINT_FIELDS = (
     "send_traceparent",
     "auto_recover",
     "verify",
+    "filter",
 )
 PATCHABLE_FIELDS = (
     "url",
@@ -70,6 +72,7 @@ PATCHABLE_FIELDS = (
     "on_dead",
     "send_traceparent",
     "auto_recover",
+    "filter",
 )
 
 
@@ -322,3 +325,29 @@ def check_description(value: Any) -> str | None:
             "description", f"description must be a string of at most {MAX_DESCRIPTION} characters"
         )
     return value
+
+
+def check_filter(value: Any) -> str | None:
+    """A JMESPath expression over the event (`data`, `type`, `version`, `resource`) under the
+    bounds downgrades have (`app.event_types.filters`); null or blank: no filter.
+
+    Raises:
+        ValidationFailed: `invalid_filter`, with the parser's message or the bound passed.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        raise ValidationFailed(
+            "filter must be a JMESPath expression (a string), or null for none",
+            code="invalid_filter",
+            details={"field": "filter", "bound": "type"},
+        )
+    try:
+        filters.check(value)
+    except filters.Refused as exc:
+        raise ValidationFailed(
+            f"filter {exc}",
+            code="invalid_filter",
+            details={"field": "filter", "bound": exc.bound, "limit": exc.limit},
+        ) from None
+    return value.strip()

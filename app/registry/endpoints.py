@@ -29,6 +29,7 @@ from app.registry.endpoint_fields import (
     check_choice,
     check_description,
     check_event_types,
+    check_filter,
     check_flag,
     check_headers,
     check_mode,
@@ -87,6 +88,9 @@ def create_endpoint(
     send_traceparent = check_flag("send_traceparent", body.get("send_traceparent", False))
     auto_recover = check_flag("auto_recover", body.get("auto_recover", True))
     verify = check_verify(body, mode, settings)
+    filter_ = check_filter(body.get("filter"))
+    if filter_ is not None and mode == EndpointMode.PULL:
+        raise _pull_filter()
     signature, secret = keys.first_key(body)
     endpoint = Endpoint(
         partner=partner,
@@ -106,6 +110,7 @@ def create_endpoint(
         auto_recover=auto_recover,
         signature=signature,
         verify=verify,
+        filter=filter_,
     )
     if mode == EndpointMode.PULL:
         # Its feed starts here: what was committed before is not its backlog.
@@ -127,6 +132,15 @@ def check_verify(body: dict[str, Any], mode: str, settings: Settings) -> bool:
             "verify", "a pull endpoint is sent nothing, so there is no URL whose control to verify"
         )
     return verify
+
+
+def _pull_filter() -> ValidationFailed:
+    return ValidationFailed(
+        "a pull endpoint reads the partner's whole feed: a filter applies to pushed "
+        "deliveries only",
+        code="invalid_filter",
+        details={"field": "filter", "bound": "mode"},
+    )
 
 
 def get_endpoint(session: Session, partner: Partner, endpoint_id: str) -> Endpoint:
@@ -214,6 +228,10 @@ def update_endpoint(
         endpoint.send_traceparent = check_flag("send_traceparent", body["send_traceparent"])
     if "auto_recover" in body:
         endpoint.auto_recover = check_flag("auto_recover", body["auto_recover"])
+    if "filter" in body:
+        endpoint.filter = check_filter(body["filter"])
+        if endpoint.filter is not None and endpoint.mode == EndpointMode.PULL:
+            raise _pull_filter()
     session.flush()
     return endpoint
 

@@ -91,8 +91,18 @@ class Actor:
         return cls(CLI, user or "")
 
     @classmethod
-    def portal(cls, partner_id: str, partner_uid: str, session_id: str | None = None) -> Actor:
-        return cls(PORTAL, partner_uid, PARTNER_SCOPES, None, partner_id, partner_uid, session_id)
+    def portal(
+        cls,
+        partner_id: str,
+        partner_uid: str,
+        session_id: str | None = None,
+        *,
+        read_only: bool = False,
+    ) -> Actor:
+        """A portal session; a read-only one holds `read` alone, so every service refuses
+        its changes whatever the page."""
+        scopes = frozenset({"read"}) if read_only else PARTNER_SCOPES
+        return cls(PORTAL, partner_uid, scopes, None, partner_id, partner_uid, session_id)
 
     @classmethod
     def system(cls) -> Actor:

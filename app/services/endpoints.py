@@ -199,6 +199,7 @@ def create(
         headers=sorted(endpoint.headers or {}),
         signature=endpoint.signature,
         verify=endpoint.verify,
+        filter=endpoint.filter,
     )
     return created
 
@@ -216,6 +217,8 @@ def update(
     details: dict[str, Any] = {"fields": changed}
     if "url" in body:
         details["url"] = endpoint.url
+    if "filter" in body:
+        details["filter"] = endpoint.filter
     _record(session, actor, "endpoint.updated", endpoint, **details)
     if "on_dead" in body:
         # Keys held by a dead delivery that "skip" now lets go: send what waited at once.

@@ -29,7 +29,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.clock import isoformat, utcnow
-from app.errors import KurirError, ValidationFailed
+from app.errors import Forbidden, KurirError, NotFound, ValidationFailed
 from app.models import ApiKey, Partner, PortalLink, PortalSession
 from app.services import audit, partners
 from app.services.actor import KEY, Actor
@@ -56,6 +56,107 @@ LINK_UNKNOWN, LINK_USED, LINK_EXPIRED, LINK_REVOKED = (
 )
 # Why a session no longer holds.
 ENDED, EXPIRED, IDLE, UNKNOWN, REVOKED = "signed_out", "expired", "idle", "unknown", "revoked"
+
+
+# The portal's sections a scoped link may open (default: all of them).
+FEATURES = ("endpoints", "secrets", "deliveries", "resend", "test", "catalog", "feed")
+READ_ONLY_CODE = "read_only_session"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a portal session may see and do: `features` (None: every section), and whether
+    it changes anything at all."""
+
+    read_only: bool = False
+    features: frozenset[str] | None = None
+
+    def shows(self, feature: str) -> bool:
+        return self.features is None or feature in self.features
+
+    @property
+    def can_change(self) -> bool:
+        return not self.read_only
+
+    @property
+    def full(self) -> bool:
+        return not self.read_only and self.features is None
+
+    @property
+    def features_list(self) -> list[str]:
+        return [f for f in FEATURES if self.shows(f)]
+
+    def describe(self) -> str:
+        """The scope in words, as every page of a scoped session says it."""
+        if self.full:
+            return "full access"
+        parts = ["read-only"] if self.read_only else []
+        if self.features is not None:
+            parts.append("only " + ", ".join(self.features_list) if self.features else "no section")
+        return "; ".join(parts)
+
+    def audit(self) -> dict[str, Any]:
+        return {"read_only": self.read_only, "features": self.features_list}
+
+
+FULL = Scope()
+
+
+def check_scope(read_only: Any, features: Any) -> Scope:
+    """A link's scope from a request's `read_only` and `features`.
+
+    Raises:
+        ValidationFailed: `invalid_field` for a non-boolean flag, or a feature list that is
+            not a list of known names.
+    """
+    if not isinstance(read_only, bool):
+        raise ValidationFailed(
+            "read_only must be true or false",
+            code="invalid_field",
+            details={"field": "read_only"},
+        )
+    if features is None:
+        return Scope(read_only, None)
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise ValidationFailed(
+            f"features must be a list of portal sections: {', '.join(FEATURES)}",
+            code="invalid_field",
+            details={"field": "features", "allowed": list(FEATURES)},
+        )
+    unknown = sorted(set(features) - set(FEATURES))
+    if unknown:
+        raise ValidationFailed(
+            f"unknown portal feature(s): {', '.join(unknown)}; known: {', '.join(FEATURES)}",
+            code="invalid_field",
+            details={"field": "features", "unknown": unknown, "allowed": list(FEATURES)},
+        )
+    return Scope(read_only, frozenset(features))
+
+
+def scope_of(row: PortalLink | PortalSession) -> Scope:
+    features = row.features
+    return Scope(bool(row.read_only), None if features is None else frozenset(features))
+
+
+def require(scope: Scope, feature: str | None, *, changes: bool) -> None:
+    """Whether a session of this scope may open a page of `feature` (None: every session
+    may), or make a change.
+
+    Raises:
+        NotFound: the section is not part of this session (it does not exist for it).
+        Forbidden: `read_only_session`, a change asked of a read-only session.
+    """
+    if feature is not None and not scope.shows(feature):
+        raise NotFound(
+            f"this page is not part of this portal session (it opens: {scope.describe()})",
+            details={"feature": feature},
+        )
+    if changes and scope.read_only:
+        raise Forbidden(
+            "This portal session is read-only: it shows everything and changes nothing. "
+            "Ask the publisher for a link that allows changes.",
+            code=READ_ONLY_CODE,
+        )
 
 
 class LinkRefused(KurirError):
@@ -98,11 +199,15 @@ def create_link(
     *,
     expires_in_s: Any = None,
     default_ttl_s: int = 900,
+    read_only: Any = False,
+    features: Any = None,
     now: datetime | None = None,
 ) -> tuple[PortalLink, str]:
-    """A one-time link for partner `uid`; the token is returned once, never stored."""
+    """A one-time link for partner `uid`, opening a session of the scope asked (`read_only`,
+    `features`; default everything); the token is returned once, never stored."""
     partner = partners.visible(session, actor, uid, "endpoints:write")
     ttl = _ttl(expires_in_s, default_ttl_s, ttl_ceiling(actor))
+    scope = check_scope(read_only, features)
     now = now or utcnow()
     token = secrets.token_urlsafe(32)
     link = PortalLink(
@@ -112,6 +217,8 @@ def create_link(
         created_at=now,
         key_id=actor.key_id if actor.kind == KEY else None,
         expires_at=now + timedelta(seconds=ttl),
+        read_only=scope.read_only,
+        features=None if scope.features is None else scope.features_list,
     )
     session.add(link)
     session.flush()
@@ -124,6 +231,7 @@ def create_link(
         partner_id=partner.id,
         uid=partner.uid,
         expires_at=isoformat(link.expires_at),
+        **scope.audit(),
     )
     return link, token
 
@@ -136,6 +244,7 @@ class Entered:
     token: str
     actor: Actor
     partner: Partner
+    scope: Scope = FULL
 
 
 _USED_MESSAGE = "This link was already used. Each link opens the portal once; ask for a new one."
@@ -202,10 +311,13 @@ def enter(session: Session, token: str, now: datetime | None = None) -> Entered:
         created_at=now,
         last_seen_at=now,
         expires_at=now + SESSION_LIFETIME,
+        read_only=link.read_only,
+        features=link.features,
     )
     session.add(found)
     session.flush()
-    actor = Actor.portal(partner.id, partner.uid, found.id)
+    scope = scope_of(found)
+    actor = Actor.portal(partner.id, partner.uid, found.id, read_only=scope.read_only)
     audit.record(
         session,
         actor,
@@ -215,8 +327,9 @@ def enter(session: Session, token: str, now: datetime | None = None) -> Entered:
         partner_id=partner.id,
         link=link.id,
         link_created_by=link.created_by,
+        **scope.audit(),
     )
-    return Entered(found, session_token, actor, partner)
+    return Entered(found, session_token, actor, partner, scope)
 
 
 @dataclass(frozen=True)
@@ -227,6 +340,7 @@ class Resumed:
     partner: Partner | None = None
     reason: str | None = None
     expires_at: datetime | None = None
+    scope: Scope = FULL
 
 
 def resume(session: Session, token: str, now: datetime | None = None) -> Resumed:
@@ -251,8 +365,12 @@ def resume(session: Session, token: str, now: datetime | None = None) -> Resumed
         return Resumed(None, reason=IDLE)
     if now - found.last_seen_at >= TOUCH_EVERY:
         found.last_seen_at = now
+    scope = scope_of(found)
     return Resumed(
-        Actor.portal(partner.id, partner.uid, found.id), partner, expires_at=found.expires_at
+        Actor.portal(partner.id, partner.uid, found.id, read_only=scope.read_only),
+        partner,
+        expires_at=found.expires_at,
+        scope=scope,
     )
 
 

@@ -69,6 +69,9 @@ class EndpointForm:
     # Ask for the ownership challenge (sent only when creating, and only when ticked: unticked
     # leaves the publisher's default, `KURIR_VERIFY_ENDPOINTS`).
     verify: bool = False
+    # A JMESPath filter over the event ("" for none), and what trying it showed.
+    filter: str = ""
+    tried: Any = None
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -101,6 +104,7 @@ class EndpointForm:
             on_dead=endpoint.on_dead or OnDead.SKIP.value,
             auto_recover=endpoint.auto_recover is not False,
             signature=endpoint.signature or SignatureKind.HMAC.value,
+            filter=endpoint.filter or "",
         )
 
     @classmethod
@@ -154,6 +158,7 @@ class EndpointForm:
                 else form.get("signature", SignatureKind.HMAC.value)
             ),
             verify=existing is None and form.get("verify") == "1",
+            filter=form.get("filter", "").strip(),
         )
 
     # ------------------------------------------------------------------ to the service
@@ -199,6 +204,7 @@ class EndpointForm:
             "rate_limit_per_s": self._int("rate_limit_per_s", self.rate_limit_per_s, optional=True),
             "ordering": self.ordering,
             "on_dead": self.on_dead,
+            "filter": self.filter or None,
         }
         pins: dict[str, int] = {}
         for name, raw in self.versions.items():
@@ -224,6 +230,16 @@ class EndpointForm:
         elif not self.url:
             self.errors["url"] = "required"
         return None if self.errors else body
+
+    def filter_test_body(self) -> dict[str, Any]:
+        """What trying the form's filter asks the filters service (its own text, even
+        empty, so an empty box is refused rather than the stored filter tried)."""
+        return {"filter": self.filter or None}
+
+    @property
+    def tried_types(self) -> list[str] | None:
+        """The event types a filter is tried on from this form (None: every type)."""
+        return None if self.all_types else self.event_types
 
     def refused(self, exc: KurirError) -> None:
         """Put the service's refusal on the field it names (or on the whole form)."""

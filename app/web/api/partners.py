@@ -9,12 +9,13 @@ from flask import Blueprint, Response, jsonify, request
 from app.clock import isoformat, utcnow
 from app.errors import ValidationFailed, reject_unknown_fields
 from app.pagination import parse_limit
-from app.services import endpoints, feed, keys, partners, portal, verification
+from app.services import endpoints, feed, filters, keys, partners, portal, verification
 from app.web.api.dead_letters import resend_job_json
 from app.web.api.serializers import (
     blocked_key_json,
     delivery_json,
     endpoint_json,
+    filter_test_json,
     key_json,
     lag_json,
     partner_json,
@@ -93,7 +94,7 @@ def create_partner_key(uid: str) -> tuple[Response, int]:
 def create_portal_link(uid: str) -> tuple[Response, int]:
     """A one-time magic link opening the partner portal for this partner."""
     actor = current_actor()
-    body = optional_json(allowed=("expires_in_s",))
+    body = optional_json(allowed=("expires_in_s", "read_only", "features"))
     rt = runtime()
     with rt.db.begin() as session:
         link, token = portal.create_link(
@@ -102,6 +103,8 @@ def create_portal_link(uid: str) -> tuple[Response, int]:
             uid,
             expires_in_s=body.get("expires_in_s"),
             default_ttl_s=rt.settings.portal_link_ttl_seconds,
+            read_only=body.get("read_only", False),
+            features=body.get("features"),
         )
         answer = {
             "id": link.id,
@@ -109,6 +112,8 @@ def create_portal_link(uid: str) -> tuple[Response, int]:
             "url": portal_url(token),
             "expires_at": isoformat(link.expires_at),
             "created_at": isoformat(link.created_at),
+            "read_only": link.read_only,
+            "features": portal.scope_of(link).features_list,
         }
     return jsonify(answer), 201
 
@@ -241,6 +246,16 @@ def recover_endpoint(uid: str, endpoint_id: str) -> tuple[Response, int]:
         job = endpoints.recover_window(session, rt, actor, endpoint, body)
         answer = {"operation": resend_job_json(job), "status_url": f"/v1/operations/{job.id}"}
     return jsonify(answer), 202
+
+
+@blueprint.post("/partners/<uid>/endpoints/<endpoint_id>/filter-test")
+def filter_test(uid: str, endpoint_id: str) -> Response:
+    """Try a filter (default: the endpoint's) on sample events; nothing changes."""
+    actor = current_actor()
+    body = optional_json(allowed=("filter", "event"))
+    with runtime().db.begin() as session:
+        tried = filters.try_filter(session, actor, uid, endpoint_id, body)
+    return jsonify(filter_test_json(tried))
 
 
 @blueprint.get("/partners/<uid>/endpoints/<endpoint_id>/blocked-keys")

@@ -9,7 +9,7 @@ tests/unit/test_layering.py).
 
 from __future__ import annotations
 
-from app.event_types import downgrades
+from app.event_types import downgrades, filters
 from app.models import SCOPES
 from app.services import portal
 from app.services.actor import PARTNER_SCOPES
@@ -215,7 +215,20 @@ add(
                         "type": "integer",
                         "minimum": portal.LINK_TTL_MIN_S,
                         "maximum": portal.LINK_TTL_MAX_S,
-                    }
+                    },
+                    "read_only": {
+                        "type": "boolean",
+                        "description": "the session sees everything and changes nothing: no "
+                        "form is shown, every change is refused (403). Default false",
+                    },
+                    "features": nullable(
+                        array(
+                            {"type": "string", "enum": list(portal.FEATURES)},
+                            description="the portal sections the session sees (default "
+                            "all); the others are absent from its pages and answer 404. "
+                            "Unknown names are 422 `invalid_field`",
+                        )
+                    ),
                 },
                 required=[],
             ),
@@ -230,6 +243,11 @@ add(
                         "url": {"type": "string", "format": "uri"},
                         "expires_at": TIMESTAMP,
                         "created_at": TIMESTAMP,
+                        "read_only": {"type": "boolean"},
+                        "features": array(
+                            {"type": "string", "enum": list(portal.FEATURES)},
+                            description="the sections the session sees",
+                        ),
                     }
                 ),
             )
@@ -402,6 +420,19 @@ LAG = schema(
         description="what a pull endpoint's consumer is behind",
     ),
 )
+_FILTER: Schema = nullable(
+    {
+        "type": "string",
+        "maxLength": filters.MAX_LENGTH,
+        "description": "a JMESPath expression over the event (`data`, `type`, `version`, "
+        "`resource`) that must be truthy for the endpoint to get it, e.g. "
+        "``data.amount > `1000` && data.currency == 'EUR'``; null or blank: every event. "
+        "Checked when set (422 `invalid_filter`, under the bounds downgrades have); "
+        "evaluated once per publish with at most "
+        f"{filters.MAX_WORK} units of work, past which (or on a type error) it does not "
+        "match. Push endpoints only",
+    }
+)
 _ENDPOINT_PROPS: dict[str, Schema] = {
     "id": STRING,
     "partner": {"type": "string", "description": "the partner uid"},
@@ -417,6 +448,7 @@ _ENDPOINT_PROPS: dict[str, Schema] = {
     "ordering": _ORDERING,
     "on_dead": _ON_DEAD,
     "send_traceparent": _SEND_TRACEPARENT,
+    "filter": _FILTER,
     "signature": _SIGNATURE,
     "public_key": nullable(
         dict(PUBLIC_KEY, description="an ed25519 endpoint's current public key; null for hmac")
@@ -523,6 +555,7 @@ ENDPOINT_CREATE = schema(
             "on_dead": _ON_DEAD,
             "send_traceparent": _SEND_TRACEPARENT,
             "auto_recover": _AUTO_RECOVER,
+            "filter": _FILTER,
             "signature": _SIGNATURE,
             "verify": _VERIFY,
             "secret": dict(
@@ -550,6 +583,7 @@ ENDPOINT_UPDATE = schema(
             "on_dead": _ON_DEAD,
             "send_traceparent": _SEND_TRACEPARENT,
             "auto_recover": _AUTO_RECOVER,
+            "filter": _FILTER,
             "signature": dict(
                 _SIGNATURE,
                 description="may repeat the current kind; another is 422 "
@@ -711,6 +745,74 @@ add(
         "limiter (Redis) is unreachable they are refused, 503 `unavailable`.",
         ok={202: DELIVERY},
         errors=(404, 409, 429, 503),
+    ),
+)
+_SAMPLE_EVENT: Schema = obj(
+    {
+        "type": STRING,
+        "version": {"type": "integer", "minimum": 1},
+        "data": {"type": "object"},
+        "resource": nullable({"type": "object"}),
+    },
+    required=["type", "data"],
+    description="an event as a publish would carry it (version default 1)",
+)
+add(
+    f"{_EP_PATH}/filter-test",
+    "post",
+    op(
+        "Try a filter on sample events",
+        tag="endpoints",
+        scope="read",
+        params=EP,
+        body_required=False,
+        description="Judges `filter` (default: the endpoint's own) as a publish would, on "
+        "`event` (an event, or the id of one of the partner's events) or, without one, on "
+        "the example of each event type the endpoint subscribes to (its newest version) "
+        "and the partner's latest events of those types. Nothing is changed. 422 "
+        "`invalid_filter` for an expression that would be refused, or when there is no "
+        "filter to try.",
+        body=schema(
+            "FilterTest",
+            obj(
+                {
+                    "filter": _FILTER,
+                    "event": {"oneOf": [_SAMPLE_EVENT, {"type": "string"}]},
+                },
+                required=[],
+            ),
+        ),
+        ok={
+            200: schema(
+                "FilterTestResult",
+                obj(
+                    {
+                        "filter": STRING,
+                        "matched": dict(INTEGER, description="how many samples matched"),
+                        "samples": array(
+                            obj(
+                                {
+                                    "source": {
+                                        "type": "string",
+                                        "enum": ["given", "event", "example", "recent"],
+                                    },
+                                    "type": STRING,
+                                    "version": INTEGER,
+                                    "event": OPT_STRING,
+                                    "matched": {"type": "boolean"},
+                                    "error": dict(
+                                        OPT_STRING,
+                                        description="why it could not run on this sample "
+                                        "(it then does not match)",
+                                    ),
+                                }
+                            )
+                        ),
+                    }
+                ),
+            )
+        },
+        errors=(400, 404, 415, 422),
     ),
 )
 add(

@@ -9,7 +9,7 @@ from app import headers as header_rules
 from app.clock import isoformat
 from app.models import ApiKey, Attempt, Delivery, Endpoint, Event, EventType, Partner
 from app.services import endpoints as endpoint_service
-from app.services import verification
+from app.services import filters, verification
 from app.services.audit import Shown
 from app.services.deliveries import delivered_version
 from app.services.endpoints import BlockedKey
@@ -87,6 +87,7 @@ def endpoint_json(
         "ordering": endpoint.ordering or "none",
         "on_dead": endpoint.on_dead or "skip",
         "send_traceparent": bool(endpoint.send_traceparent),
+        "filter": endpoint.filter,
         "signature": endpoint.signature or SignatureKind.HMAC.value,
         "public_key": None,
         "public_keys": [],
@@ -246,4 +247,22 @@ def audit_record_json(row: Shown) -> dict[str, Any]:
         "subject_id": row.subject_id,
         "details": row.details or {},
         "created_at": isoformat(row.created_at),
+    }
+
+
+def filter_test_json(tried: filters.Tried) -> dict[str, Any]:
+    return {
+        "filter": tried.filter,
+        "matched": tried.matched,
+        "samples": [
+            {
+                "source": sample.source,
+                "type": sample.type,
+                "version": sample.version,
+                "event": sample.event,
+                "matched": sample.matched,
+                "error": sample.error,
+            }
+            for sample in tried.samples
+        ],
     }

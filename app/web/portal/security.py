@@ -19,8 +19,9 @@ from functools import wraps
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from flask import g, render_template, session
+from flask import g, render_template, request, session
 
+from app.errors import KurirError
 from app.services import portal
 from app.services.actor import Actor
 from app.web.context import runtime
@@ -84,8 +85,57 @@ def end() -> None:
     session.clear()
 
 
+# The portal section (a scoped link's feature) each page belongs to; None: every session
+# sees it. A page missing here is a bug (tests/integration/test_portal_scopes.py checks).
+SECTIONS: dict[str, str | None] = {
+    "portal.logout": None,
+    "portal.home": None,  # the endpoint list, or the first section the session sees
+    "portal.verify": None,
+    "portal.endpoint_new": "endpoints",
+    "portal.endpoint": "endpoints",
+    "portal.endpoint_edit": "endpoints",
+    "portal.endpoint_filter_test": "endpoints",
+    "portal.endpoint_filter_test_new": "endpoints",
+    "portal.endpoint_enable": "endpoints",
+    "portal.endpoint_delete": "endpoints",
+    "portal.endpoint_resend_parked": "resend",
+    "portal.endpoint_skip_expired": "feed",
+    "portal.endpoint_secret": "secrets",
+    "portal.endpoint_secret_reveal": "secrets",
+    "portal.endpoint_secret_rotate": "secrets",
+    "portal.endpoint_test": "test",
+    "portal.endpoint_verify": "endpoints",
+    "portal.endpoint_resend_challenge": "endpoints",
+    "portal.endpoint_probe": "endpoints",
+    "portal.endpoint_recover": "resend",
+    "portal.operational_events": "endpoints",
+    "portal.deliveries": "deliveries",
+    "portal.delivery": "deliveries",
+    "portal.delivery_resend": "resend",
+    "portal.catalog": "catalog",
+}
+# Pages that are forms even when fetched (GET): a read-only session is refused them too.
+FORM_PAGES = frozenset({"portal.endpoint_new", "portal.endpoint_edit", "portal.endpoint_delete"})
+# The one POST a read-only session may make: signing out.
+ALWAYS_ALLOWED = frozenset({"portal.logout"})
+
+
+def _changes(view_name: str) -> bool:
+    if view_name in ALWAYS_ALLOWED:
+        return False
+    return request.method == "POST" or view_name in FORM_PAGES
+
+
+def scope() -> portal.Scope:
+    """The signed-in session's scope (full before sign-in)."""
+    found = g.get("portal_scope")
+    return found if isinstance(found, portal.Scope) else portal.FULL
+
+
 def session_required(view: F) -> F:
-    """Run the view as the portal session's actor, or say plainly that there is none."""
+    """Run the view as the portal session's actor, within its scope, or say plainly that
+    there is none (or that the scope does not reach this page: 404, or 403 for a change in a
+    read-only session)."""
 
     @wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -98,6 +148,15 @@ def session_required(view: F) -> F:
                 g.portal_actor = resumed.actor
                 g.partner = resumed.partner
                 g.session_expires_at = resumed.expires_at
+                g.portal_scope = resumed.scope
+                name = str(request.endpoint)
+                try:
+                    portal.require(resumed.scope, SECTIONS[name], changes=_changes(name))
+                except KurirError as exc:
+                    title = "Not found" if exc.status == 404 else "Not in this session"
+                    return render_template(
+                        "portal/error.html", status=exc.status, title=title, message=exc.message
+                    ), exc.status
                 return view(*args, **kwargs)
             reason = resumed.reason
             end()

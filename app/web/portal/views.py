@@ -28,6 +28,7 @@ from app.services import (
     endpoints,
     event_types,
     feed,
+    filters,
     partners,
     pins,
     portal,
@@ -91,6 +92,7 @@ def _template_globals() -> dict[str, Any]:
         "duration": present.duration,
         "portal_title": settings.portal_title,
         "partner": g.get("partner"),
+        "scope": security.scope(),
         "delivery_url": _delivery_url,
         "endpoint_url": _endpoint_url,
         "deliveries_url": _deliveries_url,
@@ -212,10 +214,18 @@ def logout() -> Page:
 # ------------------------------------------------------------------------------ endpoints
 
 
+# Where a session that does not see the endpoints starts: the first section it sees.
+_STARTS = (("deliveries", "portal.deliveries"), ("catalog", "portal.catalog"))
+
+
 @blueprint.get("/")
 @security.session_required
 def home() -> Page:
     actor = security.actor()
+    scope = security.scope()
+    if not scope.shows("endpoints"):
+        start = next((view for feature, view in _STARTS if scope.shows(feature)), "portal.verify")
+        return redirect(url_for(start))
     with runtime().db.begin() as session:
         rows, next_cursor = endpoints.page(
             session, actor, _uid(), limit=100, cursor=request.args.get("cursor")
@@ -296,6 +306,36 @@ def endpoint_new() -> Page:
         return render_template(
             "portal/endpoint_form.html", form=form, catalog=_catalog(session), ep=None
         ), 422
+
+
+@blueprint.post("/endpoints/new/filter-test", endpoint="endpoint_filter_test_new")
+@blueprint.post("/endpoints/<endpoint_id>/filter-test")
+@security.session_required
+def endpoint_filter_test(endpoint_id: str | None = None) -> Page:
+    """ "Try this filter" in the endpoint form: the form comes back as it was sent, with the
+    filter's verdict on the samples (or the reason it is refused); nothing is saved."""
+    rt = runtime()
+    with rt.db.begin() as session:
+        ep = _endpoint(session, endpoint_id) if endpoint_id is not None else None
+        form = (
+            EndpointForm.from_request(request.form, existing=ep)
+            if ep is not None
+            else EndpointForm.from_request(request.form)
+        )
+        try:
+            form.tried = filters.try_filter(
+                session,
+                security.actor(),
+                _uid(),
+                None,
+                form.filter_test_body(),
+                event_types_=form.tried_types,
+            )
+        except ValidationFailed as exc:
+            form.refused(exc)
+        return render_template(
+            "portal/endpoint_form.html", form=form, catalog=_catalog(session), ep=ep
+        ), (200 if form.tried is not None else 422)
 
 
 def _endpoint(session: Any, endpoint_id: str, scope: str = "read") -> Endpoint:

@@ -20,6 +20,7 @@ from app.services import (
     endpoints,
     event_types,
     feed,
+    filters,
     partners,
     pins,
     verification,
@@ -321,6 +322,36 @@ def endpoint_resend_challenge(endpoint_id: str) -> WerkzeugResponse:
         verification.resend(session, rt, actor, partner.uid, endpoint_id)
     flash("A new challenge is on its way; the previous one no longer counts.", "ok")
     return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
+
+
+@blueprint.post("/endpoints/<endpoint_id>/filter-test")
+@security.login_required
+def endpoint_filter_test(endpoint_id: str) -> Page:
+    """ "Try this filter" in the edit form: the form as sent, with the filter's verdict on
+    the samples; nothing is saved."""
+    actor = security.actor()
+    with runtime().db.begin() as session:
+        ep = endpoints.by_id(session, actor, endpoint_id)
+        partner = partners.by_id(session, actor, ep.partner_id)
+        form = EndpointForm.from_request(request.form, existing=ep)
+        try:
+            form.tried = filters.try_filter(
+                session,
+                actor,
+                partner.uid,
+                None,
+                form.filter_test_body(),
+                event_types_=form.tried_types,
+            )
+        except ValidationFailed as exc:
+            form.refused(exc)
+        return render_template(
+            "ui/endpoint_edit.html",
+            ep=ep,
+            partner=partner,
+            form=form,
+            catalog=event_types.catalog(session, actor),
+        ), (200 if form.tried is not None else 422)
 
 
 @blueprint.post("/endpoints/<endpoint_id>/test")
