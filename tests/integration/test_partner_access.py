@@ -66,6 +66,7 @@ TABLE: dict[tuple[str, str], int] = {
     ("get", "/v1/partners/{uid}/endpoints/{endpoint_id}/blocked-keys"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/verify"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/verify/resend"): NOT_FOUND,
+    ("post", "/v1/partners/{uid}/endpoints/{endpoint_id}/filter-test"): NOT_FOUND,
     ("post", "/v1/partners/{uid}/events"): NOT_FOUND,
     ("get", "/v1/partners/{uid}/events"): NOT_FOUND,
     ("get", "/v1/events/{event_id}"): NOT_FOUND,
