@@ -40,6 +40,7 @@ ENDPOINT_KEYS = {
     "ordering",
     "on_dead",
     "send_traceparent",
+    "filter",
     "signature",
     "public_key",
     "public_keys",
