@@ -7,7 +7,7 @@ import sys
 import click
 
 from app import __version__
-from app.cli import admin, dlq, doctor, endpoints, feed, inbound, listen, portal, run
+from app.cli import admin, dlq, doctor, endpoints, feed, inbound, listen, partners, portal, run
 from app.config import ConfigError, Settings, load_settings
 
 
@@ -45,6 +45,7 @@ for command in (
     *listen.COMMANDS,
     *feed.COMMANDS,
     *portal.COMMANDS,
+    *partners.COMMANDS,
     *doctor.COMMANDS,
 ):
     cli.add_command(command)

@@ -36,3 +36,25 @@ def cli_actor(name: str | None = None) -> Actor:
         except (KeyError, OSError):
             name = ""
     return Actor.cli(name)
+
+
+def echo_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Rows under a header, each column as wide as its widest cell."""
+    table = [header, *rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        click.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+
+
+def echo_fields(fields: dict[str, object]) -> None:
+    """`name: value` lines, names aligned (None shows as `-`)."""
+    width = max(len(name) for name in fields)
+    for name, value in fields.items():
+        shown = "-" if value is None or value == [] or value == {} else value
+        if isinstance(shown, list):
+            shown = ", ".join(map(str, shown))
+        elif isinstance(shown, dict):
+            shown = ", ".join(f"{k}={v}" for k, v in shown.items())
+        click.echo(f"{name.ljust(width)}  {shown}")
