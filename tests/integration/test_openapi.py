@@ -316,6 +316,19 @@ def test_live_answers_match_the_document(client, auth, doc, runtime):
     assert api.get(f"{base}/{ep}/blocked-keys?limit=5", headers=auth).status_code == 200
     assert api.get(f"{base}/{ep}/blocked-keys?cursor=%25%25", headers=auth).status_code == 400
     assert api.get(f"{base}/ep_nope/blocked-keys", headers=auth).status_code == 404
+    tried = api.post(
+        f"{base}/{ep}/filter-test",
+        headers=auth,
+        json={"filter": "data.amount > `1`", "event": {"type": "x", "data": {"amount": 2}}},
+    )
+    assert tried.status_code == 200 and tried.get_json()["matched"] == 1
+    assert (
+        api.post(f"{base}/{ep}/filter-test", headers=auth, json={"filter": "a.["}).status_code
+        == 422
+    )
+    assert api.post(f"{base}/ep_nope/filter-test", headers=auth).status_code == 404
+    assert api.post(f"{base}/{ep}/filter-test", headers=raw, data=b"{").status_code == 400
+    assert api.post(f"{base}/{ep}/filter-test", headers=auth, data=b"x").status_code == 415
     tested = api.post(f"{base}/{ep}/test", headers=auth)
     assert tested.status_code == 202 and tested.get_json()["state"] == "pending"
     assert api.post(f"{base}/ep_nope/test", headers=auth).status_code == 404
