@@ -1,7 +1,7 @@
 """Endpoint payload filters, and scoped portal links and sessions
 
-Revision ID: 0014_filters
-Revises: 0013
+Revision ID: 0018_filters
+Revises: 0017_lifecycle
 Create Date: 2026-12-14 12:00:00
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014_filters"
-down_revision: str | None = "0013"
+revision: str = "0018_filters"
+down_revision: str | None = "0017_lifecycle"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
