@@ -465,6 +465,9 @@ class Event(Base):
     __tablename__ = "events"
     __table_args__ = (
         Index("ix_events_partner_created", "partner_id", "id"),
+        # The search box (app.services.search): a resource id or a correlation id.
+        Index("ix_events_resource_id", "resource_id"),
+        Index("ix_events_correlation_id", "correlation_id"),
         Index("ix_events_partner_type", "partner_id", "type", "id"),
         # The feed (app.feed): positions are unique, read per partner in order, and the
         # events still waiting for one are found without a scan. All partial, so a publish

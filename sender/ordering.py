@@ -368,3 +368,85 @@ def report_blocked(
             "reason": letter.reason,
         },
     )
+
+
+def _holding_head(head: Any) -> ColumnElement[bool]:
+    """`head` (an alias of deliveries) holds its key: dead with an open letter, and nothing
+    of its key has gone out after it."""
+    later = _DELIVERIES.alias("ordering_after_head")
+    letter = _LETTERS.alias("ordering_head_letter")
+    return and_(
+        head.c.state == DEAD,
+        exists().where(letter.c.delivery_id == head.c.id, letter.c.state == DL_OPEN),
+        ~exists().where(
+            later.c.endpoint_id == head.c.endpoint_id,
+            later.c.ordering_key == head.c.ordering_key,
+            later.c.ordering_seq > head.c.ordering_seq,
+            later.c.state.in_((SUCCEEDED, DELIVERING)),
+        ),
+    )
+
+
+def held_behind_blocked_key() -> ColumnElement[bool]:
+    """SQL: a waiting numbered delivery (a row of `deliveries`) of an `on_dead: "block"`
+    endpoint sits behind a dead delivery of its key that holds the key: nothing of it is
+    sent until an operator resends or discards that one's dead letter."""
+    d = _DELIVERIES
+    head = _DELIVERIES.alias("ordering_head")
+    on_dead = (
+        select(_ENDPOINTS.c.on_dead)
+        .where(_ENDPOINTS.c.id == d.c.endpoint_id)
+        .correlate_except(_ENDPOINTS)
+        .scalar_subquery()
+    )
+    return and_(
+        d.c.ordering_seq.is_not(None),
+        d.c.state.in_((PENDING, RETRYING)),
+        on_dead == OnDead.BLOCK,
+        exists()
+        .where(
+            head.c.endpoint_id == d.c.endpoint_id,
+            head.c.ordering_key == d.c.ordering_key,
+            head.c.ordering_seq < d.c.ordering_seq,
+            _holding_head(head),
+        )
+        .correlate(d),
+    )
+
+
+@dataclass(frozen=True)
+class HeldBy:
+    """The dead delivery (and its open dead letter) that a waiting delivery sits behind."""
+
+    ordering_key: str
+    sequence: int
+    delivery_id: str
+    event_id: str
+    dead_letter_id: str
+
+
+def held_by(session: Session, delivery: Delivery) -> HeldBy | None:
+    """What holds this waiting delivery's key (None: nothing does, or it is not waiting)."""
+    if delivery.ordering_seq is None or delivery.state not in (PENDING, RETRYING):
+        return None
+    endpoint = session.get(Endpoint, delivery.endpoint_id)
+    if endpoint is None or endpoint.on_dead != OnDead.BLOCK:
+        return None
+    head = _DELIVERIES.alias("ordering_head")
+    row = session.execute(
+        select(head.c.id, head.c.event_id, head.c.ordering_seq, _LETTERS.c.id.label("letter"))
+        .join(_LETTERS, and_(_LETTERS.c.delivery_id == head.c.id, _LETTERS.c.state == DL_OPEN))
+        .where(
+            head.c.endpoint_id == delivery.endpoint_id,
+            head.c.ordering_key == delivery.ordering_key,
+            head.c.ordering_seq < delivery.ordering_seq,
+            _holding_head(head),
+        )
+        .order_by(head.c.ordering_seq)
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    return HeldBy(
+        str(delivery.ordering_key), int(row.ordering_seq), row.id, row.event_id, row.letter
+    )

@@ -32,6 +32,7 @@ from app.services import endpoints, partners
 from app.services.actor import Actor
 from app.services.metrics import QueueStat, queue_stats
 from app.vocabulary import EndpointState, InboundStatus
+from sender import ordering
 from sender.ordering import BlockedCount
 
 # How many disabled endpoints and operational events the dashboard lists.
@@ -82,6 +83,8 @@ class Overview:
     partner_uids: dict[str, str]  # partner id -> uid, for the disabled endpoints
     events: list[OperationalEvent]  # the latest operational events, newest first
     blocked: list[BlockedCount]  # endpoints holding ordering keys
+    held: int  # waiting deliveries behind a blocked ordering key (not in flight)
+    failing: list[endpoints.Failing]  # enabled endpoints failing again and again
 
 
 def overview(session: Session, actor: Actor, now: datetime | None = None) -> Overview:
@@ -96,6 +99,8 @@ def overview(session: Session, actor: Actor, now: datetime | None = None) -> Ove
         partner_uids=partners.uids(session, {e.partner_id for e in disabled}),
         events=_recent_operational_events(session),
         blocked=endpoints.blocked_key_counts(session),
+        held=_held(session),
+        failing=endpoints.failing(session, actor),
     )
 
 
@@ -145,13 +150,28 @@ def _deliveries_by_hour(
 
 
 def _in_flight(session: Session) -> dict[str, int]:
-    """Deliveries still being worked on, from the (state, next_attempt_at) index."""
+    """Deliveries still being worked on, from the (state, next_attempt_at) index; those
+    held behind a blocked ordering key wait for an operator, not for Kurir, and are left
+    out (`_held` counts them)."""
     rows = session.execute(
         select(Delivery.state, func.count())
-        .where(Delivery.state.in_(("pending", "delivering", "retrying")))
+        .where(
+            Delivery.state.in_(("pending", "delivering", "retrying")),
+            ~ordering.held_behind_blocked_key(),
+        )
         .group_by(Delivery.state)
     )
     return {state: int(n) for state, n in rows}
+
+
+def _held(session: Session) -> int:
+    """Waiting deliveries that nothing sends until a blocked key is released."""
+    return int(
+        session.scalar(
+            select(func.count()).select_from(Delivery).where(ordering.held_behind_blocked_key())
+        )
+        or 0
+    )
 
 
 def _open_dead_letters(session: Session) -> int:

@@ -47,7 +47,7 @@ DETAIL_OPTIONS: tuple[ExecutableOption, ...] = (
     selectinload(DeadLetter.audit),
     selectinload(DeadLetter.delivery),
 )
-__all__ = ["FILTER_KEYS", "DeadLetterFilter", "FilterForm", "parse_filter"]
+__all__ = ["FILTER_KEYS", "DeadLetterFilter", "FilterForm", "SearchPage", "parse_filter"]
 
 
 @dataclass(frozen=True)

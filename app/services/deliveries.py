@@ -40,11 +40,13 @@ from app.queues import enqueue_after_commit
 from app.runtime import Runtime
 from app.services import audit, dead_letters, partners
 from app.services.actor import Actor
+from app.services.search import Search
 from app.vocabulary import ResendSkip
+from sender import ordering
 from sender.bodies import Sent, delivered_version, sent_by
 from sender.dispatch import job_specs
 
-FILTER_KEYS = ("partner", "endpoint", "state", "type", "status_code", "since", "until")
+FILTER_KEYS = ("q", "partner", "endpoint", "state", "type", "status_code", "since", "until")
 NO_STATUS = 0  # `status_code=none`: the last attempt got no HTTP answer
 
 
@@ -64,6 +66,9 @@ class DeliveryFilter:
     status_code: int | None = None  # last HTTP status; NO_STATUS = none received
     since: datetime | None = None  # created at or after
     until: datetime | None = None  # created before
+    # The search box (`app.services.search`): an event, delivery, resource or correlation
+    # id, or payload words.
+    q: Search | None = None
 
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> tuple[DeliveryFilter, dict[str, str]]:
@@ -92,6 +97,9 @@ class DeliveryFilter:
                     values[key] = parse_time(raw)
                 except ValueError:
                     errors[key] = "must be a time like 2026-01-31T00:00:00Z"
+        values["q"], q_error = Search.parse(_text(params.get("q")))
+        if q_error is not None:
+            errors["q"] = q_error
         return cls(**values), errors
 
     def to_params(self) -> dict[str, str]:
@@ -102,6 +110,8 @@ class DeliveryFilter:
                 continue
             if key == "status_code":
                 out[key] = "none" if value == NO_STATUS else str(value)
+            elif key == "q":
+                out[key] = " ".join(f'"{w}"' if " " in w else w for w in value.words)
             elif isinstance(value, datetime):
                 out[key] = isoformat(value) or ""
             else:
@@ -155,8 +165,14 @@ def page(
         stmt = stmt.where(Delivery.endpoint_id == flt.endpoint)
     if flt.state is not None:
         stmt = stmt.where(Delivery.state == flt.state)
+    if flt.q is not None and (flt.q.single or "").startswith("dlv_"):
+        stmt = stmt.where(Delivery.id == flt.q.single)
+    elif flt.type is not None or flt.q is not None:
+        stmt = stmt.join(Event, Event.id == Delivery.event_id)
+        if flt.q is not None:
+            stmt = stmt.where(flt.q.event_condition(flt.since))
     if flt.type is not None:
-        stmt = stmt.join(Event, Event.id == Delivery.event_id).where(Event.type == flt.type)
+        stmt = stmt.where(Event.type == flt.type)
     if flt.status_code == NO_STATUS:
         stmt = stmt.where(Delivery.last_status_code.is_(None), Delivery.attempt_count > 0)
     elif flt.status_code is not None:
@@ -198,6 +214,18 @@ class Detail:
     attempts: list[Attempt]
     letters: list[DeadLetter]
     sent: Sent
+    # The dead delivery whose key holds this one back (`on_dead: "block"`), if any.
+    held_by: ordering.HeldBy | None = None
+
+    @property
+    def on_its_way(self) -> bool:
+        """Kurir is about to attempt it (a page may refresh until the attempt ends):
+        pending or being attempted, or retrying before its first attempt; not while a
+        blocked ordering key holds it, when it waits for an operator instead."""
+        if self.held_by is not None:
+            return False
+        state = self.delivery.state
+        return state in (PENDING, DELIVERING) or (state == RETRYING and not self.attempts)
 
     @property
     def open_letter(self) -> DeadLetter | None:
@@ -209,6 +237,8 @@ class Detail:
         sent again; not one being attempted right now."""
         if self.delivery.state == DEAD:
             return self.open_letter is not None
+        if self.held_by is not None:
+            return False  # trying it now would send nothing: its key is held
         return self.delivery.state != DELIVERING
 
 
@@ -231,6 +261,7 @@ def detail(session: Session, actor: Actor, delivery_id: str) -> Detail:
         sorted(delivery.attempts, key=lambda a: a.n, reverse=True),
         letters,
         sent_by(session, delivery, event),
+        ordering.held_by(session, delivery),
     )
 
 
@@ -246,8 +277,10 @@ def get(session: Session, actor: Actor, delivery_id: str) -> Delivery:
 
 def retry(
     session: Session, rt: Runtime, actor: Actor, delivery_id: str, *, force: bool = False
-) -> None:
-    """Make the delivery due now and enqueue it after the caller commits.
+) -> ordering.HeldBy | None:
+    """Make the delivery due now and enqueue it after the caller commits. What holds its
+    ordering key, when something does: then nothing is sent until that is released, and
+    the caller says so.
 
     Raises:
         NotFound: no such delivery (or not the actor's partner's).
@@ -275,7 +308,7 @@ def retry(
             partner_id=_partner_of(session, delivery),
             dead_letter=letter_id,
         )
-        return
+        return None
     if delivery.state == SUCCEEDED:
         delivery.run += 1
         delivery.run_attempts = 0
@@ -300,6 +333,7 @@ def retry(
     enqueue_after_commit(
         session, rt.redis, job_specs([delivery.id], tag=f"r{int(now.timestamp() * 1e6)}")
     )
+    return ordering.held_by(session, delivery)
 
 
 def _resend_dead(

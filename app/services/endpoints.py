@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import case, func, select
@@ -745,3 +745,231 @@ def health(
     return health_of(
         session, [e.id for e in endpoints if actor.may_see_partner(e.partner_id)], since=since
     )
+
+
+# ------------------------------------------------------------------------------ health states
+
+# Failures in a row after which an enabled endpoint is "failing" (red), long before the
+# health monitor disables it; any failure in a row, or a success rate under AMBER_RATE,
+# makes it "degraded" (amber).
+FAILING_STREAK = 5
+RED_RATE, AMBER_RATE = 0.5, 0.95
+MIN_ATTEMPTS_FOR_RATE = 5
+
+FAILING, DEGRADED, HEALTHY, IDLE = "failing", "degraded", "healthy", "idle"
+# Worst first: the order of a list sorted by health.
+_STATUS_RANK = {DISABLED.value: 0, FAILING: 1, DEGRADED: 2, HEALTHY: 3, IDLE: 4}
+
+
+def health_status(endpoint: Endpoint, health: Health | None) -> str:
+    """One word for how an endpoint is doing: disabled, failing (red), degraded (amber),
+    healthy, or idle (nothing attempted in the window)."""
+    if endpoint.state == DISABLED:
+        return DISABLED.value
+    streak = endpoint.consecutive_failures or 0
+    rate = health.success_rate if health is not None else None
+    enough = health is not None and health.attempts >= MIN_ATTEMPTS_FOR_RATE
+    if streak >= FAILING_STREAK or (rate is not None and enough and rate < RED_RATE):
+        return FAILING
+    if streak > 0 or (rate is not None and rate < AMBER_RATE):
+        return DEGRADED
+    return IDLE if rate is None else HEALTHY
+
+
+def health_statuses(endpoints: list[Endpoint], health: dict[str, Health]) -> dict[str, str]:
+    return {e.id: health_status(e, health.get(e.id)) for e in endpoints}
+
+
+def sort_by_health(endpoints: list[Endpoint], health: dict[str, Health]) -> list[Endpoint]:
+    """Worst first: disabled, failing, degraded, healthy, idle; then the lower success rate,
+    then the longer failure streak."""
+
+    def key(e: Endpoint) -> tuple[int, float, int]:
+        h = health.get(e.id)
+        rate = h.success_rate if h is not None and h.success_rate is not None else 1.0
+        return (_STATUS_RANK[health_status(e, h)], rate, -(e.consecutive_failures or 0))
+
+    return sorted(endpoints, key=key)
+
+
+HEALTH_SORT_LIMIT = 500
+
+
+def worst_first(
+    session: Session,
+    actor: Actor,
+    uid: str | None,
+    *,
+    state: str | None,
+    since: datetime,
+    limit: int = HEALTH_SORT_LIMIT,
+) -> tuple[list[Endpoint], dict[str, Health]]:
+    """Live endpoints sorted by health, worst first (at most `limit`, the ones with the
+    longest failure streaks), with their health since `since`."""
+    if uid is not None:
+        partner = partners.visible(session, actor, uid)
+        stmt = rules.live_endpoints_query(partner)
+    else:
+        actor.require("read")
+        stmt = select(Endpoint).where(Endpoint.deleted_at.is_(None))
+        if actor.partner_id is not None:
+            stmt = stmt.where(Endpoint.partner_id == actor.partner_id)
+    if state:
+        stmt = stmt.where(Endpoint.state == state)
+    rows = list(
+        session.scalars(
+            stmt.order_by(None)
+            .order_by(Endpoint.consecutive_failures.desc(), Endpoint.id.desc())
+            .limit(limit)
+        )
+    )
+    found = health(session, actor, rows, since=since)
+    return sort_by_health(rows, found), found
+
+
+@dataclass(frozen=True)
+class Failing:
+    """An enabled endpoint that keeps failing, and what waits for it."""
+
+    endpoint: Endpoint
+    partner_uid: str
+    retrying: int
+
+
+FAILING_SHOWN = 20
+
+
+def failing(session: Session, actor: Actor, *, limit: int = FAILING_SHOWN) -> list[Failing]:
+    """Enabled live endpoints with at least FAILING_STREAK failures in a row, the longest
+    streak first (what the dashboard shows before the health monitor disables them)."""
+    actor.require("read")
+    stmt = select(Endpoint).where(
+        Endpoint.deleted_at.is_(None),
+        Endpoint.state == ENABLED,
+        Endpoint.consecutive_failures >= FAILING_STREAK,
+    )
+    if actor.partner_id is not None:
+        stmt = stmt.where(Endpoint.partner_id == actor.partner_id)
+    rows = list(session.scalars(stmt.order_by(Endpoint.consecutive_failures.desc()).limit(limit)))
+    uids = partners.uids(session, {e.partner_id for e in rows})
+    waiting = retrying_counts(session, actor, [e.id for e in rows])
+    return [Failing(e, uids.get(e.partner_id, ""), waiting.get(e.id, 0)) for e in rows]
+
+
+def retrying_counts(session: Session, actor: Actor, endpoint_ids: list[str]) -> dict[str, int]:
+    """Endpoint id -> its deliveries waiting for a retry (those with none are left out)."""
+    actor.require("read")
+    if not endpoint_ids:
+        return {}
+    stmt = (
+        select(Delivery.endpoint_id, func.count())
+        .where(Delivery.endpoint_id.in_(endpoint_ids), Delivery.state == "retrying")
+        .group_by(Delivery.endpoint_id)
+    )
+    if actor.partner_id is not None:
+        stmt = stmt.join(Endpoint, Endpoint.id == Delivery.endpoint_id).where(
+            Endpoint.partner_id == actor.partner_id
+        )
+    return {endpoint_id: int(n) for endpoint_id, n in session.execute(stmt)}
+
+
+# ------------------------------------------------------------------------------ success chart
+
+CHART_RANGES = {"24h": (timedelta(hours=1), 24), "7d": (timedelta(days=1), 7)}
+
+
+@dataclass(frozen=True)
+class Bucket:
+    start: datetime
+    attempts: int
+    successes: int
+
+    @property
+    def success_rate(self) -> float | None:
+        return None if not self.attempts else self.successes / self.attempts
+
+
+@dataclass(frozen=True)
+class SuccessSeries:
+    """An endpoint's attempts and 2xx answers per hour (24 h) or per day (7 d), oldest
+    first, UTC buckets."""
+
+    range: str
+    step: timedelta
+    buckets: list[Bucket]
+
+    @property
+    def attempts(self) -> int:
+        return sum(b.attempts for b in self.buckets)
+
+    @property
+    def successes(self) -> int:
+        return sum(b.successes for b in self.buckets)
+
+    @property
+    def success_rate(self) -> float | None:
+        return None if not self.attempts else self.successes / self.attempts
+
+
+def chart_range(raw: str | None) -> str:
+    """The chart range asked for, `24h` unless `7d`."""
+    return raw if raw in CHART_RANGES else "24h"
+
+
+def _bucket(session: Session, column: Any, step: timedelta) -> Any:
+    day = step >= timedelta(days=1)
+    if session.get_bind().dialect.name == "postgresql":
+        return func.date_trunc("day" if day else "hour", column)
+    return func.strftime("%Y-%m-%d 00:00:00" if day else "%Y-%m-%d %H:00:00", column)
+
+
+def _as_bucket(value: Any, step: timedelta) -> datetime:
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return moment.replace(hour=0) if step >= timedelta(days=1) else moment
+
+
+def success_series(
+    session: Session,
+    actor: Actor,
+    endpoint: Endpoint,
+    range_: str = "24h",
+    now: datetime | None = None,
+) -> SuccessSeries:
+    """The endpoint's success over the last 24 hours (hourly) or 7 days (daily)."""
+    actor.require("read")
+    if not actor.may_see_partner(endpoint.partner_id):
+        raise _not_found(endpoint.id)
+    range_ = chart_range(range_)
+    step, count_ = CHART_RANGES[range_]
+    latest = _as_bucket(now or utcnow(), step)
+    start = latest - step * (count_ - 1)
+    ok = case((Attempt.response_status.between(200, 299), 1), else_=0)
+    bucket = _bucket(session, Attempt.started_at, step).label("bucket")
+    rows = session.execute(
+        select(bucket, func.count(Attempt.id), func.coalesce(func.sum(ok), 0))
+        .join(Delivery, Delivery.id == Attempt.delivery_id)
+        .where(Delivery.endpoint_id == endpoint.id, Attempt.started_at >= start)
+        .group_by(bucket)
+    )
+    found = {_as_bucket(b, step): (int(n), int(s)) for b, n, s in rows}
+    buckets = [
+        Bucket(start + step * i, *found.get(start + step * i, (0, 0))) for i in range(count_)
+    ]
+    return SuccessSeries(range_, step, buckets)
+
+
+def labels(session: Session, actor: Actor, endpoint_ids: set[str]) -> dict[str, str]:
+    """Endpoint id -> how a list names it: its URL (a pull endpoint: "pull"), and its
+    description when it has one; for the endpoints the actor may see."""
+    actor.require("read")
+    if not endpoint_ids:
+        return {}
+    rows = session.scalars(select(Endpoint).where(Endpoint.id.in_(endpoint_ids)))
+    return {
+        e.id: (e.url or "pull") + (f" — {e.description}" if e.description else "")
+        for e in rows
+        if actor.may_see_partner(e.partner_id)
+    }

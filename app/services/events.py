@@ -24,6 +24,7 @@ from app.registry.partners import is_reserved_partner
 from app.runtime import Runtime
 from app.services import partners
 from app.services.actor import Actor
+from app.services.search import Search
 from sender.bodies import delivered_version
 
 
@@ -110,6 +111,7 @@ def page(
     since: datetime | None = None,
     until: datetime | None = None,
     delivery_success: bool | None = None,
+    search: Search | None = None,
     limit: int,
     cursor: str | None,
 ) -> tuple[list[Event], str | None]:
@@ -129,6 +131,8 @@ def page(
         stmt = stmt.where(Event.id >= id_floor("evt", since), Event.created_at >= since)
     if until is not None:
         stmt = stmt.where(Event.created_at < until)
+    if search is not None:
+        stmt = stmt.where(search.event_condition(since))
     if delivery_success is not None:
         unfinished = exists().where(Delivery.event_id == Event.id, Delivery.state != SUCCEEDED)
         stmt = stmt.where(unfinished if delivery_success is False else ~unfinished)

@@ -109,3 +109,18 @@ def uids(session: Session, partner_ids: set[str]) -> dict[str, str]:
     return dict(
         session.execute(select(Partner.id, Partner.uid).where(Partner.id.in_(partner_ids))).all()
     )
+
+
+# A picker lists at most this many partners; past that the face falls back to typing.
+CHOICES_LIMIT = 500
+
+
+def choices(session: Session, actor: Actor, limit: int = CHOICES_LIMIT) -> list[Partner]:
+    """The partners a filter's picker offers, by uid (empty when there are more than
+    `limit`: a picker that long helps nobody, and the face offers a text box)."""
+    actor.require("read")
+    stmt = select(Partner).order_by(Partner.uid).limit(limit + 1)
+    if actor.partner_id is not None:
+        stmt = stmt.where(Partner.id == actor.partner_id)
+    rows = list(session.scalars(stmt))
+    return [] if len(rows) > limit else rows

@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session
 
 from app.models import DELIVERY_STATES
 from app.pagination import parse_limit
-from app.services import deliveries
+from app.services import deliveries, list_filters
 from app.services.actor import Actor
+from app.web import timeinput
 
 FILTER_KEYS = deliveries.FILTER_KEYS
 
@@ -33,17 +34,28 @@ def log_context(
     """Everything `shared/_delivery_log.html` needs: rows, the form as typed, its errors and
     the pager links. `fixed` criteria (a portal page's endpoint) are not the visitor's to
     change."""
-    typed = {key: (args.get(key) or "").strip() for key in FILTER_KEYS}
+    given = timeinput.normalise(args)
+    typed = {key: (given.get(key) or "").strip() for key in FILTER_KEYS}
     typed.update(fixed or {})
     flt, errors = deliveries.DeliveryFilter.parse(typed)
+    missing = list_filters.unknown(session, actor, partner=flt.partner, endpoint=flt.endpoint)
+    errors.update(missing)
     limit = parse_limit(args.get("limit") or "50")
     cursor = args.get("cursor") or None
-    page = deliveries.page(session, actor, flt, limit=limit, cursor=cursor)
+    page = (
+        deliveries.LogPage([], None)
+        if missing
+        else deliveries.page(session, actor, flt, limit=limit, cursor=cursor)
+    )
     query = {k: v for k, v in typed.items() if v and k not in (fixed or {})}
     return {
         "page": page,
         "args": typed,
         "errors": errors,
+        "unknown": missing,
+        "choices": list_filters.choices(
+            session, actor, partner=None if "partner" in missing else flt.partner
+        ),
         "states": DELIVERY_STATES,
         "filtered": any(v for k, v in typed.items() if k not in (fixed or {})),
         "next_url": list_url(**query, cursor=page.next_cursor) if page.next_cursor else None,

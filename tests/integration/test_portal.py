@@ -681,13 +681,17 @@ def test_another_partners_endpoint_is_not_found_by_url_guessing(portal, client, 
         f"/portal/endpoints/{other['id']}/edit",
         f"/portal/endpoints/{other['id']}/secret",
         f"/portal/endpoints/{other['id']}/delete",
-        f"/portal/deliveries?endpoint={other['id']}",
         f"/portal/deliveries/{dead}",
         f"/portal/verify?endpoint={other['id']}",
     ):
         page = portal.get(path)
         assert page.status_code == 404, path
         assert "globex" not in page.text and other["url"] not in page.text
+    # A list filtered by it keeps its form and says the endpoint does not exist, as for any
+    # id that names nothing.
+    listed = portal.get(f"/portal/deliveries?endpoint={other['id']}")
+    assert listed.status_code == 200 and "does not exist" in listed.text
+    assert "globex" not in listed.text and other["url"] not in listed.text
     posts = {
         f"/portal/endpoints/{other['id']}/secret/reveal": {},
         f"/portal/endpoints/{other['id']}/secret/rotate": {},

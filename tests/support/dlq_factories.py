@@ -192,3 +192,43 @@ def letters_for(
         event = make_event(session, partner, type=type, data=data(i) if callable(data) else data)
         ids.append(make_dead_letter(session, endpoint, event, **kwargs).id)
     return ids
+
+
+def make_delivery(
+    session: Session,
+    endpoint: Endpoint,
+    event: Event,
+    state: str,
+    statuses: list[int],
+    **extra: Any,
+) -> Delivery:
+    """A delivery with one attempt per HTTP status in `statuses` (the last 30 minutes),
+    as the engine records them; `extra` sets other columns (ordering, times)."""
+    delivery = Delivery(
+        event_id=event.id,
+        endpoint_id=endpoint.id,
+        state=state,
+        attempt_count=len(statuses),
+        run_attempts=len(statuses),
+        run=1,
+        last_status_code=statuses[-1] if statuses else None,
+        next_attempt_at=utcnow() + timedelta(hours=1),
+        **extra,
+    )
+    session.add(delivery)
+    session.flush()
+    start = utcnow() - timedelta(minutes=30)
+    for n, status in enumerate(statuses, 1):
+        session.add(
+            Attempt(
+                delivery_id=delivery.id,
+                n=n,
+                started_at=start + timedelta(seconds=n),
+                duration_ms=20,
+                url=endpoint.url,
+                request_headers={},
+                response_status=status,
+            )
+        )
+    session.flush()
+    return delivery

@@ -18,7 +18,8 @@ blueprint = Blueprint("api_deliveries", __name__)
 @blueprint.get("/deliveries")
 def list_deliveries() -> Response:
     """The delivery log, newest first: `partner`, `endpoint`, `state`, `type`, `status_code`
-    (or `none`), `since`, `until`. A partner key sees its partner's deliveries only."""
+    (or `none`), `since`, `until`, and the search box `q`. A partner key sees its partner's
+    deliveries only."""
     actor = current_actor()
     flt, errors = deliveries.DeliveryFilter.parse(request.args)
     if errors:

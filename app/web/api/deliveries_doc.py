@@ -101,6 +101,12 @@ add(
             query("status_code", "last HTTP status, or `none` for no answer"),
             query("since", "created at or after (RFC 3339)", TIMESTAMP),
             query("until", "created before (RFC 3339)", TIMESTAMP),
+            query(
+                "q",
+                "search: an event id (`evt_…`, the webhook-id), a delivery id, a resource id, "
+                "a correlation id, or words of the payload (looked for in the last 7 days "
+                "unless `since` is given)",
+            ),
             *PAGE_PARAMS,
         ],
         description="A partner key sees its own partner's deliveries only.",

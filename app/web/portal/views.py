@@ -35,7 +35,7 @@ from app.services import (
     verification,
 )
 from app.vocabulary import SignatureKind
-from app.web import csrf, error_pages, present
+from app.web import csrf, error_pages, present, timeinput
 from app.web.context import runtime
 from app.web.delivery_log import log_context
 from app.web.endpoint_form import EndpointForm
@@ -89,6 +89,9 @@ def _template_globals() -> dict[str, Any]:
         "csrf_token": csrf.csrf_token,
         "ago": present.ago,
         "isoformat": isoformat,
+        "shown_time": timeinput.shown,
+        "time_input": timeinput.input_value,
+        "time_presets": timeinput.PRESETS,
         "duration": present.duration,
         "portal_title": settings.portal_title,
         "partner": g.get("partner"),
@@ -231,11 +234,16 @@ def home() -> Page:
             session, actor, _uid(), limit=100, cursor=request.args.get("cursor")
         )
         health = endpoints.health(session, actor, rows, since=utcnow() - timedelta(hours=24))
+        statuses = endpoints.health_statuses(rows, health)
+        failing = [e for e in rows if statuses[e.id] == endpoints.FAILING]
         return render_template(
             "portal/endpoints.html",
             endpoints=rows,
             health=health,
             operational_on=partners.get(session, actor, _uid()).operational_events,
+            statuses=statuses,
+            failing=failing,
+            retrying=endpoints.retrying_counts(session, actor, [e.id for e in failing]),
             next_url=url_for("portal.home", cursor=next_cursor) if next_cursor else None,
         )
 
@@ -349,6 +357,7 @@ def endpoint(endpoint_id: str) -> Page:
     with runtime().db.begin() as session:
         ep = _endpoint(session, endpoint_id)
         health = endpoints.health(session, actor, [ep], since=utcnow() - timedelta(hours=24))
+        chart_range = endpoints.chart_range(request.args.get("range"))
         recent = deliveries.page(
             session, actor, deliveries.DeliveryFilter(endpoint=ep.id), limit=5, cursor=None
         )
@@ -367,6 +376,10 @@ def endpoint(endpoint_id: str) -> Page:
             "portal/endpoint.html",
             ep=ep,
             health=health.get(ep.id, endpoints.Health(0, 0)),
+            status=endpoints.health_status(ep, health.get(ep.id)),
+            series=endpoints.success_series(session, actor, ep, chart_range),
+            range_url=lambda r: url_for("portal.endpoint", endpoint_id=ep.id, range=r),
+            retrying=endpoints.retrying_counts(session, actor, [ep.id]).get(ep.id, 0),
             may_enable=endpoints.may_enable(actor, ep),
             headers=present.endpoint_headers(ep.headers, ep.public_headers),
             recent=recent,
@@ -548,7 +561,7 @@ def endpoint_secret_rotate(endpoint_id: str) -> WerkzeugResponse:
             if ed25519
             else "Rotated. Reveal the new secret below and put it in your receiver"
         )
-        + (f"; the previous key keeps signing until {isoformat(until)}." if until else "."),
+        + (f"; the previous key keeps signing until {timeinput.shown(until)}." if until else "."),
         "ok",
     )
     return redirect(url_for("portal.endpoint_secret", endpoint_id=endpoint_id))
@@ -645,8 +658,6 @@ def deliveries_page() -> Page:
     with runtime().db.begin() as session:
         rows, _ = endpoints.page(session, actor, _uid(), limit=100, cursor=None)
         endpoint_id = request.args.get("endpoint", "").strip()
-        if endpoint_id:
-            _endpoint(session, endpoint_id)  # another partner's endpoint: not found
         context = log_context(session, actor, request.args, list_url=_deliveries_url)
         return render_template(
             "portal/deliveries.html",
@@ -662,9 +673,7 @@ def deliveries_page() -> Page:
 def delivery(delivery_id: str) -> Page:
     with runtime().db.begin() as session:
         found = deliveries.detail(session, security.actor(), delivery_id)
-        running = found.delivery.state in ("pending", "delivering") or (
-            found.delivery.state == "retrying" and not found.attempts
-        )
+        running = found.on_its_way
         return render_template(
             "portal/delivery.html",
             d=found,
@@ -680,7 +689,14 @@ def delivery(delivery_id: str) -> Page:
 def delivery_resend(delivery_id: str) -> WerkzeugResponse:
     rt = runtime()
     with rt.db.begin() as session:
-        deliveries.retry(session, rt, security.actor(), delivery_id)
+        held = deliveries.retry(session, rt, security.actor(), delivery_id)
+    if held is not None:
+        flash(
+            f"Not sent: it waits behind event {held.event_id} of the same ordering key, which "
+            "was not delivered. Resend that one first.",
+            "error",
+        )
+        return redirect(url_for("portal.delivery", delivery_id=delivery_id))
     flash("Resent: it goes out again now, with the same webhook-id and a fresh signature.", "ok")
     return redirect(url_for("portal.delivery", delivery_id=delivery_id))
 

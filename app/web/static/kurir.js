@@ -43,7 +43,42 @@
     }
   });
 
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+
+  function localWall(date) {
+    return date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) +
+      "T" + pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds());
+  }
+
+  function zoneName() {
+    try { return Intl.DateTimeFormat().resolvedOptions().timeZone || "local time"; }
+    catch (e) { return "local time"; }
+  }
+
+  // Times: absolute ones in the reader's own zone; time filters typed in it too (the
+  // form sends the offset, and the server turns the values back into UTC).
+  function localTimes() {
+    var zone = zoneName();
+    document.querySelectorAll("[data-local]").forEach(function (el) {
+      var date = new Date(el.getAttribute("data-local"));
+      if (!isNaN(date)) { el.textContent = localWall(date).replace("T", " ") + " " + zone; }
+    });
+    document.querySelectorAll("input[data-utc]").forEach(function (input) {
+      if (input.value) {
+        var date = new Date(input.value + "Z");
+        if (!isNaN(date)) { input.value = localWall(date); }
+      }
+    });
+    document.querySelectorAll("input[data-tz]").forEach(function (input) {
+      input.value = String(new Date().getTimezoneOffset());
+    });
+    document.querySelectorAll("[data-tz-label]").forEach(function (el) {
+      el.textContent = "(" + zone + ")";
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    localTimes();
     document.querySelectorAll("form[data-bulk]").forEach(updateCount);
     // A portal magic link: post it on at once (a link scanner that only fetches the page
     // does not run this, so it cannot spend the link).

@@ -18,7 +18,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.clock import isoformat
 from app.errors import KurirError
-from app.web import csrf, error_pages, present
+from app.web import csrf, error_pages, present, timeinput
 from app.web.jsonio import check_url_and_headers
 from app.web.ui import security
 
@@ -69,6 +69,9 @@ def _template_globals() -> dict[str, Any]:
         "csrf_token": csrf.csrf_token,
         "ago": present.ago,
         "isoformat": isoformat,
+        "shown_time": timeinput.shown,
+        "time_input": timeinput.input_value,
+        "time_presets": timeinput.PRESETS,
         "operator_email": g.get("operator_email"),
         "duration": present.duration,
         "dead_letters_url": dead_letters_url,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import render_template
 
-from app.services import dashboard
+from app.services import dashboard, endpoints
 from app.web.context import runtime
 from app.web.ui import security
 from app.web.ui.base import Page, blueprint
@@ -32,6 +32,9 @@ def dashboard_page() -> Page:
             partners=found.partner_uids,
             events=found.events,
             blocked=found.blocked,
+            held=found.held,
+            failing=found.failing,
+            failing_streak=endpoints.FAILING_STREAK,
             queues=queues,
             queue_error=queue_error,
         )

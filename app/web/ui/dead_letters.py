@@ -8,10 +8,10 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.models import DL_OPEN, DL_STATES
 from app.pagination import parse_limit
-from app.services import dead_letters, endpoints
-from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter
+from app.services import dead_letters, endpoints, list_filters
+from app.services.dead_letters import FILTER_KEYS, DeadLetterFilter, SearchPage
 from app.vocabulary import DeadLetterReason
-from app.web import present
+from app.web import present, timeinput
 from app.web.context import runtime
 from app.web.ui import security
 from app.web.ui.base import Page, back, blueprint, dead_letters_url
@@ -23,7 +23,8 @@ PAGE_SIZES = (25, 50, 100, 250)
 
 def _ui_filter_args() -> dict[str, str]:
     """The dead-letter filter as the form shows it; `state` defaults to open."""
-    args = {key: request.args.get(key, "").strip() for key in FILTER_KEYS}
+    given = timeinput.normalise(request.args)
+    args = {key: given.get(key, "").strip() for key in FILTER_KEYS}
     if "state" not in request.args:
         args["state"] = DL_OPEN
     return args
@@ -39,20 +40,20 @@ def _filter_form(args: dict[str, str]) -> dead_letters.FilterForm:
 def dead_letters_page() -> Page:
     args = _ui_filter_args()
     form = _filter_form(args)
-    if not form.valid:
-        flash(
-            "Some filters cannot be read; they are marked below. The other criteria are "
-            "applied, and bulk actions stay off until every field is valid.",
-            "error",
-        )
     flt = form.filter
     limit = parse_limit(request.args.get("limit") or "50")
     cursor = request.args.get("cursor") or None
     actor = security.actor()
     with runtime().db.begin() as session:
-        page = dead_letters.page(session, actor, flt, limit=limit, cursor=cursor, options=())
-        matching = dead_letters.count_matching(session, actor, flt)
+        missing = list_filters.unknown(session, actor, partner=flt.partner, endpoint=flt.endpoint)
+        errors = {**form.errors, **missing}
+        if missing:
+            page, matching = SearchPage([], None, {}), 0
+        else:
+            page = dead_letters.page(session, actor, flt, limit=limit, cursor=cursor, options=())
+            matching = dead_letters.count_matching(session, actor, flt)
         any_open = matching > 0 or dead_letters.open_dead_letter_exists(session, actor)
+        kept = set(request.args.getlist("selected"))
         query = {k: v for k, v in args.items() if v}
         return render_template(
             "ui/dead_letters.html",
@@ -60,7 +61,13 @@ def dead_letters_page() -> Page:
             args=args,
             flt=flt,
             matching=matching,
-            errors=form.errors,
+            errors=errors,
+            unknown=missing,
+            choices=list_filters.choices(
+                session, actor, partner=None if "partner" in missing else flt.partner
+            ),
+            endpoint_urls=endpoints.labels(session, actor, {dl.endpoint_id for dl in page.letters}),
+            kept=kept,
             any_open=any_open,
             limit=limit,
             cursor=cursor,

@@ -32,7 +32,7 @@ def deliveries_page() -> Page:
 def delivery(delivery_id: str) -> Page:
     with runtime().db.begin() as session:
         found = deliveries.detail(session, security.actor(), delivery_id)
-        running = found.delivery.state in ("pending", "delivering")
+        running = found.on_its_way
         return render_template(
             "ui/delivery.html",
             d=found,
@@ -48,7 +48,15 @@ def delivery_retry(delivery_id: str) -> WerkzeugResponse:
     rt = runtime()
     force = request.form.get("force") == "1"
     with rt.db.begin() as session:
-        deliveries.retry(session, rt, security.actor(), delivery_id, force=force)
+        held = deliveries.retry(session, rt, security.actor(), delivery_id, force=force)
+    if held is not None:
+        flash(
+            f"Not sent: it waits behind event {held.event_id} (#{held.sequence} of ordering key "
+            f"{held.ordering_key!r}), which is dead. Resend or discard dead letter "
+            f"{held.dead_letter_id} to let the key go on.",
+            "error",
+        )
+        return redirect(url_for("ui.delivery", delivery_id=delivery_id))
     flash(
         "Retrying now: same webhook-id, a fresh signature"
         + (", sent although the endpoint is disabled." if force else "."),

@@ -13,6 +13,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.clock import utcnow
 from app.errors import Conflict, NotFound, ValidationFailed
+from app.models import Endpoint
 from app.pagination import parse_limit
 from app.services import (
     audit,
@@ -21,6 +22,7 @@ from app.services import (
     event_types,
     feed,
     filters,
+    list_filters,
     partners,
     pins,
     verification,
@@ -48,32 +50,46 @@ def _health_since() -> datetime:
 def endpoints_page() -> Page:
     state = request.args.get("state", "")
     partner_uid = request.args.get("partner", "").strip()
+    sort = "health" if request.args.get("sort") == "health" else ""
     limit = parse_limit(request.args.get("limit") or "50")
     actor = security.actor()
+    state_filter = state if state in ("enabled", "disabled", "pending_verification") else None
     with runtime().db.begin() as session:
-        try:
-            rows, next_cursor = endpoints.page(
-                session,
-                actor,
-                partner_uid or None,
-                state=state if state in ("enabled", "disabled", "pending_verification") else None,
-                limit=limit,
-                cursor=request.args.get("cursor"),
-            )
-        except NotFound:
-            flash(f"There is no partner {partner_uid!r}.", "error")
-            rows, next_cursor = [], None
+        next_cursor = None
+        missing = list_filters.unknown(session, actor, partner=partner_uid or None)
+        rows: list[Endpoint] = []
+        health: dict[str, endpoints.Health] = {}
+        if not missing:
+            if sort:
+                rows, health = endpoints.worst_first(
+                    session, actor, partner_uid or None, state=state_filter, since=_health_since()
+                )
+            else:
+                rows, next_cursor = endpoints.page(
+                    session,
+                    actor,
+                    partner_uid or None,
+                    state=state_filter,
+                    limit=limit,
+                    cursor=request.args.get("cursor"),
+                )
+                health = endpoints.health(session, actor, rows, since=_health_since())
         ids = [e.id for e in rows]
         query: dict[str, Any] = {
-            k: v for k, v in {"state": state, "partner": partner_uid}.items() if v
+            k: v for k, v in {"state": state, "partner": partner_uid, "sort": sort}.items() if v
         }
         return render_template(
             "ui/endpoints.html",
             endpoints=rows,
             state=state,
             partner=partner_uid,
+            sort=sort,
+            errors=missing,
+            unknown=missing,
+            partner_choices=partners.choices(session, actor),
             partners=partners.uids(session, {e.partner_id for e in rows}),
-            health=endpoints.health(session, actor, rows, since=_health_since()),
+            health=health,
+            statuses=endpoints.health_statuses(rows, health),
             open_letters=dead_letters.open_by_endpoint(session, actor, ids),
             next_url=(
                 url_for("ui.endpoints", **query, cursor=next_cursor) if next_cursor else None
@@ -91,6 +107,9 @@ def endpoint(endpoint_id: str) -> Page:
         partner = partners.by_id(session, actor, ep.partner_id)
         parked = endpoints.parked(session, actor, ep) if ep.deleted_at is None else None
         health = endpoints.health(session, actor, [ep], since=_health_since())
+        chart_range = endpoints.chart_range(request.args.get("range"))
+        series = endpoints.success_series(session, actor, ep, chart_range)
+        retrying = endpoints.retrying_counts(session, actor, [ep.id]).get(ep.id, 0)
         recent = endpoints.operational_events(session, actor, ep, limit=RECENT_EVENTS_SHOWN)
         trail, _ = audit.search(session, actor, subject_id=ep.id, limit=RECENT_EVENTS_SHOWN)
         blocked: list[endpoints.BlockedKey] = []
@@ -108,6 +127,10 @@ def endpoint(endpoint_id: str) -> Page:
             blocked=blocked,
             more_blocked=more_blocked is not None,
             health=health.get(ep.id, endpoints.Health(0, 0)),
+            status=endpoints.health_status(ep, health.get(ep.id)),
+            series=series,
+            range_url=lambda r: url_for("ui.endpoint", endpoint_id=ep.id, range=r),
+            retrying=retrying,
             recent=recent,
             trail=trail,
             headers=present.endpoint_headers(ep.headers, ep.public_headers),

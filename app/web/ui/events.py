@@ -7,14 +7,15 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from flask import flash, redirect, render_template, request, url_for
+from flask import redirect, render_template, request, url_for
 
-from app.errors import BadRequest, NotFound
+from app.clock import parse_time
+from app.errors import NotFound
 from app.pagination import parse_limit
-from app.services import dead_letters, deliveries, events, partners
-from app.web import present
+from app.services import dead_letters, deliveries, events, list_filters, partners
+from app.services.search import Search
+from app.web import present, timeinput
 from app.web.context import runtime
-from app.web.jsonio import time_param
 from app.web.ui import security
 from app.web.ui.base import Page, blueprint
 
@@ -22,24 +23,36 @@ from app.web.ui.base import Page, blueprint
 @blueprint.get("/events")
 @security.login_required
 def event_lookup() -> Page:
-    """The events list (newest first, by partner, type and time), and lookup by any id."""
+    """The events list (newest first, by partner, type and time, or what the search box
+    finds), and lookup by any id."""
     raw = request.args.get("id", "").strip()
     actor = security.actor()
+    given = timeinput.normalise(request.args)
+    # The header's lookup box: an id goes to its page; anything else is searched.
+    q = (given.get("q") or "").strip() or raw
     with runtime().db.begin() as session:
-        if raw:
-            target = _lookup(session, raw)
+        if q and " " not in q and q.split("_", 1)[0] in ("evt", "dlv", "dl"):
+            target = _lookup(session, q)
             if target is not None:
                 return redirect(target)
-            flash(
-                f"Nothing has the id {raw!r}. Paste an event (evt_…), delivery (dlv_…) or "
-                "dead letter (dl_…) id.",
-                "error",
-            )
-        uid = request.args.get("partner", "").strip() or None
-        type_ = request.args.get("type", "").strip() or None
-        error = None
-        try:
-            since, until = time_param("since"), time_param("until")
+        uid = given.get("partner", "").strip() or None
+        type_ = given.get("type", "").strip() or None
+        errors = list_filters.unknown(session, actor, partner=uid)
+        missing = dict(errors)
+        search, q_error = Search.parse(q)
+        if q_error:
+            errors["q"] = q_error
+        since = until = None
+        for key in ("since", "until"):
+            try:
+                value = parse_time(given[key]) if given.get(key) else None
+            except ValueError:
+                errors[key] = "must be an RFC 3339 time like 2026-01-31T00:00:00Z"
+                value = None
+            since, until = (value, until) if key == "since" else (since, value)
+        rows: list[Any] = []
+        next_cursor = None
+        if not missing:
             rows, next_cursor = events.page(
                 session,
                 actor,
@@ -47,18 +60,20 @@ def event_lookup() -> Page:
                 type_=type_,
                 since=since,
                 until=until,
+                search=search,
                 limit=parse_limit(request.args.get("limit") or "50"),
                 cursor=request.args.get("cursor"),
             )
-        except (BadRequest, NotFound) as exc:
-            error, rows, next_cursor = exc.message, [], None
-        query = {k: request.args.get(k, "") for k in ("partner", "type", "since", "until")}
+        query = {k: given.get(k, "") for k in ("q", "partner", "type", "since", "until")}
+        query["q"] = q
         page = render_template(
             "ui/events.html",
             rows=rows,
-            query=query,
-            lookup=raw,
-            error=error,
+            args=query,
+            errors=errors,
+            unknown=missing,
+            searched=bool(search),
+            choices=list_filters.choices(session, actor, partner=None if missing else uid),
             partner_uids=partners.uids(session, {e.partner_id for e in rows}),
             next_url=(
                 url_for("ui.event_lookup")
@@ -68,7 +83,7 @@ def event_lookup() -> Page:
                 else None
             ),
         )
-    return (page, 404) if raw else page
+    return (page, 404) if raw and not rows else page
 
 
 def _lookup(session: Any, raw: str) -> str | None:

@@ -1,0 +1,27 @@
+"""Search by resource id and correlation id: an index on each of the events' columns
+
+Revision ID: 0014_search
+Revises: 0013
+Create Date: 2026-12-05 09:30:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0014_search"
+down_revision: str | None = "0013"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_index("ix_events_resource_id", "events", ["resource_id"])
+    op.create_index("ix_events_correlation_id", "events", ["correlation_id"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_events_correlation_id", table_name="events")
+    op.drop_index("ix_events_resource_id", table_name="events")
