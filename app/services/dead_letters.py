@@ -433,3 +433,23 @@ def fate(session: Session, letter: DeadLetter) -> Fate | None:
     )
     delivery = letter.delivery
     return Fate(delivery.state, delivery.run, later)
+
+
+def job_verdict(job: ResendJob, outcomes: Outcomes) -> str:
+    """What a resend job came to, in words: the job's own state while it runs; once it is
+    done, what became of the runs it started (never "succeeded" for letters that failed
+    again)."""
+    if job.state in ("pending", "running"):
+        return f"{job.state}"
+    parts = [f"{outcomes.delivered} delivered"]
+    if outcomes.failed_again:
+        parts.append(f"{outcomes.failed_again} failed again")
+    if outcomes.in_progress:
+        parts.append(f"{outcomes.in_progress} still on their way")
+    return ("finished" if job.state == SUCCEEDED else str(job.state)) + " · " + ", ".join(parts)
+
+
+def job_running(job: ResendJob) -> bool:
+    """Whether the job itself still works (a page may refresh until it is done; the runs it
+    started may then take days on the retry schedule, and are not waited for)."""
+    return job.state in ("pending", "running")

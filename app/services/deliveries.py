@@ -218,6 +218,12 @@ class Detail:
     held_by: ordering.HeldBy | None = None
 
     @property
+    def held_back(self) -> bool:
+        """Parked without a single attempt (its endpoint was disabled, or its URL refused):
+        never sent, and not queued either until someone resends it."""
+        return self.delivery.state == DEAD and not self.attempts
+
+    @property
     def on_its_way(self) -> bool:
         """Kurir is about to attempt it (a page may refresh until the attempt ends):
         pending or being attempted, or retrying before its first attempt; not while a

@@ -391,6 +391,19 @@ def rotate_secret(
         overlap_s=rt.settings.secret_rotation_overlap_seconds,
         **details,
     )
+    # The endpoint's history (its operational events) shows rotations beside disables and
+    # enables: when the partner's receiver must have the new secret by.
+    session.add(
+        OperationalEvent(
+            kind="endpoint.secret_rotated",
+            subject_id=endpoint.id,
+            data={
+                "actor": str(actor),
+                "signature": endpoint.signature,
+                "previous_signs_until": isoformat(previous_secret_expiry(endpoint)),
+            },
+        )
+    )
     return secret
 
 

@@ -79,6 +79,9 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     localTimes();
+    // A form sent back with errors: its summary, at the top, gets the focus.
+    var summary = document.querySelector("[data-error-summary]");
+    if (summary) { summary.focus(); }
     document.querySelectorAll("form[data-bulk]").forEach(updateCount);
     // A portal magic link: post it on at once (a link scanner that only fetches the page
     // does not run this, so it cannot spend the link).

@@ -3,6 +3,8 @@ Resend and Discard, and the page that follows a resend job."""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
@@ -105,7 +107,8 @@ def dead_letters_bulk() -> WerkzeugResponse:
             flash(f"Resending {len(ids)} dead letters in the background.", "ok")
             return redirect(url_for("ui.resend_job", job_id=job_id))
         _flash_resend(len(outcome.resent), outcome.skipped)
-        return to_list
+        refused = [i for i in ids if i in outcome.skipped]
+        return _keeping(to_list, refused)
     if action == "discard":
         with rt.db.begin() as session:
             done = len(
@@ -123,6 +126,16 @@ def dead_letters_bulk() -> WerkzeugResponse:
     return to_list
 
 
+def _keeping(to_list: WerkzeugResponse, ids: list[str]) -> WerkzeugResponse:
+    """Back to the list with the letters an action refused still ticked (`selected`), so
+    that acting on them again (say, with "even to disabled endpoints") needs no re-picking."""
+    if not ids:
+        return to_list
+    target = to_list.headers["Location"]
+    joiner = "&" if "?" in target else "?"
+    return redirect(target + joiner + urlencode([("selected", i) for i in ids]))
+
+
 def _flash_resend(resent: int, skipped: dict[str, str]) -> None:
     if resent:
         flash(f"Resent {resent} dead letter{'s' if resent != 1 else ''}.", "ok")
@@ -130,7 +143,10 @@ def _flash_resend(resent: int, skipped: dict[str, str]) -> None:
         reasons: dict[str, int] = {}
         for reason in skipped.values():
             reasons[reason] = reasons.get(reason, 0) + 1
-        text = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in reasons.items())
+        text = ", ".join(
+            f"{n} {'letter' if n == 1 else 'letters'} ({reason.replace('_', ' ')})"
+            for reason, n in reasons.items()
+        )
         hint = (
             " Enable the endpoint first, or tick “resend even to disabled endpoints”."
             if dead_letters.ENDPOINT_DISABLED in reasons
@@ -244,5 +260,6 @@ def resend_job(job_id: str) -> Page:
             flt=flt,
             outcomes=outcomes,
             skipped=job.params.get("skipped") or {},
-            running=job.state in ("pending", "running") or outcomes.in_progress > 0,
+            running=dead_letters.job_running(job),
+            verdict=dead_letters.job_verdict(job, outcomes),
         )

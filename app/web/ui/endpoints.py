@@ -391,3 +391,27 @@ def endpoint_test(endpoint_id: str) -> WerkzeugResponse:
         "ok",
     )
     return redirect(url_for("ui.delivery", delivery_id=delivery_id))
+
+
+@blueprint.route("/endpoints/<endpoint_id>/delete", methods=["GET", "POST"])
+@security.login_required
+def endpoint_delete(endpoint_id: str) -> Page:
+    """Delete an endpoint, once its URL (a pull endpoint: its id) is typed to confirm
+    (audited as the operator, `endpoint.deleted`)."""
+    actor = security.actor()
+    with runtime().db.begin() as session:
+        ep = endpoints.by_id(session, actor, endpoint_id, "endpoints:write")
+        if ep.deleted_at is not None:
+            raise NotFound(f"Endpoint {endpoint_id} is already deleted.")
+        partner = partners.by_id(session, actor, ep.partner_id)
+        if request.method == "GET":
+            return render_template("ui/endpoint_delete.html", ep=ep, partner=partner)
+        if request.form.get("confirm", "").strip() != (ep.url or ep.id):
+            flash(
+                "Not deleted: type the endpoint's URL (a pull endpoint: its id) exactly.",
+                "error",
+            )
+            return redirect(url_for("ui.endpoint_delete", endpoint_id=endpoint_id))
+        endpoints.delete(session, actor, partner.uid, endpoint_id)
+    flash("Endpoint deleted. It receives nothing from now on; its history stays.", "ok")
+    return redirect(url_for("ui.endpoint", endpoint_id=endpoint_id))
