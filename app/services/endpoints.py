@@ -986,3 +986,46 @@ def labels(session: Session, actor: Actor, endpoint_ids: set[str]) -> dict[str, 
         for e in rows
         if actor.may_see_partner(e.partner_id)
     }
+
+
+# When the secrets a rotation superseded stop signing, as a partner may choose (a leaked
+# secret must not keep signing for the whole overlap).
+EXPIRE_PREVIOUS = {"now": 0, "1h": 3600}
+
+
+def expire_previous_secrets(
+    session: Session, actor: Actor, endpoint: Endpoint, when: str, now: datetime | None = None
+) -> datetime:
+    """Bring forward the end of the overlap: the previous secrets (or Ed25519 keys) stop
+    signing `now` or in `1h` (never later than they would have); returns when.
+
+    Raises:
+        BadRequest: `when` is neither `now` nor `1h`.
+        Conflict: `no_previous_secret`: nothing but the current secret signs.
+    """
+    _own(actor, endpoint, "endpoints:write")
+    if when not in EXPIRE_PREVIOUS:
+        raise BadRequest(
+            "when must be now or 1h", code="invalid_parameter", details={"parameter": "when"}
+        )
+    now = now or utcnow()
+    live_now = secret_ring.live(endpoint.secrets, now)
+    until = now + timedelta(seconds=EXPIRE_PREVIOUS[when])
+    changed = [s for s in live_now[1:] if s.expires_at is None or s.expires_at > until]
+    if len(live_now) < 2:
+        raise Conflict(
+            "only the current secret signs: there is no previous one to expire",
+            code="no_previous_secret",
+            details={"endpoint": endpoint.id},
+        )
+    for secret in changed:
+        secret.expires_at = until
+    _record(session, actor, "endpoint.previous_secret_expired", endpoint, until=isoformat(until))
+    session.add(
+        OperationalEvent(
+            kind="endpoint.previous_secret_expired",
+            subject_id=endpoint.id,
+            data={"actor": str(actor), "until": isoformat(until)},
+        )
+    )
+    return until

@@ -488,3 +488,44 @@ def purge(session: Session, now: datetime | None = None) -> int:
         )
     )
     return int(links.rowcount or 0) + int(sessions.rowcount or 0)  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------ showing a link once
+
+# A link an operator makes is shown on the page its POST redirects to, once: the token waits
+# in Redis this long (never in a URL or a cookie) and is taken by the first view.
+SHOWN_LINK_TTL_S = 300
+
+
+def _shown_key(actor: Actor, link_id: str) -> str:
+    return f"kurir:portal-link-shown:{actor}:{link_id}"
+
+
+def keep_to_show(connection: Any, actor: Actor, link: PortalLink, token: str) -> None:
+    """Hold the new link's token for the one page that shows it to its maker."""
+    connection.set(_shown_key(actor, link.id), token, ex=SHOWN_LINK_TTL_S)
+
+
+def take_to_show(
+    session: Session, connection: Any, actor: Actor, uid: str, link_id: str
+) -> tuple[PortalLink, str | None]:
+    """The link and, the first time only, its token (None: shown already, or too late);
+    reloading the page shows the link's facts and mints nothing.
+
+    Raises:
+        NotFound: no such link of that partner (as the actor sees it).
+    """
+    from app.errors import NotFound
+
+    partner = partners.visible(session, actor, uid)
+    link = session.scalar(
+        select(PortalLink).where(PortalLink.id == link_id, PortalLink.partner_id == partner.id)
+    )
+    if link is None:
+        raise NotFound(f"portal link {link_id!r} not found", details={"link": link_id})
+    pipe = connection.pipeline()
+    pipe.get(_shown_key(actor, link_id))
+    pipe.delete(_shown_key(actor, link_id))
+    raw, _ = pipe.execute()
+    token = raw.decode() if isinstance(raw, bytes) else raw
+    return link, token

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
 from app.accounts import create_operator
-from app.models import DeadLetter, Endpoint
+from app.clock import utcnow
+from app.models import DeadLetter, Endpoint, PortalLink
 from tests.browser.test_ui_browser import EMAIL, PASSWORD, chromium, page  # noqa: F401
 from tests.support.dlq_factories import make_dead_letter, make_endpoint, make_event, make_partner
 from tests.support.factories import Receiver, WorkerThread, wait_for
@@ -145,3 +147,31 @@ def test_endpoint_history_delete_form_errors_and_wrapping(page, scene, runtime):
     page.goto(f"{scene.url}/ui/events/{scene.long_event}")
     assert page.locator("[data-testid=correlation-id]").is_visible()
     assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+
+
+def test_a_portal_link_survives_a_reload_and_the_partner_ends_the_overlap(
+    page,  # noqa: F811
+    scene,
+    runtime,
+):
+    _login(page, scene, "/ui/partners/initech")
+    page.click("button:has-text('Open portal as this partner')")
+    page.wait_for_url(re.compile(r"/ui/partners/initech/portal-links/pl_"))
+    link = page.inner_text("[data-testid=portal-link]").strip()
+    page.reload()  # a GET now: shows the link's facts, mints no second link
+    assert page.locator("[data-testid=link-shown-already]").is_visible()
+    with runtime.db.begin() as session:
+        assert session.scalar(select(func.count()).select_from(PortalLink)) == 1
+
+    # The partner rotates, then cuts the previous secret off at once.
+    page.goto(link)
+    page.wait_for_url(re.compile(r"/portal/$"))
+    page.goto(f"{scene.url}/portal/endpoints/{scene.spare}/secret")
+    page.click("button:has-text('Rotate secret')")
+    page.wait_for_selector("[data-testid=expire-previous]")
+    page.click("button:has-text('Expire it now')")
+    assert "stops signing now" in page.inner_text(".flashes")
+    assert page.locator("[data-testid=expire-previous]").count() == 0
+    with runtime.db.begin() as session:
+        live = [s for s in session.get_one(Endpoint, scene.spare).secrets if s.is_live(utcnow())]
+        assert len(live) == 1

@@ -205,11 +205,15 @@ def test_partner_page_lists_keys_revokes_one_and_opens_the_portal(
     assert (
         client.get("/v1/me", headers={"Authorization": f"Bearer {key['key']}"}).status_code == 401
     )
-    made = ui.post(
+    posted = ui.post(
         "/ui/partners/acme/portal-link", data={"csrf_token": token(ui, "/ui/partners/acme")}
     )
+    assert posted.status_code == 302  # answered by a redirect: a reload mints nothing
+    made = ui.get(posted.headers["Location"])
     assert made.status_code == 200 and "opens acme" in made.text
     link = _LINK.search(made.text).group(1)
+    again = ui.get(posted.headers["Location"])  # the reload: shown once, nothing minted
+    assert 'data-testid="link-shown-already"' in again.text and link not in again.text
     partner_browser = app.test_client()
     entered = partner_browser.post("/" + link.split("/", 3)[3])
     assert entered.status_code == 302

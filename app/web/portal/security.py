@@ -103,6 +103,7 @@ SECTIONS: dict[str, str | None] = {
     "portal.endpoint_secret": "secrets",
     "portal.endpoint_secret_reveal": "secrets",
     "portal.endpoint_secret_rotate": "secrets",
+    "portal.endpoint_secret_expire_previous": "secrets",
     "portal.endpoint_test": "test",
     "portal.endpoint_verify": "endpoints",
     "portal.endpoint_resend_challenge": "endpoints",

@@ -567,6 +567,20 @@ def endpoint_secret_rotate(endpoint_id: str) -> WerkzeugResponse:
     return redirect(url_for("portal.endpoint_secret", endpoint_id=endpoint_id))
 
 
+@blueprint.post("/endpoints/<endpoint_id>/secret/expire-previous")
+@security.session_required
+def endpoint_secret_expire_previous(endpoint_id: str) -> WerkzeugResponse:
+    """Stop the previous secret now or in an hour, instead of at the end of the overlap."""
+    with runtime().db.begin() as session:
+        ep = _endpoint(session, endpoint_id, "endpoints:write")
+        until = endpoints.expire_previous_secrets(
+            session, security.actor(), ep, request.form.get("when", "")
+        )
+    when = "now" if until <= utcnow() else "at " + timeinput.shown(until)
+    flash(f"The previous secret stops signing {when}.", "ok")
+    return redirect(url_for("portal.endpoint_secret", endpoint_id=endpoint_id))
+
+
 # ------------------------------------------------------------------------------ verification
 
 

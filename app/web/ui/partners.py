@@ -61,16 +61,33 @@ def partner(uid: str) -> Page:
 
 @blueprint.post("/partners/<uid>/portal-link")
 @security.login_required
-def partner_portal_link(uid: str) -> Page:
-    """A one-time link into the partner's portal; shown once, on this answer only."""
+def partner_portal_link(uid: str) -> WerkzeugResponse:
+    """A one-time link into the partner's portal, answered by a redirect to the page that
+    shows it (once): reloading that page mints no second link."""
     rt = runtime()
+    actor = security.actor()
     with rt.db.begin() as session:
         link, token = portal.create_link(
-            session, security.actor(), uid, default_ttl_s=rt.settings.portal_link_ttl_seconds
+            session, actor, uid, default_ttl_s=rt.settings.portal_link_ttl_seconds
         )
-        found = partners.get(session, security.actor(), uid)
+        link_id = link.id
+        portal.keep_to_show(rt.redis, actor, link, token)
+    return redirect(url_for("ui.partner_portal_link_shown", uid=uid, link_id=link_id))
+
+
+@blueprint.get("/partners/<uid>/portal-links/<link_id>")
+@security.login_required
+def partner_portal_link_shown(uid: str, link_id: str) -> Page:
+    rt = runtime()
+    actor = security.actor()
+    with rt.db.begin() as session:
+        link, token = portal.take_to_show(session, rt.redis, actor, uid, link_id)
+        found = partners.get(session, actor, uid)
         return render_template(
-            "ui/portal_link.html", partner=found, link=link, url=portal_url(token)
+            "ui/portal_link.html",
+            partner=found,
+            link=link,
+            url=portal_url(token) if token else None,
         )
 
 
