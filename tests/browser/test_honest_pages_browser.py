@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 
 from app.accounts import create_operator
 from app.clock import utcnow
-from app.models import DeadLetter, Endpoint, PortalLink
+from app.models import DeadLetter, Endpoint, InboundEvent, InboundSource, PortalLink
 from tests.browser.test_ui_browser import EMAIL, PASSWORD, chromium, page  # noqa: F401
 from tests.support.dlq_factories import make_dead_letter, make_endpoint, make_event, make_partner
 from tests.support.factories import Receiver, WorkerThread, wait_for
@@ -175,3 +175,29 @@ def test_a_portal_link_survives_a_reload_and_the_partner_ends_the_overlap(
     with runtime.db.begin() as session:
         live = [s for s in session.get_one(Endpoint, scene.spare).secrets if s.is_live(utcnow())]
         assert len(live) == 1
+
+
+def test_an_inbound_callback_shows_what_was_sent(page, scene, runtime):  # noqa: F811
+    body = b'{"id":"evt_p1","type":"payment.updated","data":{"status":"paid"}}'
+    with runtime.db.begin() as session:
+        source = InboundSource(name="acme-callbacks", scheme="standard-webhooks")
+        session.add(source)
+        session.flush()
+        received = InboundEvent(
+            source_id=source.id,
+            event_id="evt_p1",
+            event_type="payment.updated",
+            status="quarantined",
+            reason="version gap: expected 5",
+            raw_body=body,
+            headers={"content-type": "application/json", "authorization": "Bearer s3cret"},
+        )
+        session.add(received)
+        session.flush()
+    _login(page, scene, "/ui/inbound")
+    page.click("a:has-text('evt_p1')")
+    page.wait_for_url(re.compile(r"/ui/inbound/ine_"))
+    assert page.inner_text("[data-testid=inbound-body]") == body.decode()
+    headers = page.inner_text("[data-testid=inbound-headers]")
+    assert "application/json" in headers and "s3cret" not in headers
+    assert "version gap" in page.inner_text("[data-testid=inbound-reason]")

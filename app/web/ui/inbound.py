@@ -12,6 +12,7 @@ from app.errors import NotFound
 from app.models import INBOUND_STATUSES
 from app.pagination import parse_limit
 from app.services import sources
+from app.web import present
 from app.web.context import runtime
 from app.web.ui import security
 from app.web.ui.base import Page, back, blueprint
@@ -71,3 +72,22 @@ def inbound_replay_view(inbound_id: str) -> WerkzeugResponse:
         sources.replay(session, rt, security.actor(), inbound_id)
     flash(f"Replaying {inbound_id}: it is queued for processing again.", "ok")
     return back(url_for("ui.inbound"))
+
+
+@blueprint.get("/inbound/<inbound_id>")
+@security.login_required
+def inbound_event(inbound_id: str) -> Page:
+    """One received callback: its facts, the headers it came with (credentials hidden) and
+    the body exactly as stored, to check what a partner actually sent."""
+    with runtime().db.begin() as session:
+        event, source_name = sources.event(session, security.actor(), inbound_id)
+        raw = bytes(event.raw_body or b"")
+        return render_template(
+            "ui/inbound_event.html",
+            e=event,
+            source=source_name,
+            headers=present.shown_headers(event.headers),
+            body=raw.decode("utf-8", errors="replace"),
+            pretty=present.pretty_json(raw),
+            size=len(raw),
+        )
