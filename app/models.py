@@ -79,7 +79,17 @@ DISABLED_BY_OPERATOR, DISABLED_BY_PARTNER, DISABLED_BY_HEALTH = (
 )
 
 # API key scopes. `admin` implies every other one; any write scope implies `read`.
-SCOPES = ("admin", "read", "events:write", "endpoints:write", "dlq:write", "sources:write")
+# `feed:write`: read a partner's feed and acknowledge it, nothing else (the key a partner
+# makes itself in the portal for a pull consumer).
+SCOPES = (
+    "admin",
+    "read",
+    "events:write",
+    "endpoints:write",
+    "dlq:write",
+    "sources:write",
+    "feed:write",
+)
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -20,7 +20,7 @@ PUBLISHER = "publisher"
 ALL_SCOPES = frozenset(SCOPES)
 # Scopes a partner-scoped credential can hold: it can never publish, nor manage contracts,
 # sources, operators or keys.
-PARTNER_SCOPES = frozenset({"read", "endpoints:write", "dlq:write"})
+PARTNER_SCOPES = frozenset({"read", "endpoints:write", "dlq:write", "feed:write"})
 
 
 def shown_to(reader_partner_id: str | None, name: str, actor_partner_id: str | None) -> str:

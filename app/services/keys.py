@@ -26,6 +26,9 @@ from app.runtime import Runtime
 from app.services import audit, partners, portal
 from app.services.actor import PARTNER_SCOPES, Actor
 
+# A partner key holds these unless told otherwise (`feed:write` is for feed keys).
+DEFAULT_PARTNER_SCOPES = frozenset({"read", "endpoints:write", "dlq:write"})
+
 CACHE_TTL_S = 1.0
 CACHE_MAX_KEYS = 10_000  # beyond this the cache starts over (one query per key to refill)
 LAST_USED_EVERY_S = 60.0
@@ -64,7 +67,7 @@ def create(
     if partner_uid is not None:
         partner = partners.visible(session, actor, partner_uid, "admin")
         partner_id = partner.id
-        scopes = list(scopes) or sorted(PARTNER_SCOPES)
+        scopes = list(scopes) or sorted(DEFAULT_PARTNER_SCOPES)
         refused = sorted(set(scopes) - PARTNER_SCOPES)
         if refused:
             raise ValidationFailed(
@@ -225,3 +228,80 @@ def _load(session: Session, digest: str, now: datetime) -> Actor | None:
     return Actor.key(
         key.name, key.scopes or (), key.id, partner_id=key.partner_id, partner_uid=partner_uid
     )
+
+
+# ------------------------------------------------------------------------ a partner's feed keys
+
+FEED_KEY_SCOPES = ("feed:write",)
+FEED_KEYS_MAX = 10
+
+
+def _require_partner_writer(actor: Actor) -> None:
+    """A feed key is made by its partner (the portal), for itself."""
+    if actor.partner_id is None:
+        raise NotFound("not found")
+    actor.require("endpoints:write")
+
+
+def feed_keys(session: Session, actor: Actor) -> list[ApiKey]:
+    """The partner's live feed keys, newest first."""
+    _require_partner_writer(actor)
+    rows = session.scalars(
+        _visible_stmt(actor).where(ApiKey.revoked_at.is_(None)).order_by(ApiKey.id.desc())
+    )
+    return [k for k in rows if _is_feed_key(k)]
+
+
+def _is_feed_key(key: ApiKey) -> bool:
+    return list(key.scopes or ()) == list(FEED_KEY_SCOPES)
+
+
+def create_feed_key(session: Session, actor: Actor, name: str) -> tuple[ApiKey, str]:
+    """A key of the actor's partner that reads its feed and acknowledges it, nothing else;
+    the token is returned once. At most FEED_KEYS_MAX live ones.
+
+    Raises:
+        ValidationFailed: `invalid_field` (name), `feed_key_limit`.
+    """
+    _require_partner_writer(actor)
+    if len(feed_keys(session, actor)) >= FEED_KEYS_MAX:
+        raise ValidationFailed(
+            f"a partner has at most {FEED_KEYS_MAX} feed keys: revoke one first",
+            code="feed_key_limit",
+            details={"limit": FEED_KEYS_MAX},
+        )
+    name = (name or "").strip() or "feed key"
+    if len(name) > 200:
+        raise ValidationFailed(
+            "name must be at most 200 characters", code="invalid_field", details={"field": "name"}
+        )
+    key, token = accounts.create_api_key(session, name, list(FEED_KEY_SCOPES))
+    key.partner_id = actor.partner_id
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        "key.created",
+        "api_key",
+        key.id,
+        partner_id=actor.partner_id,
+        name=key.name,
+        scopes=list(key.scopes),
+    )
+    return key, token
+
+
+def revoke_feed_key(session: Session, actor: Actor, key_id: str) -> ApiKey:
+    """Revoke one of the partner's own feed keys (another key of its is the publisher's to
+    manage, and is not found here)."""
+    _require_partner_writer(actor)
+    key = session.scalar(_visible_stmt(actor).where(ApiKey.id == key_id))
+    if key is None or not _is_feed_key(key) or key.revoked_at is not None:
+        raise NotFound(f"feed key {key_id!r} does not exist", details={"id": key_id})
+    key.revoked_at = utcnow()
+    session.flush()
+    audit.record(
+        session, actor, "key.revoked", "api_key", key.id, partner_id=key.partner_id, name=key.name
+    )
+    forget(key.key_hash)
+    return key

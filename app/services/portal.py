@@ -497,13 +497,28 @@ def purge(session: Session, now: datetime | None = None) -> int:
 SHOWN_LINK_TTL_S = 300
 
 
-def _shown_key(actor: Actor, link_id: str) -> str:
-    return f"kurir:portal-link-shown:{actor}:{link_id}"
+def _shown_key(actor: Actor, ref: str) -> str:
+    return f"kurir:shown-once:{actor}:{ref}"
+
+
+def stash_once(connection: Any, actor: Actor, ref: str, token: str) -> None:
+    """Hold a token just made (a portal link, a feed key) for the one page that shows it to
+    its maker, after the redirect that answers the POST."""
+    connection.set(_shown_key(actor, ref), token, ex=SHOWN_LINK_TTL_S)
+
+
+def take_once(connection: Any, actor: Actor, ref: str) -> str | None:
+    """The token held for `ref`, the first time only (None: shown already, or too late)."""
+    pipe = connection.pipeline()
+    pipe.get(_shown_key(actor, ref))
+    pipe.delete(_shown_key(actor, ref))
+    raw, _ = pipe.execute()
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def keep_to_show(connection: Any, actor: Actor, link: PortalLink, token: str) -> None:
     """Hold the new link's token for the one page that shows it to its maker."""
-    connection.set(_shown_key(actor, link.id), token, ex=SHOWN_LINK_TTL_S)
+    stash_once(connection, actor, link.id, token)
 
 
 def take_to_show(
@@ -523,9 +538,4 @@ def take_to_show(
     )
     if link is None:
         raise NotFound(f"portal link {link_id!r} not found", details={"link": link_id})
-    pipe = connection.pipeline()
-    pipe.get(_shown_key(actor, link_id))
-    pipe.delete(_shown_key(actor, link_id))
-    raw, _ = pipe.execute()
-    token = raw.decode() if isinstance(raw, bytes) else raw
-    return link, token
+    return link, take_once(connection, actor, link_id)

@@ -201,3 +201,39 @@ def test_an_inbound_callback_shows_what_was_sent(page, scene, runtime):  # noqa:
     headers = page.inner_text("[data-testid=inbound-headers]")
     assert "application/json" in headers and "s3cret" not in headers
     assert "version gap" in page.inner_text("[data-testid=inbound-reason]")
+
+
+def test_a_partner_makes_and_revokes_its_own_feed_key(page, scene, client, auth):  # noqa: F811
+    made = client.post("/v1/partners/initech/endpoints", headers=auth, json={"mode": "pull"})
+    assert made.status_code == 201, made.get_json()
+    pull = made.get_json()["id"]
+    link = client.post("/v1/partners/initech/portal-links", headers=auth).get_json()["url"]
+    page.goto(scene.url + "/" + link.split("/", 3)[3])
+    page.wait_for_url(re.compile(r"/portal/$"))
+    page.goto(f"{scene.url}/portal/endpoints/{pull}")
+    page.fill("[data-testid=feed-keys] input[name=name]", "billing consumer")
+    page.click("button:has-text('Make a feed key')")
+    token = page.inner_text("#feed-key").strip()
+    page.reload()  # shown once
+    assert page.locator("[data-testid=new-feed-key]").count() == 0
+    assert "billing consumer" in page.inner_text("[data-testid=feed-key-list]")
+
+    bearer = {"Authorization": f"Bearer {token}"}
+    read = client.get(f"/v1/partners/initech/feed?endpoint={pull}", headers=bearer)
+    assert read.status_code == 200
+    cursor = read.get_json()["next_cursor"]
+    acked = client.post(
+        f"/v1/partners/initech/endpoints/{pull}/ack", headers=bearer, json={"cursor": cursor}
+    )
+    assert acked.status_code in (200, 204), acked.get_json()
+    # Read-only otherwise: it changes no endpoint.
+    changed = client.patch(
+        f"/v1/partners/initech/endpoints/{pull}", headers=bearer, json={"description": "x"}
+    )
+    assert changed.status_code == 403
+
+    page.click("[data-testid=feed-key-list] button:has-text('Revoke')")
+    assert "revoked" in page.inner_text(".flashes")
+    assert (
+        client.get(f"/v1/partners/initech/feed?endpoint={pull}", headers=bearer).status_code == 401
+    )

@@ -29,6 +29,7 @@ from app.services import (
     event_types,
     feed,
     filters,
+    keys,
     partners,
     pins,
     portal,
@@ -395,6 +396,12 @@ def endpoint(endpoint_id: str) -> Page:
             auto_recover_on=runtime().settings.auto_recover,
             verification=verification.status(ep),
             feed_url=feed_url,
+            feed_keys=keys.feed_keys(session, actor) if ep.mode == "pull" else [],
+            new_key=(
+                portal.take_once(runtime().redis, actor, shown)
+                if (shown := request.args.get("key")) and ep.mode == "pull"
+                else None
+            ),
             ack_url=request.host_url.rstrip("/") + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack",
         )
 
@@ -507,6 +514,38 @@ def endpoint_delete(endpoint_id: str) -> Page:
         "ok",
     )
     return redirect(url_for("portal.home"))
+
+
+@blueprint.post("/feed-keys")
+@security.session_required
+def feed_key_create() -> WerkzeugResponse:
+    """A feed key for the partner's pull consumer, shown once on the endpoint's page that
+    this redirects to (the token waits in Redis, never in the URL)."""
+    rt = runtime()
+    actor = security.actor()
+    endpoint_id = request.form.get("endpoint", "")
+    with rt.db.begin() as session:
+        _endpoint(session, endpoint_id)
+        key, token = keys.create_feed_key(session, actor, request.form.get("name", ""))
+        key_id = key.id
+        portal.stash_once(rt.redis, actor, key_id, token)
+    flash("Feed key made: copy it below now, it is not shown again.", "ok")
+    return redirect(url_for("portal.endpoint", endpoint_id=endpoint_id, key=key_id))
+
+
+@blueprint.post("/feed-keys/<key_id>/revoke")
+@security.session_required
+def feed_key_revoke(key_id: str) -> WerkzeugResponse:
+    with runtime().db.begin() as session:
+        key = keys.revoke_feed_key(session, security.actor(), key_id)
+        name = key.name
+    flash(f"Feed key {name!r} revoked: a consumer using it is refused from now on.", "ok")
+    endpoint_id = request.form.get("endpoint", "")
+    return redirect(
+        url_for("portal.endpoint", endpoint_id=endpoint_id)
+        if endpoint_id
+        else url_for("portal.home")
+    )
 
 
 # ------------------------------------------------------------------------------ secret
