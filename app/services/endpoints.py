@@ -33,6 +33,7 @@ from app.models import (
     DISABLED_BY_OPERATOR,
     DISABLED_BY_PARTNER,
     DL_OPEN,
+    RETRYING,
     Attempt,
     DeadLetter,
     Delivery,
@@ -876,7 +877,7 @@ def retrying_counts(session: Session, actor: Actor, endpoint_ids: list[str]) -> 
         return {}
     stmt = (
         select(Delivery.endpoint_id, func.count())
-        .where(Delivery.endpoint_id.in_(endpoint_ids), Delivery.state == "retrying")
+        .where(Delivery.endpoint_id.in_(endpoint_ids), Delivery.state == RETRYING)
         .group_by(Delivery.endpoint_id)
     )
     if actor.partner_id is not None:

@@ -206,11 +206,14 @@ def test_another_partner_guesses_urls_and_a_forged_post_is_refused(page, kurir, 
     for path in (
         f"/portal/endpoints/{created['id']}",
         f"/portal/endpoints/{created['id']}/secret",
-        f"/portal/deliveries?endpoint={created['id']}",
     ):
         response = page.goto(kurir.url + path)
         assert response.status == 404, path
         assert "acme-secret-place" not in page.content()
+    # Its deliveries: the log keeps its form and says no such endpoint, as for any id.
+    page.goto(f"{kurir.url}/portal/deliveries?endpoint={created['id']}")
+    assert "does not exist" in page.inner_text("[data-testid=filter-unknown]")
+    assert "acme-secret-place" not in page.content()
     # Same browser, same session, no CSRF token: what a forged cross-site form would send.
     forged = page.request.post(
         f"{kurir.url}/portal/endpoints/{created['id']}/secret/rotate", form={}, max_redirects=0

@@ -35,7 +35,7 @@ from app.services import (
     portal,
     verification,
 )
-from app.vocabulary import SignatureKind
+from app.vocabulary import EndpointMode, SignatureKind
 from app.web import csrf, error_pages, present, timeinput
 from app.web.context import runtime
 from app.web.delivery_log import log_context
@@ -396,10 +396,10 @@ def endpoint(endpoint_id: str) -> Page:
             auto_recover_on=runtime().settings.auto_recover,
             verification=verification.status(ep),
             feed_url=feed_url,
-            feed_keys=keys.feed_keys(session, actor) if ep.mode == "pull" else [],
+            feed_keys=keys.feed_keys(session, actor) if ep.mode == EndpointMode.PULL else [],
             new_key=(
                 portal.take_once(runtime().redis, actor, shown)
-                if (shown := request.args.get("key")) and ep.mode == "pull"
+                if (shown := request.args.get("key")) and ep.mode == EndpointMode.PULL
                 else None
             ),
             ack_url=request.host_url.rstrip("/") + f"/v1/partners/{_uid()}/endpoints/{ep.id}/ack",
