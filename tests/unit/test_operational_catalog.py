@@ -1,5 +1,5 @@
 """The catalog of operational event types: the six names, valid schemas whose examples they
-accept, and the same contracts migration 0014 registers."""
+accept, and the same contracts migration 0016 registers."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_each_schema_is_valid_names_partner_and_endpoint_and_accepts_its_example
 def test_the_migration_registers_the_catalog_as_it_is() -> None:
     """A registered contract never changes: the catalog's version 1 must stay what 0014
     wrote (a new shape is a new version)."""
-    path = ROOT / "migrations/versions/0014_opevents.py"
+    path = ROOT / "migrations/versions/0016_opevents.py"
     spec = importlib.util.spec_from_file_location("migration_0014", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -1,7 +1,7 @@
 """Search by resource id and correlation id: an index on each of the events' columns
 
-Revision ID: 0014_search
-Revises: 0013
+Revision ID: 0019_search
+Revises: 0018_filters
 Create Date: 2026-12-05 09:30:00
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0014_search"
-down_revision: str | None = "0013"
+revision: str = "0019_search"
+down_revision: str | None = "0018_filters"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
