@@ -69,8 +69,11 @@ CATALOG: dict[str, OperationalType] = {
                     "reason": {"type": "string", "description": "why it was disabled"},
                     "disabled_by": {
                         "type": "string",
-                        "enum": ["health", "operator", "partner"],
-                        "description": "Kurir after failures, an operator, or the partner",
+                        "enum": ["health", "operator", "partner", "verification"],
+                        "description": (
+                            "Kurir after failures, an operator, the partner, or an "
+                            "unanswered ownership challenge"
+                        ),
                     },
                     "disabled_at": _TIME,
                     "parked_deliveries": {

@@ -13,6 +13,7 @@ import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app import operational
 from app.clock import isoformat
 from app.models import (
     DEAD,
@@ -23,16 +24,15 @@ from app.models import (
     Delivery,
     Endpoint,
     Event,
-    OperationalEvent,
     ResendJob,
 )
-from app.vocabulary import EndpointState
+from app.vocabulary import EndpointState, OperationalEventType
 from dlq.resend import start_bulk, start_ordered
 from dlq.search import DeadLetterFilter
 
 log = logging.getLogger(__name__)
 
-RECOVERED_EVENT = "endpoint.recovered"
+RECOVERED_EVENT = OperationalEventType.ENDPOINT_RECOVERED.value
 ACTOR = "kurir:recovery"
 PURPOSE = "recovery"
 
@@ -51,8 +51,9 @@ def endpoint_recovered(
     probe_id: str | None = None,
 ) -> ResendJob | None:
     """Re-enable a failure-disabled endpoint that answered a probe with a 2xx, record
-    `endpoint.recovered` (operational event and audit row) and start one ordered resend of
-    every open letter it parked since it was disabled; that job, or None when nothing was
+    `endpoint.recovered` (an operational event, published to whoever listens, and an audit
+    row with the probe's details) and start one ordered resend of every open letter it
+    parked since it was disabled; that job, or None when nothing was
     parked. Runs in the caller's transaction; the resend job is enqueued after commit.
     """
     since = endpoint.disabled_at
@@ -91,8 +92,17 @@ def endpoint_recovered(
         "parked": int(parked or 0),
         "replay": job.id if job is not None else None,
     }
-    session.add(
-        OperationalEvent(kind=RECOVERED_EVENT, subject_id=endpoint.id, created_at=now, data=details)
+    operational.about_endpoint(
+        session,
+        OperationalEventType.ENDPOINT_RECOVERED,
+        endpoint,
+        {
+            "reason": "probe_succeeded",
+            "disabled_at": isoformat(since),
+            "recovered_at": isoformat(now),
+            "replayed": details["parked"],
+        },
+        now=now,
     )
     session.add(
         AuditRecord(

@@ -29,15 +29,16 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session
 
+from app import operational
 from app.clock import isoformat, utcnow
 from app.errors import Conflict, ValidationFailed, reject_unknown_fields
-from app.models import Endpoint, OperationalEvent
+from app.models import Endpoint
 from app.queues import enqueue_after_commit, try_enqueue_many
 from app.registry import endpoints as rules
 from app.runtime import Runtime
 from app.services import audit, partner_bounds, partners
 from app.services.actor import Actor
-from app.vocabulary import DisabledBy, EndpointState
+from app.vocabulary import DisabledBy, EndpointState, OperationalEventType
 from sender import health
 from sender import verification as mechanism
 from sender.dispatch import enqueue_now, job_specs
@@ -209,18 +210,24 @@ def verification_failed(
     endpoint.challenge_next_at = None
     session.flush()
     parked = health.park_waiting(session, endpoint.id)
-    session.add(
-        OperationalEvent(
-            kind=health.DISABLED_EVENT,
-            subject_id=endpoint.id,
-            created_at=now,
-            data={
-                "reason": reason,
-                "parked_deliveries": parked,
-                "disabled_by": DisabledBy.VERIFICATION.value,
-                "verification_started_at": started,
-            },
-        )
+    operational.about_endpoint(
+        session,
+        OperationalEventType.ENDPOINT_DISABLED,
+        endpoint,
+        {
+            "reason": reason,
+            "disabled_by": DisabledBy.VERIFICATION.value,
+            "disabled_at": isoformat(now),
+            "parked_deliveries": parked,
+        },
+        now=now,
+    )
+    operational.about_endpoint(
+        session,
+        OperationalEventType.ENDPOINT_VERIFICATION_FAILED,
+        endpoint,
+        {"reason": reason, "requested_at": started, "failed_at": isoformat(now)},
+        now=now,
     )
     _record(session, Actor.system(), "endpoint.disabled", endpoint, reason=reason)
     log.warning(

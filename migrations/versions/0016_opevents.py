@@ -47,8 +47,11 @@ TYPES: list[dict[str, Any]] = [
                 "reason": {"type": "string", "description": "why it was disabled"},
                 "disabled_by": {
                     "type": "string",
-                    "enum": ["health", "operator", "partner"],
-                    "description": "Kurir after failures, an operator, or the partner",
+                    "enum": ["health", "operator", "partner", "verification"],
+                    "description": (
+                        "Kurir after failures, an operator, the partner, or an "
+                        "unanswered ownership challenge"
+                    ),
                 },
                 "disabled_at": {"type": "string", "description": "RFC 3339, UTC"},
                 "parked_deliveries": {

@@ -14,10 +14,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 from sqlalchemy import select
 from standardwebhooks.webhooks import Webhook
 
+from app import operational
 from app.accounts import create_operator
+from app.clock import isoformat
 from app.models import DeadLetter, Delivery, Endpoint, OperationalEvent
 from app.services import endpoints as endpoint_service
 from app.services import verification
@@ -250,6 +253,18 @@ def test_an_endpoint_unverified_for_72_hours_is_disabled_as_unverified(client, a
         ).one()
         assert disabled.data["disabled_by"] == "verification"
         assert disabled.data["parked_deliveries"] == 2
+        failed = session.scalars(
+            select(OperationalEvent).where(
+                OperationalEvent.subject_id == ep["id"],
+                OperationalEvent.kind == "endpoint.verification_failed",
+            )
+        ).one()
+        assert failed.data["reason"] == "unverified"
+        assert failed.data["requested_at"] == isoformat(start)
+        for row in (disabled, failed):  # each as its published contract says
+            Draft202012Validator(operational.CATALOG[row.kind].schema).validate(row.data)
+        # Kurir probes what it disabled for failures; an unverified endpoint waits for a person.
+        assert session.get_one(Endpoint, ep["id"]).probe_next_at is None
     assert reasons == ["endpoint_disabled", "endpoint_disabled"]
 
     # Enabling it again asks for a new verification rather than trusting it.

@@ -8,12 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 from sqlalchemy import func, select
 from standardwebhooks.webhooks import Webhook
 
 from app import event_types, migrate, operational
 from app.accounts import create_api_key
-from app.clock import utcnow
+from app.clock import isoformat, utcnow
 from app.db import Database
 from app.intake import operational as op_publish
 from app.intake.publish import publish
@@ -27,10 +28,12 @@ from app.models import (
     Partner,
 )
 from app.processes.scheduler import publish_operational_events, sync_operator_endpoints
+from app.recovery import jobs as recovery_jobs
 from app.registry import endpoints as endpoint_rules
 from app.registry.partners import create_partner
 from app.runtime import Runtime
 from app.services import event_types as event_type_service
+from app.services import verification
 from app.signing import generate_secret
 from sender import health
 from sender.dispatch import enqueue_now
@@ -117,6 +120,75 @@ def test_an_operator_webhook_receives_a_signed_endpoint_disabled_after_failures(
     with rt.db.begin() as session:
         [row] = session.scalars(select(OperationalEvent)).all()
         assert row.published_at is not None and payload["correlation_id"] == row.id
+
+
+def _contract(received: Received, secret: str) -> dict[str, Any]:
+    """The event's data, verified as a receiver would and valid under its catalog schema."""
+    payload = _verified(received, secret)
+    Draft202012Validator(operational.CATALOG[payload["type"]].schema).validate(payload["data"])
+    return payload["data"]  # type: ignore[no-any-return]
+
+
+def test_a_probe_that_recovers_an_endpoint_sends_endpoint_recovered(make_rt):
+    with Receiver(lambda received, count: (200, {}, b"ok")) as receiver:
+        rt, secret = _operator_rt(make_rt, receiver)
+        with rt.db.begin() as session:
+            partner = make_partner(session, "acme")
+            endpoint = make_endpoint(session, partner, receiver.url + "/h", rt.secret_box)
+            event, _ = make_event_with_deliveries(session, partner, [endpoint])
+            endpoint_id, event_id = endpoint.id, event.id
+        with rt.db.begin() as session:  # as the engine does after failures: parks what waited
+            assert health.disable(session, endpoint_id, "failing", utcnow(), probe=True)
+            disabled_at = session.get_one(Endpoint, endpoint_id).disabled_at
+        with WorkerThread(rt):
+            assert recovery_jobs.probe_due(rt, now=utcnow() + timedelta(minutes=5)) == 1
+            [received] = wait_for(
+                lambda: _of_type(receiver, OPS, "endpoint.recovered"),
+                message="endpoint.recovered at the operator webhook",
+            )
+            wait_for(lambda: receiver.on("/h")[1:], message="the parked delivery replayed")
+        data = _contract(received, secret)
+    assert data["partner"] == "acme" and data["endpoint"] == endpoint_id
+    assert data["url"] == receiver.url + "/h" and data["reason"] == "probe_succeeded"
+    assert data["disabled_at"] == isoformat(disabled_at) and data["replayed"] == 1
+    assert data["recovered_at"] >= data["disabled_at"]
+    probe, *replayed = receiver.on("/h")
+    assert probe.json["type"] == "kurir.endpoint.probe"
+    assert [r.headers["webhook-id"] for r in replayed] == [event_id]
+
+
+def test_an_unanswered_challenge_sends_disabled_and_verification_failed(make_rt):
+    with Receiver(lambda received, count: (200, {}, b"ok")) as receiver:
+        rt, secret = _operator_rt(make_rt, receiver)
+        requested = utcnow() - timedelta(hours=73)
+        with rt.db.begin() as session:
+            partner = make_partner(session, "acme")
+            endpoint = make_endpoint(
+                session,
+                partner,
+                receiver.url + "/h",
+                rt.secret_box,
+                state="pending_verification",
+                verify=True,
+                verification_started_at=requested,
+            )
+            endpoint_id = endpoint.id
+        assert verification.tick(rt)["expired"] == 1
+        with WorkerThread(rt):
+            [failed] = wait_for(
+                lambda: _of_type(receiver, OPS, "endpoint.verification_failed"),
+                message="endpoint.verification_failed at the operator webhook",
+            )
+            [disabled] = wait_for(
+                lambda: _of_type(receiver, OPS, "endpoint.disabled"),
+                message="endpoint.disabled at the operator webhook",
+            )
+        failed_data, disabled_data = _contract(failed, secret), _contract(disabled, secret)
+    assert failed_data["endpoint"] == endpoint_id and failed_data["reason"] == "unverified"
+    assert failed_data["requested_at"] == isoformat(requested)
+    assert disabled_data["disabled_by"] == "verification"
+    assert disabled_data["reason"] == "unverified" and disabled_data["parked_deliveries"] == 0
+    assert not receiver.on("/h")  # nothing reached the unverified endpoint
 
 
 def test_a_dead_delivery_sends_delivery_exhausted(make_rt):

@@ -9,7 +9,7 @@ from datetime import timedelta
 from sqlalchemy import func, select
 from standardwebhooks.webhooks import Webhook
 
-from app.clock import utcnow
+from app.clock import isoformat, utcnow
 from app.models import (
     Attempt,
     AuditRecord,
@@ -215,12 +215,14 @@ def test_endpoint_fails_is_disabled_probed_recovered_and_replays_in_order_once(m
         [recovered] = session.scalars(
             select(OperationalEvent).where(OperationalEvent.kind == "endpoint.recovered")
         ).all()
-        assert recovered.subject_id == endpoint_id and recovered.data["replay"] == job.id
-        assert recovered.data["parked"] == 6 and recovered.data["probes"] == 2
+        assert recovered.subject_id == endpoint_id and recovered.data["replayed"] == 6
+        assert recovered.data["reason"] == "probe_succeeded"
+        assert recovered.data["disabled_at"] == isoformat(t0)
         [audit] = session.scalars(
             select(AuditRecord).where(AuditRecord.action == "endpoint.recovered")
         ).all()
-        assert audit.subject_id == endpoint_id
+        assert audit.subject_id == endpoint_id and audit.details["replay"] == job.id
+        assert audit.details["parked"] == 6 and audit.details["probes"] == 2
         probes = session.scalars(select(EndpointProbe).order_by(EndpointProbe.n)).all()
         assert [(p.ok, p.recovered) for p in probes] == [(False, False), (True, True)]
         # Probes are not deliveries: six deliveries, and only their attempts.

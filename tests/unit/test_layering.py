@@ -88,13 +88,15 @@ ALLOWED: dict[str, set[str]] = {
 }
 # The peer edges between pipelines, one way each: intake hands its deliveries to sending;
 # dead letters are resent by sending; a pull endpoint starts at the feed's head; recovery
-# signs its probes as sending does and replays what was parked through the dead letters;
+# signs its probes as sending does, replays what was parked through the dead letters and says
+# so with an operational event;
 # sending records operational events, which the intake publishes to the operator endpoints
 # that `app.operational` keeps through the registry; retention records in the feed how far
 # it purged it.
 PEER_EDGES = {
     ("app.recovery", "sender"),
     ("app.recovery", "dlq"),
+    ("app.recovery", "app.operational"),
     ("app.lifecycle", "app.feed"),
     ("app.intake", "sender"),
     ("app.intake", "app.registry"),
