@@ -51,7 +51,12 @@ def test_api_changes_are_audited_as_the_key(client, auth, runtime):
             .where(OperationalEvent.subject_id == ep)
             .order_by(OperationalEvent.id)
         ).all()
-    assert [k for k, _ in kinds] == ["endpoint.disabled", "endpoint.enabled"]
+    # A rotation is in the endpoint's history too: when the receiver must have the new secret.
+    assert [k for k, _ in kinds] == [
+        "endpoint.disabled",
+        "endpoint.enabled",
+        "endpoint.secret_rotated",
+    ]
     assert kinds[1][1]["was_disabled_at"] and kinds[1][1]["actor"] == actor
     listed = client.get(f"/v1/audit?subject={ep}", headers=auth).get_json()["data"]
     assert [r["action"] for r in listed][0] == "endpoint.deleted"  # newest first

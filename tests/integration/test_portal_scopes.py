@@ -39,7 +39,15 @@ TABLE: dict[str, str | None] = {
     "portal.endpoint_secret": "secrets",
     "portal.endpoint_secret_reveal": "secrets",
     "portal.endpoint_secret_rotate": "secrets",
+    "portal.endpoint_secret_expire_previous": "secrets",
     "portal.endpoint_test": "test",
+    "portal.endpoint_verify": "endpoints",
+    "portal.endpoint_resend_challenge": "endpoints",
+    "portal.endpoint_probe": "endpoints",
+    "portal.endpoint_recover": "resend",
+    "portal.operational_events": "endpoints",
+    "portal.feed_key_create": "feed",
+    "portal.feed_key_revoke": "feed",
     "portal.deliveries": "deliveries",
     "portal.delivery": "deliveries",
     "portal.delivery_resend": "resend",
@@ -77,7 +85,11 @@ def world(client, auth, runtime) -> dict[str, Any]:
 
 def _url(view: str, rule: str, world: dict[str, Any]) -> str:
     endpoint_id = world["pull"] if view == "portal.endpoint_skip_expired" else world["endpoint_id"]
-    return rule.replace("<endpoint_id>", endpoint_id).replace("<delivery_id>", world["delivery_id"])
+    return (
+        rule.replace("<endpoint_id>", endpoint_id)
+        .replace("<delivery_id>", world["delivery_id"])
+        .replace("<key_id>", "key_unknown")
+    )
 
 
 def _session(app, client, auth, **scope):

@@ -110,6 +110,8 @@ SECTIONS: dict[str, str | None] = {
     "portal.endpoint_probe": "endpoints",
     "portal.endpoint_recover": "resend",
     "portal.operational_events": "endpoints",
+    "portal.feed_key_create": "feed",
+    "portal.feed_key_revoke": "feed",
     "portal.deliveries": "deliveries",
     "portal.delivery": "deliveries",
     "portal.delivery_resend": "resend",
