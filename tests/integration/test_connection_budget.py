@@ -110,16 +110,18 @@ def _setup(database_url: str, redis_url: str, receiver_url: str, data_dir: Path)
     return token
 
 
-def _established_remote_ports() -> dict[int, int]:
-    """Socket inode -> remote port, for every established TCP connection on the machine."""
-    ports: dict[int, int] = {}
+def _established_ports() -> dict[int, tuple[int, int]]:
+    """Socket inode -> (local port, remote port), for every established TCP connection on
+    the machine."""
+    ports: dict[int, tuple[int, int]] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as lines:
             next(lines)
             for line in lines:
                 fields = line.split()
                 if fields[3] == "01":  # ESTABLISHED
-                    ports[int(fields[9])] = int(fields[2].rsplit(":", 1)[1], 16)
+                    local = int(fields[1].rsplit(":", 1)[1], 16)
+                    ports[int(fields[9])] = (local, int(fields[2].rsplit(":", 1)[1], 16))
     return ports
 
 
@@ -191,18 +193,19 @@ class Sampler:
         owners = self._owners()
         pg: dict[int, int] = dict.fromkeys(owners, 0)
         redis_count: dict[int, int] = dict.fromkeys(owners, 0)
-        pooler_servers = 0
+        pooler_ports: list[int] = []
         pooler_pid = self.pooler.pid if self.pooler is not None else None
         # The kernel's TCP table once, then each process's own socket inodes: a pass of
         # psutil.net_connections over every process on a busy machine takes seconds.
-        remote = _established_remote_ports()
+        established = _established_ports()
         for pid in [*owners, *([pooler_pid] if pooler_pid is not None else [])]:
             for inode in _socket_inodes(pid):
-                port = remote.get(inode)
+                local_port, port = established.get(inode, (0, None))
                 if port is None:
                     continue
                 if pid == pooler_pid:
-                    pooler_servers += port == self.upstream_port
+                    if port == self.upstream_port:
+                        pooler_ports.append(local_port)
                 elif port == self.client_pg_port:
                     pg[pid] += 1
                 elif port == self.redis_port:
@@ -210,7 +213,16 @@ class Sampler:
         for pid, kind in owners.items():
             peaks.keep(peaks.process_pg, (kind, pid), pg[pid])
             peaks.keep(peaks.process_redis, (kind, pid), redis_count[pid])
-        peaks.pooler_servers = max(peaks.pooler_servers, pooler_servers)
+        if pooler_ports:
+            # Server connections are the pooler's sockets that PostgreSQL holds a session
+            # for: a cancel request PgBouncer forwards rides a socket of its own for a moment
+            # and is no server connection.
+            servers = database.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE backend_type = 'client backend' AND client_port = ANY(%s)",
+                (pooler_ports,),
+            ).fetchone()
+            peaks.pooler_servers = max(peaks.pooler_servers, int(servers[0]) if servers else 0)
         rows = database.execute(
             "SELECT application_name, count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND application_name LIKE 'kurir-%%'"

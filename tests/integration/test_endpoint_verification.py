@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -475,7 +476,19 @@ def test_the_operator_page_shows_the_challenge_and_sends_a_new_one(client, auth,
 def test_deliveries_already_queued_when_the_host_changes_wait_instead_of_dying(
     client, auth, runtime, acme
 ):
-    with Receiver(_echo) as receiver:
+    # The new host's challenge is answered only once the test has seen the deliveries held:
+    # otherwise hold, verify and release can all fall between two looks.
+    seen_held = threading.Event()
+    challenges = []
+
+    def echo_once_held(received: Received, count: int) -> tuple[int, dict[str, str], bytes]:
+        if received.json["type"] == mechanism.EVENT_TYPE:
+            challenges.append(count)
+            if len(challenges) > 1:
+                seen_held.wait(30)
+        return _echo(received, count)
+
+    with Receiver(echo_once_held) as receiver:
         ep = _create(client, auth, receiver.url + "/hook", verify=True)
         assert mechanism.send(runtime, ep["id"]).verified  # type: ignore[union-attr]
         ids = _publish(client, auth, 2)  # enabled: due now, and on the queue
@@ -489,6 +502,7 @@ def test_deliveries_already_queued_when_the_host_changes_wait_instead_of_dying(
         with WorkerThread(runtime):
             # The claim does not take them, and the guard holds them rather than parking.
             wait_for(lambda: _held(runtime, ids), message="the queued deliveries to be held")
+            seen_held.set()
             wait_for(
                 lambda: _endpoint(runtime, ep["id"]).state == "enabled",
                 message="the echo to verify the new host",
