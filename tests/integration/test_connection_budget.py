@@ -167,6 +167,8 @@ class Sampler:
         self.client_pg_port = client_pg_port
         self.redis_port = urlsplit(redis_url).port
         self.redis = redis.Redis.from_url(redis_url)
+        # CLIENT LIST is server-wide: other test runs on the same server use other dbs.
+        self.redis_db = str(self.redis.connection_pool.connection_kwargs.get("db", 0))
         self.upstream_url = _plain(upstream_url)
         self.upstream_port = _port(upstream_url)
         self.pooler = pooler
@@ -233,7 +235,7 @@ class Sampler:
         peaks.named_pg_total = max(peaks.named_pg_total, sum(int(c) for _, c in rows))
         names: dict[str, int] = defaultdict(int)
         for client in self.redis.client_list():
-            if client.get("name", "").startswith("kurir-"):
+            if client.get("name", "").startswith("kurir-") and client.get("db") == self.redis_db:
                 names[client["name"]] += 1
         for name, count in names.items():
             peaks.keep(peaks.named_redis, name, count)
