@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from app.accounts import create_operator
-from app.models import DeadLetter, Delivery, Event
+from app.models import DeadLetter, Delivery, Event, PortalLink
 from tests.support.dlq_factories import letters_for, make_scene
 from tests.support.factories import Receiver, WorkerThread, wait_for
 
@@ -206,3 +206,25 @@ def test_dead_letters_fit_a_phone_screen(page, kurir):
     assert page.locator("table.letters tbody tr").first.is_visible()
     page.click("label.nav-burger")
     assert page.locator("nav a:has-text('Endpoints')").is_visible()
+
+
+def test_an_operator_makes_a_read_only_support_link_limited_to_deliveries(page, kurir, runtime):
+    login(page, kurir, "/ui/partners/acme")
+    page.click("[data-testid=link-scope] summary")
+    page.check("[data-testid=scope-read-only]")
+    page.check("[data-testid=scope-deliveries]")
+    page.click("[data-testid=open-portal]")
+    page.wait_for_url(re.compile(r"/ui/partners/acme/portal-links/"))
+    assert "read-only; only deliveries" in page.inner_text("[data-testid=link-scope-shown]")
+    link = page.inner_text("[data-testid=portal-link]").strip()
+    with runtime.db.begin() as session:
+        made = session.scalars(select(PortalLink).order_by(PortalLink.id.desc())).first()
+        assert made is not None and made.read_only and made.features == ["deliveries"]
+
+    page.goto(link)
+    banner = page.inner_text("[data-testid=portal-scope]")
+    assert "read-only; only deliveries" in banner
+    nav = page.locator("nav a")
+    assert nav.filter(has_text="Deliveries").count() == 1
+    assert nav.filter(has_text="Endpoints").count() == 0
+    assert nav.filter(has_text="Event catalog").count() == 0

@@ -56,6 +56,7 @@ def partner(uid: str) -> Page:
             activity=activity,
             health=endpoints.health(session, actor, live, since=utcnow() - timedelta(hours=24)),
             link_ttl=runtime().settings.portal_link_ttl_seconds,
+            portal_features=portal.FEATURES,
         )
 
 
@@ -63,12 +64,20 @@ def partner(uid: str) -> Page:
 @security.login_required
 def partner_portal_link(uid: str) -> WerkzeugResponse:
     """A one-time link into the partner's portal, answered by a redirect to the page that
-    shows it (once): reloading that page mints no second link."""
+    shows it (once): reloading that page mints no second link. The form may narrow the
+    session (read-only, some sections only), for a support engineer or a partner's auditor;
+    the service checks the names."""
     rt = runtime()
     actor = security.actor()
+    chosen = request.form.getlist("feature")
     with rt.db.begin() as session:
         link, token = portal.create_link(
-            session, actor, uid, default_ttl_s=rt.settings.portal_link_ttl_seconds
+            session,
+            actor,
+            uid,
+            default_ttl_s=rt.settings.portal_link_ttl_seconds,
+            read_only=request.form.get("read_only") == "on",
+            features=chosen or None,
         )
         link_id = link.id
         portal.keep_to_show(rt.redis, actor, link, token)
@@ -87,6 +96,7 @@ def partner_portal_link_shown(uid: str, link_id: str) -> Page:
             "ui/portal_link.html",
             partner=found,
             link=link,
+            scope=portal.scope_of(link),
             url=portal_url(token) if token else None,
         )
 
