@@ -48,7 +48,7 @@ from sqlalchemy import JSON, DateTime, LargeBinary, Table, event, select
 from sqlalchemy.orm import ORMExecuteState, Session
 from sqlalchemy.sql import Delete
 
-from app.clock import isoformat, parse_time
+from app.clock import isoformat, parse_time, utcnow
 from app.ids import moment_of
 from app.models import Base
 
@@ -397,7 +397,7 @@ class Writer:
             bytes=old.bytes + len(member),
             sha256=digest.hexdigest(),
             columns=columns,
-            updated_at=isoformat(datetime.now(UTC)),
+            updated_at=isoformat(utcnow()),
         )
 
     def _open(self, path: Path, table: Table, day: str) -> tuple[Manifest, Any]:

@@ -410,18 +410,9 @@ def run(
         for source_kind, source, step in SOURCES:
             if source_kind != kind or report.archive_error:
                 continue
+            horizon = horizons[kind]
             purged += _drain(
-                runtime,
-                kind,
-                source,
-                step,
-                horizons[kind],
-                now,
-                budget,
-                timer,
-                sleep,
-                report,
-                writer,
+                runtime, kind, source, step, horizon, now, budget, timer, sleep, report, writer
             )
         report.purged[kind] = purged
         with runtime.db.begin() as session:
