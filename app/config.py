@@ -279,6 +279,9 @@ class Settings:
     retain_audit_days: int = 365
     # The longest a retention batch may hold the database's writer, in milliseconds.
     retention_batch_ms: int = 50
+    # Where retention writes what it purges first (gzip JSON Lines, app.lifecycle.archive);
+    # None: purged rows are gone.
+    archive_dir: Path | None = None
     log_level: str = "info"
     log_format: str = "text"
     api_workers: int = 2
@@ -446,6 +449,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     ),
     "KURIR_RETAIN_AUDIT_DAYS": ("retain_audit_days", lambda n, r: _parse_int(n, r, 1)),
     "KURIR_RETENTION_BATCH_MS": ("retention_batch_ms", lambda n, r: _parse_int(n, r, 5, 10_000)),
+    "KURIR_ARCHIVE_DIR": ("archive_dir", lambda n, r: Path(r.strip()) if r.strip() else None),
     "KURIR_LOG_LEVEL": ("log_level", _parse_choice(("debug", "info", "warning", "error"))),
     "KURIR_LOG_FORMAT": ("log_format", _parse_choice(("text", "json"))),
     "KURIR_API_WORKERS": ("api_workers", lambda n, r: _parse_int(n, r, 1, 64)),

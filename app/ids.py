@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32, sorts like the numbers
 _lock = threading.Lock()
@@ -50,3 +50,18 @@ def id_at(prefix: str, moment: datetime) -> str:
     """A fresh id as if made at `moment` (loading history, and tests that need old rows)."""
     millis = max(0, int(moment.timestamp() * 1000))
     return f"{prefix}_{_encode(millis, 10)}{_encode(int.from_bytes(os.urandom(10), 'big'), 16)}"
+
+
+def moment_of(identifier: str) -> datetime | None:
+    """When an id was made (the inverse of `id_at`, to the millisecond); None when it is not
+    one of ours."""
+    _, _, body = identifier.rpartition("_")
+    if len(body) != 26:
+        return None
+    millis = 0
+    for char in body[:10].upper():
+        digit = _ALPHABET.find(char)
+        if digit < 0:
+            return None
+        millis = millis * 32 + digit
+    return datetime.fromtimestamp(millis / 1000, UTC)

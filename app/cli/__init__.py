@@ -7,7 +7,19 @@ import sys
 import click
 
 from app import __version__
-from app.cli import admin, dlq, doctor, endpoints, feed, inbound, listen, partners, portal, run
+from app.cli import (
+    admin,
+    archive,
+    dlq,
+    doctor,
+    endpoints,
+    feed,
+    inbound,
+    listen,
+    partners,
+    portal,
+    run,
+)
 from app.config import ConfigError, Settings, load_settings
 
 
@@ -39,6 +51,7 @@ def settings_from_env() -> Settings:
 for command in (
     *run.COMMANDS,
     *admin.COMMANDS,
+    *archive.COMMANDS,
     *dlq.COMMANDS,
     *endpoints.COMMANDS,
     *inbound.COMMANDS,

@@ -11,6 +11,10 @@ short batches, and what was purged is remembered.
 - `marks`: per kind, rows purged so far, the last horizon and the oldest row kept
   (persisted, so `/metrics`, `/ui` and `kurir db stats` read one small table).
 - `stats`: rows (and, on PostgreSQL, bytes) per table.
+- `archive`: with `KURIR_ARCHIVE_DIR`, what a purge deletes is first written there (gzip
+  JSON Lines per table and day, with a manifest) before the delete commits.
+- `restore`: archived day files loaded back, checked against their manifests, parents
+  first, rows already present skipped.
 
 Never purged: open dead letters, deliveries not finished (pending, delivering, retrying, or
 dead with a letter still kept), so an ordered key's held deliveries too, and the events a

@@ -10,6 +10,10 @@ follows a pause as long as the batch, so writers get at least half the time.
 The candidates of a batch are bounded whatever is kept back: a kept row is passed over by
 the id cursor, never read again in the same run, so a table full of unfinished rows cannot
 make a batch slow or the run endless.
+
+With `KURIR_ARCHIVE_DIR` set, every row a batch deletes is first written to the archive
+(`archive.capture`), inside the batch's transaction: a failed write rolls the batch back,
+stops the run and is logged and reported (`Report.archive_error`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -30,7 +35,7 @@ from app.event_types import RESERVED_PREFIX
 from app.feed import horizon as feed_horizon
 from app.feed.sequencer import head
 from app.ids import id_floor
-from app.lifecycle import marks, policy
+from app.lifecycle import archive, marks, policy
 from app.models import (
     Attempt,
     AuditRecord,
@@ -76,6 +81,8 @@ class Report:
 
     purged: dict[RetentionKind, int] = field(default_factory=dict)
     batches: list[Batch] = field(default_factory=list)
+    # Why the run stopped early: the archive could not be written (that batch was kept).
+    archive_error: str | None = None
 
     @property
     def total(self) -> int:
@@ -393,22 +400,27 @@ def run(
     now = now or utcnow()
     budget = float(budget_ms if budget_ms is not None else runtime.settings.retention_batch_ms)
     horizons = policy.horizons(runtime.settings, now)
+    archive_dir = runtime.settings.archive_dir
+    writer = archive.Writer(archive_dir) if archive_dir is not None else None
     report = Report()
     for kind in RetentionKind:
         if kinds is not None and kind not in kinds:
             continue
         purged = 0
         for source_kind, source, step in SOURCES:
-            if source_kind != kind:
+            if source_kind != kind or report.archive_error:
                 continue
+            horizon = horizons[kind]
             purged += _drain(
-                runtime, kind, source, step, horizons[kind], now, budget, timer, sleep, report
+                runtime, kind, source, step, horizon, now, budget, timer, sleep, report, writer
             )
         report.purged[kind] = purged
         with runtime.db.begin() as session:
             marks.record(session, kind, purged, horizon=horizons[kind], now=now)
         if purged:
             log.info("retention purged rows", extra={"kind": kind.value, "count": purged})
+        if report.archive_error:
+            break
     return report
 
 
@@ -423,13 +435,22 @@ def _drain(
     timer: Callable[[], float],
     sleep: Callable[[float], None],
     report: Report,
+    writer: archive.Writer | None = None,
 ) -> int:
-    """One source, batch after batch, until no candidate is left."""
+    """One source, batch after batch, until no candidate is left (or the archive fails)."""
     size, after, purged = FIRST_BATCH, None, 0
     while True:
         started = timer()
-        with runtime.db.begin() as session:
-            done = step(session, horizon, after, size, now)
+        try:
+            with runtime.db.begin() as session, _archived(session, writer):
+                done = step(session, horizon, after, size, now)
+        except archive.ArchiveError as exc:
+            report.archive_error = f"{source}: {exc}"
+            log.error(
+                "retention stopped: the archive could not be written, the batch was kept",
+                extra={"kind": kind.value, "source": source, "error": str(exc)},
+            )
+            return purged
         elapsed_ms = (timer() - started) * 1000.0
         report.batches.append(Batch(kind, source, done.examined, done.purged, elapsed_ms))
         purged += done.purged
@@ -439,3 +460,8 @@ def _drain(
         size = next_size(size, done.examined, elapsed_ms, budget_ms)
         # As long as the batch held the writer, so writers get at least half the time.
         sleep(max(elapsed_ms, 1.0) / 1000.0)
+
+
+def _archived(session: Session, writer: archive.Writer | None) -> AbstractContextManager[None]:
+    """The batch's deletes archived first, when an archive is configured."""
+    return nullcontext() if writer is None else archive.capture(session, writer)
