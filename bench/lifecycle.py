@@ -1,143 +1,305 @@
-"""Retention with the system live: publish latency while the purge runs, against without.
+"""A month of history, then retention with the system live.
 
-    python -m bench.lifecycle [--days 10] [--per-day 3000] [--publishes 400] [--rate 100]
+    BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/kurir_month \\
+        .venv/bin/python bench/lifecycle.py [--days 30] [--scale 0.01] [--retain-days 7]
+            [--publishes 400] [--rate 100] [--drain 2000] [--workers 2] [--repeat 20]
 
-Loads `--days` days of synthetic finished history (every event delivered once, one attempt
-each, plus audit rows) dated before the retention horizon, into a fresh database
-(BENCH_DATABASE_URL: a PostgreSQL URL, or by default SQLite in a temporary directory), then
-publishes `--publishes` events through the API at `--rate` a second (in-process Flask app)
-twice: once alone, once while `app.lifecycle.purge.run` purges the history. Prints the row
-counts, publish p50/p99/max in each phase, the purge's wall and CPU time, its batches, and
-table sizes before and after. REDIS_URL (optional): where publishes enqueue; without Redis a
-publish still answers 202.
+Loads `--days` days of history into a fresh database (BENCH_DATABASE_URL, WIPED and migrated;
+by default SQLite in a temporary directory): at `--scale` of 2 million deliveries a day
+(0.01: 20,000 a day), cut further if the disk has not room for it (the row counts are
+printed). Every event goes to one endpoint; one delivery in ten took two attempts; one in a
+hundred died, and its dead letter is closed (resent or discarded) four times in five and
+open the fifth; one in a thousand is still retrying. Open letters and retrying deliveries are
+unfinished and must survive retention whatever their age; the bench counts them after.
+
+Then, with `--workers` `kurir worker` processes delivering to a local receiver:
+
+  before     table and index sizes; dead-letter search and delivery-log page p50/p95
+  alone      `--publishes` publishes paced at `--rate` through the API (in-process Flask),
+             then a backlog of `--drain` deliveries drained by the workers
+  retention  the same two phases while `app.lifecycle.purge.run` runs in a process of its
+             own (as the scheduler runs it), horizons `--retain-days` back, while a sampler
+             reads PostgreSQL's `pg_locks` every 50 ms: the strongest lock retention's backend
+             held, and whether anyone waited on a lock
+  after      sizes, searches and pages again; the unfinished rows counted
+
+Rates move with the machine's neighbours; each phase prints its own CPU figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
+import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
-from datetime import timedelta
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app import runtime as runtime_mod
-from app.accounts import create_api_key
-from app.clock import utcnow
-from app.config import Settings
-from app.ids import id_at
-from app.lifecycle import purge, stats
-from app.models import Attempt, AuditRecord, Delivery, Endpoint, Event, Partner
-from app.runtime import Runtime
-from bench.fresh_db import fresh_database
+from sqlalchemy import func, insert, select, text  # noqa: E402
 
-ORDER_SCHEMA = {
-    "type": "object",
-    "required": ["order_id"],
-    "properties": {"order_id": {"type": "string"}},
-}
+from app.clock import utcnow  # noqa: E402
+from app.ids import id_at  # noqa: E402
+from app.models import (  # noqa: E402
+    Attempt,
+    DeadLetter,
+    Delivery,
+    Endpoint,
+    Event,
+    Partner,
+)
+
+FULL_SCALE_PER_DAY = 2_000_000
+# What a delivery of this bench's shape takes on disk, all its rows and index entries
+# (event, delivery, 1.1 attempts; measured on PostgreSQL 15): the disk check's estimate.
+BYTES_PER_DELIVERY = 2_600
+DISK_SHARE = 0.25  # of the free space, at most
+CHUNK = 2_000
+UID = "acme"
+TYPE_NAME = "order.paid"  # the type bench/deliver.py's Kurir registers
+RECEIVER_PATH = "/hook"
 
 
-def _load(rt: Runtime, endpoint_id: str, partner_id: str, days: int, per_day: int) -> None:
-    """`days` × `per_day` finished events (one delivery and one attempt each) and as many
-    audit rows, dated 40 days back and earlier, in chunks of 2,000."""
-    start = utcnow() - timedelta(days=40 + days)
+@dataclass
+class Loaded:
+    events: int = 0
+    deliveries: int = 0
+    attempts: int = 0
+    dead_letters: int = 0
+    open_letters: int = 0
+    retrying: int = 0
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def _per_day(scale: float, days: int, where: Path) -> tuple[int, str]:
+    """Deliveries a day at `scale`, cut to what the disk holds; and why, in words."""
+    wanted = int(FULL_SCALE_PER_DAY * scale)
+    room = int(shutil.disk_usage(where).free * DISK_SHARE / BYTES_PER_DELIVERY / days)
+    if room < wanted:
+        return room, f"{room:,}/day (the disk's room; {scale:g} of 2 M/day asked)"
+    return wanted, f"{wanted:,}/day ({wanted / FULL_SCALE_PER_DAY:.2%} of 2 M/day)"
+
+
+def _load(
+    db: Any, partner_id: str, endpoint_id: str, days: int, per_day: int, now: datetime
+) -> Loaded:
+    loaded = Loaded()
+    start = now - timedelta(days=days)
     step = timedelta(days=1) / per_day
-    chunk = 2000
     total = days * per_day
-    for base in range(0, total, chunk):
-        events, deliveries, attempts, audits = [], [], [], []
-        for i in range(base, min(total, base + chunk)):
+    for base in range(0, total, CHUNK):
+        events, deliveries, attempts, letters = [], [], [], []
+        for i in range(base, min(total, base + CHUNK)):
             at = start + i * step
             event_id, delivery_id = id_at("evt", at), id_at("dlv", at)
+            data = {"order_id": f"h-{i}", "amount": 1000 + i % 997}
+            payload = {"id": event_id, "type": TYPE_NAME, "version": 1, "data": data}
             events.append(
                 {
                     "id": event_id,
                     "partner_id": partner_id,
-                    "type": "order.created",
+                    "type": TYPE_NAME,
                     "version": 1,
-                    "data": {"order_id": f"h-{i}"},
-                    "payload": json.dumps(
-                        {"type": "order.created", "data": {"order_id": f"h-{i}"}}
-                    ),
+                    "data": data,
+                    "payload": json.dumps(payload),
                     "occurred_at": at,
                     "created_at": at,
                     "feed_seq": i + 1,
                 }
             )
+            dead, retrying = i % 100 == 37, i % 1000 == 501
+            tries = 2 if i % 10 == 3 or dead else 1
+            state = "dead" if dead else "retrying" if retrying else "succeeded"
             deliveries.append(
                 {
                     "id": delivery_id,
                     "event_id": event_id,
                     "endpoint_id": endpoint_id,
-                    "state": "succeeded",
-                    "attempt_count": 1,
-                    "run_attempts": 1,
+                    "state": state,
+                    "attempt_count": tries,
+                    "run_attempts": tries,
                     "run": 1,
                     "forced": False,
-                    "succeeded_at": at,
+                    "succeeded_at": at if state == "succeeded" else None,
+                    "next_attempt_at": now + timedelta(days=1) if retrying else None,
+                    "last_status_code": 500 if dead or retrying else 200,
                     "created_at": at,
                     "updated_at": at,
                 }
             )
-            attempts.append(
-                {
-                    "id": id_at("att", at),
-                    "delivery_id": delivery_id,
-                    "n": 1,
-                    "started_at": at,
-                    "duration_ms": 12,
-                    "url": "http://127.0.0.1:9/hook",
-                    "request_headers": {},
-                    "response_status": 200,
-                    "response_body": b"ok",
-                    "created_at": at,
-                }
-            )
-            audits.append(
-                {
-                    "id": id_at("aud", at - timedelta(days=400)),
-                    "actor": "bench",
-                    "action": "x",
-                    "subject_type": "x",
-                    "subject_id": str(i),
-                    "details": {},
-                    "created_at": at - timedelta(days=400),
-                }
-            )
-        with rt.db.begin() as session:
+            for n in range(1, tries + 1):
+                ok = n == tries and not dead
+                attempts.append(
+                    {
+                        "id": id_at("att", at + timedelta(seconds=n)),
+                        "delivery_id": delivery_id,
+                        "n": n,
+                        "started_at": at,
+                        "duration_ms": 12,
+                        "url": "http://127.0.0.1:9/hook",
+                        "request_headers": {},
+                        "response_status": 200 if ok else 500,
+                        "response_body": b"ok" if ok else b"database is down",
+                        "created_at": at,
+                    }
+                )
+            if dead:
+                is_open = (i // 100) % 5 == 0
+                letters.append(
+                    {
+                        "id": id_at("dl", at + timedelta(minutes=5)),
+                        "delivery_id": delivery_id,
+                        "event_id": event_id,
+                        "endpoint_id": endpoint_id,
+                        "partner_id": partner_id,
+                        "event_type": TYPE_NAME,
+                        "reason": "max_attempts",
+                        "last_status_code": 500,
+                        "last_error": "HTTP 500",
+                        "search_text": json.dumps(payload),
+                        "state": "open" if is_open else "discarded",
+                        "created_at": at + timedelta(minutes=5),
+                        "updated_at": at + timedelta(minutes=5),
+                        "resolved_at": None if is_open else at + timedelta(hours=1),
+                    }
+                )
+                loaded.open_letters += is_open
+            loaded.retrying += retrying
+        with db.begin() as session:
             session.execute(insert(Event), events)
             session.execute(insert(Delivery), deliveries)
             session.execute(insert(Attempt), attempts)
-            session.execute(insert(AuditRecord), audits)
+            if letters:
+                session.execute(insert(DeadLetter), letters)
+        loaded.events += len(events)
+        loaded.deliveries += len(deliveries)
+        loaded.attempts += len(attempts)
+        loaded.dead_letters += len(letters)
+    if db.engine.dialect.name == "postgresql":
+        with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("ANALYZE"))
+    return loaded
 
 
-def _pct(values: list[float], q: float) -> float:
+# ---------------------------------------------------------------------------- measuring
+
+
+def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def _publish_phase(client: Any, auth: dict[str, str], n: int, rate: float, tag: str) -> list[float]:
-    """`n` publishes paced at `rate` a second; each one's latency in ms."""
+TABLES = ("events", "deliveries", "attempts", "dead_letters", "audit_records")
+
+
+def sizes(db: Any) -> dict[str, tuple[int, int | None, int | None]]:
+    """Per table: rows, and on PostgreSQL table and index bytes summed over its partitions
+    (a partitioned parent holds none itself)."""
+    found: dict[str, tuple[int, int | None, int | None]] = {}
+    with db.begin() as session:
+        postgres = session.bind.dialect.name == "postgresql"
+        for table in TABLES:
+            count = text(f"SELECT count(*) FROM {table}")  # noqa: S608 - our own names
+            rows = int(session.execute(count).scalar_one())
+            table_bytes = index_bytes = None
+            if postgres:
+                table_size, index_size = session.execute(
+                    text(
+                        "SELECT coalesce(sum(pg_table_size(relid)), 0),"
+                        " coalesce(sum(pg_indexes_size(relid)), 0)"
+                        " FROM (SELECT relid FROM pg_partition_tree(CAST(:t AS regclass))"
+                        " UNION SELECT CAST(:t AS regclass)) AS tree"
+                    ),
+                    {"t": table},
+                ).one()
+                table_bytes, index_bytes = int(table_size), int(index_size)
+            found[table] = (rows, table_bytes, index_bytes)
+    return found
+
+
+def show_sizes(label: str, found: dict[str, tuple[int, int | None, int | None]]) -> None:
+    print(f"{label}:")
+    for table, (rows, table_bytes, index_bytes) in found.items():
+        size = (
+            ""
+            if table_bytes is None or index_bytes is None
+            else f"  table {table_bytes / 1e6:8.1f} MB  indexes {index_bytes / 1e6:8.1f} MB"
+        )
+        print(f"  {table:<14} {rows:>11,} rows{size}")
+
+
+def reads(db: Any, endpoint_id: str, repeat: int) -> dict[str, tuple[float, float]]:
+    """p50 and p95 (ms) of the dead-letter searches and delivery-log pages operators and
+    partners run most, through the services every face calls."""
+    from app.services import deliveries
+    from app.services.actor import Actor
+    from dlq.search import DeadLetterFilter, search
+
+    now = utcnow()
+    operator = Actor.operator("bench@example.com")
+    runs: dict[str, Callable[[Any], object]] = {
+        "dead letters: open, first page": lambda s: search(
+            s, DeadLetterFilter(state="open"), limit=50
+        ),
+        "dead letters: q order id": lambda s: search(s, DeadLetterFilter(q="h-1037"), limit=50),
+        "dead letters: last 24 h": lambda s: search(
+            s, DeadLetterFilter(since=now - timedelta(days=1)), limit=50
+        ),
+        "delivery log: endpoint, first page": lambda s: deliveries.page(
+            s, operator, deliveries.DeliveryFilter(endpoint=endpoint_id), limit=50, cursor=None
+        ),
+        "delivery log: state dead": lambda s: deliveries.page(
+            s, operator, deliveries.DeliveryFilter(state="dead"), limit=50, cursor=None
+        ),
+    }
+    found: dict[str, tuple[float, float]] = {}
+    for name, run in runs.items():
+        samples = []
+        for _ in range(repeat):
+            with db.Session() as session:
+                t0 = time.perf_counter()
+                run(session)
+                samples.append((time.perf_counter() - t0) * 1000)
+                session.rollback()
+        found[name] = (statistics.median(samples), pct(samples, 0.95))
+    return found
+
+
+def show_reads(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> None:
+    print(f"  {'read':<36} {'before p50/p95 ms':>20} {'after p50/p95 ms':>20}")
+    for name, (p50, p95) in before.items():
+        a50, a95 = after[name]
+        print(f"  {name:<36} {p50:9.1f} / {p95:7.1f}  {a50:9.1f} / {a95:7.1f}")
+
+
+def publish_phase(client: Any, auth: dict[str, str], n: int, rate: float, tag: str) -> list[float]:
+    """`n` publishes paced at `rate` a second (open loop); each one's latency in ms."""
     latencies = []
     interval = 1.0 / rate
     started = time.perf_counter()
     for i in range(n):
-        due = started + i * interval
-        wait = due - time.perf_counter()
+        wait = started + i * interval - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
         sent = time.perf_counter()
         answer = client.post(
-            "/v1/partners/acme/events",
+            f"/v1/partners/{UID}/events",
             headers=auth,
-            json={"type": "order.created", "version": 1, "data": {"order_id": f"{tag}-{i}"}},
+            json={"type": TYPE_NAME, "version": 1, "data": {"order_id": f"{tag}-{i}", "amount": 1}},
         )
         latencies.append((time.perf_counter() - sent) * 1000.0)
         if answer.status_code != 202:
@@ -145,131 +307,324 @@ def _publish_phase(client: Any, auth: dict[str, str], n: int, rate: float, tag: 
     return latencies
 
 
-def _show(label: str, latencies: list[float]) -> None:
-    print(
-        f"  {label:<24} n={len(latencies)}  p50 {_pct(latencies, 0.5):6.2f} ms  "
-        f"p99 {_pct(latencies, 0.99):6.2f} ms  max {max(latencies):6.2f} ms  "
-        f"mean {statistics.fmean(latencies):6.2f} ms"
+@dataclass
+class LockSample:
+    samples: int = 0
+    strongest: dict[str, int] = field(default_factory=dict)  # mode -> samples seen held
+    waiting_samples: int = 0
+    longest_wait_ms: float = 0.0
+
+
+LOCK_RANK = (
+    "AccessShareLock",
+    "RowShareLock",
+    "RowExclusiveLock",
+    "ShareUpdateExclusiveLock",
+    "ShareLock",
+    "ShareRowExclusiveLock",
+    "ExclusiveLock",
+    "AccessExclusiveLock",
+)
+
+
+class LockSampler:
+    """`pg_locks` every 50 ms: the strongest relation lock the retention process's backend
+    holds, and any backend of this database waiting on a lock (and for how long)."""
+
+    def __init__(self, url: str, application_name: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(
+            url.replace("postgresql+psycopg", "postgresql"), autocommit=True
+        )
+        self.application_name = application_name
+        self.found = LockSample()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            held = self.conn.execute(
+                "SELECT DISTINCT l.mode FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                " WHERE a.application_name = %s AND l.locktype = 'relation' AND l.granted",
+                (self.application_name,),
+            ).fetchall()
+            waiting = self.conn.execute(
+                "SELECT coalesce(max(extract(epoch FROM now() - a.state_change)), -1)"
+                " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                " WHERE NOT l.granted AND a.datname = current_database()"
+            ).fetchone()
+            self.found.samples += 1
+            modes = [m for (m,) in held if m in LOCK_RANK]
+            if modes:
+                top = max(modes, key=LOCK_RANK.index)
+                self.found.strongest[top] = self.found.strongest.get(top, 0) + 1
+            if waiting and float(waiting[0]) >= 0:
+                self.found.waiting_samples += 1
+                self.found.longest_wait_ms = max(
+                    self.found.longest_wait_ms, float(waiting[0]) * 1000
+                )
+            self.stop.wait(0.05)
+
+    def __enter__(self) -> LockSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.conn.close()
+
+
+RETENTION_APP_NAME = "kurir-bench-retention"
+
+
+def _retain(env: dict[str, str], out: Any) -> None:
+    """The retention run, in a process of its own (the scheduler's place in a deployment)."""
+    os.environ.update(env)
+    os.environ["PGAPPNAME"] = RETENTION_APP_NAME
+    from app.config import load_settings
+    from app.db import Database
+    from app.lifecycle import purge
+    from app.runtime import Runtime
+
+    settings = load_settings(env)
+    db = Database(settings.resolved_database_url, pool_size=2, application_name=RETENTION_APP_NAME)
+    rt = Runtime(settings, database=db)
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = purge.run(rt)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    busy = [b for b in report.batches if b.examined]
+    out.put(
+        {
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "purged": {kind.value: n for kind, n in report.purged.items()},
+            "batches": len(busy),
+            "longest_ms": max((b.elapsed_ms for b in busy), default=0.0),
+            "p99_ms": pct([b.elapsed_ms for b in busy], 0.99),
+            "slowest": [
+                (b.source, b.examined, round(b.elapsed_ms, 1))
+                for b in sorted(busy, key=lambda b: -b.elapsed_ms)[:5]
+            ],
+        }
     )
 
 
-def _sizes(rt: Runtime, label: str) -> None:
-    with rt.db.begin() as session:
-        found = {t.table: t for t in stats.tables(session)}
-    shown = ("events", "deliveries", "attempts", "audit_records", "feed_purges")
-    parts = []
-    for name in shown:
-        t = found[name]
-        size = "" if t.bytes is None else f" ({t.bytes / 1e6:.1f} MB)"
-        parts.append(f"{name} {t.rows:,}{size}")
-    print(f"{label}: " + ", ".join(parts))
+def recorded(db: Any, delivery_ids: list[str], timeout_s: float) -> int:
+    """Wait until every one of `delivery_ids` is recorded as succeeded; how many are."""
+    deadline = time.monotonic() + timeout_s
+    done = 0
+    while time.monotonic() < deadline:
+        done = 0
+        for start in range(0, len(delivery_ids), 1000):
+            with db.begin() as session:
+                done += int(
+                    session.scalar(
+                        select(func.count())
+                        .select_from(Delivery)
+                        .where(
+                            Delivery.id.in_(delivery_ids[start : start + 1000]),
+                            Delivery.state == "succeeded",
+                        )
+                    )
+                    or 0
+                )
+        if done >= len(delivery_ids):
+            break
+        time.sleep(0.05)
+    return done
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--days", type=int, default=10)
-    parser.add_argument("--per-day", type=int, default=3000)
+def unfinished(db: Any) -> tuple[int, int]:
+    with db.begin() as session:
+        open_letters = session.scalar(
+            select(func.count()).select_from(DeadLetter).where(DeadLetter.state == "open")
+        )
+        retrying = session.scalar(
+            select(func.count()).select_from(Delivery).where(Delivery.state == "retrying")
+        )
+    return int(open_letters or 0), int(retrying or 0)
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--scale", type=float, default=0.01, help="of 2 M deliveries a day")
+    parser.add_argument("--retain-days", type=int, default=7)
     parser.add_argument("--publishes", type=int, default=400)
     parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--drain", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--batch-ms", type=int, default=50)
+    parser.add_argument(
+        "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6")
+    )
     args = parser.parse_args()
+
+    from app import runtime as runtime_mod
+    from bench.deliver import Kurir
+    from bench.fresh_db import fresh_database
+    from tests.support.fast_receiver import ReceiverProcess
 
     tmp = Path(tempfile.mkdtemp(prefix="kurir-lifecycle-"))
     url = os.environ.get("BENCH_DATABASE_URL") or f"sqlite:///{tmp / 'kurir.db'}"
     url = fresh_database(url)
-    settings = Settings(
-        data_dir=tmp / "data",
-        database_url=url,
-        redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:1/0"),
-        secret_key="bench-secret-key",  # noqa: S106 - a throwaway database
-        allow_private_targets=True,
-        retention_batch_ms=args.batch_ms,
+    per_day, scale_note = _per_day(args.scale, args.days, tmp)
+    retain = str(args.retain_days)
+    os.environ.update(
+        KURIR_RETAIN_EVENTS_DAYS=retain,
+        KURIR_RETAIN_ATTEMPTS_DAYS=retain,
+        KURIR_RETAIN_DEAD_LETTERS_DAYS=retain,
+        KURIR_RETENTION_BATCH_MS=str(args.batch_ms),
+        KURIR_LOG_LEVEL="warning",
     )
-    rt = Runtime(settings)
-    runtime_mod.install(rt)
-    from app.web import create_app
+    with ReceiverProcess() as receiver:
+        kurir = Kurir(url, args.redis, args.workers, tmp / "data")
+        rt = kurir.runtime
+        runtime_mod.install(rt)
+        from app.accounts import create_api_key
+        from app.services import endpoints as endpoint_service
+        from app.services import partners as partner_service
+        from app.services.actor import Actor
+        from app.web import create_app
 
-    app = create_app(runtime=rt)
-    client = app.test_client()
-    with rt.db.begin() as session:
-        _, token = create_api_key(session, "bench", ["admin"])
-    auth = {"Authorization": f"Bearer {token}"}
-    assert client.post(
-        "/v1/event-types",
-        headers=auth,
-        json={"name": "order.created", "version": 1, "schema": ORDER_SCHEMA},
-    ).status_code in (200, 201)
-    assert (
-        client.post("/v1/partners", headers=auth, json={"uid": "acme", "name": "Acme"}).status_code
-        == 201
-    )
-    assert (
-        client.post(
-            "/v1/partners/acme/endpoints", headers=auth, json={"url": "http://127.0.0.1:9/hook"}
-        ).status_code
-        == 201
-    )
-    with rt.db.begin() as session:
-        partner_id = session.query(Partner.id).filter(Partner.uid == "acme").scalar()
-        endpoint_id = session.query(Endpoint.id).filter(Endpoint.partner_id == partner_id).scalar()
+        with rt.db.begin() as session:
+            actor = Actor.operator("bench@example.com")
+            partner_service.create(session, actor, {"uid": UID, "name": "Acme"})
+            endpoint_service.create(session, rt, actor, UID, {"url": receiver.url + RECEIVER_PATH})
+            _, token = create_api_key(session, "bench-publisher", ["admin"])
+            partner_id = session.scalar(select(Partner.id).where(Partner.uid == UID))
+            endpoint_id = session.scalar(
+                select(Endpoint.id).where(Endpoint.partner_id == partner_id)
+            )
+        assert partner_id is not None
+        assert endpoint_id is not None
+        auth = {"Authorization": f"Bearer {token}"}
+        client = create_app(runtime=rt).test_client()
 
-    print(f"database: {rt.db.engine.dialect.name}; cpu count {os.cpu_count()}")
-    started, cpu = time.perf_counter(), time.process_time()
-    _load(rt, endpoint_id, partner_id, args.days, args.per_day)
-    rows = args.days * args.per_day
+        print(f"database: {rt.db.engine.dialect.name}; {os.cpu_count()} CPUs; {scale_note}")
+        t0, c0 = time.perf_counter(), time.process_time()
+        loaded = _load(rt.db, partner_id, endpoint_id, args.days, per_day, utcnow())
+        print(
+            f"loaded {args.days} days in {time.perf_counter() - t0:.0f} s "
+            f"(cpu {time.process_time() - c0:.0f} s): {loaded.events:,} events, "
+            f"{loaded.deliveries:,} deliveries, {loaded.attempts:,} attempts, "
+            f"{loaded.dead_letters:,} dead letters ({loaded.open_letters:,} open), "
+            f"{loaded.retrying:,} deliveries retrying"
+        )
+        before_sizes = sizes(rt.db)
+        show_sizes("before", before_sizes)
+        before_reads = reads(rt.db, endpoint_id, args.repeat)
+
+        kurir.start()
+        try:
+            return _live(args, kurir, client, auth, url, loaded, endpoint_id, before_reads)
+        finally:
+            kurir.stop()
+
+
+def _live(
+    args: argparse.Namespace,
+    kurir: Any,
+    client: Any,
+    auth: dict[str, str],
+    url: str,
+    loaded: Loaded,
+    endpoint_id: str,
+    before_reads: dict[str, tuple[float, float]],
+) -> int:
+    """The live phases, with the workers running, and what they printed."""
+    from sender.dispatch import enqueue_now
+
+    rt = kurir.runtime
+
+    def drain(n: int) -> tuple[float, float]:
+        """A backlog of `n` deliveries: deliveries/s until every outcome is recorded, and
+        worker CPU ms per delivery."""
+        backlog = kurir.publish_quietly(UID, n)
+        cpu0 = kurir.worker_cpu_s()
+        began = time.perf_counter()
+        enqueue_now(rt.redis, backlog)
+        done = recorded(rt.db, backlog, timeout_s=600)
+        elapsed = time.perf_counter() - began
+        if done < len(backlog):
+            print(f"  only {done} of {len(backlog)} recorded as delivered")
+        return done / elapsed, (kurir.worker_cpu_s() - cpu0) * 1000 / max(1, done)
+
+    publish_phase(client, auth, 20, args.rate, "warm")
+    alone = publish_phase(client, auth, args.publishes, args.rate, "alone")
+    alone_drain = drain(args.drain)
+
+    env = {k: v for k, v in kurir.env.items() if isinstance(v, str)}
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    retention = ctx.Process(target=_retain, args=(env, out))
+    postgres = rt.db.engine.dialect.name == "postgresql"
+    sampler = LockSampler(url, RETENTION_APP_NAME) if postgres else None
+    with sampler or _Nothing():
+        retention.start()
+        during = publish_phase(client, auth, args.publishes, args.rate, "during")
+        during_drain = drain(args.drain)
+        finished_early = not retention.is_alive()
+        result = out.get(timeout=3600)
+        retention.join()
+
+    print(f"publish latency, in-process API paced at {args.rate:.0f}/s (ms):")
+    for label, values in (("without retention", alone), ("while retention runs", during)):
+        print(
+            f"  {label:<22} p50 {pct(values, 0.5):6.2f}  p99 {pct(values, 0.99):6.2f}  "
+            f"max {max(values):7.2f}"
+        )
+    print(f"  p99 ratio {pct(during, 0.99) / pct(alone, 0.99):.2f} x (target <= 1.5 x)")
+    print(f"drain of {args.drain:,} deliveries, {args.workers} workers:")
+    for label, (rate, cpu) in (
+        ("without retention", alone_drain),
+        ("while retention runs", during_drain),
+    ):
+        print(f"  {label:<22} {rate:8.0f} deliveries/s  worker cpu {cpu:.3f} ms/delivery")
     print(
-        f"loaded {args.days} days × {args.per_day:,}/day: {rows:,} events, {rows:,} deliveries, "
-        f"{rows:,} attempts, {rows:,} audit rows in {time.perf_counter() - started:.1f} s "
-        f"(cpu {time.process_time() - cpu:.1f} s)"
+        f"retention: {sum(result['purged'].values()):,} rows in {result['wall_s']:.1f} s wall, "
+        f"{result['cpu_s']:.1f} s cpu; {result['batches']} batches, longest "
+        f"{result['longest_ms']:.0f} ms, p99 {result['p99_ms']:.0f} ms"
+        + ("; it finished before the live phases did" if finished_early else "")
     )
-    _sizes(rt, "before")
-
-    # Warm the app's caches, then publish alone.
-    _publish_phase(client, auth, 20, args.rate, "warm")
-    cpu = time.process_time()
-    alone = _publish_phase(client, auth, args.publishes, args.rate, "alone")
-    alone_cpu = time.process_time() - cpu
-
-    # The same while retention runs (in a thread of this process, as the scheduler would in
-    # its own process: sharing the GIL makes this the harder case for the publishes).
-    report: list[purge.Report] = []
-    purge_times: list[float] = []
-
-    def retain() -> None:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        report.append(purge.run(rt))
-        purge_times.extend([time.perf_counter() - t0, time.thread_time() - c0])
-
-    worker = threading.Thread(target=retain)
-    cpu = time.process_time()
-    worker.start()
-    during = _publish_phase(client, auth, args.publishes, args.rate, "during")
-    overlap_done = not worker.is_alive()
-    worker.join()
-    during_cpu = time.process_time() - cpu
-
-    print(f"publish latency (in-process API, paced at {args.rate:.0f}/s):")
-    _show("without retention", alone)
-    _show("while retention runs", during)
-    print(f"  process cpu: {alone_cpu:.2f} s alone, {during_cpu:.2f} s with retention")
-    done = report[0]
-    batches = done.batches
-    busy = [b for b in batches if b.examined]
+    for kind, n in result["purged"].items():
+        print(f"  {kind:<14} {n:,}")
+    for source, examined, ms in result["slowest"]:
+        print(f"  slowest: {source} {examined:,} rows {ms} ms")
+    if sampler is not None:
+        found = sampler.found
+        held = ", ".join(f"{m} in {n}" for m, n in found.strongest.items()) or "none"
+        print(
+            f"pg_locks, {found.samples} samples: strongest relation lock retention held: "
+            f"{held}; samples with a backend waiting on a lock: {found.waiting_samples}, "
+            f"longest wait seen {found.longest_wait_ms:.0f} ms"
+        )
+    show_sizes("after", sizes(rt.db))
+    print("reads before and after retention:")
+    show_reads(before_reads, reads(rt.db, endpoint_id, args.repeat))
+    kept_open, kept_retrying = unfinished(rt.db)
     print(
-        f"retention: {done.total:,} rows purged in {purge_times[0]:.1f} s wall, "
-        f"{purge_times[1]:.1f} s cpu (its thread); {len(batches)} batches, "
-        f"longest {max(b.elapsed_ms for b in busy):.1f} ms, "
-        f"p99 {_pct([b.elapsed_ms for b in busy], 0.99):.1f} ms "
-        f"(budget {args.batch_ms} ms); largest batch {max(b.examined for b in busy):,} rows"
-        + ("" if not overlap_done else "; finished before the publishes did")
+        f"unfinished rows kept: {kept_open:,} of {loaded.open_letters:,} open dead letters, "
+        f"{kept_retrying:,} of {loaded.retrying:,} retrying deliveries"
     )
-    for b in sorted(busy, key=lambda b: -b.elapsed_ms)[:3]:
-        print(f"  slowest: {b.source} {b.examined} rows {b.elapsed_ms:.1f} ms")
-    for kind, n in done.purged.items():
-        print(f"  {kind.value:<14} {n:,}")
-    _sizes(rt, "after")
-    rt.close()
+    return 0 if (kept_open, kept_retrying) == (loaded.open_letters, loaded.retrying) else 1
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
