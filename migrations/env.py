@@ -9,6 +9,7 @@ from sqlalchemy import Connection
 
 from app.config import load_settings
 from app.db import make_engine
+from app.lifecycle import partitions
 from app.models import Base
 
 config = context.config
@@ -18,9 +19,24 @@ target_metadata = Base.metadata
 def include_object(
     obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
 ) -> bool:
-    """Skip objects that exist only on some dialects (e.g. the pg_trgm index) elsewhere."""
+    """Skip objects that exist only on some dialects (e.g. the pg_trgm index) elsewhere, and,
+    on PostgreSQL, the partitions of the history tables and the unique indexes made on each
+    partition instead of the parent (app.lifecycle.partitions)."""
+    dialect = context.get_context().dialect.name
+    if dialect == "postgresql":
+        if type_ == "table" and reflected and name and partitions.is_partition_name(name):
+            return False
+        if type_ in ("index", "unique_constraint") and name in partitions.LOCAL_UNIQUE_NAMES:
+            return False
+        # PostgreSQL keeps a copy of a foreign key per partition of the table it points to.
+        if (
+            type_ == "foreign_key_constraint"
+            and reflected
+            and partitions.is_partition_name(obj.referred_table.name)
+        ):
+            return False
     dialects = getattr(obj, "info", {}).get("dialects")
-    return not dialects or context.get_context().dialect.name in dialects
+    return not dialects or dialect in dialects
 
 
 def _url() -> str:

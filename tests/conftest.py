@@ -27,9 +27,11 @@ from werkzeug.serving import make_server
 
 from app import migrate
 from app import runtime as runtime_mod
+from app.clock import utcnow
 from app.config import Settings, normalise_database_url
 from app.db import Database
 from app.embedded_redis import EmbeddedRedis
+from app.lifecycle import partitions
 from app.models import Base
 from app.runtime import Runtime
 from tests.support.pgbouncer import PgBouncer, find_pgbouncer
@@ -171,6 +173,9 @@ class MigratedDatabase:
         with self.db.engine.begin() as connection:
             if self.db.is_postgres:
                 connection.execute(text(f"TRUNCATE {', '.join(tables)} CASCADE"))
+                # A retention test may have dropped the days ahead: every test starts with
+                # the layout a migration leaves.
+                partitions.create_ahead(connection, utcnow())
             else:
                 for name in tables:
                     connection.execute(text(f"DELETE FROM {name}"))  # noqa: S608

@@ -10,6 +10,10 @@ short batches, and what was purged is remembered.
   goes on meanwhile.
 - `marks`: per kind, rows purged so far, the last horizon and the oldest row kept
   (persisted, so `/metrics`, `/ui` and `kurir db stats` read one small table).
+- `partitions` (PostgreSQL): `deliveries` and `attempts` are partitioned by day of the
+  delivery's id; the scheduler makes the days ahead (`make-partitions`).
+- `drop` (PostgreSQL): a run first drops each whole day past its horizon, setting aside and
+  putting back the rows that must stay, so the batches find only what was kept back.
 - `stats`: rows (and, on PostgreSQL, bytes) per table.
 - `archive`: with `KURIR_ARCHIVE_DIR`, what a purge deletes is first written there (gzip
   JSON Lines per table and day, with a manifest) before the delete commits.

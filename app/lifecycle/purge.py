@@ -35,7 +35,7 @@ from app.event_types import RESERVED_PREFIX
 from app.feed import horizon as feed_horizon
 from app.feed.sequencer import head
 from app.ids import id_floor
-from app.lifecycle import archive, marks, policy
+from app.lifecycle import archive, drop, marks, policy
 from app.models import (
     Attempt,
     AuditRecord,
@@ -406,7 +406,9 @@ def run(
     for kind in RetentionKind:
         if kinds is not None and kind not in kinds:
             continue
-        purged = 0
+        # Whole days go only when nothing has to be archived first (the archive writes the
+        # rows a batch deletes; a dropped partition's rows would escape it).
+        purged = 0 if writer else _drop_partitions(runtime, kind, horizons[kind], timer, report)
         for source_kind, source, step in SOURCES:
             if source_kind != kind or report.archive_error:
                 continue
@@ -422,6 +424,25 @@ def run(
         if report.archive_error:
             break
     return report
+
+
+def _drop_partitions(
+    runtime: Runtime,
+    kind: RetentionKind,
+    horizon: datetime,
+    timer: Callable[[], float],
+    report: Report,
+) -> int:
+    """PostgreSQL: the kind's whole expired days dropped first (`app.lifecycle.drop`), so the
+    batches that follow find only the rows that were kept back or not yet a whole day old."""
+    counted = 0
+    for day in drop.run(runtime, kind, horizon, timer=timer):
+        source = f"drop:{day.day:%Y-%m-%d}"
+        report.batches.append(
+            Batch(kind, source, day.purged + day.kept, day.purged, day.elapsed_ms)
+        )
+        counted += day.counted
+    return counted
 
 
 def _drain(

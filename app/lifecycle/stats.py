@@ -1,5 +1,6 @@
 """How much each table holds: rows (exact), and on PostgreSQL its bytes on disk with indexes
-and TOAST (`pg_total_relation_size`); SQLite reports no per-table size.
+and TOAST (`pg_total_relation_size`, summed over a partitioned table's partitions); SQLite
+reports no per-table size.
 
 Two statements whatever the number of tables: one `UNION ALL` of counts, one size query.
 """
@@ -39,7 +40,9 @@ def tables(session: Session) -> list[TableStat]:
             name: int(size)
             for name, size in session.execute(
                 text(
-                    "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+                    # A partitioned table has no storage of its own: its partitions' sum.
+                    "SELECT c.relname, (SELECT sum(pg_total_relation_size(t.relid)) "
+                    "FROM pg_partition_tree(c.oid) t) FROM pg_class c "
                     "JOIN pg_namespace n ON n.oid = c.relnamespace "
                     "WHERE c.relkind IN ('r', 'p') AND n.nspname = current_schema() "
                     "AND c.relname = ANY(:names)"

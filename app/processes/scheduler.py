@@ -26,6 +26,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from app import runtime as runtime_mod
+from app.clock import utcnow
 from app.processes.leadership import Leadership
 from app.runtime import Runtime
 
@@ -105,6 +106,15 @@ def run_retention(runtime: Runtime) -> int:
     return purge.run(runtime).total
 
 
+def make_partitions(runtime: Runtime) -> int:
+    """PostgreSQL: the history tables' partitions for today and the week ahead, so a write
+    never waits for one (and never lands in the default partition)."""
+    from app.lifecycle import partitions
+
+    with runtime.db.engine.begin() as connection:
+        return len(partitions.create_ahead(connection, utcnow()))
+
+
 def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
     from app.inbound import process as inbound_process
@@ -124,6 +134,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
         PeriodicJob("verify-endpoints", verify_endpoints, IntervalTrigger(seconds=10)),
         PeriodicJob("purge-idempotency-keys", idempotency.purge_expired, IntervalTrigger(hours=1)),
         PeriodicJob("retention", run_retention, IntervalTrigger(hours=1)),
+        PeriodicJob("make-partitions", make_partitions, IntervalTrigger(hours=1)),
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),
         PeriodicJob("sync-operator-endpoints", sync_operator_endpoints, IntervalTrigger(minutes=1)),
         PeriodicJob(

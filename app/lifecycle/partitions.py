@@ -1,0 +1,197 @@
+"""PostgreSQL: the layout of the partitioned history tables, and making partitions ahead.
+
+`deliveries` is range-partitioned on its primary key `id` and `attempts` on `delivery_id`,
+one partition per UTC day. Ids are ULIDs (creation time first), so a day is an id range
+(`dlv_<day start>` to `dlv_<next day start>`), the primary key of `deliveries` stays a valid
+target for the foreign keys of `attempts` and `dead_letters`, and an attempt lives in the
+partition of its delivery's day: dropping one day of deliveries and the same day of attempts
+leaves no attempt without its delivery. A `…_default` partition catches any row outside the
+partitions made (rows retention moved aside, or ids from a skewed clock).
+
+Unique indexes that do not hold the partition key cannot be enforced across partitions by
+PostgreSQL; those of `deliveries` are made on each partition instead (`LOCAL_INDEXES`). A
+publish writes an event's deliveries in one transaction, in the same millisecond, so one
+event's deliveries share a day and "one delivery per (event, endpoint)" still holds.
+
+SQLite keeps plain tables; nothing here runs there.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
+
+from app.ids import id_floor
+
+# One partition per day: measured against weekly ones (docs/lifecycle.md), a day is dropped
+# in well under a second and 30–40 partitions cost the planner a fraction of a millisecond.
+PERIOD = timedelta(days=1)
+# Days made ahead of today on every scheduler run, so a scheduler down for a week still
+# finds today's partition there.
+AHEAD_DAYS = 7
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^(?P<table>[a-z_]+)_p(?P<day>\d{8})$")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One partitioned table: its partition key and the id prefix of that key's values."""
+
+    table: str
+    column: str
+    prefix: str
+    # Storage options of each partition (a partitioned parent cannot carry them).
+    storage: str = ""
+
+
+DELIVERIES = Spec("deliveries", "id", "dlv", "WITH (fillfactor = 70)")
+ATTEMPTS = Spec("attempts", "delivery_id", "dlv")
+# Parents before children: deliveries are referenced by attempts.
+SPECS: tuple[Spec, ...] = (DELIVERIES, ATTEMPTS)
+
+# Per partition, the unique indexes PostgreSQL cannot hold on the parent (formatted with the
+# partition's name). They mirror uq_deliveries_event_endpoint and ix_deliveries_ordering.
+LOCAL_INDEXES: dict[str, tuple[str, ...]] = {
+    "deliveries": (
+        "CREATE UNIQUE INDEX IF NOT EXISTS {name}_event_endpoint ON {name} (event_id, endpoint_id)",
+        "CREATE UNIQUE INDEX IF NOT EXISTS {name}_ordering "
+        "ON {name} (endpoint_id, ordering_key, ordering_seq) WHERE ordering_seq IS NOT NULL",
+    ),
+}
+# Their names in the model: on PostgreSQL the migrations' drift check leaves them out.
+LOCAL_UNIQUE_NAMES = frozenset({"uq_deliveries_event_endpoint", "ix_deliveries_ordering"})
+
+
+@dataclass(frozen=True)
+class Partition:
+    spec: Spec
+    name: str
+    start: datetime
+
+    @property
+    def end(self) -> datetime:
+        return self.start + PERIOD
+
+    @property
+    def low(self) -> str:
+        return id_floor(self.spec.prefix, self.start)
+
+    @property
+    def high(self) -> str:
+        return id_floor(self.spec.prefix, self.end)
+
+
+def day_start(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def name_for(spec: Spec, start: datetime) -> str:
+    return f"{spec.table}_p{start:%Y%m%d}"
+
+
+def default_name(spec: Spec) -> str:
+    return f"{spec.table}_default"
+
+
+def is_partition_name(name: str) -> bool:
+    """Whether a table is one of the partitions (the drift check must not see them)."""
+    found = _NAME.match(name)
+    if found is not None:
+        return any(found["table"] == s.table for s in SPECS)
+    return any(name == default_name(s) for s in SPECS)
+
+
+def is_partitioned(connection: Connection, table: str) -> bool:
+    """Whether `table` is a partitioned parent (PostgreSQL after migration 0020)."""
+    if connection.dialect.name != "postgresql":
+        return False
+    found = connection.execute(
+        text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:t)"), {"t": table}
+    ).scalar()
+    return found == "p"
+
+
+def partitions(connection: Connection, spec: Spec) -> list[Partition]:
+    """The day partitions of a table, oldest first (the default partition left out)."""
+    names = connection.execute(
+        text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(:t)"
+        ),
+        {"t": spec.table},
+    ).scalars()
+    found = []
+    for name in names:
+        match = _NAME.match(name)
+        if match is not None:
+            start = datetime.strptime(match["day"], "%Y%m%d").replace(tzinfo=UTC)
+            found.append(Partition(spec, name, start))
+    return sorted(found, key=lambda p: p.start)
+
+
+def create(
+    connection: Connection, spec: Spec, start: datetime, parent: str | None = None
+) -> Partition:
+    """The partition of the day starting at `start`, made if missing (with its local
+    unique indexes). `parent`: another parent than the table itself (migration 0020 builds
+    the partitioned table beside the old one)."""
+    part = Partition(spec, name_for(spec, day_start(start)), day_start(start))
+    connection.execute(
+        text(
+            f"CREATE TABLE IF NOT EXISTS {part.name} PARTITION OF {parent or spec.table} "
+            f"FOR VALUES FROM ('{part.low}') TO ('{part.high}') {spec.storage}"
+        )
+    )
+    _local_indexes(connection, spec, part.name)
+    return part
+
+
+def create_default(connection: Connection, spec: Spec, parent: str | None = None) -> str:
+    name = default_name(spec)
+    connection.execute(
+        text(
+            f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {parent or spec.table} "
+            f"DEFAULT {spec.storage}"
+        )
+    )
+    _local_indexes(connection, spec, name)
+    return name
+
+
+def _local_indexes(connection: Connection, spec: Spec, name: str) -> None:
+    for ddl in LOCAL_INDEXES.get(spec.table, ()):
+        connection.execute(text(ddl.format(name=name)))
+
+
+def create_ahead(connection: Connection, now: datetime, days: int = AHEAD_DAYS) -> list[str]:
+    """Today's partitions and the next `days` days', those missing made; the names made.
+
+    A no-op where the tables are not partitioned (SQLite, or PostgreSQL before 0020).
+    """
+    made: list[str] = []
+    for spec in SPECS:
+        if not is_partitioned(connection, spec.table):
+            continue
+        have = {p.name for p in partitions(connection, spec)}
+        today = day_start(now)
+        for offset in range(days + 1):
+            start = today + offset * PERIOD
+            if name_for(spec, start) in have:
+                continue
+            try:
+                with connection.begin_nested():
+                    made.append(create(connection, spec, start).name)
+            except DBAPIError:
+                # The default partition holds rows of that day (ids from a clock ahead):
+                # PostgreSQL refuses the new range; they stay in the default, still served.
+                log.warning(
+                    "partition not made", extra={"table": spec.table, "day": f"{start:%Y-%m-%d}"}
+                )
+    return made

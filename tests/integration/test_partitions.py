@@ -1,0 +1,258 @@
+"""PostgreSQL: deliveries and attempts are partitioned by day; the scheduler makes the days
+ahead, retention drops whole past days and keeps every unfinished row, and an upgrade from
+unpartitioned tables keeps every row."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, make_url, select, text, update
+
+from app import migrate
+from app.clock import utcnow
+from app.config import normalise_database_url
+from app.db import Database
+from app.feed.sequencer import sequence
+from app.lifecycle import partitions, purge
+from app.lifecycle.partitions import ATTEMPTS, DELIVERIES
+from app.models import (
+    DEAD,
+    DELIVERING,
+    DL_DISCARDED,
+    DL_OPEN,
+    PENDING,
+    RETRYING,
+    SUCCEEDED,
+    Attempt,
+    DeadLetter,
+    DeadLetterAudit,
+    Delivery,
+    Endpoint,
+    Event,
+)
+from app.processes.scheduler import make_partitions
+from app.vocabulary import EndpointMode, RetentionKind
+from tests.integration.test_lifecycle import History, _ids
+
+DAY = timedelta(days=1)
+
+
+@pytest.fixture
+def pg_runtime(runtime: Any) -> Any:
+    if not runtime.db.is_postgres:
+        pytest.skip("PostgreSQL only: SQLite keeps plain tables and batch deletes")
+    return runtime
+
+
+def _days(runtime: Any, spec: partitions.Spec) -> set[str]:
+    with runtime.db.engine.connect() as connection:
+        return {f"{p.start:%Y-%m-%d}" for p in partitions.partitions(connection, spec)}
+
+
+def _make_days(runtime: Any, *days: datetime) -> None:
+    with runtime.db.engine.begin() as connection:
+        for day in days:
+            for spec in partitions.SPECS:
+                partitions.create(connection, spec, day)
+
+
+def _where(runtime: Any, table: str, row_id: str) -> str:
+    with runtime.db.engine.connect() as connection:
+        return str(
+            connection.execute(
+                text(f"SELECT tableoid::regclass::text FROM {table} WHERE id = :i"),  # noqa: S608
+                {"i": row_id},
+            ).scalar()
+        )
+
+
+def test_the_scheduler_makes_today_and_the_week_ahead(pg_runtime) -> None:
+    today = partitions.day_start(utcnow())
+    with pg_runtime.db.engine.begin() as connection:
+        for part in partitions.partitions(connection, DELIVERIES):
+            if part.start > today + DAY:
+                connection.execute(text(f"ALTER TABLE deliveries DETACH PARTITION {part.name}"))
+                connection.execute(text(f"DROP TABLE {part.name}"))
+    make_partitions(pg_runtime)
+    week = {f"{today + n * DAY:%Y-%m-%d}" for n in range(partitions.AHEAD_DAYS + 1)}
+    assert week <= _days(pg_runtime, DELIVERIES)
+    assert week <= _days(pg_runtime, ATTEMPTS)
+    assert make_partitions(pg_runtime) == 0  # nothing missing: nothing made
+    # A new delivery lands in its day, not in the default partition.
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        _, delivery_id = h.story(h.endpoint(), SUCCEEDED, utcnow())
+    assert _where(pg_runtime, "deliveries", delivery_id) == partitions.name_for(DELIVERIES, today)
+
+
+def test_retention_drops_past_days_whole_and_keeps_every_unfinished_row(pg_runtime) -> None:
+    t0 = utcnow() - 80 * DAY
+    now = t0 + 60 * DAY
+    _make_days(pg_runtime, t0)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        ordered = h.endpoint(ordering="key", on_dead="block")
+        pull = h.endpoint(mode=EndpointMode.PULL, event_types=["order.created"])
+        pull.url = ""
+        pull_id = pull.id
+        gone = [h.story(push, SUCCEEDED, t0 + n * timedelta(minutes=1)) for n in range(5)]
+        gone.append(h.story(push, DEAD, t0, letter=DL_DISCARDED, resolved_at=t0 - 70 * DAY))
+        kept = {
+            "pending": h.story(push, PENDING, t0),
+            "delivering": h.story(push, DELIVERING, t0),
+            "retrying": h.story(push, RETRYING, t0),
+            "open_letter": h.story(push, DEAD, t0, letter=DL_OPEN),
+            "key_blocker": h.story(
+                ordered, DEAD, t0, letter=DL_OPEN, ordering_key="k", ordering_seq=1
+            ),
+            "key_held": h.story(ordered, PENDING, t0, ordering_key="k", ordering_seq=2),
+            # finished, but the pull endpoint has not acknowledged it (ids after the rest,
+            # so feed positions after theirs)
+            "unread": h.story(push, SUCCEEDED, t0 + 2 * timedelta(hours=1)),
+        }
+        # The feed's head is always kept: let a young event hold it.
+        young = h.story(push, SUCCEEDED, now - DAY)
+    sequence(pg_runtime.db)
+    with pg_runtime.db.begin() as session:
+        unread_seq = session.get_one(Event, kept["unread"][0]).feed_seq
+        session.execute(
+            update(Endpoint).where(Endpoint.id == pull_id).values(acked_seq=unread_seq - 1)
+        )
+    day = f"{partitions.day_start(t0):%Y-%m-%d}"
+    assert day in _days(pg_runtime, DELIVERIES)
+
+    report = purge.run(pg_runtime, now=now, sleep=lambda _s: None)
+
+    assert day not in _days(pg_runtime, DELIVERIES)
+    assert day not in _days(pg_runtime, ATTEMPTS)
+    assert any(b.source.startswith("drop:") for b in report.batches)
+    with pg_runtime.db.begin() as session:
+        assert _ids(session, Delivery) == {d for _, d in kept.values()} | {young[1]}
+        assert _ids(session, Event) == {e for e, _ in kept.values()} | {young[0]}
+        # Attempts follow their own rule: those of finished deliveries go (unread's too).
+        attempted = set(session.scalars(select(Attempt.delivery_id)))
+        finished = {kept["unread"][1]}
+        assert attempted == {d for _, d in kept.values()} - finished | {young[1]}
+        letters = {row.delivery_id: row.state for row in session.scalars(select(DeadLetter))}
+        assert letters == {kept["open_letter"][1]: DL_OPEN, kept["key_blocker"][1]: DL_OPEN}
+        assert session.scalar(select(func.count()).select_from(DeadLetterAudit)) == 2
+    # The kept rows were put back through the parent: their day is gone, so the default.
+    for _, delivery_id in kept.values():
+        assert _where(pg_runtime, "deliveries", delivery_id) == "deliveries_default"
+    assert report.purged[RetentionKind.EVENTS] == len(gone)
+    assert report.purged[RetentionKind.ATTEMPTS] == len(gone) + 1  # and unread's
+
+
+@pytest.fixture
+def scratch_url() -> Iterator[str]:
+    """A database of its own beside the test database, dropped afterwards."""
+    import os
+
+    raw = os.environ.get("TEST_DATABASE_URL")
+    if not raw:
+        pytest.skip("PostgreSQL: TEST_DATABASE_URL is unset")
+    base = make_url(normalise_database_url(raw))
+    name = f"{base.database}_upgrade"
+    admin = Database(base.set(database="postgres").render_as_string(hide_password=False))
+    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield base.set(database=name).render_as_string(hide_password=False)
+    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def test_upgrading_unpartitioned_tables_keeps_every_row(scratch_url) -> None:
+    migrate.upgrade(scratch_url, "0019_search")
+    old = Database(scratch_url)
+    t0 = utcnow()
+    stories: dict[str, tuple[str, str]] = {}
+    try:
+        with old.begin() as session:
+            h = History(session)
+            push = h.endpoint()
+            for n, state in enumerate((SUCCEEDED, PENDING, RETRYING, DEAD, SUCCEEDED)):
+                at = t0 - n * 9 * DAY
+                stories[f"{state}-{n}"] = h.story(
+                    push, state, at, letter=DL_OPEN if state == DEAD else None
+                )
+        with old.engine.connect() as connection:
+            before = {
+                t: connection.execute(text(f"SELECT id FROM {t} ORDER BY id")).scalars().all()  # noqa: S608
+                for t in ("events", "deliveries", "attempts", "dead_letters")
+            }
+    finally:
+        old.dispose()
+
+    migrate.upgrade(scratch_url)
+    migrate.check(scratch_url)
+
+    new = Database(scratch_url)
+    try:
+        with new.engine.connect() as connection:
+            after = {
+                t: connection.execute(text(f"SELECT id FROM {t} ORDER BY id")).scalars().all()  # noqa: S608
+                for t in before
+            }
+            assert partitions.is_partitioned(connection, "deliveries")
+            assert partitions.is_partitioned(connection, "attempts")
+            oldest = partitions.partitions(connection, DELIVERIES)[0].start
+        assert after == before
+        assert oldest == partitions.day_start(t0 - 36 * DAY)
+        # Every row is in its own day's partition, and the foreign keys still cascade.
+        for _, delivery_id in stories.values():
+            with new.engine.connect() as connection:
+                where = connection.execute(
+                    text("SELECT tableoid::regclass::text FROM deliveries WHERE id = :i"),
+                    {"i": delivery_id},
+                ).scalar()
+            assert where is not None and where.startswith("deliveries_p")
+        with new.begin() as session:
+            event_id, delivery_id = stories["dead-3"]
+            session.execute(Event.__table__.delete().where(Event.id == event_id))  # type: ignore[attr-defined]
+        with new.begin() as session:
+            assert session.get(Delivery, delivery_id) is None
+            assert session.scalar(select(func.count()).select_from(DeadLetter)) == 0
+    finally:
+        new.dispose()
+
+
+def test_attempts_go_by_their_own_days_and_what_they_left_goes_with_the_deliveries(
+    make_rt, migrated
+) -> None:
+    if not migrated.db.is_postgres:
+        pytest.skip("PostgreSQL only")
+    runtime = make_rt(retain_attempts_days=7, retain_events_days=30)
+    t0 = utcnow() - 100 * DAY
+    _make_days(runtime, t0)
+    with runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        done = h.story(push, SUCCEEDED, t0)
+        retrying = h.story(push, RETRYING, t0)
+        young = h.story(push, SUCCEEDED, utcnow())  # holds the feed's head
+    sequence(runtime.db)
+    day = f"{partitions.day_start(t0):%Y-%m-%d}"
+
+    # Attempts past 7 days, events not yet past 30: only the attempts' day goes.
+    report = purge.run(runtime, now=t0 + 20 * DAY, sleep=lambda _s: None)
+    assert day not in _days(runtime, ATTEMPTS)
+    assert day in _days(runtime, DELIVERIES)
+    assert report.purged[RetentionKind.ATTEMPTS] == 1
+    with runtime.db.begin() as session:
+        assert set(session.scalars(select(Attempt.delivery_id))) == {retrying[1], young[1]}
+    assert _where(runtime, "deliveries", done[1]) == partitions.name_for(DELIVERIES, t0)
+
+    # Then the events' horizon passes: the deliveries' day goes, the retrying one stays
+    # with its attempt.
+    purge.run(runtime, now=t0 + 40 * DAY, sleep=lambda _s: None)
+    assert day not in _days(runtime, DELIVERIES)
+    with runtime.db.begin() as session:
+        assert _ids(session, Delivery) == {retrying[1], young[1]}
+        assert set(session.scalars(select(Attempt.delivery_id))) == {retrying[1], young[1]}
+        assert _ids(session, Event) == {retrying[0], young[0]}
