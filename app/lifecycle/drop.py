@@ -161,26 +161,42 @@ def _drop_deliveries_day(
     if has_attempts:
         connection.execute(text(f"LOCK TABLE {attempts_part} IN EXCLUSIVE MODE"))
     states = ", ".join(f"'{s}'" for s in _UNFINISHED)
-    held_events = (
-        f"SELECT event_id FROM deliveries WHERE state IN ({states}) "
-        "UNION SELECT event_id FROM dead_letters "
-        "UNION SELECT e.id FROM events e WHERE e.id >= :evt_low AND e.id < :evt_high "
-        "AND (e.created_at >= :horizon OR e.feed_seq IS NULL OR e.feed_seq = :head"
-        f"{_owed_clause(connection)})"
-    )
+    params = {
+        "evt_low": id_floor("evt", part.start - _EVENT_WINDOW),
+        "evt_high": id_floor("evt", part.end),
+        "horizon": horizon,
+        "head": head(connection),
+    }
+    # Materialised (and analysed) first: as a subquery under an OR, the planner may run it
+    # once per delivery of the day.
     connection.execute(
         text(
-            f"CREATE TEMP TABLE kept_deliveries ON COMMIT DROP AS "
-            f"SELECT * FROM {part.name} d WHERE d.event_id < :evt_low OR d.event_id >= :evt_high "
-            f"OR d.event_id IN ({held_events})"
+            "CREATE TEMP TABLE held_events ON COMMIT DROP AS "
+            f"SELECT event_id AS id FROM deliveries WHERE state IN ({states}) "
+            "UNION SELECT event_id FROM dead_letters "
+            "UNION SELECT e.id FROM events e WHERE e.id >= :evt_low AND e.id < :evt_high "
+            "AND (e.created_at >= :horizon OR e.feed_seq IS NULL OR e.feed_seq = :head"
+            f"{_owed_clause(connection)})"
         ),
-        {
-            "evt_low": id_floor("evt", part.start - _EVENT_WINDOW),
-            "evt_high": id_floor("evt", part.end),
-            "horizon": horizon,
-            "head": head(connection),
-        },
+        params,
     )
+    connection.execute(text("ANALYZE held_events"))
+    connection.execute(
+        text(
+            "CREATE TEMP TABLE kept_deliveries ON COMMIT DROP AS "
+            f"SELECT * FROM {part.name} d WHERE d.event_id IN (SELECT id FROM held_events)"
+        )
+    )
+    # A delivery whose event lies outside the window is left to the row-level purge.
+    connection.execute(
+        text(
+            f"INSERT INTO kept_deliveries SELECT * FROM {part.name} d "
+            "WHERE (d.event_id < :evt_low OR d.event_id >= :evt_high) "
+            "AND NOT EXISTS (SELECT 1 FROM held_events h WHERE h.id = d.event_id)"
+        ),
+        params,
+    )
+    connection.execute(text("ANALYZE kept_deliveries"))
     for ddl in (
         "CREATE TEMP TABLE kept_attempts ON COMMIT DROP AS SELECT * FROM attempts "
         "WHERE delivery_id IN (SELECT id FROM kept_deliveries)",

@@ -41,8 +41,9 @@ def tables(session: Session) -> list[TableStat]:
             for name, size in session.execute(
                 text(
                     # A partitioned table has no storage of its own: its partitions' sum.
-                    "SELECT c.relname, (SELECT sum(pg_total_relation_size(t.relid)) "
-                    "FROM pg_partition_tree(c.oid) t) FROM pg_class c "
+                    "SELECT c.relname, COALESCE((SELECT sum(pg_total_relation_size(t.relid)) "
+                    "FROM pg_partition_tree(c.oid) t), pg_total_relation_size(c.oid)) "
+                    "FROM pg_class c "
                     "JOIN pg_namespace n ON n.oid = c.relnamespace "
                     "WHERE c.relkind IN ('r', 'p') AND n.nspname = current_schema() "
                     "AND c.relname = ANY(:names)"
