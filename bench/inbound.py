@@ -6,12 +6,16 @@
 The script owns BENCH_DATABASE_URL (default: the `kurir_inbound_bench` database, which it
 WIPES and migrates) and BENCH_REDIS_URL (default db 6, which it FLUSHES). It creates one
 Standard Webhooks source, signs every callback the way a provider would (fresh timestamp,
-HMAC-SHA256 over ``{id}.{timestamp}.{body}``), starts `kurir api` under gunicorn and
+HMAC-SHA256 over ``{id}.{timestamp}.{body}``), starts `kurir api` (its default server) and
 measures, in one run:
 
   1. ack rate: N callbacks from C concurrent clients in a closed loop (threads, one
      kept-alive socket each, prebuilt requests: bench/rawhttp.py) → acknowledged/s, p50/p99
-     time-to-202 (every 202 means stored and committed) and CPU ms per callback;
+     time-to-202 (every 202 means stored and committed) and CPU ms per callback; in
+     --ack-rounds turns with the bare ack (`bare_app`: verify the HMAC, INSERT, 202, in
+     plain Flask under the same granian settings), whose rows are deleted after each turn.
+     The API's CPU per callback over the bare ack's is printed turn by turn (target
+     <= 1.15); --ack-only stops here;
   2. open loop at --paced-rate callbacks/s → p50/p99 counted from each request's due time;
   3. bare processing ceiling: --proc processes with raw psycopg apply the same stored events
      with the least SQL any correct processor needs (per 100 events one transaction: one
