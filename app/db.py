@@ -24,6 +24,9 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
+from sqlalchemy.sql.elements import ClauseElement
+
+from app.db_direct import DirectStatement
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +210,7 @@ class Database:
         self.Session = sessionmaker(bind=self.engine, expire_on_commit=False)
         # Same pool; each checkout switches the driver to autocommit (no SQL is sent for it).
         self._autocommit_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._direct: dict[ClauseElement, DirectStatement] = {}
 
     @property
     def is_sqlite(self) -> bool:
@@ -237,6 +241,14 @@ class Database:
         """
         with self._autocommit_engine.connect() as connection:
             yield connection
+
+    def direct(self, statement: ClauseElement) -> DirectStatement:
+        """`statement` compiled once for this engine and run on the driver in autocommit
+        (PostgreSQL; see app.db_direct): for a hot path whose write is one statement."""
+        found = self._direct.get(statement)
+        if found is None:
+            found = self._direct[statement] = DirectStatement(statement, self.engine)
+        return found
 
     def ping(self) -> None:
         with self.engine.connect() as connection:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import hiredis
 import redis
 from redis.typing import EncodableT, FieldT
 from rq import Queue
@@ -131,29 +132,65 @@ def enqueue_many(connection: redis.Redis, specs: Iterable[JobSpec]) -> int:
     """Enqueue every spec in one Redis round trip; returns how many were sent.
 
     The jobs are ordinary RQ jobs (any RQ worker with `KurirJob` runs them), written
-    directly: RQ's own
-    enqueue saves ~25 fields per job inside MULTI/EXEC and costs the publish path ~0.25 ms of
-    CPU per job, this ~0.08 ms. No transaction is needed: each hash is written before its id
-    is pushed, and a half-sent pipeline leaves at most a job the sweeper re-enqueues anyway.
-    A job id that is reused (a deterministic one) starts from a clean hash.
+    directly: RQ's own enqueue saves ~25 fields per job inside MULTI/EXEC and costs the
+    publish path ~0.25 ms of CPU per job; a redis-py pipeline of the same commands ~0.12 ms
+    (it encodes each of the ~28 arguments in Python); packed here by hiredis in one call,
+    less than half that. No transaction is needed: each hash is written before its id is
+    pushed, and a half-sent batch leaves at most a job the sweeper re-enqueues anyway. A
+    job id that is reused (a deterministic one) starts from a clean hash.
     """
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    pipe = connection.pipeline(transaction=False)
+    commands: list[tuple[Any, ...]] = []
     queues: set[str] = set()
     sent = 0
     for spec in specs:
         job_id = spec.job_id or str(uuid.uuid4())  # what RQ itself would pick
         key = Job.key_for(job_id)
-        pipe.delete(key)
-        pipe.hset(key, mapping=job_fields(spec, stamp))
+        fields = job_fields(spec, stamp)
+        commands.append(("DEL", key))
+        commands.append(("HSET", key, *[item for pair in fields.items() for item in pair]))
         queue_key = Queue.redis_queue_namespace_prefix + spec.queue
-        pipe.rpush(queue_key, job_id)
+        commands.append(("RPUSH", queue_key, job_id))
         queues.add(queue_key)
         sent += 1
-    if queues:
-        pipe.sadd(Queue.redis_queues_keys, *queues)
-        pipe.execute()
+    if not queues:
+        return 0
+    commands.append(("SADD", Queue.redis_queues_keys, *sorted(queues)))
+    send_pipelined(connection, commands)
     return sent
+
+
+def send_pipelined(client: redis.Redis, commands: list[tuple[Any, ...]]) -> None:
+    """Send `commands` in one write and read every reply, as a redis-py pipeline without a
+    transaction would, minus its per-argument encoding: the connection's retry policy
+    covers a dropped connection (a Redis restart, a Sentinel failover), and the first error
+    reply is raised once every reply has been read, so the connection stays in step.
+
+    Raises:
+        redis.RedisError: a connection that stayed down, or an error reply.
+    """
+    packed = b"".join(hiredis.pack_command(command) for command in commands)
+    pool = client.connection_pool
+    conn = pool.get_connection()
+
+    def send() -> None:
+        conn.send_packed_command([packed])
+        error: redis.ResponseError | None = None
+        for _ in commands:
+            try:
+                conn.read_response()
+            except redis.ResponseError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+
+    try:
+        conn.retry.call_with_retry(send, lambda _error: conn.disconnect())
+    except BaseException:
+        conn.disconnect()  # replies may be left unread: never reuse it
+        raise
+    finally:
+        pool.release(conn)
 
 
 def try_enqueue_many(connection: redis.Redis, specs: list[JobSpec]) -> bool:

@@ -2,14 +2,16 @@
 
     .venv/bin/python bench/deliver.py [--workers 2] [-n 10000] [--endpoints 10]
                                       [--db postgresql://...] [--redis redis://...]
+    .venv/bin/python bench/deliver.py --through-api --endpoints 5 --publishers 4 [...]
 
 The script owns its database (default: the `kurir_delivery_bench` PostgreSQL database, which
 it WIPES and migrates) and Redis db (default 4, flushed). It starts a minimal asyncio HTTP
 receiver in its own process that answers 200 and records when each webhook arrived, then, in
 one run (issue 4, item 11):
 
-  1. the ceiling: N processes each POSTing the same signed bodies to the same receiver in a
-     bare `requests.Session` loop (one connection per process, nothing else);
+  1. the ceilings: N processes each POSTing the same signed bodies to the same receiver in a
+     bare `requests.Session` loop, then in a bare urllib3 pool loop (what Kurir's transport
+     is built on: the lower ceiling); one connection per process, nothing else;
   2. Kurir's engine: N `kurir worker` processes delivering a committed backlog of 1,000 events
      x 10 endpoints = 10,000 deliveries, enqueued at once (deliveries / (last receipt -
      enqueue)): the figure to hold against the ceiling; then the same backlog again to
@@ -20,12 +22,15 @@ one run (issue 4, item 11):
      (validation, one-transaction fan-out, after-commit enqueue: the code the API runs) from
      --publishers threads while the workers deliver, plus the sweeper in this process.
      Throughput = deliveries / (last receipt - first publish); latency = receipt - publish
-     commit, per delivery (a backlog builds when publishing outruns delivery);
+     commit, per delivery (a backlog builds when publishing outruns delivery). With
+     --through-api the events are published over HTTP instead: `kurir api` (granian, 2 x 8)
+     and --publishers processes posting to it on kept-alive connections, the API's CPU per
+     event beside the workers' per delivery (latency then counts from the 202);
   4. p50/p99 publish -> receipt at a paced 100 events/s (one endpoint, open loop);
   5. one event fanned out to 1,000 endpoints: time until the last one is received.
 
 Beside every rate it prints the worker processes' CPU time per delivery (user + system, every
-thread, until the outcome is recorded) and its ratio to the bare loop's CPU time per POST,
+thread, until the outcome is recorded) and its ratio to each bare loop's CPU time per POST,
 measured in the same run (again right before the end-to-end phase): on a shared machine rates
 move with the load, the ratio much less.
 
@@ -174,7 +179,7 @@ class Kurir:
             from app.accounts import create_api_key
 
             event_types.register(session, {"name": TYPE_NAME, "version": 1, "schema": SCHEMA})
-            key, _ = create_api_key(session, "bench", ["admin"])
+            key, self.token = create_api_key(session, "bench", ["admin"])
             self.api_key_id = key.id
 
     def start(self) -> None:
@@ -351,6 +356,107 @@ class Kurir:
         return str(result.body["id"]), time.time()
 
 
+# ---------------------------------------------------------------------------- through the API
+
+
+def _api_publisher(url: str, token: str, bodies: list[bytes], barrier: Any, out: Any) -> None:
+    """POST `bodies` to `kurir api` back to back on one kept-alive connection (prebuilt
+    requests, bench/rawhttp.py: ~0.05 ms of client CPU each); sends back (event id, time
+    its 202 arrived) per event and the count of other answers."""
+    from bench import rawhttp
+
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    prebuilt = [rawhttp.request_bytes(url, body, headers) for body in bodies]
+    connection = rawhttp.Connection(url)
+    published: list[tuple[str, float]] = []
+    errors = 0
+    barrier.wait()
+    for request in prebuilt:
+        status, answer = connection.exchange(request)
+        if status == 202:
+            published.append((json.loads(answer)["id"], time.time()))
+        else:
+            errors += 1
+    connection.close()
+    out.put((published, errors))
+
+
+class ApiPublishers:
+    """`kurir api` (its default server, 2 workers x 8 threads, as bench/publish.py runs it)
+    and publisher processes posting to it: the end-to-end phase through HTTP, where every
+    publish costs the API's CPU on the cores the workers deliver from."""
+
+    def __init__(self, env: dict[str, str], token: str) -> None:
+        import requests
+
+        from app.ports import free_port
+
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        self.token = token
+        self.errors = 0
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "api", "--port", str(port),
+             "--workers", "2", "--threads", "8"],
+            env=env, cwd=ROOT, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.base}/readyz", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        self.close()
+        raise RuntimeError("kurir api did not become ready")
+
+    def cpu_s(self) -> float:
+        """CPU time (user + system) of the API's process tree so far."""
+        import psutil
+
+        total = 0.0
+        root = psutil.Process(self.process.pid)
+        for proc in [root, *root.children(recursive=True)]:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        return total
+
+    def publish(
+        self, uid: str, events: int, processes: int, published: dict[str, float]
+    ) -> tuple[float, float]:
+        """Publish `events` from `processes` processes; fills event id -> 202 time. Returns
+        (when the publishers started, seconds until the last 202)."""
+        url = f"{self.base}/v1/partners/{uid}/events"
+        bodies = [json.dumps(Kurir._body(i)).encode() for i in range(events)]
+        ctx = mp.get_context("spawn")
+        barrier = ctx.Barrier(processes + 1)
+        out = ctx.Queue()
+        procs = [
+            ctx.Process(
+                target=_api_publisher, args=(url, self.token, bodies[k::processes], barrier, out)
+            )
+            for k in range(processes)
+        ]
+        for proc in procs:
+            proc.start()
+        barrier.wait()  # imports and prebuilt requests are done: the clock starts
+        started = time.time()
+        finished = [out.get(timeout=600) for _ in procs]
+        elapsed = time.time() - started
+        for proc in procs:
+            proc.join()
+        for got, errors in finished:
+            published.update(got)
+            self.errors += errors
+        return started, elapsed
+
+    def close(self) -> None:
+        from tests.support.processes import stop_group
+
+        stop_group(self.process)
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -426,35 +532,58 @@ def run(args: argparse.Namespace) -> int:
         ).encode()
         ceiling, bare_cpu_ms = bare_ceiling(receiver.url, args.workers, args.n, sample)
         receiver.dump()
+        # The lower ceiling: urllib3's pool, what Kurir's transport is built on, without
+        # requests' sessions, hooks and adapters on top.
+        ceiling_u3, bare_u3_ms = bare_ceiling(
+            receiver.url, args.workers, args.n, sample, client="urllib3"
+        )
+        receiver.dump()
         results.update(
-            {"bare_ceiling_per_s": round(ceiling), "bare_cpu_ms_per_post": round(bare_cpu_ms, 3)}
+            {
+                "bare_ceiling_per_s": round(ceiling),
+                "bare_cpu_ms_per_post": round(bare_cpu_ms, 3),
+                "bare_urllib3_per_s": round(ceiling_u3),
+                "bare_urllib3_cpu_ms_per_post": round(bare_u3_ms, 3),
+            }
         )
         print(
             f"bare requests.Session loop, {args.workers} processes: {ceiling:,.0f} POST/s, "
-            f"CPU {bare_cpu_ms:.3f} ms per POST"
+            f"CPU {bare_cpu_ms:.3f} ms per POST\n"
+            f"bare urllib3 pool loop, {args.workers} processes: {ceiling_u3:,.0f} POST/s, "
+            f"CPU {bare_u3_ms:.3f} ms per POST"
         )
 
-        def cpu_line(name: str, cpu_s: float, deliveries: int, bare_ms: float) -> str:
+        def cpu_line(
+            name: str, cpu_s: float, deliveries: int, bare_ms: float, bare_u3: float
+        ) -> str:
             per = cpu_s * 1000 / max(deliveries, 1)
             ratio = per / bare_ms
+            ratio_u3 = per / bare_u3
             results.update(
                 {
                     f"{name}_worker_cpu_ms_per_delivery": round(per, 3),
                     f"{name}_bare_cpu_ms_per_post": round(bare_ms, 3),
                     f"{name}_cpu_ratio_to_bare": round(ratio, 2),
+                    f"{name}_bare_urllib3_cpu_ms_per_post": round(bare_u3, 3),
+                    f"{name}_cpu_ratio_to_bare_urllib3": round(ratio_u3, 2),
                 }
             )
             return (
-                f"worker CPU {per:.3f} ms per delivery = {ratio:.2f}x the bare POST's "
-                f"{bare_ms:.3f} ms"
+                f"worker CPU {per:.3f} ms per delivery = {ratio:.2f}x the bare requests "
+                f"POST's {bare_ms:.3f} ms, {ratio_u3:.2f}x the bare urllib3 POST's "
+                f"{bare_u3:.3f} ms"
             )
 
-        def bare_again() -> float:
-            """The bare loop's CPU per POST once more, right before a phase: the machine's
+        def bare_again() -> tuple[float, float]:
+            """Both bare loops' CPU per POST once more, right before a phase: the machine's
             load moves, and a ratio holds best against a baseline taken beside it."""
             _, cpu_ms = bare_ceiling(receiver.url, args.workers, args.n // 2, sample)
             receiver.dump()
-            return cpu_ms
+            _, u3_ms = bare_ceiling(
+                receiver.url, args.workers, args.n // 2, sample, client="urllib3"
+            )
+            receiver.dump()
+            return cpu_ms, u3_ms
 
         with tempfile.TemporaryDirectory() as tmp:
             kurir = Kurir(args.db, args.redis, args.workers, Path(tmp))
@@ -490,7 +619,7 @@ def run(args: argparse.Namespace) -> int:
                     f"Kurir delivering a backlog of {delivered:,} over {args.endpoints} "
                     f"endpoints, {args.workers} workers: {drain:,.0f} deliveries/s "
                     f"({drain / ceiling:.0%} of the bare ceiling); "
-                    f"{cpu_line('drain', drain_cpu, delivered, bare_cpu_ms)}"
+                    f"{cpu_line('drain', drain_cpu, delivered, bare_cpu_ms, bare_u3_ms)}"
                 )
                 print(cost_lines("drain", drain_cost))
                 if args.keys:
@@ -513,7 +642,13 @@ def run(args: argparse.Namespace) -> int:
                         f'the same backlog to endpoints with ordering "key", {args.keys} '
                         f"keys: {ordered:,.0f} deliveries/s ({ordered / drain:.0%} of "
                         f"unordered); "
-                        f"{cpu_line('ordered_drain', ordered_cpu, ordered_n, bare_cpu_ms)}"
+                        + cpu_line(
+                            "ordered_drain",
+                            ordered_cpu,
+                            ordered_n,
+                            bare_cpu_ms,
+                            bare_u3_ms,
+                        )
                     )
                     print(cost_lines("ordered_drain", ordered_cost))
                 recorded = delivered + (ordered_n if args.keys else 0)
@@ -523,16 +658,26 @@ def run(args: argparse.Namespace) -> int:
 
                 # 2. End to end: publishing (N threads) while the workers deliver, and the
                 # sweeper (paused while the cost meter waits for the counters to settle).
-                e2e_bare_ms = bare_again()
+                e2e_bare_ms, e2e_bare_u3 = bare_again()
                 published: dict[str, float] = {}
+                api = ApiPublishers(kurir.env, kurir.token) if args.through_api else None
                 before = meter.snapshot()
                 kurir.start_sweeper()
                 polls = kurir.polls
                 cpu_before = kurir.worker_cpu_s()
-                first = time.time()
-                publish_s = kurir.publish_concurrently(
-                    "bench", events_n, args.publishers, published
-                )
+                api_cpu_before = api.cpu_s() if api else 0.0
+                if api is not None:
+                    first, publish_s = api.publish("bench", events_n, args.publishers, published)
+                    results["api_cpu_ms_per_event"] = round(
+                        (api.cpu_s() - api_cpu_before) * 1000 / max(1, len(published)), 3
+                    )
+                    results["api_publish_errors"] = api.errors
+                    api.close()
+                else:
+                    first = time.time()
+                    publish_s = kurir.publish_concurrently(
+                        "bench", events_n, args.publishers, published
+                    )
                 if not receiver.wait_for(total, timeout_s=300):
                     print(f"only {receiver.count()} of {total} arrived", file=sys.stderr)
                 kurir.wait_recorded(recorded + total)
@@ -560,14 +705,22 @@ def run(args: argparse.Namespace) -> int:
                         "p99_ms": round(percentile(lat, 99), 1),
                     }
                 )
+                publishers = (
+                    f"{args.publishers} processes publishing through `kurir api`"
+                    f" (API CPU {results['api_cpu_ms_per_event']:.2f} ms per event, "
+                    f"{len(published) / publish_s:,.0f} events/s)"
+                    if args.through_api
+                    else f"{args.publishers} publishing threads"
+                )
+                results["through_api"] = args.through_api
                 print(
                     f"Kurir end to end: {total:,} deliveries over {args.endpoints} endpoints, "
-                    f"{args.workers} workers, {args.publishers} publishing threads: "
+                    f"{args.workers} workers, {publishers}: "
                     f"{rate:,.0f} deliveries/s ({rate / ceiling:.0%} of the bare ceiling); "
                     f"publishing took {publish_s:.2f}s; publish->receipt "
                     f"p50 {percentile(lat, 50):.0f} ms, p99 {percentile(lat, 99):.0f} ms; "
                     f"duplicates {dupes}; "
-                    f"{cpu_line('end_to_end', e2e_cpu, len(records), e2e_bare_ms)}"
+                    f"{cpu_line('end_to_end', e2e_cpu, len(records), e2e_bare_ms, e2e_bare_u3)}"
                 )
                 print(cost_lines("end_to_end", e2e_cost))
 
@@ -636,7 +789,16 @@ def main() -> int:
     )
     parser.add_argument("--paced-seconds", type=int, default=10)
     parser.add_argument(
-        "--publishers", type=int, default=4, help="threads publishing in the end-to-end run"
+        "--publishers",
+        type=int,
+        default=4,
+        help="threads (processes with --through-api) publishing in the end-to-end run",
+    )
+    parser.add_argument(
+        "--through-api",
+        action="store_true",
+        help="publish end to end over HTTP to `kurir api` from separate processes, not "
+        "from threads of this one (e.g. with --endpoints 5)",
     )
     parser.add_argument(
         "--pg-commits-per-s",

@@ -6,12 +6,16 @@
 The script owns BENCH_DATABASE_URL (default: the `kurir_inbound_bench` database, which it
 WIPES and migrates) and BENCH_REDIS_URL (default db 6, which it FLUSHES). It creates one
 Standard Webhooks source, signs every callback the way a provider would (fresh timestamp,
-HMAC-SHA256 over ``{id}.{timestamp}.{body}``), starts `kurir api` under gunicorn and
+HMAC-SHA256 over ``{id}.{timestamp}.{body}``), starts `kurir api` (its default server) and
 measures, in one run:
 
   1. ack rate: N callbacks from C concurrent clients in a closed loop (threads, one
      kept-alive socket each, prebuilt requests: bench/rawhttp.py) → acknowledged/s, p50/p99
-     time-to-202 (every 202 means stored and committed) and CPU ms per callback;
+     time-to-202 (every 202 means stored and committed) and CPU ms per callback; in
+     --ack-rounds turns with the bare ack (`bare_app`: verify the HMAC, INSERT, 202, in
+     plain Flask under the same granian settings), whose rows are deleted after each turn.
+     The API's CPU per callback over the bare ack's is printed turn by turn (target
+     <= 1.15); --ack-only stops here;
   2. open loop at --paced-rate callbacks/s → p50/p99 counted from each request's due time;
   3. bare processing ceiling: --proc processes with raw psycopg apply the same stored events
      with the least SQL any correct processor needs (per 100 events one transaction: one
@@ -283,6 +287,123 @@ def api_server(
         stop_group(process)
 
 
+# ---------------------------------------------------------------------------- bare ack
+
+BARE_SOURCE = "bench-bare"
+
+
+def bare_app() -> Any:
+    """`bench.inbound:bare_app` (a factory): the ceiling for an ack. Verify the Standard
+    Webhooks HMAC over the raw body, parse it, INSERT the inbound_events row (ON CONFLICT DO
+    NOTHING: a retried callback is no error), commit, answer 202 — in plain Flask and
+    SQLAlchemy Core, as an endpoint written for one provider would be."""
+    from flask import Flask, request
+    from sqlalchemy.dialects.postgresql import insert
+
+    from app.clock import parse_rfc3339, utcnow
+    from app.config import normalise_database_url
+    from app.db import make_engine
+    from app.ids import new_id
+    from app.inbound.verify import standard_webhooks_key
+    from app.models import InboundEvent
+
+    engine = make_engine(normalise_database_url(os.environ["BARE_DATABASE_URL"]), pool_size=10)
+    source_id = os.environ["BARE_SOURCE_ID"]
+    key = standard_webhooks_key(SECRET)
+    table = InboundEvent.__table__
+    app = Flask(__name__)
+
+    @app.post("/bare/inbound")
+    def receive() -> tuple[str, int, dict[str, str]]:
+        body = request.get_data()
+        msg_id = request.headers.get("webhook-id", "")
+        stamp = request.headers.get("webhook-timestamp", "0")
+        if not stamp.isdigit() or abs(time.time() - int(stamp)) > 300:
+            return '{"error":"stale"}', 401, {"Content-Type": "application/json"}
+        mac = hmac.new(key, f"{msg_id}.{stamp}.".encode() + body, hashlib.sha256).digest()
+        expected = base64.b64encode(mac).decode()
+        offered = request.headers.get("webhook-signature", "").split()
+        if not any(hmac.compare_digest(expected, sig.partition(",")[2]) for sig in offered):
+            return '{"error":"signature"}', 401, {"Content-Type": "application/json"}
+        doc = json.loads(body)
+        resource = doc.get("resource") or {}
+        now = utcnow()
+        row_id = new_id("ine")
+        with engine.begin() as connection:
+            stored = connection.execute(
+                insert(table)
+                .values(
+                    id=row_id,
+                    source_id=source_id,
+                    event_id=doc["id"],
+                    event_type=doc["type"],
+                    resource_type=resource.get("type"),
+                    resource_id=resource.get("id"),
+                    resource_version=resource.get("version"),
+                    occurred_at=parse_rfc3339(doc["occurred_at"]),
+                    resource_status=(doc.get("data") or {}).get("status"),
+                    status="received",
+                    raw_body=body,
+                    headers={k.lower(): v for k, v in request.headers.items()},
+                    attempts=0,
+                    received_at=now,
+                    updated_at=now,
+                )
+                .on_conflict_do_nothing(index_elements=["source_id", "event_id"])
+                .returning(table.c.id)
+            ).first()
+        answer = json.dumps({"id": row_id, "status": "received", "duplicate": stored is None})
+        return answer, 202 if stored else 200, {"Content-Type": "application/json"}
+
+    return app
+
+
+@contextmanager
+def bare_server(
+    env: dict[str, str], url: str, source_id: str, workers: int, threads: int
+) -> Iterator[tuple[str, int]]:
+    """The bare ack under granian with `kurir api`'s settings (bench/wsgi_servers.py)."""
+    from bench import wsgi_servers
+
+    port = free_port()
+    command = wsgi_servers.command("granian", "bench.inbound:bare_app", port, workers, threads)
+    bare_env = dict(env, BARE_DATABASE_URL=url, BARE_SOURCE_ID=source_id)
+    process = subprocess.Popen(command, env=bare_env, cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                requests.get(f"http://127.0.0.1:{port}/", timeout=1)
+                break
+            except requests.RequestException:
+                time.sleep(0.1)
+        else:
+            raise SystemExit("bench: the bare ack server did not come up")
+        yield f"http://127.0.0.1:{port}/bare/inbound", process.pid
+    finally:
+        stop_group(process)
+
+
+def bare_source_id(db: Any) -> str:
+    """The bare ack's own source row (made by `prepare`): its rows are deleted after each
+    turn, so that they are neither processed nor counted."""
+    from sqlalchemy import select
+
+    from app.models import InboundSource
+
+    with db.begin() as session:
+        return str(
+            session.scalar(select(InboundSource.id).where(InboundSource.name == BARE_SOURCE))
+        )
+
+
+def forget_bare_rows(db: Any, source_id: str) -> None:
+    from sqlalchemy import text
+
+    with db.begin() as session:
+        session.execute(text("DELETE FROM inbound_events WHERE source_id = :s"), {"s": source_id})
+
+
 # ---------------------------------------------------------------------------- database
 
 
@@ -308,14 +429,15 @@ def prepare(url: str, redis_url: str) -> Any:
         database=db,
     )
     with db.begin() as session:
-        sources.create_source(
-            session,
-            runtime.secret_box,
-            runtime.settings,
-            name=SOURCE,
-            scheme="standard-webhooks",
-            secrets=[SECRET],
-        )
+        for name in (SOURCE, BARE_SOURCE):
+            sources.create_source(
+                session,
+                runtime.secret_box,
+                runtime.settings,
+                name=name,
+                scheme="standard-webhooks",
+                secrets=[SECRET],
+            )
     return db
 
 
@@ -581,7 +703,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker")
     parser.add_argument("--proc", type=int, default=2, help="`kurir worker` processes")
-    parser.add_argument("--no-bare", action="store_true", help="skip the bare ceiling")
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare ceilings")
+    parser.add_argument(
+        "--ack-rounds", type=int, default=2, help="turns of Kurir's ack and the bare ack"
+    )
+    parser.add_argument(
+        "--ack-only", action="store_true", help="only the ack turns (Kurir against bare)"
+    )
     parser.add_argument(
         "--sustained",
         type=int,
@@ -647,14 +775,72 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + result.line(), flush=True)
             return result
 
-        batch = make_callbacks(args.events, args.resources, seed, in_order=args.in_order)
-        ack = measured(
-            f"ack, {args.clients} clients",
-            with_duplicates(batch, args.duplicates, seed, keep_order=args.in_order),
-            None,
-            args.clients,
-        )
-        all_sent += batch
+        acks: list[Result] = []
+        bare_acks: list[Result] = []
+        bare_stack = contextlib.ExitStack()
+        bare_id = bare_source_id(db)
+        if not args.no_bare:
+            bare_url, bare_pid = bare_stack.enter_context(
+                bare_server(env, args.database_url, bare_id, args.workers, args.threads)
+            )
+            send_all(bare_url, make_callbacks(500, 50, seed - 2), key, 8, None, "warm-up")
+        with bare_stack:
+            # Kurir and the bare ack take turns, each with callbacks of its own (fresh ids),
+            # so that the neighbours' load falls on both alike.
+            for turn in range(args.ack_rounds):
+                batch = make_callbacks(
+                    args.events, args.resources, seed + 1000 * turn, in_order=args.in_order
+                )
+                acks.append(
+                    measured(
+                        f"ack, {args.clients} clients",
+                        with_duplicates(batch, args.duplicates, seed, keep_order=args.in_order),
+                        None,
+                        args.clients,
+                    )
+                )
+                all_sent += batch
+                if args.no_bare:
+                    continue
+                other = make_callbacks(
+                    args.events, args.resources, seed + 1000 * turn + 500, in_order=args.in_order
+                )
+                trees = {"api": [bare_pid]}
+                before = meter.snapshot(trees)
+                bare_ack = send_all(
+                    bare_url,
+                    with_duplicates(other, args.duplicates, seed, keep_order=args.in_order),
+                    key,
+                    args.clients,
+                    None,
+                    f"bare ack, {args.clients} clients",
+                )
+                bare_ack.cpu_ms = per_unit_ms(before, meter.snapshot(trees), bare_ack.acked)
+                print("  " + bare_ack.line(), flush=True)
+                bare_acks.append(bare_ack)
+                forget_bare_rows(db, bare_id)
+        ack = sorted(acks, key=lambda r: r.cpu_ms.get("api", 0.0))[len(acks) // 2]
+        if bare_acks:
+            ratios = [
+                k.cpu_ms["api"] / b.cpu_ms["api"] for k, b in zip(acks, bare_acks, strict=True)
+            ]
+            figures["ack_rounds"] = [
+                {"kurir": k.to_dict(), "bare": b.to_dict()}
+                for k, b in zip(acks, bare_acks, strict=True)
+            ]
+            figures["ack_api_cpu_ratio_to_bare"] = [round(r, 3) for r in ratios]
+            print(
+                "  ack: api CPU per callback / the bare ack's, turn by turn: "
+                + ", ".join(f"{r:.2f}" for r in ratios)
+                + " (target <= 1.15)",
+                flush=True,
+            )
+        if args.ack_only:
+            figures["load_average_after"] = os.getloadavg()
+            if args.json:
+                Path(args.json).write_text(json.dumps(figures, indent=2))
+            db.dispose()
+            return 0
         paced_batch = make_callbacks(
             int(args.paced_rate * args.paced_seconds),
             args.resources,

@@ -17,6 +17,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
 from app.errors import ValidationFailed
+from app.event_types.fastcheck import Check, compile_document_check
 
 # Most schema errors reported for one document: enough to fix it, bounded for a hostile one.
 MAX_ERRORS = 50
@@ -75,13 +76,29 @@ def check_schema(schema: Any) -> None:
         )
 
 
+# A quick yes per compiled validator (by id, the validator kept beside it so an id is never
+# mistaken for another's), for the schemas app.event_types.fastcheck can judge.
+_quick_checks: dict[int, tuple[Validator, Check]] = {}
+_checks_lock = threading.Lock()
+
+
 def compile_schema(schema: dict[str, Any]) -> Validator:
     cls = validator_for(schema, default=Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    check = compile_document_check(schema)
+    if check is not None:
+        with _checks_lock:
+            if len(_quick_checks) >= VALIDATORS_MAX:
+                _quick_checks.clear()  # those validators are judged by jsonschema alone
+            _quick_checks[id(validator)] = (validator, check)
+    return validator
 
 
 def data_errors(validator: Validator, data: Any) -> list[dict[str, str]]:
     """Every way `data` breaks the schema, as `{path, message, keyword}` (JSON Pointer paths)."""
+    quick = _quick_checks.get(id(validator))
+    if quick is not None and quick[0] is validator and quick[1](data):
+        return []  # plainly valid (app.event_types.fastcheck): jsonschema would find nothing
     errors = sorted(
         validator.iter_errors(data), key=lambda e: ([str(p) for p in e.absolute_path], e.message)
     )

@@ -1,0 +1,79 @@
+"""Statements run on the driver (app.db_direct) behave as SQLAlchemy's own: their errors are
+SQLAlchemy's, a dead connection is thrown away and not handed out again, and a connection goes
+back to the pool in transaction mode."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import bindparam, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from app.clock import utcnow
+from app.db import Database
+from app.models import ApiKey
+
+KEYS = ApiKey.__table__
+INSERT_KEY = (
+    insert(KEYS)
+    .values(
+        id=bindparam("v_id"),
+        name=bindparam("v_name"),
+        key_hash=bindparam("v_hash"),
+        prefix=bindparam("v_prefix"),
+        scopes=bindparam("v_scopes", type_=KEYS.c.scopes.type),
+        created_at=bindparam("v_at", type_=KEYS.c.created_at.type),
+    )
+    .returning(KEYS.c.id, KEYS.c.created_at)
+)
+
+
+@pytest.fixture
+def own_db(migrated, backend):
+    if backend != "postgresql":
+        pytest.skip("the driver path is PostgreSQL's")
+    db = Database(migrated.url, pool_size=1)  # one connection: every call reuses it
+    yield db
+    db.dispose()
+
+
+def _key(n: int) -> dict[str, object]:
+    return {
+        "v_id": f"key_direct_{n}",
+        "v_name": "direct",
+        "v_hash": f"hash-{n}",
+        "v_prefix": f"p{n}",
+        "v_scopes": ["read"],
+        "v_at": utcnow(),
+    }
+
+
+def test_rows_are_processed_as_sqlalchemy_would_and_committed(own_db):
+    ((key_id, created_at),) = own_db.direct(INSERT_KEY).rows(_key(1))
+    assert key_id == "key_direct_1"
+    assert created_at.utcoffset() is not None  # the UTC type's result processor ran
+    with own_db.engine.connect() as connection:  # another transaction sees it: committed
+        assert connection.scalar(select(KEYS.c.scopes).where(KEYS.c.id == key_id)) == ["read"]
+
+
+def test_a_driver_error_is_sqlalchemys_and_the_connection_stays_usable(own_db):
+    own_db.direct(INSERT_KEY).rows(_key(2))
+    with pytest.raises(IntegrityError):
+        own_db.direct(INSERT_KEY).rows(_key(2))
+    assert own_db.direct(INSERT_KEY).rows(_key(3))
+    with own_db.engine.connect() as connection:
+        # Back in the pool in transaction mode, as SQLAlchemy hands connections out.
+        assert connection.connection.driver_connection.autocommit is False
+
+
+def test_a_dead_connection_is_invalidated_and_replaced(own_db, migrated):
+    with own_db.engine.connect() as connection:
+        pooled = connection.execute(text("SELECT pg_backend_pid()")).scalar()
+    with migrated.db.engine.connect() as admin:
+        admin.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pooled})
+    with pytest.raises(DBAPIError) as raised:
+        own_db.direct(INSERT_KEY).rows(_key(4))
+    assert raised.value.connection_invalidated
+    assert own_db.direct(INSERT_KEY).rows(_key(4))  # a fresh connection
+    with own_db.engine.connect() as connection:
+        assert connection.execute(text("SELECT pg_backend_pid()")).scalar() != pooled
