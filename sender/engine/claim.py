@@ -31,7 +31,7 @@ from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, Event
 from app.vocabulary import DeadLetterReason, EndpointState
 from sender import ordering
 from sender.bodies import BodyKey, payload_column
-from sender.engine.sql import chunks, table
+from sender.engine.sql import chunks, ids_in, table
 from sender.park import park
 
 log = logging.getLogger(__name__)
@@ -83,8 +83,9 @@ def _claim_statement(postgres: bool, traced: bool = False) -> Any:
     stmt = (
         update(deliveries)
         .where(
-            deliveries.c.id.in_(bindparam("b_ids", expanding=True)),
-            deliveries.c.state.in_((PENDING, RETRYING)),
+            ids_in(deliveries.c.id, "b_ids", postgres),
+            # Not IN (...): a literal list is rendered afresh at every execution.
+            or_(deliveries.c.state == PENDING, deliveries.c.state == RETRYING),
             or_(
                 deliveries.c.next_attempt_at.is_(None),
                 deliveries.c.next_attempt_at <= bindparam("b_due"),

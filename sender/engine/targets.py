@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, bindparam, select, type_coerce
+from sqlalchemy import Text, select, type_coerce
 from sqlalchemy.orm import Session
 
 from app import secret_ring
@@ -34,7 +34,7 @@ from sender.engine.errors import (
     ERROR_NO_SECRET,
     ERROR_SECRET_UNDECRYPTABLE,
 )
-from sender.engine.sql import chunks
+from sender.engine.sql import chunks, ids_in
 from sender.engine.work import Unsendable
 
 log = logging.getLogger(__name__)
@@ -47,26 +47,30 @@ KNOWN_TARGETS_MAX = 50_000
 Targets = tuple[dict[str, Target], dict[str, Unsendable]]
 
 
-# Built once (an expanding list of ids), run as Core on the session's connection: no statement
-# built, keyed or run through the ORM per batch. Headers as stored: one unreadable value must
-# fail its endpoint only.
-_TARGETS = (
-    select(
-        Endpoint.id,
-        Endpoint.url,
-        type_coerce(Endpoint.headers, Text).label("headers"),
-        type_coerce(Endpoint.public_headers, Text).label("public_headers"),
-        Endpoint.timeout_s,
-        Endpoint.rate_limit_per_s,
-        Endpoint.send_traceparent,
-        EndpointSecret.id.label("secret_id"),
-        EndpointSecret.created_at,
-        EndpointSecret.expires_at,
-        EndpointSecret.secret_encrypted,
+def _targets_statement(postgres: bool) -> Any:
+    """Built once per dialect, run as Core on the session's connection: no statement built,
+    keyed or run through the ORM per batch. Headers as stored: one unreadable value must fail
+    its endpoint only."""
+    return (
+        select(
+            Endpoint.id,
+            Endpoint.url,
+            type_coerce(Endpoint.headers, Text).label("headers"),
+            type_coerce(Endpoint.public_headers, Text).label("public_headers"),
+            Endpoint.timeout_s,
+            Endpoint.rate_limit_per_s,
+            Endpoint.send_traceparent,
+            EndpointSecret.id.label("secret_id"),
+            EndpointSecret.created_at,
+            EndpointSecret.expires_at,
+            EndpointSecret.secret_encrypted,
+        )
+        .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
+        .where(ids_in(Endpoint.id, "b_ids", postgres))
     )
-    .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
-    .where(Endpoint.id.in_(bindparam("b_ids", expanding=True)))
-)
+
+
+_TARGETS = {postgres: _targets_statement(postgres) for postgres in (True, False)}
 
 
 class TargetReader:
@@ -92,8 +96,9 @@ class TargetReader:
         secrets: dict[str, list[tuple[datetime, str, str]]] = {}
         rows: dict[str, Any] = {}
         connection = session.connection()
+        statement = _TARGETS[connection.dialect.name == "postgresql"]
         for chunk in chunks(sorted(endpoint_ids)):
-            for row in connection.execute(_TARGETS, {"b_ids": list(chunk)}):
+            for row in connection.execute(statement, {"b_ids": list(chunk)}):
                 rows[row.id] = row
                 if row.secret_id is not None and secret_ring.is_live(row.expires_at, now):
                     secrets.setdefault(row.id, []).append(
