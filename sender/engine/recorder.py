@@ -11,6 +11,9 @@ For a batch of up to `FLUSH_MAX_ITEMS` outcomes and releases, gathered for at mo
   are exhausted or its endpoint is disabled;
 - releases: claimed deliveries handed back unsent, with a hold or none.
 
+On PostgreSQL each of these lists is one statement however long it is (`rowsets`); on SQLite
+one statement per row.
+
 Every state change is fenced on the lease the delivery was claimed with, so a worker that lost
 its lease can still add its attempt record but never overwrite the new owner's state. A batch
 that fails is retried; when it keeps failing it is written one record at a time, so one bad
@@ -37,6 +40,7 @@ from app.models import DELIVERING, PENDING, RETRYING, SUCCEEDED, Attempt, Delive
 from app.vocabulary import DeadLetterReason, EndpointState
 from sender import health
 from sender.deliver import AttemptResult
+from sender.engine import rowsets
 from sender.engine.claim import HOLD_GRACE_S
 from sender.engine.ledger import Ledger
 from sender.engine.sql import insert_for_dialect, table, transient
@@ -180,9 +184,52 @@ def record_attempts(
     """
     if not rows:
         return
-    session.connection().execute(
-        statement(session, "attempts" if overwrite else "attempts_keep"), rows
-    )
+    write(session, "attempts" if overwrite else "attempts_keep", rows)
+
+
+def write(session: Session, kind: str, rows: list[dict[str, Any]]) -> None:
+    """Write a batch with one of the recorder's statements: on PostgreSQL the whole batch as
+    one statement (`rowsets`), elsewhere one row at a time (an executemany)."""
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        rowsets.write(connection, kind, rows)
+    else:
+        connection.execute(statement(session, kind), rows)
+
+
+def _attempt_rows(outcomes: list[Outcome], now: datetime) -> list[dict[str, Any]]:
+    """The attempt rows of a batch of outcomes."""
+    return [
+        {
+            "id": new_id("att"),
+            "delivery_id": o.work.delivery_id,
+            "n": o.work.n,
+            "started_at": o.result.started_at,
+            "duration_ms": o.result.duration_ms,
+            "url": o.work.target.url,
+            "request_headers": o.result.request_headers,
+            "response_status": o.result.status,
+            "response_body": o.result.body or None,
+            "response_headers": o.result.response_headers,
+            "error": o.result.error,
+            "created_at": now,
+        }
+        for o in outcomes
+    ]
+
+
+def _succeeded_row(o: Outcome, now: datetime) -> dict[str, Any]:
+    """A success's new state, fenced on the lease its delivery was claimed with."""
+    w = o.work
+    return {
+        "b_id": w.delivery_id,
+        "b_lease": w.lease,
+        "b_n": w.n,
+        "b_run_n": w.run_n,
+        "b_status": o.result.status,
+        "b_at": o.finished_at,
+        "b_now": now,
+    }
 
 
 def _failing_reason(h: health.Health) -> str:
@@ -327,34 +374,37 @@ class Recorder:
         releases = [b for b in batch if isinstance(b, Release)]
         now = self.clock()
         timers: Timed = []
-        with self.db().begin() as session:
+        db = self.db()
+        if outcomes and not releases and db.is_postgres and self._only_successes(outcomes):
+            # The everyday batch: attempts and `succeeded`, one statement in autocommit.
+            with db.autocommit() as connection:
+                rowsets.write_successes(
+                    connection,
+                    _attempt_rows(outcomes, now),
+                    [_succeeded_row(o, now) for o in outcomes],
+                )
+            return timers
+        with db.begin() as session:
             if outcomes:
                 timers += self._record_outcomes(session, outcomes, now)
             if releases:
                 timers += self._record_releases(session, releases)
         return timers
 
-    def _record_outcomes(self, session: Session, outcomes: list[Outcome], now: datetime) -> Timed:
-        record_attempts(
-            session,
-            [
-                {
-                    "id": new_id("att"),
-                    "delivery_id": o.work.delivery_id,
-                    "n": o.work.n,
-                    "started_at": o.result.started_at,
-                    "duration_ms": o.result.duration_ms,
-                    "url": o.work.target.url,
-                    "request_headers": o.result.request_headers,
-                    "response_status": o.result.status,
-                    "response_body": o.result.body or None,
-                    "response_headers": o.result.response_headers,
-                    "error": o.result.error,
-                    "created_at": now,
-                }
-                for o in outcomes
-            ],
+    def _only_successes(self, outcomes: list[Outcome]) -> bool:
+        """Every outcome a success, and no endpoint's "last success" due to be written: then
+        nothing but the attempts and the deliveries' new state is written (no health to judge,
+        no row of `endpoints` to lock)."""
+        if not all(o.result.ok for o in outcomes):
+            return False
+        mono = time.monotonic()
+        return all(
+            mono - self._success_written.get(o.work.target.endpoint_id, -1e9) < SUCCESS_WRITE_S
+            for o in outcomes
         )
+
+    def _record_outcomes(self, session: Session, outcomes: list[Outcome], now: datetime) -> Timed:
+        record_attempts(session, _attempt_rows(outcomes, now))
         states = self._record_health(session, outcomes, now)
 
         succeeded: list[dict[str, Any]] = []
@@ -364,17 +414,7 @@ class Recorder:
         for o in outcomes:
             w, r = o.work, o.result
             if r.ok:
-                succeeded.append(
-                    {
-                        "b_id": w.delivery_id,
-                        "b_lease": w.lease,
-                        "b_n": w.n,
-                        "b_run_n": w.run_n,
-                        "b_status": r.status,
-                        "b_at": o.finished_at,
-                        "b_now": now,
-                    }
-                )
+                succeeded.append(_succeeded_row(o, now))
                 continue
             if states[w.target.endpoint_id] != EndpointState.ENABLED:
                 to_park.append((o, DeadLetterReason.ENDPOINT_DISABLED))
@@ -409,11 +449,10 @@ class Recorder:
             if local:
                 timers.append((w.delivery_id, due))
 
-        connection = session.connection()
         if succeeded:
-            connection.execute(statement(session, "succeeded"), succeeded)
+            write(session, "succeeded", succeeded)
         if retrying:
-            connection.execute(statement(session, "retrying"), retrying)
+            write(session, "retrying", retrying)
         for o, reason in to_park:
             self._park_outcome(session, o, reason)
         return timers
@@ -500,7 +539,7 @@ class Recorder:
             }
             for r in releases
         ]
-        session.connection().execute(statement(session, "release"), rows)
+        write(session, "release", rows)
         return [
             (r.work.delivery_id, r.hold_until)
             for r in releases

@@ -47,24 +47,30 @@ KNOWN_TARGETS_MAX = 50_000
 Targets = tuple[dict[str, Target], dict[str, Unsendable]]
 
 
+def target_columns() -> list[Any]:
+    """What a target is built from: the endpoint's columns, and one of its secrets (or none).
+
+    Headers as stored: one unreadable value must fail its endpoint only.
+    """
+    return [
+        Endpoint.url,
+        type_coerce(Endpoint.headers, Text).label("headers"),
+        type_coerce(Endpoint.public_headers, Text).label("public_headers"),
+        Endpoint.timeout_s,
+        Endpoint.rate_limit_per_s,
+        Endpoint.send_traceparent,
+        EndpointSecret.id.label("secret_id"),
+        EndpointSecret.created_at,
+        EndpointSecret.expires_at,
+        EndpointSecret.secret_encrypted,
+    ]
+
+
 def _targets_statement(postgres: bool) -> Any:
     """Built once per dialect, run as Core on the session's connection: no statement built,
-    keyed or run through the ORM per batch. Headers as stored: one unreadable value must fail
-    its endpoint only."""
+    keyed or run through the ORM per batch."""
     return (
-        select(
-            Endpoint.id,
-            Endpoint.url,
-            type_coerce(Endpoint.headers, Text).label("headers"),
-            type_coerce(Endpoint.public_headers, Text).label("public_headers"),
-            Endpoint.timeout_s,
-            Endpoint.rate_limit_per_s,
-            Endpoint.send_traceparent,
-            EndpointSecret.id.label("secret_id"),
-            EndpointSecret.created_at,
-            EndpointSecret.expires_at,
-            EndpointSecret.secret_encrypted,
-        )
+        select(Endpoint.id.label("endpoint_id"), *target_columns())
         .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
         .where(ids_in(Endpoint.id, "b_ids", postgres))
     )
@@ -93,21 +99,32 @@ class TargetReader:
     def read(self, session: Session, endpoint_ids: set[str], now: datetime) -> Targets:
         """A target for every endpoint found (secrets decrypted, newest first), and why
         those that cannot be sent to cannot (their targets then carry no secret)."""
-        secrets: dict[str, list[tuple[datetime, str, str]]] = {}
-        rows: dict[str, Any] = {}
         connection = session.connection()
         statement = _TARGETS[connection.dialect.name == "postgresql"]
+        rows: list[Any] = []
         for chunk in chunks(sorted(endpoint_ids)):
-            for row in connection.execute(statement, {"b_ids": list(chunk)}):
-                rows[row.id] = row
-                if row.secret_id is not None and secret_ring.is_live(row.expires_at, now):
-                    secrets.setdefault(row.id, []).append(
-                        (row.created_at, row.secret_id, row.secret_encrypted)
-                    )
+            rows += connection.execute(statement, {"b_ids": list(chunk)}).all()
+        return self.build(rows, now)
+
+    def build(self, rows: list[Any], now: datetime) -> Targets:
+        """The targets of rows of `target_columns()` with `endpoint_id`: one row per endpoint
+        and secret, repeated as often as the query that read them likes (the claim repeats
+        them per delivery)."""
+        secrets: dict[str, dict[str, tuple[datetime, str, str]]] = {}
+        endpoints: dict[str, Any] = {}
+        for row in rows:
+            endpoints[row.endpoint_id] = row
+            if row.secret_id is not None and secret_ring.is_live(row.expires_at, now):
+                secrets.setdefault(row.endpoint_id, {})[row.secret_id] = (
+                    row.created_at,
+                    row.secret_id,
+                    row.secret_encrypted,
+                )
         found: dict[str, Target] = {}
         unsendable: dict[str, Unsendable] = {}
-        for endpoint_id, row in rows.items():
-            live = sorted(secrets.get(endpoint_id, []), reverse=True)  # newest signs first
+        for endpoint_id, row in endpoints.items():
+            # Newest signs first.
+            live = sorted(secrets.get(endpoint_id, {}).values(), reverse=True)
             timeout = row.timeout_s or self.default_timeout_s
             bare = Target(
                 endpoint_id=endpoint_id,
