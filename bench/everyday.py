@@ -30,6 +30,11 @@ costs (SQL statements by kind, commits, pool checkouts, Redis round trips, and C
 per kind of thread): each phase then prints that breakdown per delivery as well. The counting
 itself costs CPU: take the headline figures from a run without it.
 
+Last, with --floor RATE (default 100), the floor: the same paced trip through
+`bench/bare_pipeline.py` (a bare Flask publish writing one committed row and RPUSHing its id,
+BLPOP + POST worker processes), the latency no publish -> receipt pipeline on this machine goes
+under, beside its worker CPU per delivery.
+
 and, with --flat-out N, the end-to-end rate through the API (N events from --publishers
 processes in a closed loop, fan-out 5): deliveries/s against the bare requests loop's rate
 with the same number of processes, worker CPU per delivery beside it.
@@ -400,10 +405,77 @@ def run(args: argparse.Namespace) -> int:
                         )
                 finally:
                     kurir.stop()
+        if args.floor:
+            results["floor"] = floor_phase(args, receiver, bare_ms)
     finally:
         receiver.close()
     print(json.dumps(results))
     return 0
+
+
+def floor_phase(args: argparse.Namespace, receiver: ReceiverProcess, bare_ms: float) -> dict:
+    """The same paced publish -> receipt trip through `bench/bare_pipeline.py`: a bare Flask
+    publish (one committed INSERT, one RPUSH) and BLPOP + POST workers. Kurir cannot go
+    under its latency on this machine; its worker CPU per delivery is a bare POST's plus a
+    BLPOP."""
+    import psutil
+
+    from bench import bare_pipeline
+
+    bare_pipeline.prepare(args.db, args.redis)
+    rate, port = args.floor, free_port()
+    base = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "bench.bare_pipeline"]
+    api_cmd = [*command, "api", str(port), args.db, args.redis]
+    workers = [
+        subprocess.Popen([*command, "worker", args.db, args.redis, receiver.url], cwd=ROOT)
+        for _ in range(args.workers)
+    ]
+    try:
+        with server(api_cmd, dict(os.environ), base + "/v1/partners/x/events") as api:
+            meter = CpuMeter(api.pid, args.db.rsplit("/", 1)[1])
+
+            def worker_cpu() -> float:
+                return sum(sum(psutil.Process(w.pid).cpu_times()[:2]) for w in workers)
+
+            # Warm up (connections, imports), then measure.
+            sent, _ = publish_through_api(base + "/v1/partners/f1/events", "-", 40, 2, 20.0, 0)
+            receiver.wait_for(len(sent), timeout_s=60)
+            receiver.dump()
+            cpu, worker_s = meter.snapshot(), worker_cpu()
+            sent, refused = publish_through_api(
+                base + "/v1/partners/f1/events", "-", rate * args.seconds, args.publishers, rate, 0
+            )
+            receiver.wait_for(len(sent), timeout_s=120)
+            worker_s = worker_cpu() - worker_s
+            now = meter.snapshot()
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(10)
+    records = receiver.dump()
+    lat = [(at - sent[m]) * 1000 for m, _, at in records if m in sent]
+    figures = {
+        "deliveries": len(records),
+        "refused": len(refused),
+        "worker_cpu_ms_per_delivery": round(worker_s * 1000 / max(len(records), 1), 3),
+        "api_cpu_ms_per_publish": round(
+            (now.get("server", 0.0) - cpu.get("server", 0.0)) * 1000 / max(len(sent), 1), 3
+        ),
+        "p50_ms": round(percentile(lat, 50), 1),
+        "p99_ms": round(percentile(lat, 99), 1),
+        "max_ms": round(max(lat, default=float("nan")), 1),
+    }
+    print(
+        f"floor, {rate} events/s through a bare Flask publish + BLPOP/POST workers: "
+        f"{figures['deliveries']:,} deliveries, worker CPU "
+        f"{figures['worker_cpu_ms_per_delivery']:.3f} ms/delivery "
+        f"({figures['worker_cpu_ms_per_delivery'] / bare_ms:.2f}x the bare requests POST), "
+        f"API {figures['api_cpu_ms_per_publish']:.3f} ms/publish; publish->receipt "
+        f"p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms, "
+        f"max {figures['max_ms']:.1f} ms"
+    )
+    return figures
 
 
 def _phases(args: argparse.Namespace) -> list[tuple[int, int]]:
@@ -422,6 +494,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=10, help="length of each paced phase")
     parser.add_argument(
         "--phases", default="", help="RATExFANOUT,... instead of every rate x fan-out"
+    )
+    parser.add_argument(
+        "--floor",
+        type=int,
+        default=100,
+        help="events/s of the floor phase through bench/bare_pipeline.py (0: skip)",
     )
     parser.add_argument(
         "--probe", action="store_true", help="count SQL, commits, Redis, wake-ups per delivery"
