@@ -1,7 +1,8 @@
 """The recorder: one writer thread stores what the lanes did, many attempts per transaction.
 
 For a batch of up to `FLUSH_MAX_ITEMS` outcomes and releases, gathered for at most
-`FLUSH_MAX_DELAY_S`, one transaction writes
+`GROUP_COMMIT_S` (`FLUSH_MAX_DELAY_S` when an ordered delivery's successor waits for the
+write), one transaction writes
 
 - every attempt row;
 - endpoint health: 410 Gone disables at once, failures add to the endpoint's counters (which
@@ -50,9 +51,13 @@ from sender.policy import RetryPolicy, decide, parse_retry_after
 
 log = logging.getLogger(__name__)
 
-# At most this many records per transaction, gathered for at most this long.
+# At most this many records per transaction, gathered for at most FLUSH_MAX_DELAY_S while
+# something waits on the write (an ordered delivery's successor, a stopping engine), else for
+# GROUP_COMMIT_S: at a trickle, one commit then carries the outcomes of several deliveries
+# instead of one (the receipt is not delayed, only its record).
 FLUSH_MAX_ITEMS = 500
 FLUSH_MAX_DELAY_S = 0.01
+GROUP_COMMIT_S = 0.05
 # Retries due within this many seconds wait on the worker's own timer (precise to ~50 ms);
 # later ones are left to the sweeper, which enqueues them shortly before they are due.
 LOCAL_TIMER_MAX_S = 600.0
@@ -197,6 +202,12 @@ def write(session: Session, kind: str, rows: list[dict[str, Any]]) -> None:
         connection.execute(statement(session, kind), rows)
 
 
+def _waited_on(item: Outcome | Release | None) -> bool:
+    """Something waits for this record to be written: an ordered delivery's successor is
+    claimed only after its predecessor's outcome is committed."""
+    return isinstance(item, Outcome) and item.work.sequence is not None
+
+
 def _attempt_rows(outcomes: list[Outcome], now: datetime) -> list[dict[str, Any]]:
     """The attempt rows of a batch of outcomes."""
     return [
@@ -267,17 +278,21 @@ class Recorder:
         self.on_flushed = on_flushed
         self._writes: SimpleQueue[Outcome | Release | None] = SimpleQueue()
         self._success_written: dict[str, float] = {}
+        # Set when a queued record is waited on: the batch gathering now is written sooner.
+        self._hurry = threading.Event()
 
     def put(self, item: Outcome | Release) -> None:
         """Queue a record, counting it as unflushed."""
         with self.ledger.lock:
             self.ledger.unflushed += 1
-        self._writes.put(item)
+        self.put_counted(item)
 
     def put_counted(self, item: Outcome | Release) -> None:
         """Queue a record the caller already counted as unflushed (under the same lock as
         the count it moved from, so no reader sees the delivery nowhere)."""
         self._writes.put(item)
+        if _waited_on(item):
+            self._hurry.set()
 
     def unsendable(self, failed: list[tuple[Work, Unsendable]]) -> None:
         """Record work that cannot be sent at all as failed attempts (no request was made)."""
@@ -305,6 +320,7 @@ class Recorder:
     def close(self) -> None:
         """Write what is queued, then end the writer thread."""
         self._writes.put(None)
+        self._hurry.set()
 
     def run(self) -> None:
         """The writer thread."""
@@ -316,8 +332,13 @@ class Recorder:
             batch: list[Outcome | Release] = [first]
             # Let the batch gather, then take it whole: a blocking get per record would wake
             # this thread once per attempt (a thread handoff each); this wakes it once per
-            # batch. A record waits at most FLUSH_MAX_DELAY_S either way.
-            self.stopping.wait(FLUSH_MAX_DELAY_S)
+            # batch, and commits once per batch.
+            hurried = _waited_on(first) or self.stopping.is_set()
+            if hurried or self._hurry.wait(GROUP_COMMIT_S):
+                self.stopping.wait(FLUSH_MAX_DELAY_S)
+            # Cleared before the batch is taken: a record waited on that comes later hurries
+            # the next batch.
+            self._hurry.clear()
             while len(batch) < FLUSH_MAX_ITEMS:
                 try:
                     item = self._writes.get_nowait()
