@@ -5,10 +5,11 @@ hands delivery ids to this process's `Engine`, which takes them through these st
 module each:
 
 1. `claim`: **guard and claim** with one conditional UPDATE: every due delivery whose
-   endpoint is enabled becomes `delivering`, with a lease. What was not claimed is looked at
-   again: final, in flight elsewhere, due within `claim.LOOKAHEAD_S` (a local timer),
-   parked when its endpoint is disabled, or held when it waits for verification
-   (`sender.verification`). Duplicate jobs are harmless.
+   endpoint is enabled becomes `delivering`, with a lease (on PostgreSQL one statement in
+   autocommit that also returns the payloads and the targets of stage 2: one round trip).
+   What was not claimed is looked at again: final, in flight elsewhere, due within
+   `claim.LOOKAHEAD_S` (a local timer), parked when its endpoint is disabled, or held when it
+   waits for verification (`sender.verification`). Duplicate jobs are harmless.
 2. `targets`: **read** each claimed endpoint's URL, headers, timeout and live secrets
    (decrypted, cached by ciphertext), afresh for every batch. A fault that belongs to one
    endpoint or one delivery (a secret KURIR_SECRET_KEY cannot decrypt, stored headers that
@@ -22,7 +23,9 @@ module each:
    slow lane, each endpoint capped in flight, so a hanging endpoint can never occupy the
    threads healthy endpoints need. The RQ job returns at once.
 5. `recorder`: **record** in batches: one writer thread stores attempts, endpoint health,
-   new states and dead letters for up to `recorder.FLUSH_MAX_ITEMS` attempts per transaction.
+   new states and dead letters for up to `recorder.FLUSH_MAX_ITEMS` attempts per transaction,
+   gathered for up to `recorder.GROUP_COMMIT_S` (group commit at a trickle); on PostgreSQL
+   each kind of row is one statement per batch (`rowsets`).
 6. `ordering`: **wake**: when a delivery of an ordered key is recorded as released, the next
    one of its key is claimed at once (the claim holds it back until then; `sender.ordering`).
 7. `timers`: **wait**: local timers for retries and holds due soon, and the housekeeper that

@@ -1,6 +1,7 @@
 """Where and how to send: each claimed endpoint's URL, headers, timeout and live secrets.
 
-Read afresh for every claimed batch, one query per batch, not per delivery: a rotated secret,
+Read afresh for every claimed batch, one query per batch, not per delivery (on PostgreSQL
+part of the claim's own statement, `claim.claim_with_targets`): a rotated secret,
 a new URL or new headers apply to the very next claim (a partner switching to the new secret
 at once must not see deliveries signed only with the old one). Decrypted secrets are cached
 by their ciphertext; whether an endpoint is enabled is the claim's business.
