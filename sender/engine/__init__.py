@@ -51,6 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -285,12 +286,15 @@ class Engine:
         if self.runtime.db.is_postgres:
             with self.runtime.db.autocommit() as connection:
                 got = claim.claim_with_targets(connection, ids, now, lease)
-            return self._claimed(ids, got, self.targets.build(got.targets or [], now), now, None)
-        with self.runtime.db.begin() as session:
-            got = claim.claim_due(session, ids, now, lease)
-            endpoint_ids = {r.endpoint_id for r in got.rows}
-            targets = self.targets.read(session, endpoint_ids, now) if endpoint_ids else ({}, {})
-            return self._claimed(ids, got, targets, now, session)
+            plan = self._claimed(ids, got, self.targets.build(got.targets or [], now), now, None)
+        else:
+            with self.runtime.db.begin() as session:
+                got = claim.claim_due(session, ids, now, lease)
+                endpoint_ids = {r.endpoint_id for r in got.rows}
+                read = self.targets.read(session, endpoint_ids, now) if endpoint_ids else ({}, {})
+                plan = self._claimed(ids, got, read, now, session)
+        # Only once everything is committed does anything start.
+        return self._launch(plan, now)
 
     def _claimed(
         self,
@@ -299,9 +303,11 @@ class Engine:
         read: tuple[dict[str, Target], dict[str, Unsendable]],
         now: datetime,
         session: Session | None,
-    ) -> int:
+    ) -> _Plan:
         """Admit what was claimed, and settle the rest: what was not claimed, what must wait
-        (held), a lease to lengthen. Writes go to `session`, or to a transaction of their own."""
+        (held), a lease to lengthen. Writes go to `session`, or to a transaction of their own:
+        should that one fail after the claim committed, what the claim took waits for its
+        lease to expire and the sweeper, as when a worker dies."""
         rows, bodies, lease = got.rows, got.bodies, got.lease
         targets, broken = read
         later: list[tuple[str, datetime]] = []
@@ -350,12 +356,16 @@ class Engine:
             for row in rows
             if row.endpoint_id in broken
         ]
-        self.timers.hold(later + held, now)
-        self._start(claimed)
-        if failed:
-            self.recorder.unsendable(failed)
-        self.ledger.count(claimed=len(claimed), held=len(held), not_due=not_due)
-        return len(claimed)
+        return _Plan(claimed, failed, later + held, len(held), not_due)
+
+    def _launch(self, plan: _Plan, now: datetime) -> int:
+        """Set the timers, start the claimed work, record what cannot be sent."""
+        self.timers.hold(plan.timed, now)
+        self._start(plan.claimed)
+        if plan.failed:
+            self.recorder.unsendable(plan.failed)
+        self.ledger.count(claimed=len(plan.claimed), held=plan.held, not_due=plan.not_due)
+        return len(plan.claimed)
 
     @contextmanager
     def _transaction(self, session: Session | None) -> Iterator[Session]:
@@ -395,6 +405,17 @@ class Engine:
                 log.warning(
                     "timed deliveries could not be processed; the sweeper will", exc_info=True
                 )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a claim settled, to start once its writes are committed."""
+
+    claimed: list[tuple[Work, float]]
+    failed: list[tuple[Work, Unsendable]]
+    timed: list[tuple[str, datetime]]
+    held: int
+    not_due: int
 
 
 def _work(row: Any, targets: dict[str, Target], body: bytes, lease: datetime) -> Work:
