@@ -299,14 +299,16 @@ def take_calls(connection: redis.Redis, job_ids: list[str]) -> list[Call]:
         pipe.hget(key, "data")
         pipe.delete(key)
     replies = pipe.execute()
-    calls: list[Call] = []
-    for data in replies[::2]:
-        if not data:
-            continue
-        try:
-            func, _instance, args, kwargs = pickle.loads(zlib.decompress(data))  # noqa: S301
-        except Exception:  # a job written by something else: RQ would fail it too
-            log.exception("unreadable job on an inbound queue; dropped")
-            continue
-        calls.append((str(func), tuple(args), dict(kwargs or {})))
-    return calls
+    return [call for call in map(unpack_call, replies[::2]) if call is not None]
+
+
+def unpack_call(data: bytes | None) -> Call | None:
+    """The call a job's `data` field holds; None for a job that is gone or unreadable."""
+    if not data:
+        return None
+    try:
+        func, _instance, args, kwargs = pickle.loads(zlib.decompress(data))  # noqa: S301
+    except Exception:  # a job written by something else: RQ would fail it too
+        log.exception("unreadable job on a Kurir queue; dropped")
+        return None
+    return (str(func), tuple(args), dict(kwargs or {}))

@@ -1,7 +1,8 @@
 """The engine at everyday load: paced traffic through the HTTP API, not a backlog drained.
 
     .venv/bin/python bench/everyday.py [--rates 20,100,500] [--fanouts 1,5] [--seconds 10]
-                                       [--workers 2] [--publishers 4] [--flat-out 2000]
+                                       [--phases 100x1,50x5] [--workers 2] [--publishers 4]
+                                       [--flat-out 2000] [--probe]
 
 Most of a deployment's life is a trickle (10 million deliveries a day is 115 a second), where
 every batch the engine claims holds one or two deliveries. This script measures that, the way
@@ -22,6 +23,18 @@ rate x fan-out:
   publish -> receipt        p50 / p99 / max, from the moment the publisher sent the request
                             to the receiver's arrival stamp, per delivery
 
+`--phases RATExFANOUT,...` runs just those phases instead of every rate x fan-out.
+
+With --probe the workers run as `bench/worker_probe.py`, which counts what each delivery
+costs (SQL statements by kind, commits, pool checkouts, Redis round trips, and CPU and wake-ups
+per kind of thread): each phase then prints that breakdown per delivery as well. The counting
+itself costs CPU: take the headline figures from a run without it.
+
+Last, with --floor RATE (default 100), the floor: the same paced trip through
+`bench/bare_pipeline.py` (a bare Flask publish writing one committed row and RPUSHing its id,
+BLPOP + POST worker processes), the latency no publish -> receipt pipeline on this machine goes
+under, beside its worker CPU per delivery.
+
 and, with --flat-out N, the end-to-end rate through the API (N events from --publishers
 processes in a closed loop, fan-out 5): deliveries/s against the bare requests loop's rate
 with the same number of processes, worker CPU per delivery beside it.
@@ -36,6 +49,8 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -141,13 +156,100 @@ def publish_through_api(
     return sent, refused
 
 
+class ProbedKurir(Kurir):
+    """Kurir whose workers run as `bench/worker_probe.py`, counting what they do."""
+
+    def __init__(self, *args: Any, probe_dir: Path, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.probe_dir = probe_dir
+        self.env["KURIR_PROBE_DIR"] = str(probe_dir)
+
+    def start(self) -> None:
+        from rq import Worker
+
+        from sender.sweeper import sweep
+
+        sweep(self.runtime)
+        probe = str(ROOT / "bench" / "worker_probe.py")
+        for _ in range(self.workers_n):
+            self.workers.append(
+                subprocess.Popen([sys.executable, probe, str(self.probe_dir)], env=self.env)
+            )
+        deadline = time.monotonic() + 30
+        while Worker.count(connection=self.runtime.redis) < self.workers_n:
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers did not start")
+            time.sleep(0.1)
+        self.start_sweeper()
+
+    def read(self) -> dict[str, float]:
+        """Every worker's counters, summed: `kind|thread`, `sql:STATEMENT`, `cpu|thread`..."""
+        for proc in self.workers:
+            (self.probe_dir / f"{proc.pid}.json").unlink(missing_ok=True)
+            proc.send_signal(signal.SIGUSR1)
+        total: dict[str, float] = {}
+        for proc in self.workers:
+            path = self.probe_dir / f"{proc.pid}.json"
+            deadline = time.monotonic() + 10
+            while not path.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            got = json.loads(path.read_text())
+            for key, value in got["counts"].items():
+                total[key] = total.get(key, 0) + value
+            for thread, figures in got["threads"].items():
+                for kind, value in figures.items():
+                    key = f"{kind}|{thread}"
+                    total[key] = total.get(key, 0) + value
+        return total
+
+
+def breakdown(before: dict[str, float], after: dict[str, float], deliveries: int) -> str:
+    """The probe's counters over a phase, per delivery, as lines to print."""
+    per = {k: (after.get(k, 0) - before.get(k, 0)) / max(deliveries, 1) for k in {*before, *after}}
+    per = {k: v * (1000.0 if k.startswith("cpu|") else 1.0) for k, v in per.items()}
+    per = {k: v for k, v in per.items() if abs(v) >= 0.005}
+    lines = []
+    for kind, unit in (
+        ("cpu", "ms CPU"),
+        ("wakes", "wake-ups"),
+        ("sql", "SQL statements"),
+        ("commits", "commits"),
+        ("checkouts", "pool checkouts"),
+        ("redis", "Redis round trips"),
+    ):
+        items = sorted(
+            ((k.split("|", 1)[1], v) for k, v in per.items() if k.startswith(kind + "|")),
+            key=lambda kv: -kv[1],
+        )
+        if items:
+            total = sum(v for _, v in items)
+            parts = ", ".join(f"{name} {v:.2f}" for name, v in items)
+            lines.append(f"    {unit} per delivery: {total:.2f} ({parts})")
+    statements = sorted(
+        ((k.split(":", 1)[1], v) for k, v in per.items() if k.startswith("sql:")),
+        key=lambda kv: -kv[1],
+    )
+    if statements:
+        lines.append(
+            "    statements per delivery: " + ", ".join(f"{s} {v:.2f}" for s, v in statements)
+        )
+    return "\n".join(lines)
+
+
 class Phase:
     """One measured stretch: CPU of the workers, the API and PostgreSQL from its start."""
 
     def __init__(self, kurir: Kurir, meter: CpuMeter) -> None:
         self.kurir, self.meter = kurir, meter
+        self.probe = kurir.read() if isinstance(kurir, ProbedKurir) else None
         self.worker = kurir.worker_cpu_s()
         self.cpu = meter.snapshot()
+
+    def breakdown(self, deliveries: int) -> str:
+        """The probe's per-delivery counts over the phase ("" without --probe)."""
+        if self.probe is None or not isinstance(self.kurir, ProbedKurir):
+            return ""
+        return breakdown(self.probe, self.kurir.read(), deliveries)
 
     def finish(self) -> tuple[float, float, float]:
         """(worker, API, PostgreSQL) CPU seconds since the start."""
@@ -184,8 +286,14 @@ def run(args: argparse.Namespace) -> int:
             f"{bare_ms:.3f} ms CPU per POST; urllib3 pool {u3_rate:,.0f}/s, {u3_ms:.3f} ms"
         )
         with tempfile.TemporaryDirectory() as tmp:
-            kurir = Kurir(args.db, args.redis, args.workers, Path(tmp))
-            fanouts = [int(f) for f in args.fanouts.split(",")]
+            if args.probe:
+                kurir: Kurir = ProbedKurir(
+                    args.db, args.redis, args.workers, Path(tmp), probe_dir=Path(tmp)
+                )
+            else:
+                kurir = Kurir(args.db, args.redis, args.workers, Path(tmp))
+            phases = _phases(args)
+            fanouts = sorted({f for _, f in phases})
             for fanout in {*fanouts, 5}:
                 kurir.partner(
                     f"f{fanout}", [f"{receiver.url}/f{fanout}/{i}" for i in range(fanout)]
@@ -201,57 +309,66 @@ def run(args: argparse.Namespace) -> int:
                 meter = CpuMeter(api.pid, args.db.rsplit("/", 1)[1])
                 recorded, first = 0, 0
                 try:
+                    # Warm up: each worker's first delivery loads the secret box (a key
+                    # stretch of ~0.4 s of CPU) and fills caches; no phase should pay that.
                     for fanout in fanouts:
-                        for rate in [int(r) for r in args.rates.split(",")]:
-                            events = rate * args.seconds
-                            phase = Phase(kurir, meter)
-                            sent, refused = publish_through_api(
-                                f"{base}/v1/partners/f{fanout}/events",
-                                token,
-                                events,
-                                args.publishers,
-                                rate,
-                                first,
-                            )
-                            first += events
-                            expected = len(sent) * fanout
-                            receiver.wait_for(expected, timeout_s=120)
-                            recorded += expected
-                            kurir.wait_recorded(recorded)
-                            worker_s, api_s, pg_s = phase.finish()
-                            records = receiver.dump()
-                            lat = [(at - sent[m]) * 1000 for m, _, at in records if m in sent]
-                            name = f"r{rate}_f{fanout}"
-                            figures = {
-                                "deliveries": len(records),
-                                "refused": len(refused),
-                                "worker_cpu_ms_per_delivery": round(
-                                    worker_s * 1000 / max(len(records), 1), 3
-                                ),
-                                "api_cpu_ms_per_publish": round(
-                                    api_s * 1000 / max(len(sent), 1), 3
-                                ),
-                                "pg_cpu_ms_per_delivery": round(
-                                    pg_s * 1000 / max(len(records), 1), 3
-                                ),
-                                "p50_ms": round(percentile(lat, 50), 1),
-                                "p99_ms": round(percentile(lat, 99), 1),
-                                "max_ms": round(max(lat, default=float("nan")), 1),
-                            }
-                            results[name] = figures
-                            ratio = figures["worker_cpu_ms_per_delivery"] / bare_ms
-                            print(
-                                f"{rate:>4} events/s x fan-out {fanout}: "
-                                f"{figures['deliveries']:,} deliveries, worker CPU "
-                                f"{figures['worker_cpu_ms_per_delivery']:.3f} ms/delivery "
-                                f"({ratio:.2f}x the bare requests POST, "
-                                f"{figures['worker_cpu_ms_per_delivery'] / u3_ms:.2f}x urllib3), "
-                                f"API {figures['api_cpu_ms_per_publish']:.3f} ms/publish, "
-                                f"PostgreSQL {figures['pg_cpu_ms_per_delivery']:.3f} ms/delivery; "
-                                f"publish->receipt p50 {figures['p50_ms']:.1f} ms, "
-                                f"p99 {figures['p99_ms']:.1f} ms, max {figures['max_ms']:.1f} ms"
-                                + (f"; {len(refused)} refused: {refused[0]}" if refused else "")
-                            )
+                        sent, _ = publish_through_api(
+                            f"{base}/v1/partners/f{fanout}/events", token, 40, 2, 20.0, first
+                        )
+                        first += 40
+                        recorded += len(sent) * fanout
+                        receiver.wait_for(len(sent) * fanout, timeout_s=120)
+                        kurir.wait_recorded(recorded)
+                        receiver.dump()
+                    for rate, fanout in phases:
+                        events = rate * args.seconds
+                        phase = Phase(kurir, meter)
+                        sent, refused = publish_through_api(
+                            f"{base}/v1/partners/f{fanout}/events",
+                            token,
+                            events,
+                            args.publishers,
+                            rate,
+                            first,
+                        )
+                        first += events
+                        expected = len(sent) * fanout
+                        receiver.wait_for(expected, timeout_s=120)
+                        recorded += expected
+                        kurir.wait_recorded(recorded)
+                        worker_s, api_s, pg_s = phase.finish()
+                        records = receiver.dump()
+                        lat = [(at - sent[m]) * 1000 for m, _, at in records if m in sent]
+                        name = f"r{rate}_f{fanout}"
+                        figures = {
+                            "deliveries": len(records),
+                            "refused": len(refused),
+                            "worker_cpu_ms_per_delivery": round(
+                                worker_s * 1000 / max(len(records), 1), 3
+                            ),
+                            "api_cpu_ms_per_publish": round(api_s * 1000 / max(len(sent), 1), 3),
+                            "pg_cpu_ms_per_delivery": round(pg_s * 1000 / max(len(records), 1), 3),
+                            "p50_ms": round(percentile(lat, 50), 1),
+                            "p99_ms": round(percentile(lat, 99), 1),
+                            "max_ms": round(max(lat, default=float("nan")), 1),
+                        }
+                        results[name] = figures
+                        ratio = figures["worker_cpu_ms_per_delivery"] / bare_ms
+                        print(
+                            f"{rate:>4} events/s x fan-out {fanout}: "
+                            f"{figures['deliveries']:,} deliveries, worker CPU "
+                            f"{figures['worker_cpu_ms_per_delivery']:.3f} ms/delivery "
+                            f"({ratio:.2f}x the bare requests POST, "
+                            f"{figures['worker_cpu_ms_per_delivery'] / u3_ms:.2f}x urllib3), "
+                            f"API {figures['api_cpu_ms_per_publish']:.3f} ms/publish, "
+                            f"PostgreSQL {figures['pg_cpu_ms_per_delivery']:.3f} ms/delivery; "
+                            f"publish->receipt p50 {figures['p50_ms']:.1f} ms, "
+                            f"p99 {figures['p99_ms']:.1f} ms, max {figures['max_ms']:.1f} ms"
+                            + (f"; {len(refused)} refused: {refused[0]}" if refused else "")
+                        )
+                        detail = phase.breakdown(len(records))
+                        if detail:
+                            print(detail)
                     if args.flat_out:
                         phase = Phase(kurir, meter)
                         started = time.time()
@@ -288,10 +405,86 @@ def run(args: argparse.Namespace) -> int:
                         )
                 finally:
                     kurir.stop()
+        if args.floor:
+            results["floor"] = floor_phase(args, receiver, bare_ms)
     finally:
         receiver.close()
     print(json.dumps(results))
     return 0
+
+
+def floor_phase(args: argparse.Namespace, receiver: ReceiverProcess, bare_ms: float) -> dict:
+    """The same paced publish -> receipt trip through `bench/bare_pipeline.py`: a bare Flask
+    publish (one committed INSERT, one RPUSH) and BLPOP + POST workers. Kurir cannot go
+    under its latency on this machine; its worker CPU per delivery is a bare POST's plus a
+    BLPOP."""
+    import psutil
+
+    from bench import bare_pipeline
+
+    bare_pipeline.prepare(args.db, args.redis)
+    rate, port = args.floor, free_port()
+    base = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "bench.bare_pipeline"]
+    api_cmd = [*command, "api", str(port), args.db, args.redis]
+    workers = [
+        subprocess.Popen([*command, "worker", args.db, args.redis, receiver.url], cwd=ROOT)
+        for _ in range(args.workers)
+    ]
+    try:
+        with server(api_cmd, dict(os.environ), base + "/v1/partners/x/events") as api:
+            meter = CpuMeter(api.pid, args.db.rsplit("/", 1)[1])
+
+            def worker_cpu() -> float:
+                return sum(sum(psutil.Process(w.pid).cpu_times()[:2]) for w in workers)
+
+            # Warm up (connections, imports), then measure.
+            sent, _ = publish_through_api(base + "/v1/partners/f1/events", "-", 40, 2, 20.0, 0)
+            receiver.wait_for(len(sent), timeout_s=60)
+            receiver.dump()
+            cpu, worker_s = meter.snapshot(), worker_cpu()
+            sent, refused = publish_through_api(
+                base + "/v1/partners/f1/events", "-", rate * args.seconds, args.publishers, rate, 0
+            )
+            receiver.wait_for(len(sent), timeout_s=120)
+            worker_s = worker_cpu() - worker_s
+            now = meter.snapshot()
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(10)
+    records = receiver.dump()
+    lat = [(at - sent[m]) * 1000 for m, _, at in records if m in sent]
+    figures = {
+        "deliveries": len(records),
+        "refused": len(refused),
+        "worker_cpu_ms_per_delivery": round(worker_s * 1000 / max(len(records), 1), 3),
+        "api_cpu_ms_per_publish": round(
+            (now.get("server", 0.0) - cpu.get("server", 0.0)) * 1000 / max(len(sent), 1), 3
+        ),
+        "p50_ms": round(percentile(lat, 50), 1),
+        "p99_ms": round(percentile(lat, 99), 1),
+        "max_ms": round(max(lat, default=float("nan")), 1),
+    }
+    print(
+        f"floor, {rate} events/s through a bare Flask publish + BLPOP/POST workers: "
+        f"{figures['deliveries']:,} deliveries, worker CPU "
+        f"{figures['worker_cpu_ms_per_delivery']:.3f} ms/delivery "
+        f"({figures['worker_cpu_ms_per_delivery'] / bare_ms:.2f}x the bare requests POST), "
+        f"API {figures['api_cpu_ms_per_publish']:.3f} ms/publish; publish->receipt "
+        f"p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms, "
+        f"max {figures['max_ms']:.1f} ms"
+    )
+    return figures
+
+
+def _phases(args: argparse.Namespace) -> list[tuple[int, int]]:
+    """(events/s, fan-out) of each paced phase, in order."""
+    if args.phases:
+        pairs = [p.split("x") for p in args.phases.split(",")]
+        return [(int(rate), int(fanout)) for rate, fanout in pairs]
+    rates = [int(r) for r in args.rates.split(",")]
+    return [(rate, int(f)) for f in args.fanouts.split(",") for rate in rates]
 
 
 def main() -> int:
@@ -299,6 +492,18 @@ def main() -> int:
     parser.add_argument("--rates", default="20,100,500", help="events/s of the paced phases")
     parser.add_argument("--fanouts", default="1,5", help="endpoints per event, per phase")
     parser.add_argument("--seconds", type=int, default=10, help="length of each paced phase")
+    parser.add_argument(
+        "--phases", default="", help="RATExFANOUT,... instead of every rate x fan-out"
+    )
+    parser.add_argument(
+        "--floor",
+        type=int,
+        default=100,
+        help="events/s of the floor phase through bench/bare_pipeline.py (0: skip)",
+    )
+    parser.add_argument(
+        "--probe", action="store_true", help="count SQL, commits, Redis, wake-ups per delivery"
+    )
     parser.add_argument("--workers", type=int, default=2, help="kurir worker processes")
     parser.add_argument("--publishers", type=int, default=4, help="publisher processes")
     parser.add_argument("--bare-n", type=int, default=4000, help="POSTs of each bare loop")

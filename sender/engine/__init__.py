@@ -5,10 +5,11 @@ hands delivery ids to this process's `Engine`, which takes them through these st
 module each:
 
 1. `claim`: **guard and claim** with one conditional UPDATE: every due delivery whose
-   endpoint is enabled becomes `delivering`, with a lease. What was not claimed is looked at
-   again: final, in flight elsewhere, due within `claim.LOOKAHEAD_S` (a local timer),
-   parked when its endpoint is disabled, or held when it waits for verification
-   (`sender.verification`). Duplicate jobs are harmless.
+   endpoint is enabled becomes `delivering`, with a lease (on PostgreSQL one statement in
+   autocommit that also returns the payloads and the targets of stage 2: one round trip).
+   What was not claimed is looked at again: final, in flight elsewhere, due within
+   `claim.LOOKAHEAD_S` (a local timer), parked when its endpoint is disabled, or held when it
+   waits for verification (`sender.verification`). Duplicate jobs are harmless.
 2. `targets`: **read** each claimed endpoint's URL, headers, timeout and live secrets
    (decrypted, cached by ciphertext), afresh for every batch. A fault that belongs to one
    endpoint or one delivery (a secret KURIR_SECRET_KEY cannot decrypt, stored headers that
@@ -22,7 +23,9 @@ module each:
    slow lane, each endpoint capped in flight, so a hanging endpoint can never occupy the
    threads healthy endpoints need. The RQ job returns at once.
 5. `recorder`: **record** in batches: one writer thread stores attempts, endpoint health,
-   new states and dead letters for up to `recorder.FLUSH_MAX_ITEMS` attempts per transaction.
+   new states and dead letters for up to `recorder.FLUSH_MAX_ITEMS` attempts per transaction,
+   gathered for up to `recorder.GROUP_COMMIT_S` (group commit at a trickle); on PostgreSQL
+   each kind of row is one statement per batch (`rowsets`).
 6. `ordering`: **wake**: when a delivery of an ordered key is recorded as released, the next
    one of its key is claimed at once (the claim holds it back until then; `sender.ordering`).
 7. `timers`: **wait**: local timers for retries and holds due soon, and the housekeeper that
@@ -46,12 +49,15 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from sqlalchemy.orm import Session
 
 from app import redis_client
 from app.budget import WORKER_SIDE_CHANNEL
@@ -262,69 +268,113 @@ class Engine:
         )
 
     def _process_once(self, ids: list[str]) -> int:
-        """Claim first (one UPDATE), then look closer only at what was not claimed."""
+        """Claim first, then look closer only at what was not claimed.
+
+        On PostgreSQL the claim and the targets are one statement in autocommit (one round
+        trip); a transaction is opened after it only when something needs one (ids not
+        claimed, a longer lease, deliveries to hold). On SQLite all of it is one transaction.
+        """
         with self.ledger.lock:
             self.ledger.counters["jobs"] += 1
             ids = [i for i in dict.fromkeys(ids) if i not in self.ledger.local]
         if not ids:
             return 0
         now = self.clock()
+        # The lease assumes the longest timeout this process knows of; it is lengthened below
+        # when a newly seen endpoint needs more.
+        lease = self._lease_until(self.targets.longest_timeout(), now)
+        if self.runtime.db.is_postgres:
+            with self.runtime.db.autocommit() as connection:
+                got = claim.claim_with_targets(connection, ids, now, lease)
+            plan = self._claimed(ids, got, self.targets.build(got.targets or [], now), now, None)
+        else:
+            with self.runtime.db.begin() as session:
+                got = claim.claim_due(session, ids, now, lease)
+                endpoint_ids = {r.endpoint_id for r in got.rows}
+                read = self.targets.read(session, endpoint_ids, now) if endpoint_ids else ({}, {})
+                plan = self._claimed(ids, got, read, now, session)
+        # Only once everything is committed does anything start.
+        return self._launch(plan, now)
+
+    def _claimed(
+        self,
+        ids: list[str],
+        got: claim.Claimed,
+        read: tuple[dict[str, Target], dict[str, Unsendable]],
+        now: datetime,
+        session: Session | None,
+    ) -> _Plan:
+        """Admit what was claimed, and settle the rest: what was not claimed, what must wait
+        (held), a lease to lengthen. Writes go to `session`, or to a transaction of their own:
+        should that one fail after the claim committed, what the claim took waits for its
+        lease to expire and the sweeper, as when a worker dies."""
+        rows, bodies, lease = got.rows, got.bodies, got.lease
+        targets, broken = read
         later: list[tuple[str, datetime]] = []
         held: list[tuple[str, datetime]] = []
         claimed: list[tuple[Work, float]] = []
         failed: list[tuple[Work, Unsendable]] = []
+        admitted: list[tuple[Any, float]] = []
         not_due = 0
-        with self.runtime.db.begin() as session:
-            # The lease assumes the longest timeout this process knows of; it is lengthened
-            # below when a newly seen endpoint needs more.
-            lease = self._lease_until(self.targets.longest_timeout(), now)
-            got = claim.claim_due(session, ids, now, lease)
-            rows, bodies = got.rows, got.bodies
-            if len(rows) < len(ids):
-                taken = {r.id for r in rows}
-                later, not_due = claim.look_at_unclaimed(
-                    session, [i for i in ids if i not in taken], now
-                )
-            if rows:
-                with self.ledger.lock:
-                    # Due now (a manual retry, say): a local timer for it is not needed.
-                    for row in rows:
-                        self.timers.cancel(row.id)
-                targets, broken = self.targets.read(session, {r.endpoint_id for r in rows}, now)
-                admitted, held = self.admission.admit(
-                    [r for r in rows if r.endpoint_id not in broken], targets, now
-                )
-                needed = self._lease_until(max(t.timeout_s for t in targets.values()), now)
+        taken = {r.id for r in rows}
+        unclaimed = [i for i in ids if i not in taken]
+        needed = lease
+        if rows:
+            with self.ledger.lock:
+                # Due now (a manual retry, say): a local timer for it is not needed.
+                for row in rows:
+                    self.timers.cancel(row.id)
+            admitted, held = self.admission.admit(
+                [r for r in rows if r.endpoint_id not in broken], targets, now
+            )
+            needed = self._lease_until(max(t.timeout_s for t in targets.values()), now)
+        if unclaimed or held or needed > lease or (bodies is None and admitted):
+            with self._transaction(session) as tx:
+                if unclaimed:
+                    later, not_due = claim.look_at_unclaimed(tx, unclaimed, now)
                 if needed > lease:
-                    claim.extend_lease(session, [r.id for r in rows], lease, needed)
+                    claim.extend_lease(tx, [r.id for r in rows], lease, needed)
                     lease = needed
                 if held:
                     claim.unclaim(
-                        session,
+                        tx,
                         [i for i, _ in held],
                         lease,
                         max(u for _, u in held) + timedelta(seconds=HOLD_GRACE_S),
                     )
                 if bodies is None:
-                    bodies = read_bodies(session, {(r.event_id, r.version) for r, _ in admitted})
-                for row, offset in admitted:
-                    body = bodies.get((row.event_id, row.version))
-                    if body is None:
-                        failed.append((_work(row, targets, b"", lease), EVENT_MISSING))
-                    else:
-                        claimed.append((_work(row, targets, body, lease), offset))
-                # Claimed as well, so that their failed attempts are fenced on this lease.
-                failed += [
-                    (_work(row, targets, b"", lease), broken[row.endpoint_id])
-                    for row in rows
-                    if row.endpoint_id in broken
-                ]
-        self.timers.hold(later + held, now)
-        self._start(claimed)
-        if failed:
-            self.recorder.unsendable(failed)
-        self.ledger.count(claimed=len(claimed), held=len(held), not_due=not_due)
-        return len(claimed)
+                    bodies = read_bodies(tx, {(r.event_id, r.version) for r, _ in admitted})
+        for row, offset in admitted:
+            body = (bodies or {}).get((row.event_id, row.version))
+            if body is None:
+                failed.append((_work(row, targets, b"", lease), EVENT_MISSING))
+            else:
+                claimed.append((_work(row, targets, body, lease), offset))
+        # Claimed as well, so that their failed attempts are fenced on this lease.
+        failed += [
+            (_work(row, targets, b"", lease), broken[row.endpoint_id])
+            for row in rows
+            if row.endpoint_id in broken
+        ]
+        return _Plan(claimed, failed, later + held, len(held), not_due)
+
+    def _launch(self, plan: _Plan, now: datetime) -> int:
+        """Set the timers, start the claimed work, record what cannot be sent."""
+        self.timers.hold(plan.timed, now)
+        self._start(plan.claimed)
+        if plan.failed:
+            self.recorder.unsendable(plan.failed)
+        self.ledger.count(claimed=len(plan.claimed), held=plan.held, not_due=plan.not_due)
+        return len(plan.claimed)
+
+    @contextmanager
+    def _transaction(self, session: Session | None) -> Iterator[Session]:
+        """`session` when the caller has one open, else a transaction of its own."""
+        if session is not None:
+            yield session
+            return
+        with self.runtime.db.begin() as own:
+            yield own
 
     def _start(self, claimed: list[tuple[Work, float]]) -> None:
         """Admitted work waits locally: on a timer for its rate-limit slot, or in its queue."""
@@ -355,6 +405,17 @@ class Engine:
                 log.warning(
                     "timed deliveries could not be processed; the sweeper will", exc_info=True
                 )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a claim settled, to start once its writes are committed."""
+
+    claimed: list[tuple[Work, float]]
+    failed: list[tuple[Work, Unsendable]]
+    timed: list[tuple[str, datetime]]
+    held: int
+    not_due: int
 
 
 def _work(row: Any, targets: dict[str, Target], body: bytes, lease: datetime) -> Work:

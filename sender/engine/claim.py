@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
 from app import telemetry
 from app.db import Database
-from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, Event
+from app.models import DELIVERING, PENDING, RETRYING, Delivery, Endpoint, EndpointSecret, Event
 from app.vocabulary import DeadLetterReason, EndpointState
 from sender import ordering
 from sender.bodies import BodyKey, payload_column
-from sender.engine.sql import chunks, table
+from sender.engine.sql import chunks, ids_in, table
+from sender.engine.targets import target_columns
 from sender.park import park
 
 log = logging.getLogger(__name__)
@@ -44,11 +45,13 @@ HOLD_GRACE_S = 15.0
 
 @dataclass(frozen=True)
 class Claimed:
-    """Rows claimed with `lease`; on PostgreSQL their payloads came back with the claim."""
+    """Rows claimed with `lease`; on PostgreSQL their payloads came back with the claim, and
+    with `claim_with_targets` their endpoints' target rows too (`targets.target_columns`)."""
 
     rows: list[Any]
     bodies: dict[BodyKey, bytes] | None
     lease: datetime
+    targets: list[Any] | None = None
 
 
 def lease_seconds(
@@ -83,8 +86,9 @@ def _claim_statement(postgres: bool, traced: bool = False) -> Any:
     stmt = (
         update(deliveries)
         .where(
-            deliveries.c.id.in_(bindparam("b_ids", expanding=True)),
-            deliveries.c.state.in_((PENDING, RETRYING)),
+            ids_in(deliveries.c.id, "b_ids", postgres),
+            # Not IN (...): a literal list is rendered afresh at every execution.
+            or_(deliveries.c.state == PENDING, deliveries.c.state == RETRYING),
             or_(
                 deliveries.c.next_attempt_at.is_(None),
                 deliveries.c.next_attempt_at <= bindparam("b_due"),
@@ -122,6 +126,42 @@ _CLAIM = {
     for postgres in (True, False)
     for traced in (False, True)
 }
+
+
+def _claim_with_targets_statement(traced: bool) -> Any:
+    """PostgreSQL: the claim's UPDATE as a CTE, joined to what `targets` reads of each claimed
+    delivery's endpoint and secrets: one row per claimed delivery and secret."""
+    claimed = _claim_statement(True, traced).cte("claimed")
+    endpoints, secrets = table(Endpoint), table(EndpointSecret)
+    return select(claimed, *target_columns()).select_from(
+        claimed.join(endpoints, endpoints.c.id == claimed.c.endpoint_id).outerjoin(
+            secrets, secrets.c.endpoint_id == endpoints.c.id
+        )
+    )
+
+
+_CLAIM_WITH_TARGETS = {traced: _claim_with_targets_statement(traced) for traced in (False, True)}
+
+
+def claim_with_targets(
+    connection: Connection, ids: list[str], now: datetime, lease: datetime
+) -> Claimed:
+    """PostgreSQL: `claim_due` and the claimed endpoints' target rows in one statement, on a
+    connection in autocommit: one round trip where a transaction took four (BEGIN, the claim,
+    the targets, COMMIT). The statement is atomic on its own; the same snapshot reads the
+    endpoints, so a target is as fresh as with a read in the claim's transaction.
+    """
+    statement = _CLAIM_WITH_TARGETS[telemetry.enabled()]
+    found: list[Any] = []
+    for chunk in chunks(ids):
+        found += connection.execute(
+            statement, {"b_ids": list(chunk), "b_due": now, "b_lease": lease, "b_now": now}
+        ).all()
+    rows = list({r.id: r for r in found}.values())
+    bodies = {
+        (r.event_id, r.version): r.payload.encode("utf-8") for r in rows if r.payload is not None
+    }
+    return Claimed(rows, bodies, lease, found)
 
 
 def claim_due(session: Session, ids: list[str], now: datetime, lease: datetime) -> Claimed:

@@ -1,7 +1,8 @@
 """The recorder: one writer thread stores what the lanes did, many attempts per transaction.
 
 For a batch of up to `FLUSH_MAX_ITEMS` outcomes and releases, gathered for at most
-`FLUSH_MAX_DELAY_S`, one transaction writes
+`GROUP_COMMIT_S` (`FLUSH_MAX_DELAY_S` when an ordered delivery's successor waits for the
+write), one transaction writes
 
 - every attempt row;
 - endpoint health: 410 Gone disables at once, failures add to the endpoint's counters (which
@@ -10,6 +11,9 @@ For a batch of up to `FLUSH_MAX_ITEMS` outcomes and releases, gathered for at mo
   `LOCAL_TIMER_MAX_S` is held by a local timer); or parked as a dead letter when its retries
   are exhausted or its endpoint is disabled;
 - releases: claimed deliveries handed back unsent, with a hold or none.
+
+On PostgreSQL each of these lists is one statement however long it is (`rowsets`); on SQLite
+one statement per row.
 
 Every state change is fenced on the lease the delivery was claimed with, so a worker that lost
 its lease can still add its attempt record but never overwrite the new owner's state. A batch
@@ -37,6 +41,7 @@ from app.models import DELIVERING, PENDING, RETRYING, SUCCEEDED, Attempt, Delive
 from app.vocabulary import DeadLetterReason, EndpointState
 from sender import health
 from sender.deliver import AttemptResult
+from sender.engine import rowsets
 from sender.engine.claim import HOLD_GRACE_S
 from sender.engine.ledger import Ledger
 from sender.engine.sql import insert_for_dialect, table, transient
@@ -46,9 +51,13 @@ from sender.policy import RetryPolicy, decide, parse_retry_after
 
 log = logging.getLogger(__name__)
 
-# At most this many records per transaction, gathered for at most this long.
+# At most this many records per transaction, gathered for at most FLUSH_MAX_DELAY_S while
+# something waits on the write (an ordered delivery's successor, a stopping engine), else for
+# GROUP_COMMIT_S: at a trickle, one commit then carries the outcomes of several deliveries
+# instead of one (the receipt is not delayed, only its record).
 FLUSH_MAX_ITEMS = 500
 FLUSH_MAX_DELAY_S = 0.01
+GROUP_COMMIT_S = 0.05
 # Retries due within this many seconds wait on the worker's own timer (precise to ~50 ms);
 # later ones are left to the sweeper, which enqueues them shortly before they are due.
 LOCAL_TIMER_MAX_S = 600.0
@@ -180,9 +189,58 @@ def record_attempts(
     """
     if not rows:
         return
-    session.connection().execute(
-        statement(session, "attempts" if overwrite else "attempts_keep"), rows
-    )
+    write(session, "attempts" if overwrite else "attempts_keep", rows)
+
+
+def write(session: Session, kind: str, rows: list[dict[str, Any]]) -> None:
+    """Write a batch with one of the recorder's statements: on PostgreSQL the whole batch as
+    one statement (`rowsets`), elsewhere one row at a time (an executemany)."""
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        rowsets.write(connection, kind, rows)
+    else:
+        connection.execute(statement(session, kind), rows)
+
+
+def _waited_on(item: Outcome | Release | None) -> bool:
+    """Something waits for this record to be written: an ordered delivery's successor is
+    claimed only after its predecessor's outcome is committed."""
+    return isinstance(item, Outcome) and item.work.sequence is not None
+
+
+def _attempt_rows(outcomes: list[Outcome], now: datetime) -> list[dict[str, Any]]:
+    """The attempt rows of a batch of outcomes."""
+    return [
+        {
+            "id": new_id("att"),
+            "delivery_id": o.work.delivery_id,
+            "n": o.work.n,
+            "started_at": o.result.started_at,
+            "duration_ms": o.result.duration_ms,
+            "url": o.work.target.url,
+            "request_headers": o.result.request_headers,
+            "response_status": o.result.status,
+            "response_body": o.result.body or None,
+            "response_headers": o.result.response_headers,
+            "error": o.result.error,
+            "created_at": now,
+        }
+        for o in outcomes
+    ]
+
+
+def _succeeded_row(o: Outcome, now: datetime) -> dict[str, Any]:
+    """A success's new state, fenced on the lease its delivery was claimed with."""
+    w = o.work
+    return {
+        "b_id": w.delivery_id,
+        "b_lease": w.lease,
+        "b_n": w.n,
+        "b_run_n": w.run_n,
+        "b_status": o.result.status,
+        "b_at": o.finished_at,
+        "b_now": now,
+    }
 
 
 def _failing_reason(h: health.Health) -> str:
@@ -220,17 +278,21 @@ class Recorder:
         self.on_flushed = on_flushed
         self._writes: SimpleQueue[Outcome | Release | None] = SimpleQueue()
         self._success_written: dict[str, float] = {}
+        # Set when a queued record is waited on: the batch gathering now is written sooner.
+        self._hurry = threading.Event()
 
     def put(self, item: Outcome | Release) -> None:
         """Queue a record, counting it as unflushed."""
         with self.ledger.lock:
             self.ledger.unflushed += 1
-        self._writes.put(item)
+        self.put_counted(item)
 
     def put_counted(self, item: Outcome | Release) -> None:
         """Queue a record the caller already counted as unflushed (under the same lock as
         the count it moved from, so no reader sees the delivery nowhere)."""
         self._writes.put(item)
+        if _waited_on(item):
+            self._hurry.set()
 
     def unsendable(self, failed: list[tuple[Work, Unsendable]]) -> None:
         """Record work that cannot be sent at all as failed attempts (no request was made)."""
@@ -258,6 +320,7 @@ class Recorder:
     def close(self) -> None:
         """Write what is queued, then end the writer thread."""
         self._writes.put(None)
+        self._hurry.set()
 
     def run(self) -> None:
         """The writer thread."""
@@ -269,8 +332,13 @@ class Recorder:
             batch: list[Outcome | Release] = [first]
             # Let the batch gather, then take it whole: a blocking get per record would wake
             # this thread once per attempt (a thread handoff each); this wakes it once per
-            # batch. A record waits at most FLUSH_MAX_DELAY_S either way.
-            self.stopping.wait(FLUSH_MAX_DELAY_S)
+            # batch, and commits once per batch.
+            hurried = _waited_on(first) or self.stopping.is_set()
+            if hurried or self._hurry.wait(GROUP_COMMIT_S):
+                self.stopping.wait(FLUSH_MAX_DELAY_S)
+            # Cleared before the batch is taken: a record waited on that comes later hurries
+            # the next batch.
+            self._hurry.clear()
             while len(batch) < FLUSH_MAX_ITEMS:
                 try:
                     item = self._writes.get_nowait()
@@ -327,34 +395,37 @@ class Recorder:
         releases = [b for b in batch if isinstance(b, Release)]
         now = self.clock()
         timers: Timed = []
-        with self.db().begin() as session:
+        db = self.db()
+        if outcomes and not releases and db.is_postgres and self._only_successes(outcomes):
+            # The everyday batch: attempts and `succeeded`, one statement in autocommit.
+            with db.autocommit() as connection:
+                rowsets.write_successes(
+                    connection,
+                    _attempt_rows(outcomes, now),
+                    [_succeeded_row(o, now) for o in outcomes],
+                )
+            return timers
+        with db.begin() as session:
             if outcomes:
                 timers += self._record_outcomes(session, outcomes, now)
             if releases:
                 timers += self._record_releases(session, releases)
         return timers
 
-    def _record_outcomes(self, session: Session, outcomes: list[Outcome], now: datetime) -> Timed:
-        record_attempts(
-            session,
-            [
-                {
-                    "id": new_id("att"),
-                    "delivery_id": o.work.delivery_id,
-                    "n": o.work.n,
-                    "started_at": o.result.started_at,
-                    "duration_ms": o.result.duration_ms,
-                    "url": o.work.target.url,
-                    "request_headers": o.result.request_headers,
-                    "response_status": o.result.status,
-                    "response_body": o.result.body or None,
-                    "response_headers": o.result.response_headers,
-                    "error": o.result.error,
-                    "created_at": now,
-                }
-                for o in outcomes
-            ],
+    def _only_successes(self, outcomes: list[Outcome]) -> bool:
+        """Every outcome a success, and no endpoint's "last success" due to be written: then
+        nothing but the attempts and the deliveries' new state is written (no health to judge,
+        no row of `endpoints` to lock)."""
+        if not all(o.result.ok for o in outcomes):
+            return False
+        mono = time.monotonic()
+        return all(
+            mono - self._success_written.get(o.work.target.endpoint_id, -1e9) < SUCCESS_WRITE_S
+            for o in outcomes
         )
+
+    def _record_outcomes(self, session: Session, outcomes: list[Outcome], now: datetime) -> Timed:
+        record_attempts(session, _attempt_rows(outcomes, now))
         states = self._record_health(session, outcomes, now)
 
         succeeded: list[dict[str, Any]] = []
@@ -364,17 +435,7 @@ class Recorder:
         for o in outcomes:
             w, r = o.work, o.result
             if r.ok:
-                succeeded.append(
-                    {
-                        "b_id": w.delivery_id,
-                        "b_lease": w.lease,
-                        "b_n": w.n,
-                        "b_run_n": w.run_n,
-                        "b_status": r.status,
-                        "b_at": o.finished_at,
-                        "b_now": now,
-                    }
-                )
+                succeeded.append(_succeeded_row(o, now))
                 continue
             if states[w.target.endpoint_id] != EndpointState.ENABLED:
                 to_park.append((o, DeadLetterReason.ENDPOINT_DISABLED))
@@ -409,11 +470,10 @@ class Recorder:
             if local:
                 timers.append((w.delivery_id, due))
 
-        connection = session.connection()
         if succeeded:
-            connection.execute(statement(session, "succeeded"), succeeded)
+            write(session, "succeeded", succeeded)
         if retrying:
-            connection.execute(statement(session, "retrying"), retrying)
+            write(session, "retrying", retrying)
         for o, reason in to_park:
             self._park_outcome(session, o, reason)
         return timers
@@ -500,7 +560,7 @@ class Recorder:
             }
             for r in releases
         ]
-        session.connection().execute(statement(session, "release"), rows)
+        write(session, "release", rows)
         return [
             (r.work.delivery_id, r.hold_until)
             for r in releases

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table
+from sqlalchemy import ColumnElement, Table, any_, bindparam
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
@@ -22,6 +22,22 @@ def table(model: Any) -> Table:
 def chunks(items: Sequence[str], size: int = QUERY_CHUNK) -> Iterable[Sequence[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def ids_in(column: Any, name: str, postgres: bool) -> ColumnElement[bool]:
+    """SQL: `column` is one of the list bound as `name`.
+
+    On PostgreSQL `column = ANY(:name)`, one array parameter: the statement's text is the same
+    for every list, so SQLAlchemy renders nothing per execution and psycopg prepares it (the
+    server then skips its parse and plan), where an expanding IN list is rendered afresh, and
+    is a new statement to the server, for every length. SQLite has no arrays: an IN list.
+    """
+    if postgres:
+        return cast(
+            ColumnElement[bool],
+            column == any_(bindparam(name, type_=postgresql.ARRAY(column.type))),
+        )
+    return cast(ColumnElement[bool], column.in_(bindparam(name, expanding=True)))
 
 
 def transient(exc: BaseException) -> bool:

@@ -1,6 +1,7 @@
 """Where and how to send: each claimed endpoint's URL, headers, timeout and live secrets.
 
-Read afresh for every claimed batch, one query per batch, not per delivery: a rotated secret,
+Read afresh for every claimed batch, one query per batch, not per delivery (on PostgreSQL
+part of the claim's own statement, `claim.claim_with_targets`): a rotated secret,
 a new URL or new headers apply to the very next claim (a partner switching to the new secret
 at once must not see deliveries signed only with the old one). Decrypted secrets are cached
 by their ciphertext; whether an endpoint is enabled is the claim's business.
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, bindparam, select, type_coerce
+from sqlalchemy import Text, select, type_coerce
 from sqlalchemy.orm import Session
 
 from app import secret_ring
@@ -34,7 +35,7 @@ from sender.engine.errors import (
     ERROR_NO_SECRET,
     ERROR_SECRET_UNDECRYPTABLE,
 )
-from sender.engine.sql import chunks
+from sender.engine.sql import chunks, ids_in
 from sender.engine.work import Unsendable
 
 log = logging.getLogger(__name__)
@@ -47,12 +48,12 @@ KNOWN_TARGETS_MAX = 50_000
 Targets = tuple[dict[str, Target], dict[str, Unsendable]]
 
 
-# Built once (an expanding list of ids), run as Core on the session's connection: no statement
-# built, keyed or run through the ORM per batch. Headers as stored: one unreadable value must
-# fail its endpoint only.
-_TARGETS = (
-    select(
-        Endpoint.id,
+def target_columns() -> list[Any]:
+    """What a target is built from: the endpoint's columns, and one of its secrets (or none).
+
+    Headers as stored: one unreadable value must fail its endpoint only.
+    """
+    return [
         Endpoint.url,
         type_coerce(Endpoint.headers, Text).label("headers"),
         type_coerce(Endpoint.public_headers, Text).label("public_headers"),
@@ -63,10 +64,20 @@ _TARGETS = (
         EndpointSecret.created_at,
         EndpointSecret.expires_at,
         EndpointSecret.secret_encrypted,
+    ]
+
+
+def _targets_statement(postgres: bool) -> Any:
+    """Built once per dialect, run as Core on the session's connection: no statement built,
+    keyed or run through the ORM per batch."""
+    return (
+        select(Endpoint.id.label("endpoint_id"), *target_columns())
+        .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
+        .where(ids_in(Endpoint.id, "b_ids", postgres))
     )
-    .outerjoin(EndpointSecret, EndpointSecret.endpoint_id == Endpoint.id)
-    .where(Endpoint.id.in_(bindparam("b_ids", expanding=True)))
-)
+
+
+_TARGETS = {postgres: _targets_statement(postgres) for postgres in (True, False)}
 
 
 class TargetReader:
@@ -89,20 +100,32 @@ class TargetReader:
     def read(self, session: Session, endpoint_ids: set[str], now: datetime) -> Targets:
         """A target for every endpoint found (secrets decrypted, newest first), and why
         those that cannot be sent to cannot (their targets then carry no secret)."""
-        secrets: dict[str, list[tuple[datetime, str, str]]] = {}
-        rows: dict[str, Any] = {}
         connection = session.connection()
+        statement = _TARGETS[connection.dialect.name == "postgresql"]
+        rows: list[Any] = []
         for chunk in chunks(sorted(endpoint_ids)):
-            for row in connection.execute(_TARGETS, {"b_ids": list(chunk)}):
-                rows[row.id] = row
-                if row.secret_id is not None and secret_ring.is_live(row.expires_at, now):
-                    secrets.setdefault(row.id, []).append(
-                        (row.created_at, row.secret_id, row.secret_encrypted)
-                    )
+            rows += connection.execute(statement, {"b_ids": list(chunk)}).all()
+        return self.build(rows, now)
+
+    def build(self, rows: list[Any], now: datetime) -> Targets:
+        """The targets of rows of `target_columns()` with `endpoint_id`: one row per endpoint
+        and secret, repeated as often as the query that read them likes (the claim repeats
+        them per delivery)."""
+        secrets: dict[str, dict[str, tuple[datetime, str, str]]] = {}
+        endpoints: dict[str, Any] = {}
+        for row in rows:
+            endpoints[row.endpoint_id] = row
+            if row.secret_id is not None and secret_ring.is_live(row.expires_at, now):
+                secrets.setdefault(row.endpoint_id, {})[row.secret_id] = (
+                    row.created_at,
+                    row.secret_id,
+                    row.secret_encrypted,
+                )
         found: dict[str, Target] = {}
         unsendable: dict[str, Unsendable] = {}
-        for endpoint_id, row in rows.items():
-            live = sorted(secrets.get(endpoint_id, []), reverse=True)  # newest signs first
+        for endpoint_id, row in endpoints.items():
+            # Newest signs first.
+            live = sorted(secrets.get(endpoint_id, {}).values(), reverse=True)
             timeout = row.timeout_s or self.default_timeout_s
             bare = Target(
                 endpoint_id=endpoint_id,
