@@ -17,8 +17,16 @@ One transaction per partition:
 4. detach and drop the partitions (the only step that locks the parent, briefly),
 5. insert the kept rows back.
 
-`lock_timeout` bounds how long step 4 may wait behind a long transaction: on a timeout the
-day is left for the next run.
+Locks are taken first, all of them, in one fixed order (`_LOCKS`): the parents and every
+table the detach touches, before any partition. A publish, a claim or a recorder locks a
+parent before its partitions (and a prepared plan locks every partition), so a drop that held
+a partition while it asked for the parent would wait in a cycle with them; PostgreSQL would
+then break the deadlock by failing one of them, a publish among them. Taking the parents first
+means the day's work runs with the tables' writers held off (readers of the other tables go
+on): tens of milliseconds for a small day, about the drop's own time for a large one.
+`lock_timeout` (below `deadlock_timeout`) bounds the wait for those locks: on a timeout the
+drop, never the traffic, gives way, tries again a few times, then leaves the day for the next
+run.
 """
 
 # SQL here names partitions and temporary tables (made by this package, never from input);
@@ -33,7 +41,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from psycopg.errors import LockNotAvailable
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import OperationalError
 
 from app.event_types import RESERVED_PREFIX
 from app.feed.sequencer import head
@@ -45,8 +55,12 @@ from app.vocabulary import DeadLetterState, DeliveryState, EndpointMode, Retenti
 
 log = logging.getLogger(__name__)
 
-# How long a drop waits for the parent's lock before giving the day up until the next run.
-LOCK_TIMEOUT_MS = 2000
+# How long a drop waits for its locks before giving way; below PostgreSQL's default
+# deadlock_timeout (1 s), so in a lock cycle the drop times out before anyone is failed.
+LOCK_TIMEOUT_MS = 400
+# Tries per day before it is left for the next run, and the pause between them.
+LOCK_TRIES = 5
+LOCK_RETRY_PAUSE_S = 0.5
 # States still being worked on, spelt out so the partial index ix_deliveries_due answers.
 _UNFINISHED = tuple(s.value for s in DeliveryState if s not in policy.FINISHED_DELIVERY_STATES)
 # Rows of a day whose delivery was made for an event of the day before (publish crossing
@@ -87,8 +101,29 @@ def _unfinished_in(column: str) -> str:
     )
 
 
+# Per kind, the locks a day's drop takes before anything else, in this order: (mode, tables).
+# Writers wait; the detach touches the referencing and referenced tables' constraints.
+_LOCKS: dict[RetentionKind, tuple[tuple[str, str], ...]] = {
+    RetentionKind.ATTEMPTS: (
+        ("SHARE ROW EXCLUSIVE", "deliveries"),
+        ("ACCESS EXCLUSIVE", "attempts"),
+    ),
+    RetentionKind.EVENTS: (
+        ("SHARE ROW EXCLUSIVE", "events, endpoints"),
+        ("ACCESS EXCLUSIVE", "deliveries, attempts"),
+        ("SHARE ROW EXCLUSIVE", "dead_letters, dead_letter_audit"),
+    ),
+}
+
+
 def _prepare(connection: Connection) -> None:
     connection.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'"))
+
+
+def _lock_first(connection: Connection, kind: RetentionKind) -> None:
+    _prepare(connection)
+    for mode, tables in _LOCKS[kind]:
+        connection.execute(text(f"LOCK TABLE {tables} IN {mode} MODE"))
 
 
 def _exists(connection: Connection, name: str) -> bool:
@@ -243,6 +278,29 @@ _BY_KIND: dict[RetentionKind, tuple[partitions.Spec, DayFn]] = {
 }
 
 
+def _drop_with_retries(
+    runtime: Runtime, kind: RetentionKind, part: Partition, horizon: datetime, drop_day: DayFn
+) -> tuple[int, int, float] | None:
+    """One day's drop, its locks taken first; tried again when they were not granted in
+    time. None: not dropped now (logged), left to the next run."""
+    for attempt in range(1, LOCK_TRIES + 1):
+        try:
+            with runtime.db.engine.begin() as connection:
+                _lock_first(connection, kind)
+                locked_at = time.perf_counter()
+                purged, kept, _ = drop_day(connection, part, horizon)
+                return purged, kept, locked_at
+        except OperationalError as exc:
+            if not isinstance(exc.orig, LockNotAvailable) or attempt == LOCK_TRIES:
+                log.warning("partition not dropped", extra={"partition": part.name}, exc_info=True)
+                return None
+            time.sleep(LOCK_RETRY_PAUSE_S)
+        except Exception:
+            log.warning("partition not dropped", extra={"partition": part.name}, exc_info=True)
+            return None
+    return None
+
+
 def expired(connection: Connection, spec: partitions.Spec, horizon: datetime) -> list[Partition]:
     """The table's day partitions whose whole day lies before the horizon, oldest first."""
     return [p for p in partitions.partitions(connection, spec) if p.end <= horizon]
@@ -270,12 +328,10 @@ def run(
     done: list[Dropped] = []
     for part in days:
         started = timer()
-        try:
-            with runtime.db.engine.begin() as connection:
-                purged, kept, locked_at = drop_day(connection, part, horizon)
-        except Exception:
-            log.warning("partition not dropped", extra={"partition": part.name}, exc_info=True)
+        outcome = _drop_with_retries(runtime, kind, part, horizon, drop_day)
+        if outcome is None:
             continue
+        purged, kept, locked_at = outcome
         elapsed_ms = (timer() - started) * 1000.0
         locked_ms = (time.perf_counter() - locked_at) * 1000.0
         done.append(Dropped(kind, part.start, purged, kept, elapsed_ms, locked_ms))

@@ -91,8 +91,12 @@ def test_rate_limit_holds_across_two_worker_processes(runtime, settings, tmp_pat
 
 
 def _blocked_clients(runtime) -> int:
-    """Redis clients blocked in a pop: each idle worker has two (deliveries, other queues)."""
-    return sum(1 for client in runtime.redis.client_list() if "b" in client["flags"])
+    """Redis clients blocked in a pop: each idle worker has two (deliveries, other queues).
+    Only those on this test's db: CLIENT LIST is server-wide, and other runs share it."""
+    db = str(runtime.redis.connection_pool.connection_kwargs.get("db", 0))
+    return sum(
+        1 for client in runtime.redis.client_list() if "b" in client["flags"] and client["db"] == db
+    )
 
 
 def _attempts_made(log: str) -> int:

@@ -124,10 +124,16 @@ def test_connections_carry_their_kind_and_doctor_counts_them_now(
     finally:
         worker.close()
     probe = redis.Redis.from_url(str(settings.redis_url))
+    own_db = probe.connection_pool.connection_kwargs.get("db", 0)
     try:
         # The worker's connections are gone once it closes.
         wait_for(
-            lambda: not any(c.get("name") == "kurir-worker" for c in probe.client_list()),
+            lambda: (
+                not any(
+                    c.get("name") == "kurir-worker" and c.get("db") == str(own_db)
+                    for c in probe.client_list()  # server-wide: other runs use other dbs
+                )
+            ),
             timeout_s=10,
         )
     finally:

@@ -256,3 +256,39 @@ def test_attempts_go_by_their_own_days_and_what_they_left_goes_with_the_deliveri
         assert _ids(session, Delivery) == {retrying[1], young[1]}
         assert set(session.scalars(select(Attempt.delivery_id))) == {retrying[1], young[1]}
         assert _ids(session, Event) == {retrying[0], young[0]}
+
+
+def test_a_drop_gives_way_to_traffic_holding_its_tables_and_never_fails_it(pg_runtime) -> None:
+    """A writer holding the deliveries table (as a claim or a publish does) keeps its
+    transaction: the drop waits a bounded time, gives way, and drops the day once it is free.
+    Had the drop locked the day's partition before the parent, the two would wait on each
+    other and PostgreSQL would fail one of them, possibly the writer."""
+    t0 = utcnow() - 80 * DAY
+    now = t0 + 60 * DAY
+    _make_days(pg_runtime, t0)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        h.story(push, SUCCEEDED, t0)
+        young = h.story(push, SUCCEEDED, now - DAY)
+    sequence(pg_runtime.db)
+    day = f"{partitions.day_start(t0):%Y-%m-%d}"
+    writer = pg_runtime.db.engine.connect()
+    try:
+        transaction = writer.begin()
+        # A row of a current day, locked as the claim locks what it takes.
+        writer.execute(
+            text("SELECT id FROM deliveries WHERE id = :i FOR UPDATE"), {"i": young[1]}
+        ).one()
+        report = purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
+        assert day in _days(pg_runtime, DELIVERIES)  # given way, not dropped
+        assert not any(b.source.startswith("drop:") for b in report.batches)
+        # The writer is unharmed: its transaction goes on and commits.
+        writer.execute(
+            text("UPDATE deliveries SET updated_at = updated_at WHERE id = :i"), {"i": young[1]}
+        )
+        transaction.commit()
+    finally:
+        writer.close()
+    purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
+    assert day not in _days(pg_runtime, DELIVERIES)
