@@ -102,15 +102,14 @@ def _unfinished_in(column: str) -> str:
 
 
 # Per kind, the locks a day's drop takes before anything else, in this order: (mode, tables).
-# Writers wait; the detach touches the referencing and referenced tables' constraints.
+# Dropping a detached partition removes its foreign keys' triggers from the tables they
+# reference, which takes those tables whole (`ACCESS EXCLUSIVE`): events and endpoints for a
+# deliveries day, deliveries for an attempts day. The detach touches the tables referencing
+# the day (dead letters) against writes.
 _LOCKS: dict[RetentionKind, tuple[tuple[str, str], ...]] = {
-    RetentionKind.ATTEMPTS: (
-        ("SHARE ROW EXCLUSIVE", "deliveries"),
-        ("ACCESS EXCLUSIVE", "attempts"),
-    ),
+    RetentionKind.ATTEMPTS: (("ACCESS EXCLUSIVE", "deliveries, attempts"),),
     RetentionKind.EVENTS: (
-        ("SHARE ROW EXCLUSIVE", "events, endpoints"),
-        ("ACCESS EXCLUSIVE", "deliveries, attempts"),
+        ("ACCESS EXCLUSIVE", "events, endpoints, deliveries, attempts"),
         ("SHARE ROW EXCLUSIVE", "dead_letters, dead_letter_audit"),
     ),
 }
