@@ -58,7 +58,20 @@ class DirectStatement:
             key: (binds[key](value) if key in binds else value) for key, value in params.items()
         }
         engine = self.engine
-        proxied = engine.raw_connection()
+        try:
+            proxied = engine.raw_connection()
+        except engine.dialect.loaded_dbapi.Error as exc:
+            # A new connection that could not be made (the server gone): raised as
+            # `engine.connect()` raises it, so callers' handling of an unreachable store holds.
+            raise sa_exc.DBAPIError.instance(
+                None,
+                None,
+                exc,
+                engine.dialect.loaded_dbapi.Error,
+                hide_parameters=True,
+                connection_invalidated=True,
+                dialect=engine.dialect,
+            ) from exc
         try:
             driver: Any = proxied.driver_connection
             try:

@@ -77,3 +77,23 @@ def test_a_dead_connection_is_invalidated_and_replaced(own_db, migrated):
     assert own_db.direct(INSERT_KEY).rows(_key(4))  # a fresh connection
     with own_db.engine.connect() as connection:
         assert connection.execute(text("SELECT pg_backend_pid()")).scalar() != pooled
+
+
+def test_a_server_that_cannot_be_reached_is_sqlalchemys_error_too(migrated, backend):
+    """A new connection that fails (the server gone) raises SQLAlchemy's OperationalError,
+    as `engine.connect()` would: the intake answers such an error 503, not 500."""
+    if backend != "postgresql":
+        pytest.skip("the driver path is PostgreSQL's")
+    from sqlalchemy import make_url
+    from sqlalchemy.exc import OperationalError
+
+    from app.ports import free_port
+
+    nowhere = make_url(migrated.url).set(host="127.0.0.1", port=free_port())
+    db = Database(nowhere.render_as_string(hide_password=False), pool_size=1)
+    try:
+        with pytest.raises(OperationalError) as raised:
+            db.direct(INSERT_KEY).rows(_key(9))
+        assert raised.value.connection_invalidated
+    finally:
+        db.dispose()
