@@ -43,6 +43,7 @@ from bench import inbound as inbound_bench  # noqa: E402
 from bench import publish as publish_bench  # noqa: E402
 from bench import rawhttp, wsgi_servers  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
+from bench.support import api_env  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_profile_bench"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/7"
@@ -315,16 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         "--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     )
     args = parser.parse_args(argv)
-    env = dict(
-        os.environ,
-        DATABASE_URL=args.database_url,
-        REDIS_URL=args.redis_url,
-        KURIR_ALLOW_PRIVATE_TARGETS="1",
-        KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
-        KURIR_DATA_DIR=str(ROOT / "var" / "bench"),
-        KURIR_LOG_LEVEL="warning",
-        PYTHONPATH=str(ROOT),
-    )
+    env = api_env(args.database_url, args.redis_url)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
     paths = ["publish", "inbound"] if args.path == "both" else [args.path]
     for path in paths:

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from app.ports import free_port  # noqa: E402
 from bench import publish, wsgi_servers  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
+from bench.support import api_env  # noqa: E402
 
 try:
     import psutil
@@ -160,16 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"bench: unknown {', '.join(sorted(unknown))}")
 
-    env = dict(
-        os.environ,
-        DATABASE_URL=args.database_url,
-        REDIS_URL=args.redis_url,
-        KURIR_ALLOW_PRIVATE_TARGETS="1",
-        KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
-        KURIR_DATA_DIR=str(ROOT / "var" / "bench"),
-        KURIR_LOG_LEVEL="warning",
-        PYTHONPATH=str(ROOT),
-    )
+    env = api_env(args.database_url, args.redis_url)
     print(
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.workers} workers "
         f"x {args.threads} threads (sync: {args.sync_workers} workers); "

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from app.ids import _encode  # the ids' own base32; app.ids needs the standard library only
@@ -34,6 +35,22 @@ class SeededBench(Generic[Names]):
     db: Database
     rng: random.Random
     names: Names
+
+
+def api_env(database_url: str, redis_url: str) -> dict[str, str]:
+    """The environment a bench starts `kurir api` (and its bare apps) with: its own database
+    and Redis, private targets allowed, a throwaway secret and data dir, quiet logs."""
+    root = Path(__file__).resolve().parent.parent
+    return dict(
+        os.environ,
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_url,
+        KURIR_ALLOW_PRIVATE_TARGETS="1",
+        KURIR_SECRET_KEY=os.environ.get("KURIR_SECRET_KEY", "bench-secret-key"),
+        KURIR_DATA_DIR=str(root / "var" / "bench"),
+        KURIR_LOG_LEVEL="warning",
+        PYTHONPATH=str(root),
+    )
 
 
 def seeded_bench(

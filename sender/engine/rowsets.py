@@ -25,34 +25,29 @@ from sqlalchemy import Connection, text
 
 from app.models import DELIVERING, PENDING, RETRYING, SUCCEEDED
 
+# A batch's attempts as rows of one JSON document; the two statements below differ only in
+# what a row already recorded (the same delivery and attempt number) does.
+_INSERT_ATTEMPTS = (
+    "INSERT INTO attempts (id, delivery_id, n, started_at, duration_ms, url, "
+    "request_headers, response_status, response_body, response_headers, error, "
+    "created_at) SELECT r.id, r.delivery_id, r.n, r.started_at, r.duration_ms, "
+    "r.url, r.request_headers, r.response_status, decode(r.response_body, "
+    "'base64'), r.response_headers, r.error, r.created_at FROM "
+    "json_to_recordset(CAST(:rows AS json)) AS r(id text, delivery_id text, n int, "
+    "started_at timestamptz, duration_ms int, url text, request_headers json, "
+    "response_status int, response_body text, response_headers json, error text, "
+    "created_at timestamptz) ON CONFLICT (delivery_id, n) "
+)
 # Written out whole: the fence on every update is the executemany's (`sender.engine.recorder`).
 _STATEMENTS = {
     "attempts": text(
-        "INSERT INTO attempts (id, delivery_id, n, started_at, duration_ms, url, "
-        "request_headers, response_status, response_body, response_headers, error, "
-        "created_at) SELECT r.id, r.delivery_id, r.n, r.started_at, r.duration_ms, "
-        "r.url, r.request_headers, r.response_status, decode(r.response_body, "
-        "'base64'), r.response_headers, r.error, r.created_at FROM "
-        "json_to_recordset(CAST(:rows AS json)) AS r(id text, delivery_id text, n int, "
-        "started_at timestamptz, duration_ms int, url text, request_headers json, "
-        "response_status int, response_body text, response_headers json, error text, "
-        "created_at timestamptz) ON CONFLICT (delivery_id, n) DO UPDATE SET started_at "
+        _INSERT_ATTEMPTS + "DO UPDATE SET started_at "
         "= excluded.started_at, duration_ms = excluded.duration_ms, url = excluded.url, "
         "request_headers = excluded.request_headers, response_headers = "
         "excluded.response_headers, response_status = excluded.response_status, "
         "response_body = excluded.response_body, error = excluded.error"
     ),
-    "attempts_keep": text(
-        "INSERT INTO attempts (id, delivery_id, n, started_at, duration_ms, url, "
-        "request_headers, response_status, response_body, response_headers, error, "
-        "created_at) SELECT r.id, r.delivery_id, r.n, r.started_at, r.duration_ms, "
-        "r.url, r.request_headers, r.response_status, decode(r.response_body, "
-        "'base64'), r.response_headers, r.error, r.created_at FROM "
-        "json_to_recordset(CAST(:rows AS json)) AS r(id text, delivery_id text, n int, "
-        "started_at timestamptz, duration_ms int, url text, request_headers json, "
-        "response_status int, response_body text, response_headers json, error text, "
-        "created_at timestamptz) ON CONFLICT (delivery_id, n) DO NOTHING"
-    ),
+    "attempts_keep": text(_INSERT_ATTEMPTS + "DO NOTHING"),
     "succeeded": text(
         "UPDATE deliveries AS d SET state = :succeeded, attempt_count = v.b_n, "
         "run_attempts = v.b_run_n, last_status_code = v.b_status, last_error = NULL, "
