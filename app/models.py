@@ -694,6 +694,8 @@ class DeadLetter(Base):
             sqlite_where=text("state = 'open'"),
             postgresql_where=text("state = 'open'"),
         ),
+        # Deleting a delivery cascades here: without it, a scan per deleted delivery.
+        Index("ix_dead_letters_delivery", "delivery_id"),
         Index("ix_dead_letters_state_created", "state", "id"),
         Index("ix_dead_letters_partner", "partner_id", "id"),
         Index("ix_dead_letters_endpoint", "endpoint_id", "id"),
@@ -873,7 +875,11 @@ class ReconcileRequest(Base):
     """A pending pull of a provider's current state, retried with backoff until done or failed."""
 
     __tablename__ = "reconcile_requests"
-    __table_args__ = (Index("ix_reconcile_requests_due", "state", "next_attempt_at"),)
+    __table_args__ = (
+        Index("ix_reconcile_requests_due", "state", "next_attempt_at"),
+        # Deleting an inbound source cascades here.
+        Index("ix_reconcile_requests_source", "source_id"),
+    )
 
     id: Mapped[str] = _id("rcn")
     source_id: Mapped[str] = mapped_column(ForeignKey("inbound_sources.id", ondelete="CASCADE"))

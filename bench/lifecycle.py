@@ -422,6 +422,7 @@ def _retain(env: dict[str, str], out: Any) -> None:
             "longest_ms": max((b.elapsed_ms for b in busy), default=0.0),
             "p99_ms": pct([b.elapsed_ms for b in busy], 0.99),
             "drops_ms": [b.elapsed_ms for b in report.batches if b.source.startswith("drop:")],
+            "locked_ms": [b.locked_ms for b in report.batches if b.locked_ms is not None],
             "slowest": [
                 (b.source, b.examined, round(b.elapsed_ms, 1))
                 for b in sorted(busy, key=lambda b: -b.elapsed_ms)[:5]
@@ -620,7 +621,9 @@ def _live(
     if drops:
         print(
             f"  whole days dropped (partitions): {len(drops)}, per day p50 "
-            f"{statistics.median(drops):.0f} ms, max {max(drops):.0f} ms (target <= 1 s)"
+            f"{statistics.median(drops):.0f} ms, max {max(drops):.0f} ms (target <= 1 s); "
+            f"of which the tables locked p50 {statistics.median(result['locked_ms']):.0f} ms, "
+            f"max {max(result['locked_ms']):.0f} ms"
         )
     for kind, n in result["purged"].items():
         print(f"  {kind:<14} {n:,}")

@@ -4,29 +4,34 @@ its attempts, dropped once the whole day is past its kind's horizon.
 Deleting a day row by row costs as much as writing it; dropping its partition costs a
 catalog change. But a past day may still hold rows that must stay (a delivery retrying, an
 open dead letter, an ordered key's held deliveries, an event a pull endpoint has not read):
-those are set aside first, in the same transaction, then put back through the parent, where
+those are set aside, the partition dropped, and they are put back through the parent, where
 they land in the default partition (their day's range no longer exists) and the row-level
 purge (`app.lifecycle.purge`) takes them once they are finished. What is dropped is exactly
 what the row-level rules would delete; the tests hold both to the same cases.
 
-One transaction per partition:
-1. lock the day's partitions against writes (readers go on; nothing current is in them),
-2. copy the rows to keep into temporary tables and delete them from the day (deleting a
-   kept delivery cascades to its attempts and dead letters, which were copied too),
-3. `_before_drop`: the partition now holds only what is purged (the archive's hook),
-4. detach and drop the partitions (the only step that locks the parent, briefly),
-5. insert the kept rows back.
+A day goes in two steps on one connection, so that the tables are held only for the part
+that needs them:
+
+1. **Find**, with no lock beyond a reader's: which rows of the day must stay (their ids, in
+   session temporary tables), and how many rows the day holds. This is the slow part (a
+   scan of the day's rows and of what holds them), and traffic runs on meanwhile.
+2. **Drop**, in one transaction with every lock taken first: look again only where a row
+   can have become one to keep since step 1 (a delivery unfinished now, a dead letter or an
+   attempt made since, an event not yet numbered in the feed, a pull endpoint added or sent
+   back), all of them index lookups; copy the kept rows into temporary tables, delete them
+   from the day, detach and drop the partitions, insert the kept rows back.
 
 Locks are taken first, all of them, in one fixed order (`_LOCKS`): the parents and every
 table the detach touches, before any partition. A publish, a claim or a recorder locks a
 parent before its partitions (and a prepared plan locks every partition), so a drop that held
 a partition while it asked for the parent would wait in a cycle with them; PostgreSQL would
-then break the deadlock by failing one of them, a publish among them. Taking the parents first
-means the day's work runs with the tables' writers held off (readers of the other tables go
-on): tens of milliseconds for a small day, about the drop's own time for a large one.
-`lock_timeout` (below `deadlock_timeout`) bounds the wait for those locks: on a timeout the
-drop, never the traffic, gives way, tries again a few times, then leaves the day for the next
-run.
+then break the deadlock by failing one of them, a publish among them. `lock_timeout` (well
+below `deadlock_timeout`) bounds the wait for those locks, since new writers queue behind a
+waiting drop: on a timeout the drop, never the traffic, gives way and tries again.
+
+Between two days the run pauses `YIELD_FACTOR` times as long as the last one held its locks
+(at least `YIELD_MIN_S`): a first run with weeks of days to drop would otherwise hold the
+writers off back to back.
 """
 
 # SQL here names partitions and temporary tables (made by this package, never from input);
@@ -37,35 +42,50 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from psycopg.errors import LockNotAvailable
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Table, select, text
+from sqlalchemy import column as sql_column
+from sqlalchemy import table as sql_table
 from sqlalchemy.exc import OperationalError
 
 from app.event_types import RESERVED_PREFIX
 from app.feed.sequencer import head
 from app.ids import id_floor
-from app.lifecycle import partitions, policy
+from app.lifecycle import archive, partitions, policy
 from app.lifecycle.partitions import ATTEMPTS, DELIVERIES, Partition
 from app.runtime import Runtime
 from app.vocabulary import DeadLetterState, DeliveryState, EndpointMode, RetentionKind
 
 log = logging.getLogger(__name__)
 
-# How long a drop waits for its locks before giving way; below PostgreSQL's default
-# deadlock_timeout (1 s), so in a lock cycle the drop times out before anyone is failed.
-LOCK_TIMEOUT_MS = 400
+# How long a drop waits for its locks before giving way. Writers that come after a waiting
+# drop queue behind it, so this is also the longest a give-way pauses them; far below
+# PostgreSQL's default deadlock_timeout (1 s), so the drop times out before anyone is failed.
+LOCK_TIMEOUT_MS = 100
 # Tries per day before it is left for the next run, and the pause between them.
-LOCK_TRIES = 5
+LOCK_TRIES = 20
 LOCK_RETRY_PAUSE_S = 0.5
+# After a day, a pause this many times as long as its locks were held (and at least
+# YIELD_MIN_S): the writers get at least 50 parts of the time in 51.
+YIELD_FACTOR = 50
+YIELD_MIN_S = 0.25
 # States still being worked on, spelt out so the partial index ix_deliveries_due answers.
 _UNFINISHED = tuple(s.value for s in DeliveryState if s not in policy.FINISHED_DELIVERY_STATES)
+_UNFINISHED_SQL = ", ".join(f"'{s}'" for s in _UNFINISHED)
 # Rows of a day whose delivery was made for an event of the day before (publish crossing
 # midnight) are judged with the events of both days.
 _EVENT_WINDOW = timedelta(days=1)
+# Ids are made from the clock of the process that writes the row: dead letters and attempts
+# made this long before step 1 are looked at again under the locks (a transaction open across
+# step 1 may commit them late).
+_LATE_MARGIN = timedelta(minutes=10)
+# Session temporary tables of step 1 (kept across its commit), dropped when the day is done.
+_FOUND_TABLES = "keep_ids, held_events"
 
 
 @dataclass(frozen=True)
@@ -77,7 +97,7 @@ class Dropped:
     purged: int
     kept: int
     elapsed_ms: float
-    # Of which the parent tables were locked (from the first detach to the commit).
+    # Of which the tables were locked (from the locks granted to the commit).
     locked_ms: float
 
     @property
@@ -87,18 +107,16 @@ class Dropped:
         return self.purged if self.kind == RetentionKind.ATTEMPTS else 0
 
 
-def _before_drop(connection: Connection, table: str, partition_name: str) -> None:
-    """Called with the partition holding exactly the rows about to be purged, in the drop's
-    transaction: where writing them elsewhere first (an archive) plugs in. Nothing yet."""
+@dataclass(frozen=True)
+class Found:
+    """What step 1 found, unlocked: the ids to keep are in the session table `keep_ids`."""
 
-
-def _unfinished_in(column: str) -> str:
-    states = ", ".join(f"'{s}'" for s in _UNFINISHED)
-    return (
-        f"{column} IN (SELECT id FROM deliveries WHERE state IN ({states})) "
-        f"OR {column} IN (SELECT delivery_id FROM dead_letters "
-        f"WHERE state = '{DeadLetterState.OPEN.value}')"
-    )
+    rows: int  # rows of the day's partitions (the day's attempts included for deliveries)
+    at: datetime  # the database's clock when step 1 began
+    # The highest attempt id in the day's attempts partition then: attempts made since (a
+    # resend) were not counted in `rows`.
+    last_attempt: str
+    pulls: frozenset[tuple[Any, ...]]  # live pull endpoints (events kind), to see them change
 
 
 # Per kind, the locks a day's drop takes before anything else, in this order: (mode, tables).
@@ -115,12 +133,8 @@ _LOCKS: dict[RetentionKind, tuple[tuple[str, str], ...]] = {
 }
 
 
-def _prepare(connection: Connection) -> None:
-    connection.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'"))
-
-
 def _lock_first(connection: Connection, kind: RetentionKind) -> None:
-    _prepare(connection)
+    connection.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'"))
     for mode, tables in _LOCKS[kind]:
         connection.execute(text(f"LOCK TABLE {tables} IN {mode} MODE"))
 
@@ -130,7 +144,6 @@ def _exists(connection: Connection, name: str) -> bool:
 
 
 def _detach_and_drop(connection: Connection, table: str, name: str) -> None:
-    _before_drop(connection, table, name)
     connection.execute(text(f"ALTER TABLE {table} DETACH PARTITION {name}"))
     connection.execute(text(f"DROP TABLE {name}"))
 
@@ -139,31 +152,117 @@ def _count(connection: Connection, name: str) -> int:
     return int(connection.execute(text(f"SELECT count(*) FROM {name}")).scalar() or 0)
 
 
-def _drop_attempts_day(
-    connection: Connection, part: Partition, horizon: datetime
-) -> tuple[int, int, float]:
-    """Attempts of one delivery day: those of unfinished deliveries, and any made after the
-    horizon (a resend of an old delivery), are kept."""
-    _prepare(connection)
-    deliveries_part = partitions.name_for(DELIVERIES, part.start)
-    if _exists(connection, deliveries_part):
-        # A delivery of the day resent meanwhile waits, so "unfinished" is read once.
-        connection.execute(text(f"LOCK TABLE {deliveries_part} IN SHARE MODE"))
-    connection.execute(text(f"LOCK TABLE {part.name} IN EXCLUSIVE MODE"))
+def _last_id(connection: Connection, name: str) -> str:
+    return str(connection.execute(text(f"SELECT coalesce(max(id), '') FROM {name}")).scalar())
+
+
+def _db_now(connection: Connection) -> datetime:
+    found: datetime = connection.execute(text("SELECT now()")).scalar_one()
+    return found
+
+
+def _day_range(part: Partition) -> dict[str, str]:
+    return {"low": part.low, "high": part.high}
+
+
+# ------------------------------------------------------------------------ attempts days
+
+
+def _late_attempts(part: Partition) -> str:
+    """Attempts of the day to keep that step 1 may not have seen: made after the horizon (a
+    resend of an old delivery), or of a delivery of the day unfinished or dead-lettered now.
+    Every branch is an index lookup (the attempt's id is its creation time)."""
+    return (
+        f"SELECT a.id FROM {part.name} a WHERE a.id >= :attempt_floor "
+        "AND a.created_at >= :horizon "
+        f"UNION SELECT a.id FROM {part.name} a JOIN deliveries d ON d.id = a.delivery_id "
+        f"WHERE d.id >= :low AND d.id < :high AND d.state IN ({_UNFINISHED_SQL}) "
+        f"UNION SELECT a.id FROM {part.name} a JOIN dead_letters l "
+        "ON l.delivery_id = a.delivery_id "
+        f"WHERE l.delivery_id >= :low AND l.delivery_id < :high "
+        f"AND l.state = '{DeadLetterState.OPEN.value}'"
+    )
+
+
+def _find_attempts_day(connection: Connection, part: Partition, horizon: datetime) -> Found:
+    at = _db_now(connection)
+    params = {
+        "horizon": horizon,
+        "attempt_floor": id_floor("att", horizon - _LATE_MARGIN),
+        **_day_range(part),
+    }
     connection.execute(
         text(
-            f"CREATE TEMP TABLE kept_attempts ON COMMIT DROP AS "
-            f"SELECT * FROM {part.name} a WHERE a.created_at >= :horizon "
-            f"OR {_unfinished_in('a.delivery_id')}"
+            "CREATE TEMP TABLE keep_ids AS "
+            f"SELECT a.id FROM {part.name} a WHERE a.created_at >= :horizon "
+            f"OR a.delivery_id IN (SELECT id FROM deliveries WHERE state IN ({_UNFINISHED_SQL})) "
+            "OR a.delivery_id IN (SELECT delivery_id FROM dead_letters "
+            f"WHERE state = '{DeadLetterState.OPEN.value}')"
         ),
-        {"horizon": horizon},
+        params,
+    )
+    connection.execute(text("ANALYZE keep_ids"))
+    return Found(_count(connection, part.name), at, _last_id(connection, part.name), frozenset())
+
+
+def _drop_attempts_day(
+    connection: Connection, part: Partition, horizon: datetime, found: Found
+) -> tuple[int, int]:
+    """Attempts of one delivery day: those of unfinished deliveries, and any made after the
+    horizon (a resend of an old delivery), are kept."""
+    params = {
+        "horizon": horizon,
+        "attempt_floor": id_floor("att", horizon - _LATE_MARGIN),
+        **_day_range(part),
+    }
+    connection.execute(
+        text(
+            "CREATE TEMP TABLE kept_attempts ON COMMIT DROP AS "
+            f"SELECT * FROM {part.name} WHERE id IN "
+            f"(SELECT id FROM keep_ids UNION {_late_attempts(part)})"
+        ),
+        params,
     )
     connection.execute(text(f"DELETE FROM {part.name} WHERE id IN (SELECT id FROM kept_attempts)"))
-    purged = _count(connection, part.name)
-    locked_at = time.perf_counter()
     _detach_and_drop(connection, ATTEMPTS.table, part.name)
     kept = connection.execute(text("INSERT INTO attempts SELECT * FROM kept_attempts")).rowcount
-    return purged, kept, locked_at
+    return found.rows - _counted(connection, found), kept
+
+
+def _counted(connection: Connection, found: Found) -> int:
+    """Kept attempts step 1 counted in the day's partition (not made since)."""
+    return int(
+        connection.execute(
+            text("SELECT count(*) FROM kept_attempts WHERE id <= :last"),
+            {"last": found.last_attempt},
+        ).scalar_one()
+    )
+
+
+# ---------------------------------------------------------------------- deliveries days
+
+
+def _pull_endpoints(connection: Connection) -> frozenset[tuple[Any, ...]]:
+    """The live pull endpoints as the owed rule reads them."""
+    rows = connection.execute(
+        text(
+            "SELECT id, partner_id, coalesce(acked_seq, 0), event_types::text FROM endpoints "
+            "WHERE mode = :pull AND deleted_at IS NULL"
+        ),
+        {"pull": EndpointMode.PULL.value},
+    )
+    return frozenset(tuple(row) for row in rows)
+
+
+def _owes_more(before: frozenset[tuple[Any, ...]], now: frozenset[tuple[Any, ...]]) -> bool:
+    """Whether an event can be owed now that was not at step 1: a pull endpoint new (or
+    restored, or its types or partner changed) or acknowledged back to an earlier position.
+    An acknowledgement moving on only shrinks what is owed."""
+    acked = {(pid, partner, types): seq for pid, partner, seq, types in before}
+    return any(
+        (pid, partner, types) not in acked or seq < acked[(pid, partner, types)]
+        for pid, partner, seq, types in now
+    )
 
 
 def _owed_clause(connection: Connection) -> str:
@@ -183,30 +282,28 @@ def _owed_clause(connection: Connection) -> str:
     )
 
 
-def _drop_deliveries_day(
-    connection: Connection, part: Partition, horizon: datetime
-) -> tuple[int, int, float]:
-    """Deliveries of one day with their attempts: those whose event the row-level purge
-    would keep (see `purge._events`) are kept, with their attempts and dead letters."""
-    _prepare(connection)
-    attempts_part = partitions.name_for(ATTEMPTS, part.start)
-    has_attempts = _exists(connection, attempts_part)
-    connection.execute(text(f"LOCK TABLE {part.name} IN EXCLUSIVE MODE"))
-    if has_attempts:
-        connection.execute(text(f"LOCK TABLE {attempts_part} IN EXCLUSIVE MODE"))
-    states = ", ".join(f"'{s}'" for s in _UNFINISHED)
-    params = {
+def _event_params(connection: Connection, part: Partition, horizon: datetime) -> dict[str, Any]:
+    return {
         "evt_low": id_floor("evt", part.start - _EVENT_WINDOW),
         "evt_high": id_floor("evt", part.end),
         "horizon": horizon,
         "head": head(connection),
+        **_day_range(part),
     }
+
+
+def _find_deliveries_day(connection: Connection, part: Partition, horizon: datetime) -> Found:
+    """The deliveries of the day whose event the row-level purge would keep (see
+    `purge._events`): all of the event's deliveries stay, with their attempts and letters."""
+    at = _db_now(connection)
+    pulls = _pull_endpoints(connection)
+    params = _event_params(connection, part, horizon)
     # Materialised (and analysed) first: as a subquery under an OR, the planner may run it
     # once per delivery of the day.
     connection.execute(
         text(
-            "CREATE TEMP TABLE held_events ON COMMIT DROP AS "
-            f"SELECT event_id AS id FROM deliveries WHERE state IN ({states}) "
+            "CREATE TEMP TABLE held_events AS "
+            f"SELECT event_id AS id FROM deliveries WHERE state IN ({_UNFINISHED_SQL}) "
             "UNION SELECT event_id FROM dead_letters "
             "UNION SELECT e.id FROM events e WHERE e.id >= :evt_low AND e.id < :evt_high "
             "AND (e.created_at >= :horizon OR e.feed_seq IS NULL OR e.feed_seq = :head"
@@ -217,43 +314,102 @@ def _drop_deliveries_day(
     connection.execute(text("ANALYZE held_events"))
     connection.execute(
         text(
-            "CREATE TEMP TABLE kept_deliveries ON COMMIT DROP AS "
-            f"SELECT * FROM {part.name} d WHERE d.event_id IN (SELECT id FROM held_events)"
-        )
-    )
-    # A delivery whose event lies outside the window is left to the row-level purge.
-    connection.execute(
-        text(
-            f"INSERT INTO kept_deliveries SELECT * FROM {part.name} d "
+            "CREATE TEMP TABLE keep_ids AS "
+            f"SELECT d.id FROM {part.name} d WHERE d.event_id IN (SELECT id FROM held_events) "
+            # A delivery whose event lies outside the window is left to the row-level purge.
+            f"UNION ALL SELECT d.id FROM {part.name} d "
             "WHERE (d.event_id < :evt_low OR d.event_id >= :evt_high) "
             "AND NOT EXISTS (SELECT 1 FROM held_events h WHERE h.id = d.event_id)"
         ),
         params,
     )
-    connection.execute(text("ANALYZE kept_deliveries"))
+    connection.execute(text("ANALYZE keep_ids"))
+    rows = _count(connection, part.name)
+    attempts_part = partitions.name_for(ATTEMPTS, part.start)
+    last_attempt = ""
+    if _exists(connection, attempts_part):
+        rows += _count(connection, attempts_part)
+        last_attempt = _last_id(connection, attempts_part)
+    return Found(rows, at, last_attempt, pulls)
+
+
+def _late_events(connection: Connection, found: Found) -> str:
+    """Events of the window held now that step 1 may not have seen held: one with a delivery
+    unfinished now, a dead letter made since, not yet numbered in the feed or holding its
+    head; and, when a pull endpoint came or went back, those it owes. Index lookups, but for
+    the last (a scan of the window's events, only when pull endpoints changed)."""
+    owed = ""
+    if _owes_more(found.pulls, _pull_endpoints(connection)):
+        clause = _owed_clause(connection)
+        if clause:
+            owed = (
+                "UNION SELECT e.id FROM events e WHERE e.id >= :evt_low AND e.id < :evt_high "
+                f"AND (FALSE{clause}) "
+            )
+    return (
+        f"SELECT event_id AS id FROM deliveries WHERE state IN ({_UNFINISHED_SQL}) "
+        "AND event_id >= :evt_low AND event_id < :evt_high "
+        "UNION SELECT event_id FROM dead_letters WHERE id >= :letter_floor "
+        "AND event_id >= :evt_low AND event_id < :evt_high "
+        "UNION SELECT id FROM events WHERE feed_seq IS NULL "
+        "AND id >= :evt_low AND id < :evt_high "
+        f"UNION SELECT id FROM events WHERE feed_seq = :head {owed}"
+        "EXCEPT SELECT id FROM held_events"
+    )
+
+
+def _drop_deliveries_day(
+    connection: Connection, part: Partition, horizon: datetime, found: Found
+) -> tuple[int, int]:
+    """Deliveries of one day with their attempts, the kept ones (see `_find_deliveries_day`,
+    and `_late_events` for what changed since) set aside with their attempts, dead letters
+    and the letters' audit, then put back."""
+    attempts_part = partitions.name_for(ATTEMPTS, part.start)
+    params = {
+        **_event_params(connection, part, horizon),
+        "letter_floor": id_floor("dl", found.at - _LATE_MARGIN),
+    }
+    connection.execute(
+        text(f"CREATE TEMP TABLE late_events ON COMMIT DROP AS {_late_events(connection, found)}"),
+        params,
+    )
     for ddl in (
+        f"INSERT INTO keep_ids SELECT d.id FROM {part.name} d "
+        "WHERE d.event_id IN (SELECT id FROM late_events)",
+        "CREATE TEMP TABLE kept_deliveries ON COMMIT DROP AS "
+        f"SELECT * FROM {part.name} WHERE id IN (SELECT id FROM keep_ids)",
         "CREATE TEMP TABLE kept_attempts ON COMMIT DROP AS SELECT * FROM attempts "
         "WHERE delivery_id IN (SELECT id FROM kept_deliveries)",
         "CREATE TEMP TABLE kept_letters ON COMMIT DROP AS SELECT * FROM dead_letters "
         "WHERE delivery_id IN (SELECT id FROM kept_deliveries)",
         "CREATE TEMP TABLE kept_letter_audit ON COMMIT DROP AS SELECT * FROM dead_letter_audit "
         "WHERE dead_letter_id IN (SELECT id FROM kept_letters)",
-        # Cascades to their attempts, dead letters and the letters' audit: all copied above.
-        f"DELETE FROM {part.name} WHERE id IN (SELECT id FROM kept_deliveries)",
     ):
-        connection.execute(text(ddl))
+        connection.execute(text(ddl), params)
+    has_attempts = _exists(connection, attempts_part)
+    # Rows of the day's partitions put back (step 1 counted them), and of the default one.
+    moved = connection.execute(text("SELECT count(*) FROM kept_deliveries")).scalar_one()
+    if has_attempts:
+        moved += connection.execute(
+            text(
+                f"SELECT count(*) FROM kept_attempts a WHERE a.id <= :last AND EXISTS "
+                f"(SELECT 1 FROM {attempts_part} p WHERE p.id = a.id)"
+            ),
+            {"last": found.last_attempt},
+        ).scalar_one()
+    # Cascades to their attempts, dead letters and the letters' audit: all copied above.
+    connection.execute(
+        text(f"DELETE FROM {part.name} WHERE id IN (SELECT id FROM kept_deliveries)")
+    )
     # Attempts of the day set aside by an earlier attempts drop, whose deliveries go now.
     purged = connection.execute(
         text(
             f"DELETE FROM {partitions.default_name(ATTEMPTS)} "
             "WHERE delivery_id >= :low AND delivery_id < :high"
         ),
-        {"low": part.low, "high": part.high},
+        params,
     ).rowcount
-    purged += _count(connection, part.name)
-    locked_at = time.perf_counter()
     if has_attempts:
-        purged += _count(connection, attempts_part)
         _detach_and_drop(connection, ATTEMPTS.table, attempts_part)
     _detach_and_drop(connection, DELIVERIES.table, part.name)
     kept = 0
@@ -263,41 +419,147 @@ def _drop_deliveries_day(
         ("dead_letters", "kept_letters"),
         ("dead_letter_audit", "kept_letter_audit"),
     ):
-        found = connection.execute(text(f"INSERT INTO {table} SELECT * FROM {temp}")).rowcount
-        kept += found if table == "deliveries" else 0
-    return purged, kept, locked_at
+        found_rows = connection.execute(text(f"INSERT INTO {table} SELECT * FROM {temp}")).rowcount
+        kept += found_rows if table == "deliveries" else 0
+    return purged + found.rows - moved, kept
 
 
-# A day's drop: rows purged, rows kept, and when (perf_counter) it began to lock the parent.
-DayFn = Callable[[Connection, Partition, datetime], tuple[int, int, float]]
+# ----------------------------------------------------------------------------- archive
+
+# Rows per archive write while a day is archived: one gzip member each.
+ARCHIVE_CHUNK = 5000
+_KEEP_IDS = sql_table("keep_ids", sql_column("id"))
+
+
+def _purged_rows(kind: RetentionKind, part: Partition) -> list[tuple[Table, Any]]:
+    """Per table, what the day's drop will purge, as step 1 found it: every row of the day
+    but those kept (for a deliveries day, also its attempts left in the default partition
+    by an earlier attempts drop)."""
+    attempts = archive.table_of("attempts")
+    if kind == RetentionKind.ATTEMPTS:
+        return [
+            (
+                attempts,
+                (attempts.c.delivery_id >= part.low)
+                & (attempts.c.delivery_id < part.high)
+                & attempts.c.id.not_in(select(_KEEP_IDS.c.id)),
+            )
+        ]
+    deliveries = archive.table_of("deliveries")
+    return [
+        (
+            deliveries,
+            (deliveries.c.id >= part.low)
+            & (deliveries.c.id < part.high)
+            & deliveries.c.id.not_in(select(_KEEP_IDS.c.id)),
+        ),
+        (
+            attempts,
+            (attempts.c.delivery_id >= part.low)
+            & (attempts.c.delivery_id < part.high)
+            & attempts.c.delivery_id.not_in(select(_KEEP_IDS.c.id)),
+        ),
+    ]
+
+
+def _archive_day(
+    connection: Connection, kind: RetentionKind, part: Partition, writer: archive.Writer
+) -> None:
+    """Write what the day's drop will purge to the archive, durable before the drop: in
+    step 1, unlocked, in chunks. A row found to keep only under the locks is then archived
+    and kept (restore skips it while it is there), never purged unarchived: what step 2
+    purges beyond step 1's finding is nothing (rows made since are kept).
+
+    Raises:
+        archive.ArchiveError: the write failed; the day must not be dropped.
+    """
+    for source, where in _purged_rows(kind, part):
+        after: str | None = None
+        while True:
+            stmt = select(source).where(where)
+            if after is not None:
+                stmt = stmt.where(source.c.id > after)
+            rows = [
+                dict(row)
+                for row in connection.execute(
+                    stmt.order_by(source.c.id).limit(ARCHIVE_CHUNK)
+                ).mappings()
+            ]
+            if not rows:
+                break
+            writer.write(source.name, rows)
+            after = rows[-1]["id"]
+
+
+# ------------------------------------------------------------------------------ the run
+
+FindFn = Callable[[Connection, Partition, datetime], Found]
+# A day's drop under its locks: rows purged, rows kept.
+DropFn = Callable[[Connection, Partition, datetime, Found], tuple[int, int]]
 # Per kind, the table whose days it drops and how; other kinds delete rows only.
-_BY_KIND: dict[RetentionKind, tuple[partitions.Spec, DayFn]] = {
-    RetentionKind.ATTEMPTS: (ATTEMPTS, _drop_attempts_day),
-    RetentionKind.EVENTS: (DELIVERIES, _drop_deliveries_day),
+_BY_KIND: dict[RetentionKind, tuple[partitions.Spec, FindFn, DropFn]] = {
+    RetentionKind.ATTEMPTS: (ATTEMPTS, _find_attempts_day, _drop_attempts_day),
+    RetentionKind.EVENTS: (DELIVERIES, _find_deliveries_day, _drop_deliveries_day),
 }
 
 
-def _drop_with_retries(
-    runtime: Runtime, kind: RetentionKind, part: Partition, horizon: datetime, drop_day: DayFn
+def _drop_day(
+    runtime: Runtime,
+    kind: RetentionKind,
+    part: Partition,
+    horizon: datetime,
+    sleep: Callable[[float], None],
+    writer: archive.Writer | None,
 ) -> tuple[int, int, float] | None:
-    """One day's drop, its locks taken first; tried again when they were not granted in
-    time. None: not dropped now (logged), left to the next run."""
-    for attempt in range(1, LOCK_TRIES + 1):
+    """One day: found unlocked (and archived), then dropped under its locks, tried again when
+    they were not granted in time. Rows purged, rows kept, seconds locked; None: not dropped
+    now (logged), left to the next run.
+
+    Raises:
+        archive.ArchiveError: the day's rows could not be archived; it was not dropped.
+    """
+    _, find, drop_day = _BY_KIND[kind]
+    with runtime.db.engine.connect() as connection:
         try:
-            with runtime.db.engine.begin() as connection:
-                _lock_first(connection, kind)
-                locked_at = time.perf_counter()
-                purged, kept, _ = drop_day(connection, part, horizon)
-                return purged, kept, locked_at
-        except OperationalError as exc:
-            if not isinstance(exc.orig, LockNotAvailable) or attempt == LOCK_TRIES:
-                log.warning("partition not dropped", extra={"partition": part.name}, exc_info=True)
-                return None
-            time.sleep(LOCK_RETRY_PAUSE_S)
+            with connection.begin():
+                connection.execute(text(f"DROP TABLE IF EXISTS {_FOUND_TABLES}"))
+                found = find(connection, part, horizon)
+            if writer is not None:
+                with connection.begin():
+                    _archive_day(connection, kind, part, writer)
+            for attempt in range(1, LOCK_TRIES + 1):
+                try:
+                    with connection.begin():
+                        _lock_first(connection, kind)
+                        locked_at = time.perf_counter()
+                        purged, kept = drop_day(connection, part, horizon, found)
+                    return purged, kept, time.perf_counter() - locked_at
+                except OperationalError as exc:
+                    if not isinstance(exc.orig, LockNotAvailable) or attempt == LOCK_TRIES:
+                        raise
+                    sleep(LOCK_RETRY_PAUSE_S)
+        except archive.ArchiveError:
+            raise
         except Exception:
             log.warning("partition not dropped", extra={"partition": part.name}, exc_info=True)
             return None
+        finally:
+            _forget_found(connection)
     return None
+
+
+def _forget_found(connection: Connection) -> None:
+    """Step 1's session tables dropped before the connection goes back to the pool (a
+    connection that broke took them with it)."""
+    if connection.invalidated:
+        return
+    try:
+        connection.rollback()
+        with connection.begin():
+            connection.execute(text(f"DROP TABLE IF EXISTS {_FOUND_TABLES}"))
+    except Exception:
+        log.warning("retention's temporary tables not dropped", exc_info=True)
+        connection.invalidate()
 
 
 def expired(connection: Connection, spec: partitions.Spec, horizon: datetime) -> list[Partition]:
@@ -311,31 +573,37 @@ def run(
     horizon: datetime,
     *,
     timer: Callable[[], float] = time.perf_counter,
-) -> list[Dropped]:
-    """Drop the kind's expired days (PostgreSQL with partitioned tables; otherwise none).
+    sleep: Callable[[float], None] = time.sleep,
+    writer: archive.Writer | None = None,
+) -> Iterator[Dropped]:
+    """Drop the kind's expired days (PostgreSQL with partitioned tables; otherwise none),
+    yielding each as it is done; with `writer`, each day's purged rows are archived first.
 
     A day that cannot be dropped now (a lock not granted in time) is logged and left to the
     next run; the row-level purge that follows handles its finished rows meanwhile.
+
+    Raises:
+        archive.ArchiveError: a day could not be archived; it and the days after it stay.
     """
     if kind not in _BY_KIND or not runtime.db.is_postgres:
-        return []
-    spec, drop_day = _BY_KIND[kind]
+        return
+    spec = _BY_KIND[kind][0]
     with runtime.db.engine.connect() as connection:
         if not partitions.is_partitioned(connection, spec.table):
-            return []
+            return
         days = expired(connection, spec, horizon)
-    done: list[Dropped] = []
-    for part in days:
+    locked_s = 0.0
+    for n, part in enumerate(days):
+        if n:
+            sleep(max(YIELD_MIN_S, YIELD_FACTOR * locked_s))
         started = timer()
-        outcome = _drop_with_retries(runtime, kind, part, horizon, drop_day)
+        outcome = _drop_day(runtime, kind, part, horizon, sleep, writer)
         if outcome is None:
             continue
-        purged, kept, locked_at = outcome
+        purged, kept, locked_s = outcome
         elapsed_ms = (timer() - started) * 1000.0
-        locked_ms = (time.perf_counter() - locked_at) * 1000.0
-        done.append(Dropped(kind, part.start, purged, kept, elapsed_ms, locked_ms))
         log.info(
             "partition dropped",
             extra={"partition": part.name, "purged": purged, "kept": kept, "ms": elapsed_ms},
         )
-    return done
+        yield Dropped(kind, part.start, purged, kept, elapsed_ms, locked_s * 1000.0)

@@ -13,7 +13,8 @@ make a batch slow or the run endless.
 
 With `KURIR_ARCHIVE_DIR` set, every row a batch deletes is first written to the archive
 (`archive.capture`), inside the batch's transaction: a failed write rolls the batch back,
-stops the run and is logged and reported (`Report.archive_error`).
+stops the run and is logged and reported (`Report.archive_error`). A whole day dropped on
+PostgreSQL is archived first the same way (`drop.run`).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class Batch:
     examined: int
     purged: int
     elapsed_ms: float
+    # A dropped day: of its time, how long it held the tables (see `drop`).
+    locked_ms: float | None = None
 
 
 @dataclass
@@ -406,9 +409,7 @@ def run(
     for kind in RetentionKind:
         if kinds is not None and kind not in kinds:
             continue
-        # Whole days go only when nothing has to be archived first (the archive writes the
-        # rows a batch deletes; a dropped partition's rows would escape it).
-        purged = 0 if writer else _drop_partitions(runtime, kind, horizons[kind], timer, report)
+        purged = _drop_partitions(runtime, kind, horizons[kind], timer, sleep, report, writer)
         for source_kind, source, step in SOURCES:
             if source_kind != kind or report.archive_error:
                 continue
@@ -431,17 +432,31 @@ def _drop_partitions(
     kind: RetentionKind,
     horizon: datetime,
     timer: Callable[[], float],
+    sleep: Callable[[float], None],
     report: Report,
+    writer: archive.Writer | None,
 ) -> int:
     """PostgreSQL: the kind's whole expired days dropped first (`app.lifecycle.drop`), so the
-    batches that follow find only the rows that were kept back or not yet a whole day old."""
+    batches that follow find only the rows that were kept back or not yet a whole day old.
+    With an archive, each day's purged rows are written to it first; a day that cannot be
+    written stops the run, as a batch does."""
     counted = 0
-    for day in drop.run(runtime, kind, horizon, timer=timer):
-        source = f"drop:{day.day:%Y-%m-%d}"
-        report.batches.append(
-            Batch(kind, source, day.purged + day.kept, day.purged, day.elapsed_ms)
+    days = drop.run(runtime, kind, horizon, timer=timer, sleep=sleep, writer=writer)
+    try:
+        for day in days:
+            source = f"drop:{day.day:%Y-%m-%d}"
+            report.batches.append(
+                Batch(
+                    kind, source, day.purged + day.kept, day.purged, day.elapsed_ms, day.locked_ms
+                )
+            )
+            counted += day.counted
+    except archive.ArchiveError as exc:
+        report.archive_error = f"drop: {exc}"
+        log.error(
+            "retention stopped: the archive could not be written, the day was kept",
+            extra={"kind": kind.value, "error": str(exc)},
         )
-        counted += day.counted
     return counted
 
 

@@ -5,7 +5,9 @@ unpartitioned tables keeps every row."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from app.clock import utcnow
 from app.config import normalise_database_url
 from app.db import Database
 from app.feed.sequencer import sequence
-from app.lifecycle import partitions, purge
+from app.lifecycle import archive, drop, partitions, purge
 from app.lifecycle.partitions import ATTEMPTS, DELIVERIES
 from app.models import (
     DEAD,
@@ -34,6 +36,7 @@ from app.models import (
     Event,
 )
 from app.processes.scheduler import make_partitions
+from app.runtime import Runtime
 from app.vocabulary import EndpointMode, RetentionKind
 from tests.integration.test_lifecycle import History, _ids
 
@@ -292,3 +295,183 @@ def test_a_drop_gives_way_to_traffic_holding_its_tables_and_never_fails_it(pg_ru
         writer.close()
     purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
     assert day not in _days(pg_runtime, DELIVERIES)
+
+
+# ------------------------------------------------ rows that change while a day is looked at
+
+
+def _after_find(monkeypatch: Any, kind: RetentionKind, change: Any) -> None:
+    """`change()` runs, committed by another connection as traffic would, between the drop's
+    unlocked look at the day (step 1) and its locked transaction (step 2)."""
+    spec, find, drop_day = drop._BY_KIND[kind]
+
+    def find_then_change(connection: Any, part: Any, horizon: datetime) -> Any:
+        found = find(connection, part, horizon)
+        change()
+        return found
+
+    monkeypatch.setitem(drop._BY_KIND, kind, (spec, find_then_change, drop_day))
+
+
+def test_a_delivery_resent_or_dead_lettered_after_the_day_was_looked_at_stays(
+    pg_runtime, monkeypatch
+) -> None:
+    t0 = utcnow() - 80 * DAY
+    now = t0 + 60 * DAY
+    _make_days(pg_runtime, t0)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        resent = h.story(push, SUCCEEDED, t0)
+        lettered = h.story(push, DEAD, t0 + timedelta(minutes=1))
+        gone = h.story(push, SUCCEEDED, t0 + timedelta(minutes=2))
+        young = h.story(push, SUCCEEDED, now - DAY)
+        partner_id = h.partner.id
+    sequence(pg_runtime.db)
+
+    def traffic() -> None:
+        with pg_runtime.db.begin() as session:
+            session.execute(update(Delivery).where(Delivery.id == resent[1]).values(state=RETRYING))
+            session.add(
+                DeadLetter(
+                    delivery_id=lettered[1],
+                    event_id=lettered[0],
+                    endpoint_id=push.id,
+                    partner_id=partner_id,
+                    event_type="order.created",
+                    reason="exhausted",
+                    state=DL_OPEN,
+                )
+            )
+
+    _after_find(monkeypatch, RetentionKind.EVENTS, traffic)
+    day = f"{partitions.day_start(t0):%Y-%m-%d}"
+    report = purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
+
+    assert day not in _days(pg_runtime, DELIVERIES)
+    assert any(b.source == f"drop:{day}" for b in report.batches)
+    with pg_runtime.db.begin() as session:
+        assert _ids(session, Delivery) == {resent[1], lettered[1], young[1]}
+        assert gone[0] not in _ids(session, Event)
+        assert set(session.scalars(select(Attempt.delivery_id))) == {
+            resent[1],
+            lettered[1],
+            young[1],
+        }
+        letter = session.scalars(select(DeadLetter)).one()
+        assert (letter.delivery_id, letter.state) == (lettered[1], DL_OPEN)
+    assert _where(pg_runtime, "deliveries", resent[1]) == "deliveries_default"
+
+
+def test_events_a_pull_endpoint_made_after_the_day_was_looked_at_owes_stay(
+    pg_runtime, monkeypatch
+) -> None:
+    t0 = utcnow() - 80 * DAY
+    now = t0 + 60 * DAY
+    _make_days(pg_runtime, t0)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        owed = [h.story(push, SUCCEEDED, t0 + n * timedelta(minutes=1)) for n in range(3)]
+        young = h.story(push, SUCCEEDED, now - DAY)
+        partner_id = h.partner.id
+    sequence(pg_runtime.db)
+
+    def a_pull_endpoint_is_made() -> None:
+        with pg_runtime.db.begin() as session:
+            session.add(
+                Endpoint(
+                    partner_id=partner_id,
+                    url="",
+                    mode=EndpointMode.PULL,
+                    event_types=["order.created"],
+                )
+            )
+
+    _after_find(monkeypatch, RetentionKind.EVENTS, a_pull_endpoint_is_made)
+    purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
+
+    assert f"{partitions.day_start(t0):%Y-%m-%d}" not in _days(pg_runtime, DELIVERIES)
+    with pg_runtime.db.begin() as session:
+        assert _ids(session, Event) == {e for e, _ in owed} | {young[0]}
+        assert _ids(session, Delivery) == {d for _, d in owed} | {young[1]}
+
+
+def test_an_attempt_made_after_the_attempts_day_was_looked_at_stays(
+    make_rt, migrated, monkeypatch
+) -> None:
+    if not migrated.db.is_postgres:
+        pytest.skip("PostgreSQL only")
+    runtime = make_rt(retain_attempts_days=7, retain_events_days=30)
+    t0 = utcnow() - 100 * DAY
+    _make_days(runtime, t0)
+    with runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        done = h.story(push, SUCCEEDED, t0)
+        other = h.story(push, SUCCEEDED, t0 + timedelta(minutes=1))
+        h.story(push, SUCCEEDED, utcnow())  # holds the feed's head
+    sequence(runtime.db)
+    made: list[str] = []
+
+    def resent_and_delivered() -> None:
+        with runtime.db.begin() as session:
+            attempt = Attempt(
+                delivery_id=done[1], n=2, started_at=utcnow(), duration_ms=5, url="http://x/"
+            )
+            session.add(attempt)
+            session.flush()
+            made.append(attempt.id)
+
+    _after_find(monkeypatch, RetentionKind.ATTEMPTS, resent_and_delivered)
+    report = purge.run(
+        runtime, now=t0 + 20 * DAY, sleep=lambda _s: None, kinds=[RetentionKind.ATTEMPTS]
+    )
+
+    assert f"{partitions.day_start(t0):%Y-%m-%d}" not in _days(runtime, ATTEMPTS)
+    with runtime.db.begin() as session:
+        kept = {a.delivery_id: a.id for a in session.scalars(select(Attempt))}
+    assert kept.get(done[1]) == made[0]
+    assert other[1] not in kept
+    assert report.purged[RetentionKind.ATTEMPTS] == 2  # the first attempts of both
+
+
+def test_a_day_is_archived_before_it_is_dropped_and_kept_when_it_cannot_be(
+    pg_runtime, tmp_path
+) -> None:
+    t0 = utcnow() - 80 * DAY
+    now = t0 + 60 * DAY
+    _make_days(pg_runtime, t0)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        gone = [h.story(push, SUCCEEDED, t0 + n * timedelta(minutes=1)) for n in range(3)]
+        kept = h.story(push, RETRYING, t0 + timedelta(hours=1))
+        h.story(push, SUCCEEDED, now - DAY)  # holds the feed's head
+    sequence(pg_runtime.db)
+    day = f"{partitions.day_start(t0):%Y-%m-%d}"
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")  # where the archive's folder should be: unwritable, even as root
+
+    def archiving(directory: Path) -> Runtime:
+        return Runtime(replace(pg_runtime.settings, archive_dir=directory), database=pg_runtime.db)
+
+    report = purge.run(archiving(blocker / "archive"), now=now, sleep=lambda _s: None)
+    assert report.archive_error is not None and report.archive_error.startswith("drop:")
+    assert day in _days(pg_runtime, DELIVERIES)  # not archived: not dropped
+    with pg_runtime.db.begin() as session:
+        assert {d for _, d in gone} | {kept[1]} <= _ids(session, Delivery)
+
+    directory = tmp_path / "archive"
+    report = purge.run(archiving(directory), now=now, sleep=lambda _s: None)
+    assert report.archive_error is None
+    assert day not in _days(pg_runtime, DELIVERIES)
+    archived = {
+        name: {row["id"] for f in (directory / name).glob("*.jsonl.gz") for row in archive.read(f)}
+        for name in ("deliveries", "attempts")
+    }
+    assert archived["deliveries"] == {d for _, d in gone}  # the kept one is not purged
+    with pg_runtime.db.begin() as session:
+        assert _ids(session, Delivery) >= {kept[1]}
+        attempts_of = dict(session.execute(select(Attempt.id, Attempt.delivery_id)).all())
+    assert len(archived["attempts"]) == 3 and not archived["attempts"] & set(attempts_of)
