@@ -91,7 +91,15 @@ def test_the_scheduler_makes_today_and_the_week_ahead(pg_runtime) -> None:
     assert _where(pg_runtime, "deliveries", delivery_id) == partitions.name_for(DELIVERIES, today)
 
 
-def test_retention_drops_past_days_whole_and_keeps_every_unfinished_row(pg_runtime) -> None:
+@pytest.fixture(params=["triggers skipped", "triggers fired"])
+def move(request: Any, monkeypatch: Any) -> str:
+    """The drop moves kept rows without triggers where the role may; both ways are tested."""
+    if request.param == "triggers fired":
+        monkeypatch.setattr(drop, "_skip_triggers", lambda _connection: False)
+    return str(request.param)
+
+
+def test_retention_drops_past_days_whole_and_keeps_every_unfinished_row(pg_runtime, move) -> None:
     t0 = utcnow() - 80 * DAY
     now = t0 + 60 * DAY
     _make_days(pg_runtime, t0)
@@ -314,7 +322,7 @@ def _after_find(monkeypatch: Any, kind: RetentionKind, change: Any) -> None:
 
 
 def test_a_delivery_resent_or_dead_lettered_after_the_day_was_looked_at_stays(
-    pg_runtime, monkeypatch
+    pg_runtime, monkeypatch, move
 ) -> None:
     t0 = utcnow() - 80 * DAY
     now = t0 + 60 * DAY
@@ -475,3 +483,24 @@ def test_a_day_is_archived_before_it_is_dropped_and_kept_when_it_cannot_be(
         assert _ids(session, Delivery) >= {kept[1]}
         attempts_of = dict(session.execute(select(Attempt.id, Attempt.delivery_id)).all())
     assert len(archived["attempts"]) == 3 and not archived["attempts"] & set(attempts_of)
+
+
+def test_only_a_role_allowed_to_skips_triggers(pg_runtime) -> None:
+    with pg_runtime.db.engine.connect() as connection:
+        with connection.begin():
+            assert drop._skip_triggers(connection)  # the tests' role is a superuser
+            assert connection.execute(text("SHOW session_replication_role")).scalar() == "replica"
+        assert connection.execute(text("SHOW session_replication_role")).scalar() == "origin"
+        connection.rollback()
+        with connection.begin():
+            connection.execute(
+                text(
+                    "DO $$ BEGIN CREATE ROLE kurir_test_plain NOLOGIN; "
+                    "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+                )
+            )
+            connection.execute(text("SET LOCAL ROLE kurir_test_plain"))
+            assert not drop._skip_triggers(connection)
+            # The transaction goes on: the refusal was kept to its savepoint.
+            assert connection.execute(text("SELECT 1")).scalar() == 1
+            assert connection.execute(text("SHOW session_replication_role")).scalar() == "origin"
