@@ -308,8 +308,8 @@ def main() -> None:
         for day in drop.run(rt, kind, oldest.end):
             print(
                 f"\n## retention drop ({kind.value}) of {day.day:%Y-%m-%d}: {day.purged:,} rows "
-                f"dropped, {day.kept:,} kept aside, in {day.elapsed_ms:.0f} ms (the parent "
-                f"locked for the last {day.locked_ms:.0f} ms of it)"
+                f"dropped, {day.kept:,} kept aside, in {day.elapsed_ms:.0f} ms (the tables "
+                f"locked for {day.locked_ms:.0f} ms of it)"
             )
     _daily_or_weekly(db, ids["endpoint"])
     db.dispose()

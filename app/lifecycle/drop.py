@@ -71,9 +71,9 @@ LOCK_TIMEOUT_MS = 100
 LOCK_TRIES = 20
 LOCK_RETRY_PAUSE_S = 0.5
 # After a day, a pause this many times as long as its locks were held (and at least
-# YIELD_MIN_S): the writers get at least 50 parts of the time in 51.
-YIELD_FACTOR = 50
-YIELD_MIN_S = 0.25
+# YIELD_MIN_S): the writers get at least 100 parts of the time in 101.
+YIELD_FACTOR = 100
+YIELD_MIN_S = 0.5
 # States still being worked on, spelt out so the partial index ix_deliveries_due answers.
 _UNFINISHED = tuple(s.value for s in DeliveryState if s not in policy.FINISHED_DELIVERY_STATES)
 _UNFINISHED_SQL = ", ".join(f"'{s}'" for s in _UNFINISHED)
