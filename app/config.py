@@ -279,6 +279,9 @@ class Settings:
     retain_audit_days: int = 365
     # The longest a retention batch may hold the database's writer, in milliseconds.
     retention_batch_ms: int = 50
+    # After a retention batch, a pause this many times as long; None: the backend's default
+    # (app.lifecycle.purge.DEFAULT_YIELD).
+    retention_yield: int | None = None
     # Where retention writes what it purges first (gzip JSON Lines, app.lifecycle.archive);
     # None: purged rows are gone.
     archive_dir: Path | None = None
@@ -449,6 +452,10 @@ _ENV: dict[str, tuple[str, Any]] = {
     ),
     "KURIR_RETAIN_AUDIT_DAYS": ("retain_audit_days", lambda n, r: _parse_int(n, r, 1)),
     "KURIR_RETENTION_BATCH_MS": ("retention_batch_ms", lambda n, r: _parse_int(n, r, 5, 10_000)),
+    "KURIR_RETENTION_YIELD": (
+        "retention_yield",
+        lambda n, r: _parse_int(n, r, 1, 10_000) if r.strip() else None,
+    ),
     "KURIR_ARCHIVE_DIR": ("archive_dir", lambda n, r: Path(r.strip()) if r.strip() else None),
     "KURIR_LOG_LEVEL": ("log_level", _parse_choice(("debug", "info", "warning", "error"))),
     "KURIR_LOG_FORMAT": ("log_format", _parse_choice(("text", "json"))),

@@ -3,6 +3,7 @@
     BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/kurir_month \\
         .venv/bin/python bench/lifecycle.py [--days 30] [--scale 1.0] [--retain-days 7]
             [--publishes 400] [--rate 100] [--drain 2000] [--workers 2] [--repeat 20]
+            [--retention-yield N]
 
 Loads `--days` days of history into a fresh database (BENCH_DATABASE_URL, WIPED and migrated;
 by default SQLite in a temporary directory): at `--scale` of 2 million deliveries a day
@@ -486,6 +487,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--batch-ms", type=int, default=50)
     parser.add_argument(
+        "--retention-yield",
+        type=int,
+        default=None,
+        help="KURIR_RETENTION_YIELD for the retention run (default: the backend's own)",
+    )
+    parser.add_argument(
         "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6")
     )
     args = parser.parse_args()
@@ -505,6 +512,7 @@ def main() -> int:
         KURIR_RETAIN_ATTEMPTS_DAYS=retain,
         KURIR_RETAIN_DEAD_LETTERS_DAYS=retain,
         KURIR_RETENTION_BATCH_MS=str(args.batch_ms),
+        KURIR_RETENTION_YIELD="" if args.retention_yield is None else str(args.retention_yield),
         KURIR_LOG_LEVEL="warning",
     )
     with ReceiverProcess() as receiver:

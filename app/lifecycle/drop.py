@@ -14,12 +14,15 @@ that needs them:
 
 1. **Find**, with no lock beyond a reader's: which rows of the day must stay (their ids, in
    session temporary tables), and how many rows the day holds. This is the slow part (a
-   scan of the day's rows and of what holds them), and traffic runs on meanwhile.
+   scan of the day's rows and of what holds them), and traffic runs on meanwhile. With an
+   archive, the rows to be purged are written to it here (`_archive_day`).
 2. **Drop**, in one transaction with every lock taken first: look again only where a row
    can have become one to keep since step 1 (a delivery unfinished now, a dead letter or an
    attempt made since, an event not yet numbered in the feed, a pull endpoint added or sent
-   back), all of them index lookups; copy the kept rows into temporary tables, delete them
-   from the day, detach and drop the partitions, insert the kept rows back.
+   back), all of them index lookups; copy the kept rows into temporary tables (by key),
+   delete what refers into the day from outside it (the kept deliveries' dead letters, and
+   their attempts in the default partition: DETACH refuses otherwise), detach and drop the
+   partitions, insert the kept rows back (`_skip_triggers`).
 
 Locks are taken first, all of them, in one fixed order (`_LOCKS`): the parents and every
 table the detach touches, before any partition. A publish, a claim or a recorder locks a
@@ -182,13 +185,17 @@ def _late_attempts(part: Partition) -> str:
     )
 
 
-def _find_attempts_day(connection: Connection, part: Partition, horizon: datetime) -> Found:
-    at = _db_now(connection)
-    params = {
+def _attempt_params(part: Partition, horizon: datetime) -> dict[str, Any]:
+    return {
         "horizon": horizon,
         "attempt_floor": id_floor("att", horizon - _LATE_MARGIN),
         **_day_range(part),
     }
+
+
+def _find_attempts_day(connection: Connection, part: Partition, horizon: datetime) -> Found:
+    at = _db_now(connection)
+    params = _attempt_params(part, horizon)
     connection.execute(
         text(
             "CREATE TEMP TABLE keep_ids AS "
@@ -208,11 +215,7 @@ def _drop_attempts_day(
 ) -> tuple[int, int]:
     """Attempts of one delivery day: those of unfinished deliveries, and any made after the
     horizon (a resend of an old delivery), are kept."""
-    params = {
-        "horizon": horizon,
-        "attempt_floor": id_floor("att", horizon - _LATE_MARGIN),
-        **_day_range(part),
-    }
+    params = _attempt_params(part, horizon)
     connection.execute(
         text(
             "CREATE TEMP TABLE kept_attempts ON COMMIT DROP AS "

@@ -5,6 +5,7 @@ the horizon behind a purge, and the marks show up in /metrics, /ui and `kurir db
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,6 +42,7 @@ from app.models import (
     ReconcileRequest,
     ResendJob,
 )
+from app.runtime import Runtime
 from app.services import feed
 from app.vocabulary import EndpointMode, RetentionKind
 from app.web import metrics
@@ -431,6 +433,31 @@ def test_a_faster_database_gets_larger_batches(runtime):
     # 50, 100, 200, then the rest: each batch twice the last while well within budget.
     assert [b.examined for b in batches][:3] == [50, 100, 200]
     assert len(batches) == 4
+
+
+@pytest.mark.parametrize("setting", [None, 3])
+def test_after_each_batch_retention_pauses_its_yield_times_as_long(runtime, setting):
+    """On SQLite a batch holds the only writer: a hundred times its time to the writers by
+    default; on PostgreSQL, as long as the batch. KURIR_RETENTION_YIELD overrides both."""
+    t0 = utcnow()
+    _audit_rows(runtime, 200, t0)
+    configured = Runtime(replace(runtime.settings, retention_yield=setting), database=runtime.db)
+    slept: list[float] = []
+
+    report = purge.run(
+        configured,
+        now=t0 + 400 * DAY,
+        budget_ms=50,
+        timer=_costing(runtime, ms_per_row=1.0),
+        sleep=slept.append,
+        kinds=[RetentionKind.AUDIT],
+    )
+
+    factor = setting or (1 if runtime.db.is_postgres else 100)
+    batches = [b for b in report.batches if b.source == "audit_records"]
+    # Every batch but the last (which found fewer rows than asked) is followed by its pause.
+    assert len(batches) >= 4
+    assert slept == pytest.approx([b.elapsed_ms * factor / 1000.0 for b in batches[:-1]])
 
 
 def test_a_table_of_unfinished_rows_is_passed_over_in_bounded_batches(runtime):
