@@ -155,6 +155,18 @@ def _count(connection: Connection, name: str) -> int:
     return int(connection.execute(text(f"SELECT count(*) FROM {name}")).scalar() or 0)
 
 
+def _count_by_key(connection: Connection, name: str) -> int:
+    """The rows of a day partition, counted through its primary key: the index that
+    DETACH's foreign-key check reads whole under the locks (step 2), which this brings into
+    the cache first (cold, the check took 0.7 µs a row; cached, 0.2)."""
+    before = connection.execute(text("SHOW enable_seqscan")).scalar_one()
+    connection.execute(text("SET LOCAL enable_seqscan = off"))
+    try:
+        return _count(connection, name)
+    finally:
+        connection.execute(text("SELECT set_config('enable_seqscan', :v, true)"), {"v": before})
+
+
 def _last_id(connection: Connection, name: str) -> str:
     return str(connection.execute(text(f"SELECT coalesce(max(id), '') FROM {name}")).scalar())
 
@@ -325,7 +337,7 @@ def _find_deliveries_day(connection: Connection, part: Partition, horizon: datet
         params,
     )
     connection.execute(text("ANALYZE keep_ids"))
-    rows = _count(connection, part.name)
+    rows = _count_by_key(connection, part.name)
     attempts_part = partitions.name_for(ATTEMPTS, part.start)
     last_attempt = ""
     if _exists(connection, attempts_part):
