@@ -73,6 +73,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.db_cost import Capacity, CostMeter, report, rounded  # noqa: E402
+from bench.support import wait_for_workers  # noqa: E402
 from tests.support.fast_receiver import ReceiverProcess  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_delivery_bench"
@@ -183,8 +184,6 @@ class Kurir:
             self.api_key_id = key.id
 
     def start(self) -> None:
-        from rq import Worker
-
         from sender.sweeper import sweep
 
         sweep(self.runtime)  # as in a running deployment: Redis is known to be whole
@@ -195,11 +194,7 @@ class Kurir:
                     [sys.executable, "-m", "app.cli", "worker"], env=self.env, cwd=ROOT
                 )
             )
-        deadline = time.monotonic() + 30
-        while Worker.count(connection=self.runtime.redis) < self.workers_n:
-            if time.monotonic() > deadline:
-                raise RuntimeError("workers did not start")
-            time.sleep(0.1)
+        wait_for_workers(self.runtime.redis, self.workers_n)
         self.start_sweeper()
 
     def worker_cpu_s(self) -> float:

@@ -64,6 +64,7 @@ from app.ports import free_port  # noqa: E402
 from bench.deliver import Kurir, bare_ceiling, percentile  # noqa: E402
 from bench.fresh_db import fresh_database  # noqa: E402
 from bench.publish import CpuMeter, server  # noqa: E402
+from bench.support import wait_for_workers  # noqa: E402
 from tests.support.fast_receiver import ReceiverProcess  # noqa: E402
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/kurir_everyday_bench"
@@ -165,8 +166,6 @@ class ProbedKurir(Kurir):
         self.env["KURIR_PROBE_DIR"] = str(probe_dir)
 
     def start(self) -> None:
-        from rq import Worker
-
         from sender.sweeper import sweep
 
         sweep(self.runtime)
@@ -175,11 +174,7 @@ class ProbedKurir(Kurir):
             self.workers.append(
                 subprocess.Popen([sys.executable, probe, str(self.probe_dir)], env=self.env)
             )
-        deadline = time.monotonic() + 30
-        while Worker.count(connection=self.runtime.redis) < self.workers_n:
-            if time.monotonic() > deadline:
-                raise RuntimeError("workers did not start")
-            time.sleep(0.1)
+        wait_for_workers(self.runtime.redis, self.workers_n)
         self.start_sweeper()
 
     def read(self) -> dict[str, float]:

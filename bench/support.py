@@ -159,6 +159,17 @@ def copy_partners_and_endpoints(
             )
 
 
+def wait_for_workers(redis: Any, count: int, timeout_s: float = 30.0) -> None:
+    """Until `count` RQ workers have registered with `redis` (they were just started)."""
+    from rq import Worker
+
+    deadline = time.monotonic() + timeout_s
+    while Worker.count(connection=redis) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError("workers did not start")
+        time.sleep(0.1)
+
+
 def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
