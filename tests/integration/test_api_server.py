@@ -338,12 +338,27 @@ def test_sighup_replaces_the_workers_without_dropping_a_request(fresh_api: Api) 
     rest = threading.Thread(target=slow.finish)
     rest.start()
     deadline = time.monotonic() + DEADLINE_S
+    probes = closed_unanswered = 0
     while rest.is_alive() or not _workers(api) or not old.isdisjoint(_workers(api)):
         assert time.monotonic() < deadline, "the old workers were never replaced"
         # Requests on fresh connections keep being answered while the workers change.
-        assert requests.get(f"{api.url}/healthz", timeout=10).status_code == 200
+        probes += 1
+        try:
+            answer = requests.get(f"{api.url}/healthz", timeout=10)
+        except requests.ConnectionError as error:
+            if api.server != "granian" or "without response" not in str(error):
+                raise
+            # hyper (granian's HTTP layer) closes a connection that has not begun a request
+            # when its worker's graceful stop begins: one accepted by a stopping worker in
+            # the instant before the request's first byte is closed unanswered (see
+            # docs/benchmarks.md). The request itself was never read; the retry is answered.
+            closed_unanswered += 1
+            answer = requests.get(f"{api.url}/healthz", timeout=10)
+        assert answer.status_code == 200
         time.sleep(0.1)
     rest.join()
+    # The race is an instant per old worker: never more than one probe in each.
+    assert closed_unanswered <= len(old), (closed_unanswered, probes)
     assert slow.error is None and slow.status == 202, (slow.status, slow.error)
     assert api.process.poll() is None
     assert requests.get(f"{api.url}/healthz", timeout=10).status_code == 200
