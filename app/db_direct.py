@@ -16,6 +16,7 @@ what they always caught.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -28,7 +29,8 @@ Processor = Callable[[Any], Any]
 
 
 class DirectStatement:
-    """One statement, compiled for `engine`'s dialect; `rows` runs it in autocommit."""
+    """One statement, compiled for `engine`'s dialect; `rows`, `records` and `run` run it in
+    autocommit."""
 
     def __init__(self, statement: ClauseElement, engine: Engine) -> None:
         dialect = engine.dialect
@@ -36,51 +38,40 @@ class DirectStatement:
         self.engine = engine
         self.sql = compiled.string
         self._binds: dict[str, Processor] = {}
-        for key, bind in compiled.binds.items():
+        # By the names the SQL renders (an anonymous parameter's is made at compile time).
+        names = compiled.bind_names
+        for bind, key in names.items():
+            if bind.expanding:
+                raise ValueError(f"{key}: an expanding IN list is rendered per execution")
             processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if processor is not None:
                 self._binds[key] = processor
+        # The values the statement carries itself (`state == 'pending'`), processed once.
+        values = compiled.construct_params(_check=False)
+        self._fixed: dict[str, Any] = {
+            key: self._binds[key](values[key]) if key in self._binds else values[key]
+            for bind, key in names.items()
+            if not bind.required
+        }
         columns = getattr(statement, "exported_columns", ())
         self._results: list[Processor | None] = [
             column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
         ]
+        # `records` rows: named by the columns' keys (labels), as SQLAlchemy's rows are.
+        self._record: Any = namedtuple(  # type: ignore[misc]
+            "Record", [str(column.key) for column in columns], rename=True
+        )
 
-    def rows(self, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """Every row the statement returns, its values processed as SQLAlchemy would.
+    def rows(self, params: Mapping[str, Any], held: Held | None = None) -> list[tuple[Any, ...]]:
+        """Every row the statement returns, its values processed as SQLAlchemy would; run on
+        `held`'s connection when given.
 
         Raises:
             sqlalchemy.exc.DBAPIError: what the driver raised, as SQLAlchemy raises it
                 (OperationalError, IntegrityError, …); `connection_invalidated` on a
                 disconnect, after which the pool no longer hands that connection out.
         """
-        binds = self._binds
-        args = {
-            key: (binds[key](value) if key in binds else value) for key, value in params.items()
-        }
-        engine = self.engine
-        try:
-            proxied = engine.raw_connection()
-        except engine.dialect.loaded_dbapi.Error as exc:
-            # A new connection that could not be made (the server gone): raised as
-            # `engine.connect()` raises it, so callers' handling of an unreachable store holds.
-            raise sa_exc.DBAPIError.instance(
-                None,
-                None,
-                exc,
-                engine.dialect.loaded_dbapi.Error,
-                hide_parameters=True,
-                connection_invalidated=True,
-                dialect=engine.dialect,
-            ) from exc
-        try:
-            driver: Any = proxied.driver_connection
-            try:
-                driver.autocommit = True
-                fetched = driver.execute(self.sql, args).fetchall()
-            except engine.dialect.loaded_dbapi.Error as exc:
-                raise self._translated(exc, proxied, args) from exc
-        finally:
-            _give_back(proxied)
+        fetched = self._call(params, fetch=True, held=held)
         if not any(self._results):
             return fetched
         processors = self._results
@@ -89,11 +80,47 @@ class DirectStatement:
             for row in fetched
         ]
 
-    def _translated(self, exc: Any, proxied: Any, args: dict[str, Any]) -> Exception:
+    def records(self, params: Mapping[str, Any], held: Held | None = None) -> list[Any]:
+        """`rows`, each a named tuple whose fields are the statement's column names (read
+        as `row.id`, as from SQLAlchemy's rows)."""
+        make = self._record._make
+        return [make(row) for row in self.rows(params, held)]
+
+    def run(self, params: Mapping[str, Any], held: Held | None = None) -> int:
+        """Run a statement that returns no rows; the driver's row count. Raises as `rows`."""
+        return int(self._call(params, fetch=False, held=held))
+
+    def _call(self, params: Mapping[str, Any], *, fetch: bool, held: Held | None) -> Any:
+        """The statement run once in autocommit, on `held`'s connection or on one checked out
+        of the pool for it: its rows with `fetch`, else its row count."""
+        binds = self._binds
+        args = dict(self._fixed)
+        args.update(
+            (key, binds[key](value) if key in binds else value) for key, value in params.items()
+        )
+        proxied = held.connection(self.engine) if held is not None else _checkout(self.engine)
+        try:
+            driver: Any = proxied.driver_connection
+            try:
+                if held is None:
+                    driver.autocommit = True
+                cursor = driver.execute(self.sql, args)
+                return cursor.fetchall() if fetch else cursor.rowcount
+            except self.engine.dialect.loaded_dbapi.Error as exc:
+                raise self._translated(exc, proxied, args, held) from exc
+        finally:
+            if held is None:
+                _give_back(proxied)
+
+    def _translated(
+        self, exc: Any, proxied: Any, args: dict[str, Any], held: Held | None
+    ) -> Exception:
         dialect = self.engine.dialect
         invalidated = dialect.is_disconnect(exc, proxied.dbapi_connection, None)
         if invalidated:
             proxied.invalidate(exc)
+            if held is not None:
+                held.release()
         return sa_exc.DBAPIError.instance(
             self.sql,
             args,
@@ -103,6 +130,67 @@ class DirectStatement:
             connection_invalidated=invalidated,
             dialect=dialect,
         )
+
+
+class Held:
+    """One pooled connection kept checked out, in autocommit, across the statements of one
+    caller that runs them one after another (the engine's claim, under its lock; the writer
+    thread), and given back (`release`) when that caller goes idle and before it opens a
+    transaction, so that it never holds two of its process's budget.
+
+    At a trickle every claim and every flush is a statement of its own, and a checkout and a
+    checkin around each cost more CPU than the statement's own client work (the pool's
+    bookkeeping and events, the driver's switch to autocommit and back). Not thread-safe:
+    one caller at a time. A disconnect gives the connection up (invalidated); the next
+    statement checks out a new one, as does a statement for another engine (a runtime's
+    database can be replaced, in tests and embedded use).
+    """
+
+    def __init__(self) -> None:
+        self._engine: Engine | None = None
+        self._proxied: Any = None
+
+    def connection(self, engine: Engine) -> Any:
+        """The held connection to `engine`, checked out (and switched to autocommit) when
+        none is."""
+        if self._proxied is not None and self._engine is not engine:
+            self.release()
+        if self._proxied is None:
+            proxied = _checkout(engine)
+            try:
+                proxied.driver_connection.autocommit = True
+            except Exception:
+                _give_back(proxied)
+                raise
+            self._proxied, self._engine = proxied, engine
+        return self._proxied
+
+    @property
+    def holding(self) -> bool:
+        return self._proxied is not None
+
+    def release(self) -> None:
+        """Back to the pool (after a disconnect, the invalidated connection is dropped)."""
+        proxied, self._proxied = self._proxied, None
+        if proxied is not None:
+            _give_back(proxied)
+
+
+def _checkout(engine: Engine) -> Any:
+    """A pooled connection; a new one that could not be made (the server gone) raises as
+    `engine.connect()` raises it, so callers' handling of an unreachable store holds."""
+    try:
+        return engine.raw_connection()
+    except engine.dialect.loaded_dbapi.Error as exc:
+        raise sa_exc.DBAPIError.instance(
+            None,
+            None,
+            exc,
+            engine.dialect.loaded_dbapi.Error,
+            hide_parameters=True,
+            connection_invalidated=True,
+            dialect=engine.dialect,
+        ) from exc
 
 
 def _give_back(proxied: Any) -> None:

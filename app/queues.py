@@ -161,36 +161,55 @@ def enqueue_many(connection: redis.Redis, specs: Iterable[JobSpec]) -> int:
 
 
 def send_pipelined(client: redis.Redis, commands: list[tuple[Any, ...]]) -> None:
-    """Send `commands` in one write and read every reply, as a redis-py pipeline without a
-    transaction would, minus its per-argument encoding: the connection's retry policy
-    covers a dropped connection (a Redis restart, a Sentinel failover), and the first error
-    reply is raised once every reply has been read, so the connection stays in step.
+    """`exchange` for commands whose replies are not needed: the first error reply is raised
+    once every reply has been read.
 
     Raises:
         redis.RedisError: a connection that stayed down, or an error reply.
     """
+    for reply in exchange(client, commands):
+        if isinstance(reply, redis.ResponseError):
+            raise reply
+
+
+def exchange(
+    client: redis.Redis, commands: list[tuple[Any, ...]], held: Any | None = None
+) -> list[Any]:
+    """Send `commands` in one write and read every reply, as a redis-py pipeline without a
+    transaction would, minus its per-argument encoding and per-call bookkeeping (at a
+    trickle, a delivery's pop is one such exchange): the connection's retry policy covers a
+    dropped connection (a Redis restart, a Sentinel failover). An error reply comes back in
+    its place as `redis.ResponseError`, as with `execute(raise_on_error=False)`.
+
+    `held`: a connection of `client`'s pool that the caller keeps checked out (one reader
+    that exchanges again and again), used instead of a checkout per call; a failure
+    disconnects it, and its next use connects again.
+
+    Raises:
+        redis.RedisError: a connection that stayed down.
+    """
     packed = b"".join(hiredis.pack_command(command) for command in commands)
     pool = client.connection_pool
-    conn = pool.get_connection()
+    conn = held if held is not None else pool.get_connection()
 
-    def send() -> None:
+    def send() -> list[Any]:
         conn.send_packed_command([packed])
-        error: redis.ResponseError | None = None
+        replies: list[Any] = []
         for _ in commands:
             try:
-                conn.read_response()
+                replies.append(conn.read_response())
             except redis.ResponseError as exc:
-                error = error or exc
-        if error is not None:
-            raise error
+                replies.append(exc)
+        return replies
 
     try:
-        conn.retry.call_with_retry(send, lambda _error: conn.disconnect())
+        return conn.retry.call_with_retry(send, lambda _error: conn.disconnect())
     except BaseException:
         conn.disconnect()  # replies may be left unread: never reuse it
         raise
     finally:
-        pool.release(conn)
+        if held is None:
+            pool.release(conn)
 
 
 def try_enqueue_many(connection: redis.Redis, specs: list[JobSpec]) -> bool:

@@ -7,8 +7,8 @@ delivery (SQL statements, commits, Redis round trips, thread wake-ups) as much a
 costs, and a sampling profiler answers only the second. This runs the ordinary worker with
 counters hooked in from outside (the engine carries no bench code):
 
-  sql        statements sent to the database (SQLAlchemy `before_cursor_execute`), keyed by
-             their first words, and per thread
+  sql        statements sent to the database (SQLAlchemy `before_cursor_execute`, and those
+             run on the driver, `app.db_direct`), keyed by their first words, and per thread
   commits    transactions committed (SQLAlchemy `commit`), per thread
   checkouts  pool checkouts (a session's connection), per thread
   redis      Redis round trips (one per command, one per pipeline), per thread
@@ -78,6 +78,18 @@ def install() -> None:
     event.listen(Engine, "before_cursor_execute", before_execute)
     event.listen(Engine, "commit", lambda conn: _count("commits"))
     event.listen(Pool, "checkout", lambda *args: _count("checkouts"))
+
+    # Statements run on the driver (the claim, the record of successes) bypass SQLAlchemy's
+    # execution events: counted where they are sent.
+    from app.db_direct import DirectStatement
+
+    direct = DirectStatement._call
+
+    def counted_direct(self: DirectStatement, params: Any, *, fetch: bool) -> Any:
+        _count("sql", _statement_key(self.sql))
+        return direct(self, params, fetch=fetch)
+
+    DirectStatement._call = counted_direct  # type: ignore[method-assign]
 
     send = redis.connection.AbstractConnection.send_packed_command
 

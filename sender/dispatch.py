@@ -18,11 +18,31 @@ from app import telemetry
 from app.queues import DELIVER_BATCH, DELIVERIES, JobSpec, try_enqueue_many
 
 BATCH_SIZE = 50
+# A job of at most this many deliveries (a trickle's job: an event and its fan-out) names
+# them in its id.
+INLINE_IDS_MAX = 10
+# Between the tag and the ids: RQ allows only letters, digits, "_" and "-" in a job id, and
+# neither a tag nor a delivery id holds a "-".
+_INLINE = "--"
 
 
 def _job_id(ids: Sequence[str], tag: str) -> str:
+    """Deterministic: the same batch is the same job. A small batch's id is its deliveries
+    (`deliver-p--dlv_…-dlv_…`), which the worker reads without reading the job
+    (`inline_ids`); a larger one's is a digest of them."""
+    if len(ids) <= INLINE_IDS_MAX:
+        return f"deliver-{tag}{_INLINE}{'-'.join(ids)}"
     digest = hashlib.sha1("|".join(ids).encode(), usedforsecurity=False).hexdigest()[:20]
     return f"deliver-{tag}-{digest}"
+
+
+def inline_ids(job_id: str) -> list[str] | None:
+    """The delivery ids a job's id names (see `_job_id`), or None when it names none."""
+    head, sep, ids = job_id.partition(_INLINE)
+    if not sep or not head.startswith("deliver-"):
+        return None
+    named = ids.split("-")
+    return named if all(named) else None
 
 
 def job_specs(delivery_ids: Sequence[str], tag: str = "p") -> list[JobSpec]:

@@ -47,6 +47,7 @@ from urllib3.exceptions import (
 
 from app.net import guard
 from app.net.guard import GuardPolicy, Resolver
+from app.net.response_head import Response
 
 MAX_BODY_BYTES = 4096
 _READ_CHUNK = 1024
@@ -219,9 +220,11 @@ def _track_current(conn: Any) -> None:
 
 
 class _WatchedMixin:
-    """Hooks that put every socket an exchange touches under its deadline."""
+    """Hooks that put every socket an exchange touches under its deadline; answers read by
+    `response_head.Response` (the plain header block without the `email` parser)."""
 
     sock: Any
+    response_class: type[http.client.HTTPResponse] = Response
 
     def _new_conn(self) -> socket.socket:
         sock = super()._new_conn()  # type: ignore[misc]

@@ -15,10 +15,12 @@ was not started and flushes every attempt record before the process exits.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
 import time
+from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
@@ -34,14 +36,15 @@ from app.queues import (
     DELIVERIES,
     INBOUND,
     BatchConsumer,
-    Call,
     KurirJob,
+    exchange,
     job_function,
     job_name,
+    pop_job_ids,
     take_calls,
-    unpack_call,
 )
 from app.runtime import Runtime
+from sender.dispatch import inline_ids
 from sender.jobs import Engine, engine_for, shutdown_engine
 
 log = logging.getLogger(__name__)
@@ -88,18 +91,21 @@ class KurirWorker(SimpleWorker):
 
 
 class DeliveryConsumer(BatchConsumer):
-    """Takes delivery jobs off RQ's queue many at a time, for two Redis round trips per batch.
+    """Takes delivery jobs off RQ's queue many at a time: one Redis round trip per batch.
 
     RQ's worker spends ~50 Redis commands (and ~3 ms of CPU) on the bookkeeping of each job;
     a delivery job is only a list of ids whose outcome lives in the database, so this loop pops
-    up to `batch_jobs` of them at once, reads their calls and deletes them in one pipeline
-    (`app.queues.take_calls`), and hands the union of their ids to the engine. A job popped by a
-    worker that then dies is found again by the sweeper, exactly as with RQ's own worker.
+    up to `batch_jobs` of them at once and hands the union of their ids to the engine. A job
+    popped by a worker that then dies is found again by the sweeper, exactly as with RQ's own
+    worker.
 
-    At a trickle every batch is one job, so the round trips are counted per job: once the
-    queue was found short, the next batch starts with the blocking pop (which returns at once
-    when a job is there) and pipelines the rest of the pop with the first job's call: two round
-    trips per batch, where "LPOP, BLPOP, LPOP the rest, read, delete" were five.
+    At a trickle every batch is one job of one delivery, and what a round trip costs is paid
+    per delivery. So the pop is `BLMPOP` (Redis 7: it waits for the queue and takes up to a
+    batch at once), and a small job names its deliveries in its id
+    (`sender.dispatch.inline_ids`): its hash need not be read, and is deleted in the same
+    pipeline as the next pop. One round trip per batch, where a blocking pop and a pipeline to
+    read and delete the job were two. Larger jobs' calls are read and deleted in one more
+    (`app.queues.take_calls`). Before Redis 7 the pop is LPOP, else BLPOP (`pop_job_ids`).
     """
 
     name = "delivery consumer"
@@ -121,48 +127,82 @@ class DeliveryConsumer(BatchConsumer):
         self.batch_jobs = batch_jobs
         self.block_s = block_s
         self.jobs = 0
-        # The last pop found fewer jobs than it asked for: start the next with the blocking one.
-        self._short = True
+        # Hashes of jobs taken by their id alone, to delete with the next pop.
+        self._spent: list[str] = []
+        self._blmpop = True
+        # The pool's connection the pops go over, kept out of the pool while this consumer
+        # runs: a checkout per pop costs a trickle more than the pop's own exchange.
+        self._link: Any = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Delete the hashes of the jobs taken last (a Redis outage leaves them behind:
+        harmless, as a job re-enqueued under the same id starts from a clean hash)."""
+        if self._spent:
+            with contextlib.suppress(redis.RedisError, OSError):
+                self.connection.delete(*self._spent)
+            self._spent = []
+        link, self._link = self._link, None
+        if link is not None:
+            self.connection.connection_pool.release(link)
 
     def step(self) -> int:
         """Pop, read and submit one batch of jobs; returns how many jobs it took."""
-        taken, calls = self._take()
-        if not taken:
+        job_ids = self._pop()
+        if not job_ids:
+            self.engine.rest()
             return 0
         delivery_ids: list[str] = []
-        for func, args, kwargs in calls:
+        others: list[str] = []
+        for job_id in job_ids:
+            named = inline_ids(job_id)
+            if named is None:
+                others.append(job_id)
+            else:
+                delivery_ids.extend(named)
+                self._spent.append(Job.key_for(job_id))
+        for func, args, kwargs in take_calls(self.connection, others) if others else []:
             if job_name(func) == DELIVER_BATCH:
                 delivery_ids.extend(args[0])
             else:
                 job_function(func)(*args, **kwargs)
         if delivery_ids:
             self.engine.submit(delivery_ids)
-        self.jobs += taken
-        return taken
+        self.jobs += len(job_ids)
+        return len(job_ids)
 
-    def _take(self) -> tuple[int, list[Call]]:
-        """(jobs popped, their calls): popped, read and deleted."""
-        if not self._short:
-            raw = self.connection.lpop(self.key, self.batch_jobs) or []
-            self._short = len(raw) < self.batch_jobs
-            job_ids = list(dict.fromkeys(_text(r) for r in raw))
-            if job_ids:
-                return len(job_ids), take_calls(self.connection, job_ids)
-        popped = self.connection.blpop([self.key], timeout=self.block_s)
+    def _pop(self) -> list[str]:
+        """Up to `batch_jobs` job ids, distinct, waiting up to `block_s` for the first; the
+        spent hashes are deleted in the same round trip."""
+        if not self._blmpop:
+            self.close()
+            return pop_job_ids(self.connection, self.key, self.batch_jobs, self.block_s)
+        commands: list[tuple[Any, ...]] = []
+        if self._spent:
+            commands.append(("DEL", *self._spent))
+        commands.append(("BLMPOP", self.block_s, 1, self.key, "LEFT", "COUNT", self.batch_jobs))
+        if self._link is None:
+            self._link = self.connection.connection_pool.get_connection()
+        replies = exchange(self.connection, commands, self._link)
+        self._spent = []
+        popped = replies[-1]
+        if isinstance(popped, redis.ResponseError):
+            if "unknown command" not in str(popped).lower():
+                raise popped
+            log.info("Redis before 7.0 (no BLMPOP): delivery jobs are popped in two steps")
+            self._blmpop = False
+            return self._pop()
+        for reply in replies[:-1]:
+            if isinstance(reply, Exception):
+                raise reply
         if not popped:
-            return 0, []
-        first = _text(popped[1])
-        pipe = self.connection.pipeline(transaction=False)
-        pipe.lpop(self.key, self.batch_jobs - 1)
-        pipe.hget(Job.key_for(first), "data")
-        pipe.delete(Job.key_for(first))
-        more, data, _ = pipe.execute()
-        rest = [i for i in dict.fromkeys(_text(r) for r in more or []) if i != first]
-        self._short = len(more or []) < self.batch_jobs - 1
-        calls = [call] if (call := unpack_call(data)) is not None else []
-        if rest:
-            calls += take_calls(self.connection, rest)
-        return 1 + len(rest), calls
+            return []
+        return list(dict.fromkeys(_text(r) for r in popped[1]))
 
 
 def _text(raw: object) -> str:
@@ -214,6 +254,7 @@ def run_worker(
         if burst:
             while consumer.step():
                 worked = True
+            consumer.close()
         else:
             consumer_thread = threading.Thread(
                 target=consumer.run, name="kurir-consumer", daemon=True

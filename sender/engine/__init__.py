@@ -62,6 +62,7 @@ from sqlalchemy.orm import Session
 from app import redis_client
 from app.budget import WORKER_SIDE_CHANNEL
 from app.clock import utcnow
+from app.db_direct import Held
 from app.net import guard
 from app.net.http import Transport
 from app.runtime import Runtime
@@ -133,6 +134,10 @@ class Engine:
         self.high_water = max(HIGH_WATER_MIN, HIGH_WATER_PER_THREAD * self.fast_threads)
         self._stopping = threading.Event()
         self._process_lock = threading.Lock()
+        # PostgreSQL: the claim's connection, kept while jobs flow (`rest` gives it back),
+        # and given back before the claimer opens a transaction, so that it never holds two
+        # of the process's budget.
+        self._claim_connection = Held()
 
         self.ledger = Ledger()
         self.targets = TargetReader(lambda: runtime.secret_box, settings.default_timeout_s)
@@ -215,10 +220,16 @@ class Engine:
             self._writer.join(max(0.1, deadline - time.monotonic()))
         if timed:
             claim.forget_holds(self.runtime.db, timed)
+        self.rest()
         self.transport.close()
         self.redis.close()
         self.stopped = True
         log.info("delivery engine stopped", extra=dict(self.counters))
+
+    def rest(self) -> None:
+        """No job came for a while: give the claim's connection back to the pool."""
+        with self._process_lock:
+            self._claim_connection.release()
 
     def idle(self) -> bool:
         """Nothing waiting, in flight or unflushed (timers may still be set)."""
@@ -283,12 +294,12 @@ class Engine:
         # The lease assumes the longest timeout this process knows of; it is lengthened below
         # when a newly seen endpoint needs more.
         lease = self._lease_until(self.targets.longest_timeout(), now)
-        if self.runtime.db.is_postgres:
-            with self.runtime.db.autocommit() as connection:
-                got = claim.claim_with_targets(connection, ids, now, lease)
+        db = self.runtime.db
+        if db.is_postgres:
+            got = claim.claim_with_targets(db, ids, now, lease, self._claim_connection)
             plan = self._claimed(ids, got, self.targets.build(got.targets or [], now), now, None)
         else:
-            with self.runtime.db.begin() as session:
+            with db.begin() as session:
                 got = claim.claim_due(session, ids, now, lease)
                 endpoint_ids = {r.endpoint_id for r in got.rows}
                 read = self.targets.read(session, endpoint_ids, now) if endpoint_ids else ({}, {})
@@ -373,6 +384,7 @@ class Engine:
         if session is not None:
             yield session
             return
+        self._claim_connection.release()
         with self.runtime.db.begin() as own:
             yield own
 

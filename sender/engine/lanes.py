@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from queue import Empty, SimpleQueue
 
 from app import telemetry
 from app.net.guard import GuardPolicy
@@ -29,7 +29,54 @@ from sender.engine.work import Outcome, Release, Work
 
 log = logging.getLogger(__name__)
 
-Lane = SimpleQueue[Work | None]
+
+class _Idle:
+    """A lane thread waiting for work: it blocks on `ready` until an item is handed to it."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Lock()
+        self.ready.acquire()
+        self.item: Work | None = None
+
+
+class Lane:
+    """One pool's work, handed to the thread that went idle last.
+
+    A queue shared by the pool's threads wakes them in turn, each after all the others ran:
+    at a trickle every send then starts on a thread whose stack and objects have gone cold.
+    Handed to the most recently idle thread instead, consecutive sends run on one thread
+    (or a few), and the rest sleep. `None` tells the thread that takes it to end.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._backlog: deque[Work | None] = deque()
+        self._idle: list[_Idle] = []
+
+    def put(self, item: Work | None) -> None:
+        with self._mutex:
+            if self._idle:
+                waiter = self._idle.pop()
+                waiter.item = item
+                waiter.ready.release()
+                return
+            self._backlog.append(item)
+
+    def get(self, waiter: _Idle) -> Work | None:
+        """The next item, waiting (as `waiter`, the calling thread's own) until there is one."""
+        with self._mutex:
+            if self._backlog:
+                return self._backlog.popleft()
+            self._idle.append(waiter)
+        waiter.ready.acquire()
+        return waiter.item
+
+    def take_all(self) -> list[Work | None]:
+        """Everything not yet handed to a thread."""
+        with self._mutex:
+            items = list(self._backlog)
+            self._backlog.clear()
+        return items
 
 
 class Lanes:
@@ -57,8 +104,8 @@ class Lanes:
         self.clock = clock
         self.fast_threads = fast_threads
         self.slow_threads = slow_threads
-        self.fast: Lane = SimpleQueue()
-        self.slow: Lane = SimpleQueue()
+        self.fast = Lane()
+        self.slow = Lane()
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -102,11 +149,7 @@ class Lanes:
                 releases.append(Release(room.queue.popleft(), None))
                 self.ledger.waiting -= 1
         for lane in (self.fast, self.slow):
-            while True:
-                try:
-                    work = lane.get_nowait()
-                except Empty:
-                    break
+            for work in lane.take_all():
                 if work is not None:
                     releases.append(Release(work, None))
                     self.ledger.waiting -= 1
@@ -124,8 +167,9 @@ class Lanes:
             thread.join(max(0.1, deadline - time.monotonic()))
 
     def _loop(self, lane: Lane) -> None:
+        waiter = _Idle()
         while True:
-            work = lane.get()
+            work = lane.get(waiter)
             if work is None:
                 return
             with self.ledger.lock:

@@ -36,6 +36,7 @@ from sqlalchemy import bindparam, case, update
 from sqlalchemy.orm import Session
 
 from app.db import Database
+from app.db_direct import Held
 from app.ids import new_id
 from app.models import DELIVERING, PENDING, RETRYING, SUCCEEDED, Attempt, Delivery
 from app.vocabulary import DeadLetterReason, EndpointState
@@ -66,6 +67,8 @@ SUCCESS_WRITE_S = 1.0
 # Endpoints whose last success write is remembered; past this many, the map is emptied (the
 # cost: one extra "last success" write per endpoint, once).
 SUCCESS_WRITTEN_MAX = 50_000
+# The writer gives its connection back to the pool after this long with nothing to write.
+WRITER_REST_S = 1.0
 
 Timed = list[tuple[str, datetime]]
 
@@ -280,6 +283,9 @@ class Recorder:
         self._success_written: dict[str, float] = {}
         # Set when a queued record is waited on: the batch gathering now is written sooner.
         self._hurry = threading.Event()
+        # PostgreSQL: the connection the everyday batch is written on, kept while records
+        # flow, and given back before a transaction (never two of the process's budget).
+        self._connection = Held()
 
     def put(self, item: Outcome | Release) -> None:
         """Queue a record, counting it as unflushed."""
@@ -325,30 +331,43 @@ class Recorder:
     def run(self) -> None:
         """The writer thread."""
         closing = False
-        while not closing:
+        try:
+            while not closing:
+                closing = self._write_next()
+        finally:
+            self._connection.release()
+
+    def _write_next(self) -> bool:
+        """Gather and write one batch; True once the recorder is closed."""
+        closing = False
+        try:
+            first = self._writes.get(timeout=WRITER_REST_S)
+        except Empty:  # nothing to write for a while: the connection goes back to the pool
+            self._connection.release()
             first = self._writes.get()
-            if first is None:
+        if first is None:
+            return True
+        batch: list[Outcome | Release] = [first]
+        # Let the batch gather, then take it whole: a blocking get per record would wake
+        # this thread once per attempt (a thread handoff each); this wakes it once per
+        # batch, and commits once per batch.
+        hurried = _waited_on(first) or self.stopping.is_set()
+        if hurried or self._hurry.wait(GROUP_COMMIT_S):
+            self.stopping.wait(FLUSH_MAX_DELAY_S)
+        # Cleared before the batch is taken: a record waited on that comes later hurries
+        # the next batch.
+        self._hurry.clear()
+        while len(batch) < FLUSH_MAX_ITEMS:
+            try:
+                item = self._writes.get_nowait()
+            except Empty:
                 break
-            batch: list[Outcome | Release] = [first]
-            # Let the batch gather, then take it whole: a blocking get per record would wake
-            # this thread once per attempt (a thread handoff each); this wakes it once per
-            # batch, and commits once per batch.
-            hurried = _waited_on(first) or self.stopping.is_set()
-            if hurried or self._hurry.wait(GROUP_COMMIT_S):
-                self.stopping.wait(FLUSH_MAX_DELAY_S)
-            # Cleared before the batch is taken: a record waited on that comes later hurries
-            # the next batch.
-            self._hurry.clear()
-            while len(batch) < FLUSH_MAX_ITEMS:
-                try:
-                    item = self._writes.get_nowait()
-                except Empty:
-                    break
-                if item is None:
-                    closing = True
-                    break
-                batch.append(item)
-            self._flush_with_retry(batch)
+            if item is None:
+                closing = True
+                break
+            batch.append(item)
+        self._flush_with_retry(batch)
+        return closing
 
     def _flush_with_retry(self, batch: list[Outcome | Release]) -> None:
         delay = 0.05
@@ -398,13 +417,14 @@ class Recorder:
         db = self.db()
         if outcomes and not releases and db.is_postgres and self._only_successes(outcomes):
             # The everyday batch: attempts and `succeeded`, one statement in autocommit.
-            with db.autocommit() as connection:
-                rowsets.write_successes(
-                    connection,
-                    _attempt_rows(outcomes, now),
-                    [_succeeded_row(o, now) for o in outcomes],
-                )
+            rowsets.write_successes(
+                db,
+                _attempt_rows(outcomes, now),
+                [_succeeded_row(o, now) for o in outcomes],
+                self._connection,
+            )
             return timers
+        self._connection.release()
         with db.begin() as session:
             if outcomes:
                 timers += self._record_outcomes(session, outcomes, now)

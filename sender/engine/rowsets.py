@@ -23,6 +23,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from app.db import Database
+from app.db_direct import Held
 from app.models import DELIVERING, PENDING, RETRYING, SUCCEEDED
 
 # A batch's attempts as rows of one JSON document; the two statements below differ only in
@@ -120,18 +122,23 @@ def _unique_attempts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_successes(
-    connection: Connection, attempts: list[dict[str, Any]], succeeded: list[dict[str, Any]]
+    db: Database,
+    attempts: list[dict[str, Any]],
+    succeeded: list[dict[str, Any]],
+    held: Held | None = None,
 ) -> None:
     """A batch of successes as one statement: `write("attempts")` and `write("succeeded")`
-    at once. On a connection in autocommit, atomic and a single round trip."""
-    connection.execute(
-        _SUCCESSES,
+    at once, run on the driver in autocommit (`Database.direct`): atomic, a single round
+    trip, and none of SQLAlchemy's per-execution work (at a trickle, a flush per delivery
+    or two); on `held`'s connection when given (the writer thread's)."""
+    db.direct(_SUCCESSES).run(
         {
             "attempts": _json(_unique_attempts(attempts)),
             "succeeded_rows": _json(succeeded),
             "delivering": DELIVERING,
             "succeeded": SUCCEEDED,
         },
+        held,
     )
 
 

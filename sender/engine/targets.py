@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, select, type_coerce
+from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
 
 from app import secret_ring
@@ -51,12 +51,13 @@ Targets = tuple[dict[str, Target], dict[str, Unsendable]]
 def target_columns() -> list[Any]:
     """What a target is built from: the endpoint's columns, and one of its secrets (or none).
 
-    Headers as stored: one unreadable value must fail its endpoint only.
+    Headers as stored, as text (decoded only when a target is built, `_stored_json`): one
+    unreadable value must fail its endpoint only, and text keys the built-target cache.
     """
     return [
         Endpoint.url,
-        type_coerce(Endpoint.headers, Text).label("headers"),
-        type_coerce(Endpoint.public_headers, Text).label("public_headers"),
+        cast(Endpoint.headers, Text).label("headers"),
+        cast(Endpoint.public_headers, Text).label("public_headers"),
         Endpoint.timeout_s,
         Endpoint.rate_limit_per_s,
         Endpoint.send_traceparent,
@@ -90,12 +91,16 @@ class TargetReader:
         self._secret_cache: dict[str, str] = {}
         self._lock = threading.Lock()
         self._known: dict[str, Target] = {}
+        self._longest = 0.0  # of the timeouts in `_known`
+        # Targets already built, by everything they are built from (the row's columns as
+        # stored and the live secrets' ciphertexts): at a trickle a claim per delivery reads
+        # the same endpoint again and again, and a changed column or secret is a new key.
+        self._built: dict[tuple[Any, ...], Target] = {}
 
     def longest_timeout(self) -> float:
         """The longest timeout among the endpoints seen so far (at least the default)."""
         with self._lock:
-            known = [t.timeout_s for t in self._known.values()]
-        return max([float(self.default_timeout_s), *known])
+            return max(float(self.default_timeout_s), self._longest)
 
     def read(self, session: Session, endpoint_ids: set[str], now: datetime) -> Targets:
         """A target for every endpoint found (secrets decrypted, newest first), and why
@@ -125,7 +130,23 @@ class TargetReader:
         unsendable: dict[str, Unsendable] = {}
         for endpoint_id, row in endpoints.items():
             # Newest signs first.
-            live = sorted(secrets.get(endpoint_id, {}).values(), reverse=True)
+            tokens = tuple(
+                token for _, _, token in sorted(secrets.get(endpoint_id, {}).values(), reverse=True)
+            )
+            key = (
+                endpoint_id,
+                row.url,
+                row.headers,
+                row.public_headers,
+                row.timeout_s,
+                row.rate_limit_per_s,
+                row.send_traceparent,
+                tokens,
+            )
+            built = self._built.get(key)
+            if built is not None:
+                found[endpoint_id] = built
+                continue
             timeout = row.timeout_s or self.default_timeout_s
             bare = Target(
                 endpoint_id=endpoint_id,
@@ -134,7 +155,7 @@ class TargetReader:
                 timeout_s=float(min(max(timeout, MIN_TIMEOUT_S), MAX_TIMEOUT_S)),
             )
             try:
-                target = self._complete(bare, row, [token for _, _, token in live])
+                target = self._complete(bare, row, list(tokens))
             except Exception as exc:  # a bug must fail this endpoint, not the batch
                 log.exception(
                     "reading an endpoint's target failed", extra={"endpoint_id": endpoint_id}
@@ -145,11 +166,28 @@ class TargetReader:
                 unsendable[endpoint_id] = target
             else:
                 found[endpoint_id] = target
+                if len(self._built) >= KNOWN_TARGETS_MAX:
+                    self._built.clear()
+                self._built[key] = target
         with self._lock:
-            if len(self._known) > KNOWN_TARGETS_MAX:
-                self._known.clear()
-            self._known.update(found)
+            self._remember(found)
         return found, unsendable
+
+    def _remember(self, found: dict[str, Target]) -> None:
+        """Keep the latest target per endpoint and the longest timeout among them (lock
+        held): read per claim, so kept up to date here instead of recomputed there."""
+        known = self._known
+        if len(known) > KNOWN_TARGETS_MAX:
+            known.clear()
+            self._longest = 0.0
+        shorter = False
+        for endpoint_id, target in found.items():
+            before = known.get(endpoint_id)
+            shorter |= before is not None and before.timeout_s > target.timeout_s
+            known[endpoint_id] = target
+            self._longest = max(self._longest, target.timeout_s)
+        if shorter:
+            self._longest = max((t.timeout_s for t in known.values()), default=0.0)
 
     def _complete(self, bare: Target, row: Any, tokens: list[str]) -> Target | Unsendable:
         """`bare` with its secrets, headers and rate limit, or why it cannot be sent to."""

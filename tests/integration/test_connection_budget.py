@@ -146,6 +146,8 @@ class Peaks:
     named_redis: dict[str, int] = field(default_factory=dict)
     pooler_servers: int = 0
     named_pg_total: int = 0  # all kurir-* backends in one sample
+    # Behind a pooler: the fleet's own sockets straight to PostgreSQL, past the pooler.
+    bypassing_pooler: int = 0
     samples: int = 0
 
     def keep(self, into: dict[Any, int], key: Any, value: int) -> None:
@@ -196,6 +198,7 @@ class Sampler:
         pg: dict[int, int] = dict.fromkeys(owners, 0)
         redis_count: dict[int, int] = dict.fromkeys(owners, 0)
         pooler_ports: list[int] = []
+        bypassing = 0
         pooler_pid = self.pooler.pid if self.pooler is not None else None
         # The kernel's TCP table once, then each process's own socket inodes: a pass of
         # psutil.net_connections over every process on a busy machine takes seconds.
@@ -210,8 +213,11 @@ class Sampler:
                         pooler_ports.append(local_port)
                 elif port == self.client_pg_port:
                     pg[pid] += 1
+                elif port == self.upstream_port:
+                    bypassing += 1
                 elif port == self.redis_port:
                     redis_count[pid] += 1
+        peaks.bypassing_pooler = max(peaks.bypassing_pooler, bypassing)
         for pid, kind in owners.items():
             peaks.keep(peaks.process_pg, (kind, pid), pg[pid])
             peaks.keep(peaks.process_redis, (kind, pid), redis_count[pid])
@@ -431,9 +437,13 @@ def test_a_fleet_under_load_stays_within_its_connection_budget(
         assert max(pg for pg, _ in by_kind[ProcessKind.WORKER]) >= 1
         assert peaks.named_redis.get("kurir-worker", 0) >= 4
         if bouncer is not None:
-            # PostgreSQL sees only the pooler's server connections, never more than its pool.
+            # PostgreSQL sees only the pooler's server connections, never more than its pool:
+            # no process of the fleet goes around the pooler. (pg_stat_activity's count of
+            # kurir-* backends is no measure of that: it also lists a server connection
+            # PgBouncer has let go of while its backend exits, and any kurir process on this
+            # database outside the fleet; a CI run saw 22 there beside the pooler's 20.)
             assert 1 <= peaks.pooler_servers <= POOLER_SIZE
-            assert peaks.named_pg_total <= POOLER_SIZE
+            assert peaks.bypassing_pooler == 0
         else:
             fleet_budget = sum(b.postgres_total * FLEET[k] for k, b in budgets.items())
             assert peaks.named_pg_total <= fleet_budget

@@ -5,12 +5,13 @@ back to the pool in transaction mode."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from app.clock import utcnow
 from app.db import Database
+from app.db_direct import Held
 from app.models import ApiKey
 
 KEYS = ApiKey.__table__
@@ -97,3 +98,72 @@ def test_a_server_that_cannot_be_reached_is_sqlalchemys_error_too(migrated, back
         assert raised.value.connection_invalidated
     finally:
         db.dispose()
+
+
+def test_records_are_named_and_a_statement_keeps_its_own_values(own_db):
+    """A statement's literal comparisons (`scopes` compared to a constant) travel with it;
+    `records` names each row's values by the columns' labels, `run` returns the count."""
+    own_db.direct(INSERT_KEY).rows(_key(5))
+    own_db.direct(INSERT_KEY).rows(_key(6))
+    named = select(KEYS.c.id.label("key_id"), KEYS.c.created_at).where(
+        KEYS.c.name == "direct", KEYS.c.id >= bindparam("v_from")
+    )
+    records = own_db.direct(named).records({"v_from": "key_direct_5"})
+    assert sorted(r.key_id for r in records) == ["key_direct_5", "key_direct_6"]
+    assert all(r.created_at.utcoffset() is not None for r in records)
+    renamed = KEYS.update().where(KEYS.c.id == bindparam("v_id")).values(name="renamed")
+    assert own_db.direct(renamed).run({"v_id": "key_direct_5"}) == 1
+    assert own_db.direct(renamed).run({"v_id": "key_nope"}) == 0
+    assert [r.key_id for r in own_db.direct(named).records({"v_from": "key_direct_5"})] == [
+        "key_direct_6"
+    ]
+
+
+def test_an_expanding_in_list_is_refused(own_db):
+    """An IN list is rendered afresh at each execution; compiled once, it could not be."""
+    with pytest.raises(ValueError, match="expanding"):
+        own_db.direct(select(KEYS.c.id).where(KEYS.c.id.in_(bindparam("v_ids", expanding=True))))
+
+
+def _backend_pid(db: Database, held: Held) -> int:
+    pid = db.direct(select(func.pg_backend_pid().label("pid"))).records({}, held)[0].pid
+    return int(pid)
+
+
+def test_a_held_connection_serves_every_statement_until_released(own_db):
+    """One checkout for a run of statements: the pool's only connection is the held one, in
+    autocommit (each statement committed on its own), and goes back in transaction mode."""
+    held = Held()
+    first = _backend_pid(own_db, held)
+    own_db.direct(INSERT_KEY).rows(_key(20), held)
+    assert own_db.direct(INSERT_KEY).run(_key(21), held) == 1
+    assert _backend_pid(own_db, held) == first
+    assert own_db.engine.pool.checkedout() == 1  # still out, between statements
+    with pytest.raises(IntegrityError):
+        own_db.direct(INSERT_KEY).rows(_key(21), held)
+    assert _backend_pid(own_db, held) == first  # an error reply keeps it usable
+    held.release()
+    assert own_db.engine.pool.checkedout() == 0
+    with own_db.engine.connect() as connection:
+        assert connection.connection.driver_connection.autocommit is False
+        assert connection.execute(text("SELECT pg_backend_pid()")).scalar() == first
+        committed = connection.scalar(
+            select(func.count())
+            .select_from(KEYS)
+            .where(KEYS.c.id.in_(["key_direct_20", "key_direct_21"]))
+        )
+    assert committed == 2
+
+
+def test_a_held_connection_that_dies_is_given_up_and_replaced(own_db, migrated):
+    held = Held()
+    first = _backend_pid(own_db, held)
+    with migrated.db.engine.connect() as admin:
+        admin.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": first})
+    with pytest.raises(DBAPIError) as raised:
+        own_db.direct(INSERT_KEY).rows(_key(22), held)
+    assert raised.value.connection_invalidated
+    assert not held.holding and own_db.engine.pool.checkedout() == 0
+    assert own_db.direct(INSERT_KEY).rows(_key(22), held)  # a fresh connection, held anew
+    assert _backend_pid(own_db, held) != first
+    held.release()

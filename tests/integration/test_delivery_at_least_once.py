@@ -120,12 +120,20 @@ def test_flushall_mid_run_loses_nothing(rt):
         with WorkerThread(rt), SweeperThread(rt):
             wait_for(lambda: len(receiver.requests) >= 20, message="the run to start")
             # One job each, as 200 publishes would enqueue, in one pipeline so that the flush
-            # right after it finds most of them still queued.
-            enqueue_many(
-                rt.redis, [spec for delivery_id in second for spec in job_specs([delivery_id])]
-            )
-            queued = rt.redis.llen("rq:queue:kurir-deliveries")
-            rt.redis.flushall()
+            # right after it finds most of them still queued. On a loaded machine the worker
+            # can pop them all first: then they are enqueued again (a duplicate job is
+            # harmless) until a flush does drop some. LLEN and FLUSHALL are one transaction.
+            queued = 0
+            for _ in range(10):
+                enqueue_many(
+                    rt.redis, [spec for delivery_id in second for spec in job_specs([delivery_id])]
+                )
+                flush = rt.redis.pipeline(transaction=True)
+                flush.llen("rq:queue:kurir-deliveries")
+                flush.flushall()
+                queued = flush.execute()[0]
+                if queued:
+                    break
             wait_for(lambda: _succeeded(rt, first + second), timeout_s=60, message="all delivered")
         assert queued > 0  # jobs really were lost with the flush
         _at_least_once_at_most_twice(receiver, event_ids)
