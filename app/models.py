@@ -694,7 +694,7 @@ class DeadLetter(Base):
             sqlite_where=text("state = 'open'"),
             postgresql_where=text("state = 'open'"),
         ),
-        # Deleting a delivery cascades here: without it, a scan per deleted delivery.
+        # A delivery's letters, looked up by the pages and the purge.
         Index("ix_dead_letters_delivery", "delivery_id"),
         Index("ix_dead_letters_state_created", "state", "id"),
         Index("ix_dead_letters_partner", "partner_id", "id"),
@@ -712,7 +712,9 @@ class DeadLetter(Base):
     )
 
     id: Mapped[str] = _id("dl")
-    delivery_id: Mapped[str] = mapped_column(ForeignKey("deliveries.id", ondelete="CASCADE"))
+    # No foreign key (migration 0022): the retention rules keep a letter's delivery as long
+    # as the letter, and a partition drop need not take the letters out of a dropped day.
+    delivery_id: Mapped[str] = mapped_column(String(40))
     event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"), index=True)
     endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"))
     partner_id: Mapped[str] = mapped_column(ForeignKey("partners.id", ondelete="CASCADE"))
@@ -727,7 +729,9 @@ class DeadLetter(Base):
     updated_at: Mapped[datetime] = _updated()
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
-    delivery: Mapped[Delivery] = relationship()
+    delivery: Mapped[Delivery] = relationship(
+        primaryjoin="foreign(DeadLetter.delivery_id) == Delivery.id"
+    )
     audit: Mapped[list[DeadLetterAudit]] = relationship(
         back_populates="dead_letter", order_by="DeadLetterAudit.id"
     )

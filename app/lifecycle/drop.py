@@ -20,9 +20,10 @@ that needs them:
    can have become one to keep since step 1 (a delivery unfinished now, a dead letter or an
    attempt made since, an event not yet numbered in the feed, a pull endpoint added or sent
    back), all of them index lookups; copy the kept rows into temporary tables (by key),
-   delete what refers into the day from outside it (the kept deliveries' dead letters, and
-   their attempts in the default partition: DETACH refuses otherwise), detach and drop the
-   partitions, insert the kept rows back (`_skip_triggers`).
+   delete what refers into the day from outside it (the kept deliveries' attempts in the
+   default partition: DETACH refuses otherwise), detach and drop the partitions, insert the
+   kept rows back (`_skip_triggers`). Dead letters name their delivery without a foreign
+   key (migration 0022), so a kept delivery's letters stay where they are.
 
 Locks are taken first, all of them, in one fixed order (`_LOCKS`): the parents and every
 table the detach touches, before any partition. A publish, a claim or a recorder locks a
@@ -125,14 +126,12 @@ class Found:
 # Per kind, the locks a day's drop takes before anything else, in this order: (mode, tables).
 # Dropping a detached partition removes its foreign keys' triggers from the tables they
 # reference, which takes those tables whole (`ACCESS EXCLUSIVE`): events and endpoints for a
-# deliveries day, deliveries for an attempts day. The detach touches the tables referencing
-# the day (dead letters) against writes.
+# deliveries day, deliveries for an attempts day. Dead letters are not locked: none refers
+# into the day by a key, and a new letter is made only with its delivery's update, which
+# waits for the drop (or commits before its locks are granted, and is then looked at).
 _LOCKS: dict[RetentionKind, tuple[tuple[str, str], ...]] = {
     RetentionKind.ATTEMPTS: (("ACCESS EXCLUSIVE", "deliveries, attempts"),),
-    RetentionKind.EVENTS: (
-        ("ACCESS EXCLUSIVE", "events, endpoints, deliveries, attempts"),
-        ("SHARE ROW EXCLUSIVE", "dead_letters, dead_letter_audit"),
-    ),
+    RetentionKind.EVENTS: (("ACCESS EXCLUSIVE", "events, endpoints, deliveries, attempts"),),
 }
 
 
@@ -375,8 +374,8 @@ def _drop_deliveries_day(
     connection: Connection, part: Partition, horizon: datetime, found: Found
 ) -> tuple[int, int]:
     """Deliveries of one day with their attempts, the kept ones (see `_find_deliveries_day`,
-    and `_late_events` for what changed since) set aside with their attempts, dead letters
-    and the letters' audit, then put back."""
+    and `_late_events` for what changed since) set aside with their attempts, then put back.
+    Their dead letters stay where they are (no foreign key refers into the day)."""
     attempts_part = partitions.name_for(ATTEMPTS, part.start)
     has_attempts = _exists(connection, attempts_part)
     attempts_default = partitions.default_name(ATTEMPTS)
@@ -399,10 +398,6 @@ def _drop_deliveries_day(
         "CREATE TEMP TABLE kept_attempts ON COMMIT DROP AS SELECT * FROM attempts "
         "WHERE delivery_id >= :low AND delivery_id < :high "
         "AND delivery_id = ANY(ARRAY(SELECT id FROM kept_deliveries))",
-        "CREATE TEMP TABLE kept_letters ON COMMIT DROP AS SELECT * FROM dead_letters "
-        "WHERE delivery_id = ANY(ARRAY(SELECT id FROM kept_deliveries))",
-        "CREATE TEMP TABLE kept_letter_audit ON COMMIT DROP AS SELECT * FROM dead_letter_audit "
-        "WHERE dead_letter_id = ANY(ARRAY(SELECT id FROM kept_letters))",
     ):
         connection.execute(text(ddl), params)
     # Rows of the day's partitions put back (step 1 counted them), and of the default one.
@@ -417,14 +412,7 @@ def _drop_deliveries_day(
         ).scalar_one()
     # What refers into the day goes first (DETACH checks that nothing does); the kept
     # deliveries themselves go with their partition.
-    _delete_copied(
-        connection,
-        [
-            ("dead_letter_audit", "kept_letter_audit"),
-            ("dead_letters", "kept_letters"),
-            (attempts_default, "kept_attempts"),
-        ],
-    )
+    _delete_copied(connection, [(attempts_default, "kept_attempts")])
     # Attempts of the day set aside by an earlier attempts drop, whose deliveries go now.
     purged = connection.execute(
         text(f"DELETE FROM {attempts_default} WHERE delivery_id >= :low AND delivery_id < :high"),
@@ -435,12 +423,7 @@ def _drop_deliveries_day(
     _detach_and_drop(connection, DELIVERIES.table, part.name)
     kept = _put_back(
         connection,
-        [
-            ("deliveries", "kept_deliveries"),
-            ("attempts", "kept_attempts"),
-            ("dead_letters", "kept_letters"),
-            ("dead_letter_audit", "kept_letter_audit"),
-        ],
+        [("deliveries", "kept_deliveries"), ("attempts", "kept_attempts")],
     )
     return purged + found.rows - moved, kept["deliveries"]
 

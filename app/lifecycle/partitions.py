@@ -3,10 +3,11 @@
 `deliveries` is range-partitioned on its primary key `id` and `attempts` on `delivery_id`,
 one partition per UTC day. Ids are ULIDs (creation time first), so a day is an id range
 (`dlv_<day start>` to `dlv_<next day start>`), the primary key of `deliveries` stays a valid
-target for the foreign keys of `attempts` and `dead_letters`, and an attempt lives in the
-partition of its delivery's day: dropping one day of deliveries and the same day of attempts
-leaves no attempt without its delivery. A `…_default` partition catches any row outside the
-partitions made (rows retention moved aside, or ids from a skewed clock).
+target for the foreign key of `attempts` (dead letters name their delivery without one:
+migration 0022), and an attempt lives in the partition of its delivery's day: dropping one
+day of deliveries and the same day of attempts leaves no attempt without its delivery. A
+`…_default` partition catches any row outside the partitions made (rows retention moved
+aside, or ids from a skewed clock).
 
 Unique indexes that do not hold the partition key cannot be enforced across partitions by
 PostgreSQL; those of `deliveries` are made on each partition instead (`LOCAL_INDEXES`). A

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
+from alembic import command
 from sqlalchemy import inspect, text
 
 from app import migrate
+from app.clock import utcnow
 from app.db import Database
-from app.models import Base
+from app.models import Base, DeadLetter, DeadLetterAudit, Delivery, Endpoint, Event, Partner
 
 
 def test_upgrade_head_then_check_reports_no_drift(migrated) -> None:
@@ -92,3 +97,80 @@ def test_upgrading_a_filled_sqlite_database_keeps_every_row(tmp_path) -> None:
             )
     finally:
         new.dispose()
+
+
+@pytest.fixture
+def at_0021(migrated: Any) -> Iterator[Any]:
+    """The test database migrated back to 0021 (and forward to head again afterwards)."""
+    command.downgrade(migrate.alembic_config(migrated.url), "0021_cascade_indexes")
+    try:
+        yield migrated
+    finally:
+        migrate.upgrade(migrated.url)
+
+
+def _letter_keys(db: Database) -> list[Any]:
+    keys = inspect(db.engine).get_foreign_keys("dead_letters")
+    return [key for key in keys if key["referred_table"] == "deliveries"]
+
+
+def test_0022_letters_name_their_delivery_without_a_key_and_keep_every_row(at_0021) -> None:
+    """0022 drops the key from a dead letter to its delivery (so a partition drop leaves
+    letters where they are) and keeps every letter and its audit; a downgrade puts the key
+    back, and says which letters it would refuse instead of failing on them."""
+    db = at_0021.db
+    assert _letter_keys(db)
+    with db.begin() as session:
+        partner = Partner(uid="acme", name="Acme")
+        session.add(partner)
+        session.flush()
+        endpoint = Endpoint(partner_id=partner.id, url="http://127.0.0.1:9/hook")
+        at = utcnow()
+        event = Event(
+            partner_id=partner.id,
+            type="order.created",
+            version=1,
+            data={},
+            payload="{}",
+            occurred_at=at,
+            created_at=at,
+        )
+        session.add_all([endpoint, event])
+        session.flush()
+        delivery = Delivery(event_id=event.id, endpoint_id=endpoint.id, state="dead")
+        session.add(delivery)
+        session.flush()
+        letter = DeadLetter(
+            delivery=delivery,
+            event_id=event.id,
+            endpoint_id=endpoint.id,
+            partner_id=partner.id,
+            event_type=event.type,
+            reason="exhausted",
+        )
+        session.add(letter)
+        session.flush()
+        session.add(
+            DeadLetterAudit(dead_letter_id=letter.id, actor="ops", action="note", outcome="ok")
+        )
+        letter_id, delivery_id = letter.id, delivery.id
+
+    migrate.upgrade(at_0021.url)
+
+    assert not _letter_keys(db)
+    with db.begin() as session:
+        kept = session.get_one(DeadLetter, letter_id)
+        assert (kept.delivery_id, kept.delivery.id) == (delivery_id, delivery_id)
+        assert len(kept.audit) == 1
+        # Its delivery gone (as no retention rule allows, by hand here), the letter stays.
+        session.execute(text("DELETE FROM attempts WHERE delivery_id = :d"), {"d": delivery_id})
+        session.execute(text("DELETE FROM deliveries WHERE id = :d"), {"d": delivery_id})
+    with db.begin() as session:
+        assert session.get(DeadLetter, letter_id) is not None
+    with pytest.raises(RuntimeError, match="1 dead letter"):
+        command.downgrade(migrate.alembic_config(at_0021.url), "0021_cascade_indexes")
+    with db.begin() as session:
+        session.execute(text("DELETE FROM dead_letter_audit"))
+        session.execute(text("DELETE FROM dead_letters"))
+    command.downgrade(migrate.alembic_config(at_0021.url), "0021_cascade_indexes")
+    assert _letter_keys(db)

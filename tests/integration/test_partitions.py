@@ -80,6 +80,13 @@ def _where(runtime: Any, table: str, row_id: str) -> str:
         )
 
 
+def _row_versions(runtime: Any, table: str) -> dict[str, tuple[str, str]]:
+    """Each row's place and the transaction that wrote it: unchanged only if never rewritten."""
+    with runtime.db.engine.connect() as connection:
+        rows = connection.execute(text(f"SELECT id, ctid::text, xmin::text FROM {table}"))  # noqa: S608
+        return {row.id: (row.ctid, row.xmin) for row in rows}
+
+
 def test_the_scheduler_makes_today_and_the_week_ahead(pg_runtime) -> None:
     today = partitions.day_start(utcnow())
     with pg_runtime.db.engine.begin() as connection:
@@ -141,6 +148,8 @@ def test_retention_drops_past_days_whole_and_keeps_every_unfinished_row(pg_runti
         )
     day = f"{partitions.day_start(t0):%Y-%m-%d}"
     assert day in _days(pg_runtime, DELIVERIES)
+    letters_before = _row_versions(pg_runtime, "dead_letters")
+    audit_before = _row_versions(pg_runtime, "dead_letter_audit")
 
     report = purge.run(pg_runtime, now=now, sleep=lambda _s: None)
 
@@ -157,6 +166,12 @@ def test_retention_drops_past_days_whole_and_keeps_every_unfinished_row(pg_runti
         letters = {row.delivery_id: row.state for row in session.scalars(select(DeadLetter))}
         assert letters == {kept["open_letter"][1]: DL_OPEN, kept["key_blocker"][1]: DL_OPEN}
         assert session.scalar(select(func.count()).select_from(DeadLetterAudit)) == 2
+    # The kept deliveries' letters and their audit were never moved (no key refers into the
+    # day): the same row versions, where they were.
+    kept_letters = _row_versions(pg_runtime, "dead_letters")
+    assert len(kept_letters) == 2 and kept_letters.items() <= letters_before.items()
+    kept_audit = _row_versions(pg_runtime, "dead_letter_audit")
+    assert len(kept_audit) == 2 and kept_audit.items() <= audit_before.items()
     # The kept rows were put back through the parent: their day is gone, so the default.
     for _, delivery_id in kept.values():
         assert _where(pg_runtime, "deliveries", delivery_id) == "deliveries_default"
