@@ -29,10 +29,9 @@ from app import migrate
 from app.config import Settings
 from app.db import Database
 from app.ids import id_at, id_floor
-from app.lifecycle import drop, partitions
+from app.lifecycle import drop, partitions, purge
 from app.models import Attempt, DeadLetter, Delivery, Endpoint, Event, Partner
 from app.runtime import Runtime
-from app.vocabulary import RetentionKind
 
 DAY = timedelta(days=1)
 
@@ -308,7 +307,8 @@ def main() -> None:
     # the day after it, whole, is dropped too (each is reported).
     with db.engine.connect() as connection:
         whole = partitions.partitions(connection, partitions.DELIVERIES)[1]
-    for kind in (RetentionKind.ATTEMPTS, RetentionKind.EVENTS):
+    # In the order a retention run drops them: a deliveries day takes its attempts day along.
+    for kind in purge.DROP_ORDER:
         for day in drop.run(rt, kind, whole.end):
             print(
                 f"\n## retention drop ({kind.value}) of {day.day:%Y-%m-%d}: {day.purged:,} rows "

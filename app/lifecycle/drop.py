@@ -103,12 +103,21 @@ class Dropped:
     elapsed_ms: float
     # Of which the tables were locked (from the locks granted to the commit).
     locked_ms: float
+    # Of `purged`, attempts: a deliveries day takes its attempts with it.
+    attempts: int
 
-    @property
-    def counted(self) -> int:
-        """Rows of the kind itself: attempts for attempts; for events none (their events
-        are deleted by the row-level purge, which counts them)."""
-        return self.purged if self.kind == RetentionKind.ATTEMPTS else 0
+    def counted(self, kind: RetentionKind) -> int:
+        """Rows of `kind` itself this drop purged: attempts, whichever kind's day it was.
+        Events are deleted by the row-level purge, which counts them."""
+        return self.attempts if kind == RetentionKind.ATTEMPTS else 0
+
+
+@dataclass(frozen=True)
+class Purged:
+    """Rows a day's drop purged: all of them, and of those the attempts."""
+
+    rows: int
+    attempts: int
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,7 @@ class Found:
     """What step 1 found, unlocked: the ids to keep are in the session table `keep_ids`."""
 
     rows: int  # rows of the day's partitions (the day's attempts included for deliveries)
+    attempt_rows: int  # of which in the day's attempts partition
     at: datetime  # the database's clock when step 1 began
     # The highest attempt id in the day's attempts partition then: attempts made since (a
     # resend) were not counted in `rows`.
@@ -218,12 +228,13 @@ def _find_attempts_day(connection: Connection, part: Partition, horizon: datetim
         params,
     )
     connection.execute(text("ANALYZE keep_ids"))
-    return Found(_count(connection, part.name), at, _last_id(connection, part.name), frozenset())
+    rows = _count(connection, part.name)
+    return Found(rows, rows, at, _last_id(connection, part.name), frozenset())
 
 
 def _drop_attempts_day(
     connection: Connection, part: Partition, horizon: datetime, found: Found
-) -> tuple[int, int]:
+) -> tuple[Purged, int]:
     """Attempts of one delivery day: those of unfinished deliveries, and any made after the
     horizon (a resend of an old delivery), are kept."""
     params = _attempt_params(part, horizon)
@@ -238,7 +249,8 @@ def _drop_attempts_day(
     # Nothing refers to attempts: the day goes whole, its kept rows with it (copied above).
     _detach_and_drop(connection, ATTEMPTS.table, part.name)
     kept = _put_back(connection, [("attempts", "kept_attempts")])["attempts"]
-    return found.rows - _counted(connection, found), kept
+    purged = found.rows - _counted(connection, found)
+    return Purged(purged, purged), kept
 
 
 def _counted(connection: Connection, found: Found) -> int:
@@ -338,11 +350,11 @@ def _find_deliveries_day(connection: Connection, part: Partition, horizon: datet
     connection.execute(text("ANALYZE keep_ids"))
     rows = _count_by_key(connection, part.name)
     attempts_part = partitions.name_for(ATTEMPTS, part.start)
-    last_attempt = ""
+    last_attempt, attempt_rows = "", 0
     if _exists(connection, attempts_part):
-        rows += _count(connection, attempts_part)
+        attempt_rows = _count(connection, attempts_part)
         last_attempt = _last_id(connection, attempts_part)
-    return Found(rows, at, last_attempt, pulls)
+    return Found(rows + attempt_rows, attempt_rows, at, last_attempt, pulls)
 
 
 def _late_events(connection: Connection, found: Found) -> str:
@@ -372,7 +384,7 @@ def _late_events(connection: Connection, found: Found) -> str:
 
 def _drop_deliveries_day(
     connection: Connection, part: Partition, horizon: datetime, found: Found
-) -> tuple[int, int]:
+) -> tuple[Purged, int]:
     """Deliveries of one day with their attempts, the kept ones (see `_find_deliveries_day`,
     and `_late_events` for what changed since) set aside with their attempts, then put back.
     Their dead letters stay where they are (no foreign key refers into the day)."""
@@ -402,8 +414,9 @@ def _drop_deliveries_day(
         connection.execute(text(ddl), params)
     # Rows of the day's partitions put back (step 1 counted them), and of the default one.
     moved = connection.execute(text("SELECT count(*) FROM kept_deliveries")).scalar_one()
+    moved_attempts = 0
     if has_attempts:
-        moved += connection.execute(
+        moved_attempts = connection.execute(
             text(
                 f"SELECT count(*) FROM {attempts_part} WHERE id <= :last "
                 "AND id = ANY(ARRAY(SELECT id FROM kept_attempts))"
@@ -414,7 +427,7 @@ def _drop_deliveries_day(
     # deliveries themselves go with their partition.
     _delete_copied(connection, [(attempts_default, "kept_attempts")])
     # Attempts of the day set aside by an earlier attempts drop, whose deliveries go now.
-    purged = connection.execute(
+    purged_aside = connection.execute(
         text(f"DELETE FROM {attempts_default} WHERE delivery_id >= :low AND delivery_id < :high"),
         params,
     ).rowcount
@@ -425,7 +438,8 @@ def _drop_deliveries_day(
         connection,
         [("deliveries", "kept_deliveries"), ("attempts", "kept_attempts")],
     )
-    return purged + found.rows - moved, kept["deliveries"]
+    attempts = purged_aside + found.attempt_rows - moved_attempts
+    return Purged(purged_aside + found.rows - moved - moved_attempts, attempts), kept["deliveries"]
 
 
 def _skip_triggers(connection: Connection) -> bool:
@@ -534,7 +548,7 @@ def _archive_day(
 
 FindFn = Callable[[Connection, Partition, datetime], Found]
 # A day's drop under its locks: rows purged, rows kept.
-DropFn = Callable[[Connection, Partition, datetime, Found], tuple[int, int]]
+DropFn = Callable[[Connection, Partition, datetime, Found], tuple[Purged, int]]
 # Per kind, the table whose days it drops and how; other kinds delete rows only.
 _BY_KIND: dict[RetentionKind, tuple[partitions.Spec, FindFn, DropFn]] = {
     RetentionKind.ATTEMPTS: (ATTEMPTS, _find_attempts_day, _drop_attempts_day),
@@ -549,7 +563,7 @@ def _drop_day(
     horizon: datetime,
     sleep: Callable[[float], None],
     writer: archive.Writer | None,
-) -> tuple[int, int, float] | None:
+) -> tuple[Purged, int, float] | None:
     """One day: found unlocked (and archived), then dropped under its locks, tried again when
     they were not granted in time. Rows purged, rows kept, seconds locked; None: not dropped
     now (logged), left to the next run.
@@ -644,6 +658,8 @@ def run(
         elapsed_ms = (timer() - started) * 1000.0
         log.info(
             "partition dropped",
-            extra={"partition": part.name, "purged": purged, "kept": kept, "ms": elapsed_ms},
+            extra={"partition": part.name, "purged": purged.rows, "kept": kept, "ms": elapsed_ms},
         )
-        yield Dropped(kind, part.start, purged, kept, elapsed_ms, locked_s * 1000.0)
+        yield Dropped(
+            kind, part.start, purged.rows, kept, elapsed_ms, locked_s * 1000.0, purged.attempts
+        )

@@ -433,10 +433,12 @@ def run(
     archive_dir = runtime.settings.archive_dir
     writer = archive.Writer(archive_dir) if archive_dir is not None else None
     report = Report()
-    for kind in RetentionKind:
-        if kinds is not None and kind not in kinds:
-            continue
-        purged = _drop_partitions(runtime, kind, horizons[kind], timer, sleep, report, writer)
+    selected = [kind for kind in RetentionKind if kinds is None or kind in kinds]
+    dropped: dict[RetentionKind, int] | None = None
+    for kind in selected:
+        if kind in DROP_ORDER and dropped is None:
+            dropped = _drop_partitions(runtime, selected, horizons, timer, sleep, report, writer)
+        purged = (dropped or {}).get(kind, 0)
         for source_kind, source, step in SOURCES:
             if source_kind != kind or report.archive_error:
                 continue
@@ -454,36 +456,55 @@ def run(
     return report
 
 
+# The kinds whose expired days are dropped whole on PostgreSQL, in the order they are: a
+# deliveries day (events) takes its attempts day with it, so a day past both horizons is
+# found, locked and dropped once, its kept attempts moved once, instead of twice.
+DROP_ORDER = (RetentionKind.EVENTS, RetentionKind.ATTEMPTS)
+
+
 def _drop_partitions(
     runtime: Runtime,
-    kind: RetentionKind,
-    horizon: datetime,
+    selected: Sequence[RetentionKind],
+    horizons: policy.Horizons,
     timer: Callable[[], float],
     sleep: Callable[[float], None],
     report: Report,
     writer: archive.Writer | None,
-) -> int:
-    """PostgreSQL: the kind's whole expired days dropped first (`app.lifecycle.drop`), so the
-    batches that follow find only the rows that were kept back or not yet a whole day old.
-    With an archive, each day's purged rows are written to it first; a day that cannot be
-    written stops the run, as a batch does."""
-    counted = 0
-    days = drop.run(runtime, kind, horizon, timer=timer, sleep=sleep, writer=writer)
-    try:
-        for day in days:
-            source = f"drop:{day.day:%Y-%m-%d}"
-            report.batches.append(
-                Batch(
-                    kind, source, day.purged + day.kept, day.purged, day.elapsed_ms, day.locked_ms
+) -> dict[RetentionKind, int]:
+    """PostgreSQL: the whole expired days of the selected kinds dropped (`app.lifecycle.drop`,
+    in `DROP_ORDER`) before any of their row batches, so the batches find only the rows that
+    were kept back or not yet a whole day old (and never walk a day about to go whole). Run
+    after the closed dead letters' batches, which free the events they held. With an
+    archive, each day's purged rows are written to it first; a day that cannot be written
+    stops the run, as a batch does. Rows purged per kind (attempts, whichever day they went
+    with; events are counted by their row batches)."""
+    counted: dict[RetentionKind, int] = {}
+    for kind in DROP_ORDER:
+        if kind not in selected or report.archive_error:
+            continue
+        days = drop.run(runtime, kind, horizons[kind], timer=timer, sleep=sleep, writer=writer)
+        try:
+            for day in days:
+                source = f"drop:{day.day:%Y-%m-%d}"
+                report.batches.append(
+                    Batch(
+                        kind,
+                        source,
+                        day.purged + day.kept,
+                        day.purged,
+                        day.elapsed_ms,
+                        day.locked_ms,
+                    )
                 )
+                for counted_kind in selected:
+                    rows = day.counted(counted_kind)
+                    counted[counted_kind] = counted.get(counted_kind, 0) + rows
+        except archive.ArchiveError as exc:
+            report.archive_error = f"drop: {exc}"
+            log.error(
+                "retention stopped: the archive could not be written, the day was kept",
+                extra={"kind": kind.value, "error": str(exc)},
             )
-            counted += day.counted
-    except archive.ArchiveError as exc:
-        report.archive_error = f"drop: {exc}"
-        log.error(
-            "retention stopped: the archive could not be written, the day was kept",
-            extra={"kind": kind.value, "error": str(exc)},
-        )
     return counted
 
 
