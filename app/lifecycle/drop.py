@@ -20,8 +20,8 @@ that needs them:
    can have become one to keep since step 1 (a delivery unfinished now, a dead letter or an
    attempt made since, an event not yet numbered in the feed, a pull endpoint added or sent
    back), all of them index lookups; copy the kept rows into temporary tables (by key),
-   delete what refers into the day from outside it (the kept deliveries' attempts in the
-   default partition: DETACH refuses otherwise), detach and drop the partitions, insert the
+   delete what refers into the day from outside it (the day's attempts in the default
+   partition, where an earlier attempts drop put its kept ones: DETACH refuses otherwise), detach and drop the partitions, insert the
    kept rows back (`_skip_triggers`). Dead letters name their delivery without a foreign
    key (migration 0022), so a kept delivery's letters stay where they are.
 
@@ -406,31 +406,42 @@ def _drop_deliveries_day(
         "WHERE d.event_id IN (SELECT id FROM late_events)",
         "CREATE TEMP TABLE kept_deliveries ON COMMIT DROP AS "
         f"SELECT * FROM {part.name} WHERE id = ANY(ARRAY(SELECT id FROM keep_ids))",
-        # The day's attempts are in its own attempts partition or the default one.
-        "CREATE TEMP TABLE kept_attempts ON COMMIT DROP AS SELECT * FROM attempts "
-        "WHERE delivery_id >= :low AND delivery_id < :high "
-        "AND delivery_id = ANY(ARRAY(SELECT id FROM kept_deliveries))",
     ):
         connection.execute(text(ddl), params)
-    # Rows of the day's partitions put back (step 1 counted them), and of the default one.
-    moved = connection.execute(text("SELECT count(*) FROM kept_deliveries")).scalar_one()
-    moved_attempts = 0
-    if has_attempts:
-        moved_attempts = connection.execute(
-            text(
-                f"SELECT count(*) FROM {attempts_part} WHERE id <= :last "
-                "AND id = ANY(ARRAY(SELECT id FROM kept_attempts))"
-            ),
-            {"last": found.last_attempt},
-        ).scalar_one()
-    # What refers into the day goes first (DETACH checks that nothing does); the kept
-    # deliveries themselves go with their partition.
-    _delete_copied(connection, [(attempts_default, "kept_attempts")])
-    # Attempts of the day set aside by an earlier attempts drop, whose deliveries go now.
-    purged_aside = connection.execute(
-        text(f"DELETE FROM {attempts_default} WHERE delivery_id >= :low AND delivery_id < :high"),
+    of_kept = "delivery_id = ANY(ARRAY(SELECT id FROM kept_deliveries))"
+    # The day's attempts are in its own attempts partition and, set aside by an earlier
+    # attempts drop, in the default one: copied from each in turn, so that those step 1
+    # counted (in the day's partition, made before it) are counted on the copy.
+    source, where = (attempts_part, of_kept) if has_attempts else (attempts_default, "FALSE")
+    connection.execute(
+        text(
+            "CREATE TEMP TABLE kept_attempts ON COMMIT DROP AS "
+            f"SELECT * FROM {source} WHERE {where}"
+        )
+    )
+    moved_attempts = connection.execute(
+        text("SELECT count(*) FROM kept_attempts WHERE id <= :last"), {"last": found.last_attempt}
+    ).scalar_one()
+    kept_aside = connection.execute(
+        text(
+            f"INSERT INTO kept_attempts SELECT * FROM {attempts_default} "
+            f"WHERE delivery_id >= :low AND delivery_id < :high AND {of_kept}"
+        ),
         params,
     ).rowcount
+    moved = connection.execute(text("SELECT count(*) FROM kept_deliveries")).scalar_one()
+    # What refers into the day goes first (DETACH checks that nothing does): its attempts in
+    # the default partition, set aside by an earlier attempts drop (the kept ones are copied
+    # above). The kept deliveries themselves go with their partition.
+    purged_aside = (
+        connection.execute(
+            text(
+                f"DELETE FROM {attempts_default} WHERE delivery_id >= :low AND delivery_id < :high"
+            ),
+            params,
+        ).rowcount
+        - kept_aside
+    )
     if has_attempts:
         _detach_and_drop(connection, ATTEMPTS.table, attempts_part)
     _detach_and_drop(connection, DELIVERIES.table, part.name)
@@ -459,13 +470,6 @@ def _skip_triggers(connection: Connection) -> bool:
             raise
         return False
     return True
-
-
-def _delete_copied(connection: Connection, tables: list[tuple[str, str]]) -> None:
-    """Delete the rows copied to each temporary table from its table, in order (children
-    first), by key."""
-    for name, temp in tables:
-        connection.execute(text(f"DELETE FROM {name} WHERE id = ANY(ARRAY(SELECT id FROM {temp}))"))
 
 
 def _put_back(connection: Connection, tables: list[tuple[str, str]]) -> dict[str, int]:
