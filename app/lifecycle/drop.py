@@ -21,9 +21,10 @@ that needs them:
    attempt made since, an event not yet numbered in the feed, a pull endpoint added or sent
    back), all of them index lookups; copy the kept rows into temporary tables (by key),
    delete what refers into the day from outside it (the day's attempts in the default
-   partition, where an earlier attempts drop put its kept ones: DETACH refuses otherwise), detach and drop the partitions, insert the
-   kept rows back (`_skip_triggers`). Dead letters name their delivery without a foreign
-   key (migration 0022), so a kept delivery's letters stay where they are.
+   partition, where an earlier attempts drop put its kept ones: DETACH refuses otherwise),
+   detach and drop the partitions, insert the kept rows back (`_skip_triggers`). Dead
+   letters name their delivery without a foreign key (migration 0022), so a kept delivery's
+   letters stay where they are.
 
 Locks are taken first, all of them, in one fixed order (`_LOCKS`): the parents and every
 table the detach touches, before any partition. A publish, a claim or a recorder locks a

@@ -13,6 +13,7 @@ from app import migrate
 from app.clock import utcnow
 from app.db import Database
 from app.models import Base, DeadLetter, DeadLetterAudit, Delivery, Endpoint, Event, Partner
+from tests.support.migrations import migrated_back
 
 
 def test_upgrade_head_then_check_reports_no_drift(migrated) -> None:
@@ -102,11 +103,8 @@ def test_upgrading_a_filled_sqlite_database_keeps_every_row(tmp_path) -> None:
 @pytest.fixture
 def at_0021(migrated: Any) -> Iterator[Any]:
     """The test database migrated back to 0021 (and forward to head again afterwards)."""
-    command.downgrade(migrate.alembic_config(migrated.url), "0021_cascade_indexes")
-    try:
-        yield migrated
-    finally:
-        migrate.upgrade(migrated.url)
+    with migrated_back(migrated, "0021_cascade_indexes") as database:
+        yield database
 
 
 def _letter_keys(db: Database) -> list[Any]:

@@ -33,6 +33,7 @@ from tests.conftest import LiveServer
 from tests.integration.test_portal import csrf, link_for, path_of, sign_in
 from tests.support.dlq_factories import make_dead_letter
 from tests.support.dlq_factories import make_event as make_dl_event
+from tests.support.migrations import migrated_back
 from tests.support.publish import error_of, make_endpoint, make_partner
 
 OPERATOR_EMAIL = "ops@publisher.example"
@@ -527,13 +528,8 @@ def test_a_partner_may_enable_what_it_or_the_health_monitor_disabled(client, aut
 @pytest.fixture
 def at_0008(migrated: Any) -> Iterator[Any]:
     """The test database migrated back to 0008 (and forward to head again afterwards)."""
-    from alembic import command
-
-    command.downgrade(migrate.alembic_config(migrated.url), "0008")
-    try:
-        yield migrated
-    finally:
-        migrate.upgrade(migrated.url)
+    with migrated_back(migrated, "0008") as database:
+        yield database
 
 
 def test_upgrading_to_0009_remembers_who_did_what_before(at_0008: Any) -> None:
