@@ -104,13 +104,9 @@ class Dropped:
     elapsed_ms: float
     # Of which the tables were locked (from the locks granted to the commit).
     locked_ms: float
-    # Of `purged`, attempts: a deliveries day takes its attempts with it.
+    # Of `purged`, attempts (a deliveries day takes its attempts with it): the rows of a
+    # kind a drop purges. Events are deleted by the row-level purge, which counts them.
     attempts: int
-
-    def counted(self, kind: RetentionKind) -> int:
-        """Rows of `kind` itself this drop purged: attempts, whichever kind's day it was.
-        Events are deleted by the row-level purge, which counts them."""
-        return self.attempts if kind == RetentionKind.ATTEMPTS else 0
 
 
 @dataclass(frozen=True)

@@ -496,9 +496,10 @@ def _drop_partitions(
                         day.locked_ms,
                     )
                 )
-                for counted_kind in selected:
-                    rows = day.counted(counted_kind)
-                    counted[counted_kind] = counted.get(counted_kind, 0) + rows
+                if RetentionKind.ATTEMPTS in selected:
+                    counted[RetentionKind.ATTEMPTS] = (
+                        counted.get(RetentionKind.ATTEMPTS, 0) + day.attempts
+                    )
         except archive.ArchiveError as exc:
             report.archive_error = f"drop: {exc}"
             log.error(
