@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -53,8 +54,10 @@ def find_server() -> str:
 class EmbeddedRedis:
     """Start/stop one redis-server child bound to the data dir."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, arguments: Sequence[str] = ()) -> None:
         self.data_dir = data_dir.resolve()
+        # More redis-server options (tests use them to play an older server).
+        self.arguments = tuple(arguments)
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -73,6 +76,7 @@ class EmbeddedRedis:
             str(self.data_dir / "redis.log"),
             "--daemonize",
             "no",
+            *self.arguments,
         ]
         if len(str(sock)) <= MAX_UNIX_SOCKET_PATH:
             sock.unlink(missing_ok=True)

@@ -162,9 +162,11 @@ class SentinelMasterRedis(redis.Redis):
 
 
 def default_retry() -> Retry:
-    """What redis-py gives a plain client: 3 retries with jittered backoff. A Sentinel client
-    gets none by default, and it needs them most: the command that meets a demoted master
-    (READONLY) is retried on the new one."""
+    """What redis-py gives a plain client over TCP: 3 retries with jittered backoff. A Unix
+    socket client (`kurir up`'s embedded Redis) and a Sentinel client get none by default;
+    every Kurir client gets these unless told otherwise, so a dropped connection is made
+    again under the same command whatever the transport, and the command that meets a
+    demoted master (READONLY) is retried on the new one."""
     return Retry(ExponentialWithJitterBackoff(base=1, cap=10), 3)
 
 
@@ -194,8 +196,7 @@ def connect(
         "socket_connect_timeout": socket_connect_timeout,
         "health_check_interval": health_check_interval,
     }
-    if retry is not None:
-        options["retry"] = retry
+    options["retry"] = retry if retry is not None else default_retry()
     if client_name is not None:
         options["client_name"] = client_name
     if not is_sentinel_url(url):
@@ -217,7 +218,6 @@ def connect(
     target = parse_sentinel_url(url)
     if keepalive:
         options["socket_keepalive"] = True
-    options.setdefault("retry", default_retry())
     sentinel = Sentinel(
         list(target.sentinels),
         sentinel_kwargs={

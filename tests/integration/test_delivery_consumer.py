@@ -5,7 +5,6 @@ steps. Real Redis, a real database and a real receiver; the worker is Kurir's ow
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,10 +17,11 @@ from rq import Queue
 from rq.job import Job
 from sqlalchemy import select
 
+from app.embedded_redis import EmbeddedRedis
 from app.models import Delivery
-from app.ports import free_port
 from app.processes.worker import DeliveryConsumer, run_worker
 from app.queues import DELIVERIES
+from app.redis_client import connect
 from app.runtime import Runtime
 from sender.dispatch import INLINE_IDS_MAX, enqueue_now, inline_ids, job_specs
 from sender.jobs import engine_for, shutdown_engine
@@ -32,7 +32,6 @@ from tests.support.factories import (
     make_partner,
     wait_for,
 )
-from tests.support.sentinel import redis_server
 
 
 def _calls(redis_client: Any, command: str) -> int:
@@ -71,11 +70,10 @@ def test_a_small_job_names_its_deliveries_in_an_id_rq_accepts(redis_client):
 
 
 def test_a_small_job_is_delivered_without_reading_its_hash_which_is_then_deleted(
-    make_rt: Callable[..., Runtime], private_redis: redis.Redis
+    make_rt: Callable[..., Runtime], private_redis: tuple[str, redis.Redis]
 ):
-    redis_client = private_redis
-    kwargs = redis_client.connection_pool.connection_kwargs
-    runtime = make_rt(redis_url=f"redis://{kwargs['host']}:{kwargs['port']}/0")
+    url, redis_client = private_redis
+    runtime = make_rt(redis_url=url)
     with Receiver() as receiver:
         ids = _deliveries(runtime, receiver, 1)
         enqueue_now(redis_client, ids)
@@ -104,57 +102,31 @@ def test_a_larger_job_is_read_from_its_hash(runtime: Runtime, redis_client):
 
 
 @contextmanager
-def _private_redis(directory: Path, *arguments: str) -> Iterator[redis.Redis]:
-    """A real Redis server of the test's own: its command counts are the test's alone (the
-    shared server's also count whatever tests run beside it)."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            redis_server(),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(directory),
-            *arguments,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    client = redis.Redis(host="127.0.0.1", port=port)
+def _private_redis(directory: Path, *arguments: str) -> Iterator[tuple[str, redis.Redis]]:
+    """A real Redis server of the test's own (`kurir up`'s embedded one, on a Unix socket),
+    its URL and a client made as Kurir makes its own: its command counts are the test's
+    alone (the shared server's also count whatever tests run beside it)."""
+    server = EmbeddedRedis(directory / "redis", arguments)
+    url = server.start(timeout_s=20)
+    client = connect(url, socket_timeout=10, socket_connect_timeout=5)
     try:
-        wait_for(lambda: _answers(client), timeout_s=20)
-        yield client
+        yield url, client
     finally:
         client.close()
-        process.terminate()
-        process.wait(timeout=20)
+        server.stop()
 
 
 @pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[redis.Redis]:
-    with _private_redis(tmp_path) as client:
-        yield client
+def private_redis(tmp_path: Path) -> Iterator[tuple[str, redis.Redis]]:
+    with _private_redis(tmp_path) as server:
+        yield server
 
 
 @pytest.fixture
 def redis_without_blmpop(tmp_path: Path) -> Iterator[redis.Redis]:
     """A real Redis server that answers BLMPOP as one before 7.0 does: unknown command."""
-    with _private_redis(tmp_path, "--rename-command", "BLMPOP", "") as client:
+    with _private_redis(tmp_path, "--rename-command", "BLMPOP", "") as (_, client):
         yield client
-
-
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
 
 
 def test_before_redis_7_jobs_are_popped_in_two_steps(runtime: Runtime, redis_without_blmpop):
@@ -178,32 +150,33 @@ def test_before_redis_7_jobs_are_popped_in_two_steps(runtime: Runtime, redis_wit
 
 
 def test_pops_go_over_one_kept_connection_made_again_when_it_drops(
-    runtime: Runtime, private_redis: redis.Redis
+    runtime: Runtime, private_redis: tuple[str, redis.Redis]
 ):
     """The consumer keeps its connection out of the pool between pops (no checkout each);
     killed by the server, it is connected again by the next pop, and nothing is lost."""
+    _, redis_client = private_redis
 
     def connections_made() -> int:
-        return int(private_redis.info("stats")["total_connections_received"])
+        return int(redis_client.info("stats")["total_connections_received"])
 
     with Receiver() as receiver:
         ids = _deliveries(runtime, receiver, 4)
         consumer = DeliveryConsumer(
-            engine_for(runtime), private_redis, threading.Event(), block_s=0.1
+            engine_for(runtime), redis_client, threading.Event(), block_s=0.1
         )
         try:
-            enqueue_now(private_redis, ids[:1])
+            enqueue_now(redis_client, ids[:1])
             assert consumer.step() == 1
             made = connections_made()
             for delivery_id in ids[1:3]:
-                enqueue_now(private_redis, [delivery_id])
+                enqueue_now(redis_client, [delivery_id])
                 assert consumer.step() == 1
             assert connections_made() == made  # the same connection, every pop
             # ...kept out of the pool: this test's own commands go over another one.
-            assert len(private_redis.client_list(_type="normal")) == 2
-            killed = private_redis.client_kill_filter(_type="normal", skipme=True)
+            assert len(redis_client.client_list(_type="normal")) == 2
+            killed = redis_client.client_kill_filter(_type="normal", skipme=True)
             assert killed >= 1
-            enqueue_now(private_redis, ids[3:])
+            enqueue_now(redis_client, ids[3:])
             assert consumer.step() == 1  # over a new connection
             assert connections_made() > made
             wait_for(lambda: _states(runtime, ids) == {"succeeded"}, timeout_s=30)
