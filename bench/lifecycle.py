@@ -19,11 +19,14 @@ Then, with `--workers` `kurir worker` processes delivering to a local receiver:
 
   before     table and index sizes; dead-letter search and delivery-log page p50/p95
   alone      `--publishes` publishes paced at `--rate` through the API (in-process Flask),
-             then a backlog of `--drain` deliveries drained by the workers
+             then a backlog of `--drain` deliveries drained by the workers; publish
+             latency counted from each send, and from when the pacing meant to send it
+             (a stall delays every publish due during it, not only the one it holds)
   retention  the same two phases while `app.lifecycle.purge.run` runs in a process of its
              own (as the scheduler runs it), horizons `--retain-days` back, while a sampler
              reads PostgreSQL's `pg_locks` every 50 ms: the strongest lock retention's backend
-             held, and whether anyone waited on a lock
+             held, and whether anyone waited on a lock; the slowest publishes are shown
+             beside what retention was doing then
   after      sizes, searches and pages again; the unfinished rows counted
 
 Rates move with the machine's neighbours; each phase prints its own CPU figures.
@@ -32,6 +35,7 @@ Rates move with the machine's neighbours; each phase prints its own CPU figures.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import multiprocessing as mp
 import os
@@ -305,13 +309,27 @@ def show_reads(
         print(f"  {name:<36} {p50:9.1f} / {p95:7.1f}  {a50:9.1f} / {a95:7.1f}")
 
 
-def publish_phase(client: Any, auth: dict[str, str], n: int, rate: float, tag: str) -> list[float]:
-    """`n` publishes paced at `rate` a second (open loop); each one's latency in ms."""
-    latencies = []
+@dataclass
+class Publishes:
+    """A paced publish phase. `from_send` is each publish's own time (what its client
+    waited once it sent); `from_schedule` counts from when the pacing meant to send it, so
+    a publish held back by the one before it counts the wait too (a single paced client
+    otherwise hides a stall: the publishes due during it are sent late, then answered
+    fast). `due_at` is when each was due, or sent if earlier (`time.perf_counter()`)."""
+
+    from_send: list[float] = field(default_factory=list)
+    from_schedule: list[float] = field(default_factory=list)
+    due_at: list[float] = field(default_factory=list)
+
+
+def publish_phase(client: Any, auth: dict[str, str], n: int, rate: float, tag: str) -> Publishes:
+    """`n` publishes paced at `rate` a second (open loop), their latencies in ms."""
+    found = Publishes()
     interval = 1.0 / rate
     started = time.perf_counter()
     for i in range(n):
-        wait = started + i * interval - time.perf_counter()
+        due = started + i * interval
+        wait = due - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
         sent = time.perf_counter()
@@ -320,10 +338,13 @@ def publish_phase(client: Any, auth: dict[str, str], n: int, rate: float, tag: s
             headers=auth,
             json={"type": TYPE_NAME, "version": 1, "data": {"order_id": f"{tag}-{i}", "amount": 1}},
         )
-        latencies.append((time.perf_counter() - sent) * 1000.0)
+        done = time.perf_counter()
+        found.from_send.append((done - sent) * 1000.0)
+        found.from_schedule.append((done - min(due, sent)) * 1000.0)
+        found.due_at.append(min(due, sent))
         if answer.status_code != 202:
             raise SystemExit(f"publish failed: {answer.status_code} {answer.get_data()!r}")
-    return latencies
+    return found
 
 
 @dataclass
@@ -332,6 +353,8 @@ class LockSample:
     strongest: dict[str, int] = field(default_factory=dict)  # mode -> samples seen held
     waiting_samples: int = 0
     longest_wait_ms: float = 0.0
+    # (time.perf_counter(), strongest lock held or "", the statement running or "") per sample
+    timeline: list[tuple[float, str, str]] = field(default_factory=list)
 
 
 LOCK_RANK = (
@@ -363,11 +386,20 @@ class LockSampler:
 
     def _run(self) -> None:
         while not self.stop.is_set():
+            at = time.perf_counter()
             held = self.conn.execute(
                 "SELECT DISTINCT l.mode FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-                " WHERE a.application_name = %s AND l.locktype = 'relation' AND l.granted",
+                " JOIN pg_class c ON c.oid = l.relation"
+                " WHERE a.application_name = %s AND l.locktype = 'relation' AND l.granted"
+                # Not its own temporary tables: making one holds it ACCESS EXCLUSIVE.
+                " AND c.relpersistence <> 't'",
                 (self.application_name,),
             ).fetchall()
+            running = self.conn.execute(
+                "SELECT string_agg(left(regexp_replace(query, '\\s+', ' ', 'g'), 70), ' | ')"
+                " FROM pg_stat_activity WHERE application_name = %s AND state = 'active'",
+                (self.application_name,),
+            ).fetchone()
             waiting = self.conn.execute(
                 "SELECT coalesce(max(extract(epoch FROM now() - a.state_change)), -1)"
                 " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
@@ -375,9 +407,10 @@ class LockSampler:
             ).fetchone()
             self.found.samples += 1
             modes = [m for (m,) in held if m in LOCK_RANK]
-            if modes:
-                top = max(modes, key=LOCK_RANK.index)
+            top = max(modes, key=LOCK_RANK.index) if modes else ""
+            if top:
                 self.found.strongest[top] = self.found.strongest.get(top, 0) + 1
+            self.found.timeline.append((at, top, (running[0] if running else None) or ""))
             if waiting and float(waiting[0]) >= 0:
                 self.found.waiting_samples += 1
                 self.found.longest_wait_ms = max(
@@ -430,6 +463,50 @@ def _retain(env: dict[str, str], out: Any) -> None:
             ],
         }
     )
+
+
+def show_slowest(
+    latencies: list[float],
+    due_at: list[float],
+    timeline: list[tuple[float, str, str]],
+    slow_ms: float,
+) -> None:
+    """The slowest publishes while retention ran, each beside what the retention backend was
+    doing meanwhile (from the `pg_locks` samples: a drop holding the tables if any sample
+    between the publish's due time and its answer says so, else the sample just before it:
+    a drop's first step, a batch's delete, or nothing); and how many took over `slow_ms`,
+    and how many of those met a drop's locks (the only thing retention holds that a publish
+    waits for)."""
+    if not timeline:
+        return
+    times = [sample[0] for sample in timeline]
+
+    def doing(i: int) -> tuple[str, str]:
+        first = bisect.bisect_right(times, due_at[i])
+        last = bisect.bisect_right(times, due_at[i] + latencies[i] / 1000.0)
+        for _, mode, running in timeline[first:last]:
+            if mode == "AccessExclusiveLock":
+                return mode, running
+        _, mode, running = timeline[max(0, first - 1)]
+        return mode, running
+
+    slow = [i for i, ms in enumerate(latencies) if ms > slow_ms]
+    locked = sum(1 for i in slow if doing(i)[0] == "AccessExclusiveLock")
+    print(
+        f"  publishes over {slow_ms:.1f} ms from schedule (1.5 x p99 without): {len(slow)}, "
+        f"{locked} of them met a drop holding the tables"
+    )
+    started = due_at[0]
+    print(
+        "  slowest publishes while retention ran (s after the first, ms from schedule, "
+        "what retention was doing):"
+    )
+    for i in sorted(range(len(latencies)), key=lambda i: -latencies[i])[:12]:
+        mode, running = doing(i)
+        print(
+            f"    +{due_at[i] - started:6.2f} s {latencies[i]:7.2f} ms  "
+            f"{mode or 'no lock'}: {running or 'idle'}"
+        )
 
 
 def recorded(db: Any, delivery_ids: list[str], timeout_s: float) -> int:
@@ -607,12 +684,25 @@ def _live(
         retention.join()
 
     print(f"publish latency, in-process API paced at {args.rate:.0f}/s (ms):")
-    for label, values in (("without retention", alone), ("while retention runs", during)):
-        print(
-            f"  {label:<22} p50 {pct(values, 0.5):6.2f}  p99 {pct(values, 0.99):6.2f}  "
-            f"max {max(values):7.2f}"
+    for name, measure in (
+        ("from send", lambda p: p.from_send),
+        ("from schedule", lambda p: p.from_schedule),
+    ):
+        for label, phase in (("without retention", alone), ("while retention runs", during)):
+            values = measure(phase)
+            print(
+                f"  {name:<14} {label:<22} p50 {pct(values, 0.5):6.2f}  "
+                f"p99 {pct(values, 0.99):6.2f}  max {max(values):7.2f}"
+            )
+        ratio = pct(measure(during), 0.99) / pct(measure(alone), 0.99)
+        print(f"  {name:<14} p99 ratio {ratio:.2f} x (target <= 1.5 x)")
+    if sampler is not None:
+        show_slowest(
+            during.from_schedule,
+            during.due_at,
+            sampler.found.timeline,
+            1.5 * pct(alone.from_schedule, 0.99),
         )
-    print(f"  p99 ratio {pct(during, 0.99) / pct(alone, 0.99):.2f} x (target <= 1.5 x)")
     print(f"drain of {args.drain:,} deliveries, {args.workers} workers:")
     for label, (rate, cpu) in (
         ("without retention", alone_drain),
