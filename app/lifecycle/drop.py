@@ -22,7 +22,7 @@ that needs them:
    back), all of them index lookups; copy the kept rows into temporary tables (by key),
    delete what refers into the day from outside it (the day's attempts in the default
    partition, where an earlier attempts drop put its kept ones: DETACH refuses otherwise),
-   detach and drop the partitions, insert the kept rows back (`_skip_triggers`). Dead
+   detach and drop the partitions, insert the kept rows back (`triggers.skip`). Dead
    letters name their delivery without a foreign key (migration 0022), so a kept delivery's
    letters stay where they are.
 
@@ -52,16 +52,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg.errors import InsufficientPrivilege, LockNotAvailable
+from psycopg.errors import LockNotAvailable
 from sqlalchemy import Connection, Table, select, text
 from sqlalchemy import column as sql_column
 from sqlalchemy import table as sql_table
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import OperationalError
 
 from app.event_types import RESERVED_PREFIX
 from app.feed.sequencer import head
 from app.ids import id_floor
-from app.lifecycle import archive, partitions, policy
+from app.lifecycle import archive, partitions, policy, triggers
 from app.lifecycle.partitions import ATTEMPTS, DELIVERIES, Partition
 from app.runtime import Runtime
 from app.vocabulary import DeadLetterState, DeliveryState, EndpointMode, RetentionKind
@@ -450,25 +450,6 @@ def _drop_deliveries_day(
     return Purged(purged_aside + found.rows - moved - moved_attempts, attempts), kept["deliveries"]
 
 
-def _skip_triggers(connection: Connection) -> bool:
-    """Skip foreign-key triggers for the rest of the transaction, where the role may
-    (`session_replication_role`: a superuser, or on PostgreSQL 15 a role granted
-    `SET ON PARAMETER session_replication_role`).
-
-    The rows set aside are put back unchanged, each with its parent, while every table they
-    refer to is locked, and their children are deleted explicitly: the checks and cascades
-    their writes would fire can find nothing, and cost two thirds of putting them back.
-    Without the right, they fire, as for any write."""
-    try:
-        with connection.begin_nested():
-            connection.execute(text("SET LOCAL session_replication_role = replica"))
-    except DBAPIError as exc:
-        if not isinstance(exc.orig, InsufficientPrivilege):
-            raise
-        return False
-    return True
-
-
 def _put_back(connection: Connection, tables: list[tuple[str, str]]) -> dict[str, int]:
     """The rows set aside inserted back through their parent tables, parents first; rows
     put back per table."""
@@ -586,7 +567,9 @@ def _drop_day(
                     with connection.begin():
                         _lock_first(connection, kind)
                         locked_at = time.perf_counter()
-                        _skip_triggers(connection)
+                        # The rows put back go unchanged, with their parents, while
+                        # everything they refer to is locked: their checks find nothing.
+                        triggers.skip(connection)
                         purged, kept = drop_day(connection, part, horizon, found)
                     return purged, kept, time.perf_counter() - locked_at
                 except OperationalError as exc:

@@ -18,7 +18,7 @@ from app.clock import utcnow
 from app.config import normalise_database_url
 from app.db import Database
 from app.feed.sequencer import sequence
-from app.lifecycle import archive, drop, partitions, purge
+from app.lifecycle import archive, drop, partitions, purge, triggers
 from app.lifecycle.partitions import ATTEMPTS, DELIVERIES
 from app.models import (
     DEAD,
@@ -110,7 +110,7 @@ def test_the_scheduler_makes_today_and_the_week_ahead(pg_runtime) -> None:
 def move(request: Any, monkeypatch: Any) -> str:
     """The drop moves kept rows without triggers where the role may; both ways are tested."""
     if request.param == "triggers fired":
-        monkeypatch.setattr(drop, "_skip_triggers", lambda _connection: False)
+        monkeypatch.setattr(triggers, "skip", lambda _connection: False)
     return str(request.param)
 
 
@@ -503,7 +503,7 @@ def test_a_day_is_archived_before_it_is_dropped_and_kept_when_it_cannot_be(
 def test_only_a_role_allowed_to_skips_triggers(pg_runtime) -> None:
     with pg_runtime.db.engine.connect() as connection:
         with connection.begin():
-            assert drop._skip_triggers(connection)  # the tests' role is a superuser
+            assert triggers.skip(connection)  # the tests' role is a superuser
             assert connection.execute(text("SHOW session_replication_role")).scalar() == "replica"
         assert connection.execute(text("SHOW session_replication_role")).scalar() == "origin"
         connection.rollback()
@@ -513,7 +513,7 @@ def test_only_a_role_allowed_to_skips_triggers(pg_runtime) -> None:
         try:
             connection.execute(text("CREATE ROLE kurir_test_plain NOLOGIN"))
             connection.execute(text("SET LOCAL ROLE kurir_test_plain"))
-            assert not drop._skip_triggers(connection)
+            assert not triggers.skip(connection)
             # The transaction goes on: the refusal was kept to its savepoint.
             assert connection.execute(text("SELECT 1")).scalar() == 1
             assert connection.execute(text("SHOW session_replication_role")).scalar() == "origin"
