@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Delete, delete, select
+from sqlalchemy import ARRAY, ColumnElement, Delete, any_, bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from app.clock import utcnow
@@ -76,6 +76,17 @@ _CHUNK = 500
 
 def _postgresql(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
+
+
+def _among(session: Session, column: Any, ids: Sequence[str]) -> ColumnElement[bool]:
+    """`column` is one of `ids`. On PostgreSQL as one array parameter (`= ANY(…)`), so a
+    statement's text is the same whatever the ids: compiled once by SQLAlchemy, parsed and
+    prepared once by psycopg. An `IN (…)` list is rendered afresh for every batch, a
+    parameter per id, which was most of retention's own CPU. (A partition key compared so
+    is still pruned: PostgreSQL plans each execution with the ids it is given.)"""
+    if _postgresql(session):
+        return column == any_(bindparam(None, list(ids), type_=ARRAY(column.type)))
+    return column.in_(ids)
 
 
 def _delete(session: Session, statement: Delete) -> None:
@@ -178,8 +189,11 @@ def _dead_letters(
         and r.resolved_at < horizon
     ]
     for chunk in _chunks(ids):
-        _delete(session, delete(DeadLetterAudit).where(DeadLetterAudit.dead_letter_id.in_(chunk)))
-        _delete(session, delete(DeadLetter).where(DeadLetter.id.in_(chunk)))
+        _delete(
+            session,
+            delete(DeadLetterAudit).where(_among(session, DeadLetterAudit.dead_letter_id, chunk)),
+        )
+        _delete(session, delete(DeadLetter).where(_among(session, DeadLetter.id, chunk)))
     return _step(rows, len(ids))
 
 
@@ -197,7 +211,7 @@ def _resend_jobs(
         and r.finished_at < horizon
     ]
     for chunk in _chunks(ids):
-        _delete(session, delete(ResendJob).where(ResendJob.id.in_(chunk)))
+        _delete(session, delete(ResendJob).where(_among(session, ResendJob.id, chunk)))
     return _step(rows, len(ids))
 
 
@@ -214,14 +228,15 @@ def _finished_deliveries(session: Session, delivery_ids: list[str]) -> set[str]:
         finished |= {
             row.id
             for row in session.execute(
-                select(Delivery.id, Delivery.state).where(Delivery.id.in_(chunk))
+                select(Delivery.id, Delivery.state).where(_among(session, Delivery.id, chunk))
             )
             if row.state in policy.FINISHED_DELIVERY_STATES
         }
         finished -= set(
             session.scalars(
                 select(DeadLetter.delivery_id).where(
-                    DeadLetter.delivery_id.in_(chunk), DeadLetter.state == DeadLetterState.OPEN
+                    _among(session, DeadLetter.delivery_id, chunk),
+                    DeadLetter.state == DeadLetterState.OPEN,
                 )
             )
         )
@@ -238,7 +253,7 @@ def _attempts(
     finished = _finished_deliveries(session, sorted({r.delivery_id for r in old}))
     ids = [r.id for r in old if r.delivery_id in finished]
     for chunk in _chunks(ids):
-        _delete(session, delete(Attempt).where(Attempt.id.in_(chunk)))
+        _delete(session, delete(Attempt).where(_among(session, Attempt.id, chunk)))
     return _step(rows, len(ids))
 
 
@@ -307,10 +322,10 @@ def _events(
         # locks the event) waits for this batch, and fails once the event is gone; one made
         # before is seen below and keeps it. And a delivery retried or parked meanwhile
         # waits for this batch or keeps its event.
-        session.execute(select(Event.id).where(Event.id.in_(chunk)).with_for_update())
+        session.execute(select(Event.id).where(_among(session, Event.id, chunk)).with_for_update())
         for delivery_id, event_id, state in session.execute(
             select(Delivery.id, Delivery.event_id, Delivery.state)
-            .where(Delivery.event_id.in_(chunk))
+            .where(_among(session, Delivery.event_id, chunk))
             .with_for_update()
         ):
             deliveries_of[event_id].append(delivery_id)
@@ -319,7 +334,9 @@ def _events(
         # Closed letters past their own horizon were purged first; any letter left (open,
         # or closed and kept longer) keeps its event, delivery and attempts.
         held |= set(
-            session.scalars(select(DeadLetter.event_id).where(DeadLetter.event_id.in_(chunk)))
+            session.scalars(
+                select(DeadLetter.event_id).where(_among(session, DeadLetter.event_id, chunk))
+            )
         )
     pulls = _pulls(session)
     gone = [r for r in old if r.id not in held and not _owed(r, pulls)]
@@ -335,11 +352,11 @@ def _events(
     # the events whose deliveries went with their day's partition (the usual case).
     gone_deliveries = [d for event_id in gone_ids for d in deliveries_of.get(event_id, ())]
     for chunk in _chunks(gone_deliveries):
-        _delete(session, delete(Attempt).where(Attempt.delivery_id.in_(chunk)))
-        _delete(session, delete(Delivery).where(Delivery.id.in_(chunk)))
+        _delete(session, delete(Attempt).where(_among(session, Attempt.delivery_id, chunk)))
+        _delete(session, delete(Delivery).where(_among(session, Delivery.id, chunk)))
     for chunk in _chunks(gone_ids):
-        _delete(session, delete(EventVersion).where(EventVersion.event_id.in_(chunk)))
-        _delete(session, delete(Event).where(Event.id.in_(chunk)))
+        _delete(session, delete(EventVersion).where(_among(session, EventVersion.event_id, chunk)))
+        _delete(session, delete(Event).where(_among(session, Event.id, chunk)))
     if skipped:
         triggers.restore(session.connection())
     highest: dict[str, dict[str, int]] = defaultdict(dict)
@@ -373,7 +390,7 @@ def _inbound(
         if r.status in policy.FINISHED_INBOUND_STATUSES and r.updated_at < horizon
     ]
     for chunk in _chunks(ids):
-        _delete(session, delete(InboundEvent).where(InboundEvent.id.in_(chunk)))
+        _delete(session, delete(InboundEvent).where(_among(session, InboundEvent.id, chunk)))
     return _step(rows, len(ids))
 
 
@@ -393,7 +410,9 @@ def _reconcile_requests(
         r.id for r in rows if r.state in policy.FINISHED_RECONCILE_STATES and r.updated_at < horizon
     ]
     for chunk in _chunks(ids):
-        _delete(session, delete(ReconcileRequest).where(ReconcileRequest.id.in_(chunk)))
+        _delete(
+            session, delete(ReconcileRequest).where(_among(session, ReconcileRequest.id, chunk))
+        )
     return _step(rows, len(ids))
 
 
@@ -406,7 +425,7 @@ def _audit_records(
     rows = _candidates(session, AuditRecord, (AuditRecord.created_at,), "aud", horizon, after, size)
     ids = [r.id for r in rows if r.created_at < horizon]
     for chunk in _chunks(ids):
-        _delete(session, delete(AuditRecord).where(AuditRecord.id.in_(chunk)))
+        _delete(session, delete(AuditRecord).where(_among(session, AuditRecord.id, chunk)))
     return _step(rows, len(ids))
 
 
@@ -418,7 +437,9 @@ def _operational_events(
     )
     ids = [r.id for r in rows if r.created_at < horizon]
     for chunk in _chunks(ids):
-        _delete(session, delete(OperationalEvent).where(OperationalEvent.id.in_(chunk)))
+        _delete(
+            session, delete(OperationalEvent).where(_among(session, OperationalEvent.id, chunk))
+        )
     return _step(rows, len(ids))
 
 
