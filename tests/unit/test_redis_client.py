@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import redis.backoff
 from redis.connection import SSLConnection
 from redis.sentinel import SentinelConnectionPool
 
@@ -140,3 +141,19 @@ def test_redact_hides_only_the_password() -> None:
     )
     assert redact("redis+sentinel://s1/kurir") == "redis+sentinel://s1/kurir"
     assert redact("redis://user@h/0") == "redis://user@h/0"
+
+
+def test_every_client_retries_three_times_after_short_pauses(monkeypatch) -> None:
+    """A retry mends a dropped connection, whatever the transport. While Redis is down each
+    command must fail soon (a publish's enqueue is left to the sweeper), not after
+    redis-py's own pauses of up to 2, 4 and 8 seconds."""
+    monkeypatch.setattr(redis.backoff.random, "random", lambda: 1.0)  # the longest jitter
+    for url in ("redis://h:6379/0", "unix:///run/redis.sock"):
+        client = connect(url, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            retry = client.connection_pool.connection_kwargs["retry"]
+            assert retry.get_retries() == 3
+            pauses = [retry._backoff.compute(failures) for failures in (1, 2, 3)]
+            assert pauses == sorted(pauses) and sum(pauses) <= 0.2, pauses
+        finally:
+            client.close()
