@@ -551,6 +551,33 @@ def test_a_delivery_made_for_an_event_while_a_batch_purges_it_keeps_the_event(ru
         assert session.scalar(select(func.count()).select_from(Delivery)) == 3
 
 
+def test_the_events_batch_deletes_every_row_that_refers_to_its_events(runtime):
+    """The events batch deletes a purged event's referring rows itself and (where the role
+    may) skips the foreign-key triggers that would cascade: a table that comes to refer to
+    events or deliveries must be handled there too, or its rows would be left pointing at
+    nothing. This lists the foreign keys into both as the batch knows them."""
+    if not runtime.db.is_postgres:
+        pytest.skip("PostgreSQL: only there are the triggers skipped")
+    with runtime.db.engine.connect() as connection:
+        referring = {
+            (target, source)
+            for target, source in connection.execute(
+                text(
+                    "SELECT c.confrelid::regclass::text, c.conrelid::regclass::text "
+                    "FROM pg_constraint c JOIN pg_class r ON r.oid = c.conrelid "
+                    "WHERE c.contype = 'f' AND NOT r.relispartition "
+                    "AND c.confrelid IN ('events'::regclass, 'deliveries'::regclass)"
+                )
+            )
+        }
+    assert referring == {
+        ("events", "deliveries"),  # deleted by their ids, with their attempts
+        ("events", "dead_letters"),  # any letter holds its event
+        ("events", "event_versions"),  # deleted with their event
+        ("deliveries", "attempts"),  # deleted with their delivery
+    }
+
+
 def _waiting_on_a_lock(runtime: Runtime, query: str, but: int) -> bool:
     """Whether a backend of the test's database (not `but`) waits on a lock in a statement
     like `query`."""
