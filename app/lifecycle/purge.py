@@ -316,13 +316,17 @@ def _events(
     # Each event's deliveries, as the lock below found them: all it will ever have, since
     # a new one would wait for the event's lock and then find it gone.
     deliveries_of: dict[str, list[str]] = defaultdict(list)
+    postgresql = _postgresql(session)
     for chunk in _chunks(ids):
         # Locked (PostgreSQL; SQLite's writer lock is already ours), the events first: a
         # delivery, letter or version made for one of them meanwhile (its foreign-key check
         # locks the event) waits for this batch, and fails once the event is gone; one made
         # before is seen below and keeps it. And a delivery retried or parked meanwhile
         # waits for this batch or keeps its event.
-        session.execute(select(Event.id).where(_among(session, Event.id, chunk)).with_for_update())
+        if postgresql:
+            session.execute(
+                select(Event.id).where(_among(session, Event.id, chunk)).with_for_update()
+            )
         for delivery_id, event_id, state in session.execute(
             select(Delivery.id, Delivery.event_id, Delivery.state)
             .where(_among(session, Delivery.event_id, chunk))
@@ -346,7 +350,7 @@ def _events(
     # find nothing. Skipped where the role may (`triggers`), they are most of the batch's
     # cost on PostgreSQL: a deleted event or delivery probes its children's table on every
     # daily partition.
-    skipped = bool(gone_ids) and _postgresql(session) and triggers.skip(session.connection())
+    skipped = bool(gone_ids) and postgresql and triggers.skip(session.connection())
     # Deliveries and their attempts by the deliveries' ids, which name their day: a lookup
     # in one partition each, where one by event looked in every day's. And none at all for
     # the events whose deliveries went with their day's partition (the usual case).

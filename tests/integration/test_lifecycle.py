@@ -19,7 +19,7 @@ from app.cli import cli
 from app.clock import isoformat, parse_time, utcnow
 from app.feed.sequencer import sequence
 from app.ids import id_at
-from app.lifecycle import marks, purge, triggers
+from app.lifecycle import marks, purge
 from app.models import (
     DEAD,
     DELIVERING,
@@ -179,17 +179,6 @@ def _ids(session: Any, model: Any) -> set[str]:
 
 
 # ---------------------------------------------------------------------------- what is purged
-
-
-@pytest.fixture(params=["triggers skipped", "triggers fired"])
-def fk_triggers(request: Any, monkeypatch: Any, runtime: Runtime) -> str:
-    """PostgreSQL: retention's deletes skip foreign-key triggers where the role may (the
-    tests' role may); both ways are tested."""
-    if request.param == "triggers fired":
-        if not runtime.db.is_postgres:
-            pytest.skip("SQLite: its triggers always fire")
-        monkeypatch.setattr(triggers, "skip", lambda _connection: False)
-    return str(request.param)
 
 
 def test_finished_history_past_its_horizon_is_purged_and_everything_unfinished_stays(

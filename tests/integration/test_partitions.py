@@ -106,15 +106,9 @@ def test_the_scheduler_makes_today_and_the_week_ahead(pg_runtime) -> None:
     assert _where(pg_runtime, "deliveries", delivery_id) == partitions.name_for(DELIVERIES, today)
 
 
-@pytest.fixture(params=["triggers skipped", "triggers fired"])
-def move(request: Any, monkeypatch: Any) -> str:
-    """The drop moves kept rows without triggers where the role may; both ways are tested."""
-    if request.param == "triggers fired":
-        monkeypatch.setattr(triggers, "skip", lambda _connection: False)
-    return str(request.param)
-
-
-def test_retention_drops_past_days_whole_and_keeps_every_unfinished_row(pg_runtime, move) -> None:
+def test_retention_drops_past_days_whole_and_keeps_every_unfinished_row(
+    pg_runtime, fk_triggers
+) -> None:
     t0, now = _a_past_day(pg_runtime)
     with pg_runtime.db.begin() as session:
         h = History(session)
@@ -343,7 +337,7 @@ def _after_find(monkeypatch: Any, kind: RetentionKind, change: Any) -> None:
 
 
 def test_a_delivery_resent_or_dead_lettered_after_the_day_was_looked_at_stays(
-    pg_runtime, monkeypatch, move
+    pg_runtime, monkeypatch, fk_triggers
 ) -> None:
     t0, now = _a_past_day(pg_runtime)
     with pg_runtime.db.begin() as session:
