@@ -20,13 +20,15 @@ def include_object(
     obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
 ) -> bool:
     """Skip objects that exist only on some dialects (e.g. the pg_trgm index) elsewhere, and,
-    on PostgreSQL, the partitions of the history tables and the unique indexes made on each
-    partition instead of the parent (app.lifecycle.partitions)."""
+    on PostgreSQL, the partitions of the history tables and the unique indexes and foreign
+    keys made on each partition instead of the parent (app.lifecycle.partitions)."""
     dialect = context.get_context().dialect.name
     if dialect == "postgresql":
         if type_ == "table" and reflected and name and partitions.is_partition_name(name):
             return False
         if type_ in ("index", "unique_constraint") and name in partitions.LOCAL_UNIQUE_NAMES:
+            return False
+        if type_ == "foreign_key_constraint" and name in partitions.LOCAL_FOREIGN_KEYS:
             return False
         # PostgreSQL keeps a copy of a foreign key per partition of the table it points to.
         if (

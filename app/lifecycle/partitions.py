@@ -2,12 +2,17 @@
 
 `deliveries` is range-partitioned on its primary key `id` and `attempts` on `delivery_id`,
 one partition per UTC day. Ids are ULIDs (creation time first), so a day is an id range
-(`dlv_<day start>` to `dlv_<next day start>`), the primary key of `deliveries` stays a valid
-target for the foreign key of `attempts` (dead letters name their delivery without one:
-migration 0022), and an attempt lives in the partition of its delivery's day: dropping one
-day of deliveries and the same day of attempts leaves no attempt without its delivery. A
-`…_default` partition catches any row outside the partitions made (rows retention moved
-aside, or ids from a skewed clock).
+(`dlv_<day start>` to `dlv_<next day start>`), and an attempt lives in the partition of its
+delivery's day: dropping one day of deliveries and the same day of attempts leaves no
+attempt without its delivery. A `…_default` partition catches any row outside the partitions
+made (rows retention moved aside, or ids from a skewed clock).
+
+The foreign key of `attempts` is made per partition (migration 0023): a day's attempts refer
+to that day's deliveries partition, the default partition to the whole of `deliveries`. One
+key on the parents would make every `DETACH` of a deliveries day check all of `attempts` for
+rows pointing into it (a join reading the day's whole primary key, under the drop's locks),
+and every drop of an attempts day take `deliveries` whole, publishes and claims with it.
+Dead letters name their delivery without a key (migration 0022).
 
 Unique indexes that do not hold the partition key cannot be enforced across partitions by
 PostgreSQL; those of `deliveries` are made on each partition instead (`LOCAL_INDEXES`). A
@@ -50,12 +55,16 @@ class Spec:
     prefix: str
     # Storage options of each partition (a partitioned parent cannot carry them).
     storage: str = ""
+    # The table this one's key column refers to, by a foreign key made on each partition.
+    refers_to: str | None = None
 
 
 DELIVERIES = Spec("deliveries", "id", "dlv", "WITH (fillfactor = 70)")
-ATTEMPTS = Spec("attempts", "delivery_id", "dlv")
+ATTEMPTS = Spec("attempts", "delivery_id", "dlv", refers_to="deliveries")
 # Parents before children: deliveries are referenced by attempts.
 SPECS: tuple[Spec, ...] = (DELIVERIES, ATTEMPTS)
+# The names of their day partitions, as a PostgreSQL regular expression.
+DAY_NAME_PATTERN = f"^({'|'.join(s.table for s in SPECS)})_p[0-9]{{8}}$"
 
 # Per partition, the unique indexes PostgreSQL cannot hold on the parent (formatted with the
 # partition's name). They mirror uq_deliveries_event_endpoint and ix_deliveries_ordering.
@@ -68,6 +77,8 @@ LOCAL_INDEXES: dict[str, tuple[str, ...]] = {
 }
 # Their names in the model: on PostgreSQL the migrations' drift check leaves them out.
 LOCAL_UNIQUE_NAMES = frozenset({"uq_deliveries_event_endpoint", "ix_deliveries_ordering"})
+# The model's foreign keys that PostgreSQL holds per partition instead (`local_key`).
+LOCAL_FOREIGN_KEYS = frozenset({"fk_attempts_delivery_id_deliveries"})
 
 
 @dataclass(frozen=True)
@@ -141,8 +152,8 @@ def create(
     connection: Connection, spec: Spec, start: datetime, parent: str | None = None
 ) -> Partition:
     """The partition of the day starting at `start`, made if missing (with its local
-    unique indexes). `parent`: another parent than the table itself (migration 0020 builds
-    the partitioned table beside the old one)."""
+    unique indexes and foreign key). `parent`: another parent than the table itself
+    (migration 0020 builds the partitioned table beside the old one, keys on the parents)."""
     part = Partition(spec, name_for(spec, day_start(start)), day_start(start))
     connection.execute(
         text(
@@ -151,6 +162,8 @@ def create(
         )
     )
     _local_indexes(connection, spec, part.name)
+    if parent is None:
+        local_key(connection, spec, part.name, part.start)
     return part
 
 
@@ -163,7 +176,78 @@ def create_default(connection: Connection, spec: Spec, parent: str | None = None
         )
     )
     _local_indexes(connection, spec, name)
+    if parent is None:
+        local_key(connection, spec, name, None)
     return name
+
+
+def key_name(name: str) -> str:
+    """The name of a partition's own foreign key."""
+    return f"{name}_fkey"
+
+
+def local_key(
+    connection: Connection,
+    spec: Spec,
+    name: str,
+    start: datetime | None,
+    *,
+    validate: bool = True,
+) -> str | None:
+    """The partition's own foreign key, made if missing: to the referred table's partition of
+    the same day (`start`), or to the whole table for the default partition or a day whose
+    referred partition is missing. None: the table has no such key, or its parent holds one
+    (before migration 0023). `validate=False` makes it `NOT VALID`: the migration's partitions,
+    whose rows the parent's key had checked (a day's attempts refer only into that day)."""
+    if spec.refers_to is None or _parent_has_key(connection, spec):
+        return None
+    target = spec.refers_to
+    if start is not None:
+        same_day = name_for(_spec_of(spec.refers_to), start)
+        if connection.execute(text("SELECT to_regclass(:n)"), {"n": same_day}).scalar():
+            target = same_day
+    key = key_name(name)
+    exists = connection.execute(
+        text("SELECT 1 FROM pg_constraint WHERE conname = :k AND conrelid = to_regclass(:t)"),
+        {"k": key, "t": name},
+    ).scalar()
+    if not exists:
+        connection.execute(
+            text(
+                f"ALTER TABLE {name} ADD CONSTRAINT {key} FOREIGN KEY ({spec.column}) "
+                f"REFERENCES {target} (id) ON DELETE CASCADE{'' if validate else ' NOT VALID'}"
+            )
+        )
+    return key
+
+
+def referred_by_key(connection: Connection, name: str) -> list[str]:
+    """The tables a partition's own foreign keys refer to (dropping it takes them whole)."""
+    return list(
+        connection.execute(
+            text(
+                "SELECT confrelid::regclass::text FROM pg_constraint "
+                "WHERE contype = 'f' AND conrelid = to_regclass(:t) ORDER BY 1"
+            ),
+            {"t": name},
+        ).scalars()
+    )
+
+
+def _parent_has_key(connection: Connection, spec: Spec) -> bool:
+    return bool(
+        connection.execute(
+            text(
+                "SELECT 1 FROM pg_constraint WHERE contype = 'f' AND conrelid = to_regclass(:t) "
+                "AND confrelid = to_regclass(:r)"
+            ),
+            {"t": spec.table, "r": spec.refers_to},
+        ).scalar()
+    )
+
+
+def _spec_of(table: str) -> Spec:
+    return next(s for s in SPECS if s.table == table)
 
 
 def _local_indexes(connection: Connection, spec: Spec, name: str) -> None:

@@ -11,13 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from sqlalchemy import func, make_url, select, text, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from app import migrate
 from app.clock import utcnow
 from app.config import normalise_database_url
 from app.db import Database
 from app.feed.sequencer import sequence
+from app.ids import id_at
 from app.lifecycle import archive, drop, partitions, purge, triggers
 from app.lifecycle.partitions import ATTEMPTS, DELIVERIES
 from app.models import (
@@ -39,6 +42,7 @@ from app.processes.scheduler import make_partitions
 from app.runtime import Runtime
 from app.vocabulary import EndpointMode, RetentionKind
 from tests.integration.test_lifecycle import History, _ids
+from tests.support.migrations import migrated_back
 
 DAY = timedelta(days=1)
 
@@ -90,10 +94,14 @@ def _row_versions(runtime: Any, table: str) -> dict[str, tuple[str, str]]:
 def test_the_scheduler_makes_today_and_the_week_ahead(pg_runtime) -> None:
     today = partitions.day_start(utcnow())
     with pg_runtime.db.engine.begin() as connection:
-        for part in partitions.partitions(connection, DELIVERIES):
-            if part.start > today + DAY:
-                connection.execute(text(f"ALTER TABLE deliveries DETACH PARTITION {part.name}"))
-                connection.execute(text(f"DROP TABLE {part.name}"))
+        # Attempts' days first: each refers to its deliveries' day by a key.
+        for spec in (ATTEMPTS, DELIVERIES):
+            for part in partitions.partitions(connection, spec):
+                if part.start > today + DAY:
+                    connection.execute(
+                        text(f"ALTER TABLE {spec.table} DETACH PARTITION {part.name}")
+                    )
+                    connection.execute(text(f"DROP TABLE {part.name}"))
     make_partitions(pg_runtime)
     week = {f"{today + n * DAY:%Y-%m-%d}" for n in range(partitions.AHEAD_DAYS + 1)}
     assert week <= _days(pg_runtime, DELIVERIES)
@@ -248,6 +256,184 @@ def test_upgrading_unpartitioned_tables_keeps_every_row(scratch_url) -> None:
             assert session.scalar(select(func.count()).select_from(DeadLetter)) == 0
     finally:
         new.dispose()
+
+
+def _attempt_keys(runtime: Any) -> dict[str, str]:
+    """Per table holding attempts (the parent or a partition), what its own foreign key to
+    deliveries refers to."""
+    with runtime.db.engine.connect() as connection:
+        return dict(
+            connection.execute(
+                text(
+                    "SELECT c.conrelid::regclass::text, c.confrelid::regclass::text "
+                    "FROM pg_constraint c WHERE c.contype = 'f' AND c.conparentid = 0 "
+                    "AND c.conrelid::regclass::text LIKE 'attempts%'"
+                )
+            ).all()
+        )
+
+
+def _an_attempt_for(runtime: Any, delivery_id: str) -> None:
+    with runtime.db.begin() as session:
+        session.add(
+            Attempt(
+                delivery_id=delivery_id,
+                n=9,
+                started_at=utcnow(),
+                duration_ms=1,
+                url="http://127.0.0.1:9/hook",
+                request_headers={},
+            )
+        )
+
+
+def test_0023_attempts_refer_to_their_own_day_of_deliveries_and_keep_every_row(
+    migrated,
+) -> None:
+    """0023 replaces the parents' key with one per attempts partition: a day's attempts refer
+    to that day's deliveries, the default partition to all of them. Every row stays, and an
+    attempt naming no delivery is still refused, in a day's partition or the default."""
+    if not migrated.db.is_postgres:
+        pytest.skip("PostgreSQL only: SQLite keeps plain tables")
+    with migrated_back(migrated, "0022_letter_delivery_no_fk") as database:
+        assert _attempt_keys(database) == {"attempts": "deliveries"}
+        t0 = utcnow() - 3 * DAY
+        with database.db.begin() as session:
+            h = History(session)
+            push = h.endpoint()
+            story = h.story(push, SUCCEEDED, t0)
+        with database.db.engine.connect() as connection:
+            before = connection.execute(text("SELECT id FROM attempts ORDER BY id")).all()
+
+        migrate.upgrade(database.url)
+        migrate.check(database.url)
+
+        keys = _attempt_keys(database)
+        assert "attempts" not in keys
+        with database.db.engine.connect() as connection:
+            days = partitions.partitions(connection, ATTEMPTS)
+            assert connection.execute(text("SELECT id FROM attempts ORDER BY id")).all() == before
+        assert days and keys == {
+            **{p.name: partitions.name_for(DELIVERIES, p.start) for p in days},
+            "attempts_default": "deliveries",
+        }
+        with database.db.begin() as session:
+            assert session.scalar(select(func.count()).select_from(Attempt)) == 1
+        # Still refused: an attempt of a day whose delivery does not exist, and one that
+        # lands in the default partition (its day has no partition).
+        for missing in (
+            id_at("dlv", t0),
+            id_at("dlv", t0 - 5000 * DAY),
+        ):
+            with pytest.raises(IntegrityError):
+                _an_attempt_for(database, missing)
+        _an_attempt_for(database, story[1])
+
+        command.downgrade(migrate.alembic_config(database.url), "0022_letter_delivery_no_fk")
+        assert _attempt_keys(database) == {"attempts": "deliveries"}
+
+
+def test_days_made_ahead_carry_their_attempts_key(pg_runtime) -> None:
+    """A day the scheduler makes refers to its own day of deliveries; an attempt for a
+    delivery of another day cannot land in it, nor can a deliveries day go under its
+    attempts."""
+    today = partitions.day_start(utcnow())
+    keys = _attempt_keys(pg_runtime)
+    for n in range(partitions.AHEAD_DAYS + 1):
+        day = today + n * DAY
+        assert keys[partitions.name_for(ATTEMPTS, day)] == partitions.name_for(DELIVERIES, day)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        _, delivery_id = h.story(h.endpoint(), SUCCEEDED, utcnow())
+    _an_attempt_for(pg_runtime, delivery_id)
+    with pytest.raises(IntegrityError):
+        _an_attempt_for(pg_runtime, id_at("dlv", today + 2 * DAY))
+    name = partitions.name_for(DELIVERIES, today)
+    with pg_runtime.db.engine.begin() as connection:
+        connection.execute(text(f"ALTER TABLE deliveries DETACH PARTITION {name}"))
+        with pytest.raises(DBAPIError, match="other objects depend on it"):
+            connection.execute(text(f"DROP TABLE {name}"))
+        connection.rollback()
+
+
+def test_an_attempts_day_drops_while_a_writer_holds_deliveries(make_rt, migrated) -> None:
+    """An attempts day's key refers to its own deliveries day only, so its drop locks that
+    day, not `deliveries`: a publish or a claim holding the table (here a row of today,
+    locked as a claim locks it) does not hold the drop back, nor is it held by it."""
+    if not migrated.db.is_postgres:
+        pytest.skip("PostgreSQL only")
+    runtime = make_rt(retain_attempts_days=7, retain_events_days=30)
+    t0 = utcnow() - 100 * DAY
+    _make_days(runtime, t0)
+    with runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        h.story(push, SUCCEEDED, t0)
+        young = h.story(push, SUCCEEDED, utcnow())
+    sequence(runtime.db)
+    day = f"{partitions.day_start(t0):%Y-%m-%d}"
+    writer = runtime.db.engine.connect()
+    try:
+        transaction = writer.begin()
+        writer.execute(
+            text("SELECT id FROM deliveries WHERE id = :i FOR UPDATE"), {"i": young[1]}
+        ).one()
+        report = purge.run(
+            runtime, now=t0 + 20 * DAY, sleep=lambda _s: None, kinds=[RetentionKind.ATTEMPTS]
+        )
+        assert day not in _days(runtime, ATTEMPTS)
+        assert report.purged[RetentionKind.ATTEMPTS] == 1
+        writer.execute(
+            text("UPDATE deliveries SET updated_at = updated_at WHERE id = :i"), {"i": young[1]}
+        )
+        transaction.commit()
+    finally:
+        writer.close()
+    assert day in _days(runtime, DELIVERIES)
+
+
+def _tables_named_as_days(runtime: Any) -> set[str]:
+    with runtime.db.engine.connect() as connection:
+        return set(
+            connection.execute(
+                text("SELECT relname FROM pg_class WHERE relkind = 'r' AND relname ~ :p"),
+                {"p": partitions.DAY_NAME_PATTERN},
+            ).scalars()
+        )
+
+
+def test_a_dropped_day_leaves_no_table_and_a_run_removes_what_a_dead_one_left(
+    pg_runtime,
+) -> None:
+    """The locked step only detaches a day; its tables are removed after the commit. A
+    retention process that died between the two left detached tables behind: the next run
+    removes them, and nothing that is still a partition."""
+    t0, now = _a_past_day(pg_runtime)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        h.story(push, SUCCEEDED, t0)
+        h.story(push, SUCCEEDED, now - DAY)
+    sequence(pg_runtime.db)
+    gone = {partitions.name_for(spec, t0) for spec in partitions.SPECS}
+    assert gone <= _tables_named_as_days(pg_runtime)
+    # As a run that died after its commit leaves them: detached, keys dropped, files kept.
+    left = partitions.day_start(t0 - 400 * DAY)
+    _make_days(pg_runtime, left)
+    with pg_runtime.db.engine.begin() as connection:
+        for spec in (ATTEMPTS, DELIVERIES):
+            drop._detach(connection, spec.table, partitions.name_for(spec, left))
+    stranded = {partitions.name_for(spec, left) for spec in partitions.SPECS}
+    assert stranded <= _tables_named_as_days(pg_runtime)
+
+    purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
+
+    after = _tables_named_as_days(pg_runtime)
+    assert not after & (gone | stranded)
+    with pg_runtime.db.engine.connect() as connection:
+        attached = {p.name for s in partitions.SPECS for p in partitions.partitions(connection, s)}
+    assert after == attached  # every table named as a day left is still a partition
+    assert f"{partitions.day_start(t0):%Y-%m-%d}" not in _days(pg_runtime, DELIVERIES)
 
 
 def test_attempts_go_by_their_own_days_and_what_they_left_goes_with_the_deliveries(
