@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -211,8 +212,11 @@ def _load(
         loaded.attempts += len(attempts)
         loaded.dead_letters += len(letters)
     if db.engine.dialect.name == "postgresql":
+        # Vacuumed as autovacuum would have over the month: freshly loaded, the tables pass
+        # autovacuum's insert threshold and it vacuums them during the live phases, whose
+        # publishes then stall on its I/O (a phase without retention had 100-170 ms stalls).
         with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text("ANALYZE"))
+            conn.execute(text("VACUUM (ANALYZE)"))
     return loaded
 
 
@@ -320,11 +324,54 @@ class Publishes:
     from_send: list[float] = field(default_factory=list)
     from_schedule: list[float] = field(default_factory=list)
     due_at: list[float] = field(default_factory=list)
+    # This process's garbage collections meanwhile: (started, ms, generation). The API runs
+    # in this process, so a collection over the bench's own heap stalls the publishes.
+    collections: list[tuple[float, float, int]] = field(default_factory=list)
+
+
+class GcWatch:
+    """Records every garbage collection of this process while entered."""
+
+    def __init__(self, into: list[tuple[float, float, int]]) -> None:
+        self.into = into
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            ms = (time.perf_counter() - self._began) * 1000.0
+            self.into.append((self._began, ms, info["generation"]))
+
+    def __enter__(self) -> GcWatch:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+def gc_stalls(phase: Publishes, over_ms: float = 10.0) -> str:
+    """The phase's collections that took over `over_ms`, in words."""
+    slow = [ms for _, ms, _ in phase.collections if ms > over_ms]
+    longest = max((ms for _, ms, _ in phase.collections), default=0.0)
+    return (
+        f"{len(phase.collections)} garbage collections in this process, "
+        f"{len(slow)} over {over_ms:.0f} ms, longest {longest:.1f} ms"
+    )
 
 
 def publish_phase(client: Any, auth: dict[str, str], n: int, rate: float, tag: str) -> Publishes:
     """`n` publishes paced at `rate` a second (open loop), their latencies in ms."""
     found = Publishes()
+    with GcWatch(found.collections):
+        _publish_paced(found, client, auth, n, rate, tag)
+    return found
+
+
+def _publish_paced(
+    found: Publishes, client: Any, auth: dict[str, str], n: int, rate: float, tag: str
+) -> None:
     interval = 1.0 / rate
     started = time.perf_counter()
     for i in range(n):
@@ -344,7 +391,6 @@ def publish_phase(client: Any, auth: dict[str, str], n: int, rate: float, tag: s
         found.due_at.append(min(due, sent))
         if answer.status_code != 202:
             raise SystemExit(f"publish failed: {answer.status_code} {answer.get_data()!r}")
-    return found
 
 
 @dataclass
@@ -470,6 +516,7 @@ def show_slowest(
     due_at: list[float],
     timeline: list[tuple[float, str, str]],
     slow_ms: float,
+    collections: list[tuple[float, float, int]] | None = None,
 ) -> None:
     """The slowest publishes while retention ran, each beside what the retention backend was
     doing meanwhile (from the `pg_locks` samples: a drop holding the tables if any sample
@@ -501,11 +548,21 @@ def show_slowest(
         "  slowest publishes while retention ran (s after the first, ms from schedule, "
         "what retention was doing):"
     )
+
+    def collected(i: int) -> str:
+        """This process's slowest collection while the publish waited, if over 10 ms."""
+        end = due_at[i] + latencies[i] / 1000.0
+        ms = max(
+            (ms for at, ms, _ in collections or [] if due_at[i] <= at + ms / 1000.0 and at <= end),
+            default=0.0,
+        )
+        return f"; this process collecting garbage {ms:.0f} ms" if ms > 10.0 else ""
+
     for i in sorted(range(len(latencies)), key=lambda i: -latencies[i])[:12]:
         mode, running = doing(i)
         print(
             f"    +{due_at[i] - started:6.2f} s {latencies[i]:7.2f} ms  "
-            f"{mode or 'no lock'}: {running or 'idle'}"
+            f"{mode or 'no lock'}: {running or 'idle'}{collected(i)}"
         )
 
 
@@ -690,18 +747,23 @@ def _live(
     ):
         for label, phase in (("without retention", alone), ("while retention runs", during)):
             values = measure(phase)
+            worst = max(range(len(values)), key=values.__getitem__)
             print(
                 f"  {name:<14} {label:<22} p50 {pct(values, 0.5):6.2f}  "
-                f"p99 {pct(values, 0.99):6.2f}  max {max(values):7.2f}"
+                f"p99 {pct(values, 0.99):6.2f}  max {max(values):7.2f} "
+                f"(+{phase.due_at[worst] - phase.due_at[0]:.2f} s)"
             )
         ratio = pct(measure(during), 0.99) / pct(measure(alone), 0.99)
         print(f"  {name:<14} p99 ratio {ratio:.2f} x (target <= 1.5 x)")
+    for label, phase in (("without retention", alone), ("while retention runs", during)):
+        print(f"  {label}: {gc_stalls(phase)}")
     if sampler is not None:
         show_slowest(
             during.from_schedule,
             during.due_at,
             sampler.found.timeline,
             1.5 * pct(alone.from_schedule, 0.99),
+            during.collections,
         )
     print(f"drain of {args.drain:,} deliveries, {args.workers} workers:")
     for label, (rate, cpu) in (

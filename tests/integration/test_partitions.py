@@ -436,6 +436,27 @@ def test_a_dropped_day_leaves_no_table_and_a_run_removes_what_a_dead_one_left(
     assert f"{partitions.day_start(t0):%Y-%m-%d}" not in _days(pg_runtime, DELIVERIES)
 
 
+def test_between_two_days_a_run_pauses_400_times_as_long_as_the_last_held_its_locks(
+    pg_runtime,
+) -> None:
+    """At most one part of the time in 401 is locked by drops, so at most one publish in 400
+    can meet one: the publishes' p99 is never set by the drops."""
+    t0, now = _a_past_day(pg_runtime)
+    _make_days(pg_runtime, t0 + DAY)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        h.story(push, SUCCEEDED, t0)
+        h.story(push, SUCCEEDED, t0 + DAY)
+        h.story(push, SUCCEEDED, now - DAY)
+    sequence(pg_runtime.db)
+    pauses: list[float] = []
+    dropped = list(drop.run(pg_runtime, RetentionKind.EVENTS, t0 + 3 * DAY, sleep=pauses.append))
+    assert len(dropped) >= 2 and len(pauses) == len(dropped) - 1
+    for day, pause in zip(dropped, pauses, strict=False):
+        assert pause == pytest.approx(max(0.5, 400 * day.locked_ms / 1000.0))
+
+
 def test_attempts_go_by_their_own_days_and_what_they_left_goes_with_the_deliveries(
     make_rt, migrated
 ) -> None:
