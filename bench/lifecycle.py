@@ -73,6 +73,7 @@ FULL_SCALE_PER_DAY = 2_000_000
 BYTES_PER_DELIVERY = 2_600
 DISK_SHARE = 0.25  # of the free space, at most
 CHUNK = 2_000
+WARM_S = 5.0  # paced publishes before the measured phases
 UID = "acme"
 TYPE_NAME = "order.paid"  # the type bench/deliver.py's Kurir registers
 RECEIVER_PATH = "/hook"
@@ -213,8 +214,8 @@ def _load(
         loaded.dead_letters += len(letters)
     if db.engine.dialect.name == "postgresql":
         # Vacuumed as autovacuum would have over the month: freshly loaded, the tables pass
-        # autovacuum's insert threshold and it vacuums them during the live phases, whose
-        # publishes then stall on its I/O (a phase without retention had 100-170 ms stalls).
+        # autovacuum's insert threshold, and it would vacuum them during the live phases
+        # (the phase without retention among them), a cost the month would not show.
         with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.execute(text("VACUUM (ANALYZE)"))
     return loaded
@@ -477,8 +478,11 @@ class LockSampler:
 RETENTION_APP_NAME = "kurir-bench-retention"
 
 
-def _retain(env: dict[str, str], out: Any) -> None:
-    """The retention run, in a process of its own (the scheduler's place in a deployment)."""
+def _retain(env: dict[str, str], out: Any, ready: Any, go: Any) -> None:
+    """The retention run, in a process of its own (the scheduler's place in a deployment),
+    begun on `go` once it has said it is `ready`: a scheduler is up before its job runs, and
+    a process starting (imports, a first connection) took the CPU from the publishes of the
+    phase's first half second (a stall of 94 ms)."""
     os.environ.update(env)
     os.environ["PGAPPNAME"] = RETENTION_APP_NAME
     from app.config import load_settings
@@ -489,6 +493,10 @@ def _retain(env: dict[str, str], out: Any) -> None:
     settings = load_settings(env)
     db = Database(settings.resolved_database_url, pool_size=2, application_name=RETENTION_APP_NAME)
     rt = Runtime(settings, database=db)
+    with db.engine.connect():
+        pass
+    ready.set()
+    go.wait()
     t0, c0 = time.perf_counter(), time.process_time()
     report = purge.run(rt)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -558,11 +566,19 @@ def show_slowest(
         )
         return f"; this process collecting garbage {ms:.0f} ms" if ms > 10.0 else ""
 
+    def before(i: int) -> str:
+        """When retention's backend is idle: the last statement seen running before, and
+        how long before the publish was due (what a stall may still be paying for)."""
+        for at, _, running in reversed(timeline[: bisect.bisect_right(times, due_at[i])]):
+            if running:
+                return f" (last: {running[:60]}, {(due_at[i] - at) * 1000:.0f} ms before)"
+        return ""
+
     for i in sorted(range(len(latencies)), key=lambda i: -latencies[i])[:12]:
         mode, running = doing(i)
         print(
             f"    +{due_at[i] - started:6.2f} s {latencies[i]:7.2f} ms  "
-            f"{mode or 'no lock'}: {running or 'idle'}{collected(i)}"
+            f"{mode or 'no lock'}: {running or 'idle' + before(i)}{collected(i)}"
         )
 
 
@@ -722,18 +738,25 @@ def _live(
             print(f"  only {done} of {len(backlog)} recorded as delivered")
         return done / elapsed, (kurir.worker_cpu_s() - cpu0) * 1000 / max(1, done)
 
-    publish_phase(client, auth, 20, args.rate, "warm")
+    # Five seconds of warm-up: four runs of four met one stall of 120-350 ms in the first
+    # seconds of the phase without retention (3 s in, where the bench said), whatever
+    # retention later did, when the warm-up was 20 publishes.
+    publish_phase(client, auth, max(20, int(args.rate * WARM_S)), args.rate, "warm")
     alone = publish_phase(client, auth, args.publishes, args.rate, "alone")
     alone_drain = drain(args.drain)
 
     env = {k: v for k, v in kurir.env.items() if isinstance(v, str)}
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    retention = ctx.Process(target=_retain, args=(env, out))
+    ready, go = ctx.Event(), ctx.Event()
+    retention = ctx.Process(target=_retain, args=(env, out, ready, go))
     postgres = rt.db.engine.dialect.name == "postgresql"
     sampler = LockSampler(url, RETENTION_APP_NAME) if postgres else None
     with sampler or _Nothing():
         retention.start()
+        if not ready.wait(300):
+            raise SystemExit("the retention process did not start")
+        go.set()
         during = publish_phase(client, auth, args.publishes, args.rate, "during")
         during_drain = drain(args.drain)
         finished_early = not retention.is_alive()

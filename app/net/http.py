@@ -629,7 +629,7 @@ class Transport:
 
         try:
             scheme, host, port = guard.split_url(url, policy)
-            _, _, addresses = guard.check_url(url, policy, self._bounded_resolver(deadline))
+            addresses = guard.check_host(host, port, policy, self._bounded_resolver(deadline))
         except guard.InvalidURL as exc:
             return result(ERROR_INVALID_URL, str(exc))
         except guard.BlockedAddress as exc:
