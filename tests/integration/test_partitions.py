@@ -5,6 +5,7 @@ unpartitioned tables keeps every row."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -72,6 +73,36 @@ def _a_past_day(runtime: Any) -> tuple[datetime, datetime]:
     t0 = utcnow() - 80 * DAY
     _make_days(runtime, t0)
     return t0, t0 + 60 * DAY
+
+
+def _attempts_expire_first(make_rt: Any, migrated: Any) -> tuple[Runtime, datetime]:
+    """A runtime whose attempts expire after 7 days and events after 30, and a day 100 days
+    back with its partitions made."""
+    if not migrated.db.is_postgres:
+        pytest.skip("PostgreSQL only")
+    runtime = make_rt(retain_attempts_days=7, retain_events_days=30)
+    t0 = utcnow() - 100 * DAY
+    _make_days(runtime, t0)
+    return runtime, t0
+
+
+@contextmanager
+def _a_writer_holding(runtime: Any, delivery_id: str) -> Iterator[None]:
+    """A transaction holding a delivery locked (as a claim locks what it takes) while the
+    block runs; afterwards it writes the row and commits, so it is shown unharmed."""
+    writer = runtime.db.engine.connect()
+    try:
+        transaction = writer.begin()
+        writer.execute(
+            text("SELECT id FROM deliveries WHERE id = :i FOR UPDATE"), {"i": delivery_id}
+        ).one()
+        yield
+        writer.execute(
+            text("UPDATE deliveries SET updated_at = updated_at WHERE id = :i"), {"i": delivery_id}
+        )
+        transaction.commit()
+    finally:
+        writer.close()
 
 
 def _where(runtime: Any, table: str, row_id: str) -> str:
@@ -360,11 +391,7 @@ def test_an_attempts_day_drops_while_a_writer_holds_deliveries(make_rt, migrated
     """An attempts day's key refers to its own deliveries day only, so its drop locks that
     day, not `deliveries`: a publish or a claim holding the table (here a row of today,
     locked as a claim locks it) does not hold the drop back, nor is it held by it."""
-    if not migrated.db.is_postgres:
-        pytest.skip("PostgreSQL only")
-    runtime = make_rt(retain_attempts_days=7, retain_events_days=30)
-    t0 = utcnow() - 100 * DAY
-    _make_days(runtime, t0)
+    runtime, t0 = _attempts_expire_first(make_rt, migrated)
     with runtime.db.begin() as session:
         h = History(session)
         push = h.endpoint()
@@ -372,23 +399,12 @@ def test_an_attempts_day_drops_while_a_writer_holds_deliveries(make_rt, migrated
         young = h.story(push, SUCCEEDED, utcnow())
     sequence(runtime.db)
     day = f"{partitions.day_start(t0):%Y-%m-%d}"
-    writer = runtime.db.engine.connect()
-    try:
-        transaction = writer.begin()
-        writer.execute(
-            text("SELECT id FROM deliveries WHERE id = :i FOR UPDATE"), {"i": young[1]}
-        ).one()
+    with _a_writer_holding(runtime, young[1]):
         report = purge.run(
             runtime, now=t0 + 20 * DAY, sleep=lambda _s: None, kinds=[RetentionKind.ATTEMPTS]
         )
         assert day not in _days(runtime, ATTEMPTS)
         assert report.purged[RetentionKind.ATTEMPTS] == 1
-        writer.execute(
-            text("UPDATE deliveries SET updated_at = updated_at WHERE id = :i"), {"i": young[1]}
-        )
-        transaction.commit()
-    finally:
-        writer.close()
     assert day in _days(runtime, DELIVERIES)
 
 
@@ -460,11 +476,7 @@ def test_between_two_days_a_run_pauses_400_times_as_long_as_the_last_held_its_lo
 def test_attempts_go_by_their_own_days_and_what_they_left_goes_with_the_deliveries(
     make_rt, migrated
 ) -> None:
-    if not migrated.db.is_postgres:
-        pytest.skip("PostgreSQL only")
-    runtime = make_rt(retain_attempts_days=7, retain_events_days=30)
-    t0 = utcnow() - 100 * DAY
-    _make_days(runtime, t0)
+    runtime, t0 = _attempts_expire_first(make_rt, migrated)
     with runtime.db.begin() as session:
         h = History(session)
         push = h.endpoint()
@@ -506,23 +518,11 @@ def test_a_drop_gives_way_to_traffic_holding_its_tables_and_never_fails_it(pg_ru
         young = h.story(push, SUCCEEDED, now - DAY)
     sequence(pg_runtime.db)
     day = f"{partitions.day_start(t0):%Y-%m-%d}"
-    writer = pg_runtime.db.engine.connect()
-    try:
-        transaction = writer.begin()
-        # A row of a current day, locked as the claim locks what it takes.
-        writer.execute(
-            text("SELECT id FROM deliveries WHERE id = :i FOR UPDATE"), {"i": young[1]}
-        ).one()
+    # A row of a current day held; the writer is unharmed: its transaction goes on, commits.
+    with _a_writer_holding(pg_runtime, young[1]):
         report = purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
         assert day in _days(pg_runtime, DELIVERIES)  # given way, not dropped
         assert not any(b.source.startswith("drop:") for b in report.batches)
-        # The writer is unharmed: its transaction goes on and commits.
-        writer.execute(
-            text("UPDATE deliveries SET updated_at = updated_at WHERE id = :i"), {"i": young[1]}
-        )
-        transaction.commit()
-    finally:
-        writer.close()
     purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
     assert day not in _days(pg_runtime, DELIVERIES)
 
@@ -626,11 +626,7 @@ def test_events_a_pull_endpoint_made_after_the_day_was_looked_at_owes_stay(
 def test_an_attempt_made_after_the_attempts_day_was_looked_at_stays(
     make_rt, migrated, monkeypatch
 ) -> None:
-    if not migrated.db.is_postgres:
-        pytest.skip("PostgreSQL only")
-    runtime = make_rt(retain_attempts_days=7, retain_events_days=30)
-    t0 = utcnow() - 100 * DAY
-    _make_days(runtime, t0)
+    runtime, t0 = _attempts_expire_first(make_rt, migrated)
     with runtime.db.begin() as session:
         h = History(session)
         push = h.endpoint()
