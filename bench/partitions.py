@@ -8,10 +8,12 @@ to now (`--per-day` events a day, one delivery and one attempt each; 1 % dead wi
 dead letter, 1 % retrying), then prints: EXPLAIN ANALYZE of the queries of the claim, the
 sweeper, the delivery log, the delivery page, the dead-letter search and the feed; the
 migration to head (0020 partitions the tables) and its wall time; the same EXPLAINs; the
-oldest day and the whole day after it dropped by retention, timed (the oldest is a part of
-a day: the load starts at the time of day it runs); and the planning time of the delivery
-log against 30 daily partitions and 5 weekly ones (daily or weekly: the figure behind the
-choice of a day).
+oldest day and the whole days after it dropped by retention, timed (the oldest is a part of
+a day: the load starts at the time of day it runs), the first whole day with its kept rows
+copied under the locks and the second swapped for a kept partition (`app.lifecycle.swap`),
+or the other way round with `--swap-first`; and the planning time of the delivery log
+against 30 daily partitions and 5 weekly ones (daily or weekly: the figure behind the choice
+of a day).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from app import migrate
 from app.config import Settings
 from app.db import Database
 from app.ids import id_at, id_floor
-from app.lifecycle import drop, partitions, purge
+from app.lifecycle import drop, partitions, purge, swap
 from app.models import Attempt, DeadLetter, Delivery, Endpoint, Event, Partner
 from app.runtime import Runtime
 
@@ -276,6 +278,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--per-day", type=int, default=10000)
+    parser.add_argument("--swap-first", action="store_true")
     args = parser.parse_args()
     url = os.environ.get("BENCH_DATABASE_URL")
     if not url or not url.startswith("postgresql"):
@@ -304,17 +307,25 @@ def main() -> None:
     settings = Settings(database_url=url, secret_key="bench-secret-key")  # noqa: S106
     rt = Runtime(settings, database=db)
     # The load starts at this time of day `--days` back, so the oldest day is a part of one:
-    # the day after it, whole, is dropped too (each is reported).
+    # the whole days after it are dropped too, each reported: the first with its kept rows
+    # copied under the locks, the second swapped (or the other way round).
     with db.engine.connect() as connection:
-        whole = partitions.partitions(connection, partitions.DELIVERIES)[1]
-    # In the order a retention run drops them: a deliveries day takes its attempts day along.
-    for kind in purge.DROP_ORDER:
-        for day in drop.run(rt, kind, whole.end):
-            print(
-                f"\n## retention drop ({kind.value}) of {day.day:%Y-%m-%d}: {day.purged:,} rows "
-                f"dropped, {day.kept:,} kept aside, in {day.elapsed_ms:.0f} ms (the tables "
-                f"locked for {day.locked_ms:.0f} ms of it)"
-            )
+        days = partitions.partitions(connection, partitions.DELIVERIES)
+    ways = ["copied", "swapped"]
+    if args.swap_first:
+        ways.reverse()
+    swap_min_rows = swap.SWAP_MIN_ROWS
+    for way, whole in zip(ways, days[1:3], strict=False):
+        swap.SWAP_MIN_ROWS = swap_min_rows if way == "swapped" else 2**62
+        # In the order a retention run drops them: a deliveries day takes its attempts day.
+        for kind in purge.DROP_ORDER:
+            for day in drop.run(rt, kind, whole.end):
+                print(
+                    f"\n## retention drop ({kind.value}) of {day.day:%Y-%m-%d}: "
+                    f"{day.purged:,} rows dropped, {day.kept:,} kept, {way if day.kept else ''} "
+                    f"in {day.elapsed_ms:.0f} ms (the tables locked for {day.locked_ms:.0f} ms)"
+                )
+    swap.SWAP_MIN_ROWS = swap_min_rows
     _daily_or_weekly(db, ids["endpoint"])
     db.dispose()
 

@@ -173,8 +173,12 @@ class MigratedDatabase:
         with self.db.engine.begin() as connection:
             if self.db.is_postgres:
                 connection.execute(text(f"TRUNCATE {', '.join(tables)} CASCADE"))
-                # A retention test may have dropped the days ahead: every test starts with
-                # the layout a migration leaves.
+                # A retention test may have dropped the days ahead, or left a swapped day's
+                # kept partitions: every test starts with the layout a migration leaves.
+                for spec in reversed(partitions.SPECS):
+                    for part in partitions.partitions(connection, spec, partitions.KEPT):
+                        partitions.detach(connection, spec.table, part.name)
+                        connection.execute(text(f"DROP TABLE {part.name}"))
                 partitions.create_ahead(connection, utcnow())
             else:
                 for name in tables:

@@ -6,7 +6,10 @@ catalog change. But a past day may still hold rows that must stay (a delivery re
 open dead letter, an ordered key's held deliveries, an event a pull endpoint has not read):
 those are set aside, the partition dropped, and they are put back through the parent, where
 they land in the default partition (their day's range no longer exists) and the row-level
-purge (`app.lifecycle.purge`) takes them once they are finished. What is dropped is exactly
+purge (`app.lifecycle.purge`) takes them once they are finished. A day keeping many is
+swapped instead (`app.lifecycle.swap`): its kept rows are copied before the locks into a
+kept partition that takes the day's place, which a later run drops the same plain way once
+few rows are left in it (`_to_fold`). What is dropped is exactly
 what the row-level rules would delete; the tests hold both to the same cases.
 
 A day goes in three steps on one connection, so that the tables are held only for the part
@@ -65,7 +68,7 @@ from sqlalchemy.exc import OperationalError
 from app.event_types import RESERVED_PREFIX
 from app.feed.sequencer import head
 from app.ids import id_floor
-from app.lifecycle import archive, partitions, policy, triggers
+from app.lifecycle import archive, partitions, policy, swap, triggers
 from app.lifecycle.partitions import ATTEMPTS, DELIVERIES, Partition
 from app.runtime import Runtime
 from app.vocabulary import DeadLetterState, DeliveryState, EndpointMode, RetentionKind
@@ -160,21 +163,6 @@ def _lock_first(connection: Connection, kind: RetentionKind, part: Partition) ->
 
 def _exists(connection: Connection, name: str) -> bool:
     return connection.execute(text("SELECT to_regclass(:n)"), {"n": name}).scalar() is not None
-
-
-def _detach(connection: Connection, table: str, name: str) -> None:
-    """The partition detached and its foreign keys dropped, under the drop's locks: catalog
-    changes only. Its files are removed after the commit (`_remove_detached`): unlinking a
-    day's files at the commit held every lock another 20 ms a day of 100,000 deliveries."""
-    connection.execute(text(f"ALTER TABLE {table} DETACH PARTITION {name}"))
-    keys = connection.execute(
-        text(
-            "SELECT conname FROM pg_constraint WHERE contype = 'f' AND conrelid = to_regclass(:t)"
-        ),
-        {"t": name},
-    ).scalars()
-    for key in list(keys):
-        connection.execute(text(f'ALTER TABLE {name} DROP CONSTRAINT "{key}"'))
 
 
 def _remove_detached(connection: Connection) -> list[str]:
@@ -292,7 +280,7 @@ def _drop_attempts_day(
         params,
     )
     # Nothing refers to attempts: the day goes whole, its kept rows with it (copied above).
-    _detach(connection, ATTEMPTS.table, part.name)
+    partitions.detach(connection, ATTEMPTS.table, part.name)
     kept = _put_back(connection, [("attempts", "kept_attempts")])["attempts"]
     purged = found.rows - _counted(connection, found)
     return Purged(purged, purged), kept
@@ -394,7 +382,7 @@ def _find_deliveries_day(connection: Connection, part: Partition, horizon: datet
     )
     connection.execute(text("ANALYZE keep_ids"))
     rows = _count_by_key(connection, part.name)
-    attempts_part = partitions.name_for(ATTEMPTS, part.start)
+    attempts_part = part.of(ATTEMPTS)
     last_attempt, attempt_rows = "", 0
     if _exists(connection, attempts_part):
         attempt_rows = _count(connection, attempts_part)
@@ -427,15 +415,12 @@ def _late_events(connection: Connection, found: Found) -> str:
     )
 
 
-def _drop_deliveries_day(
+def _late_keep(
     connection: Connection, part: Partition, horizon: datetime, found: Found
-) -> tuple[Purged, int]:
-    """Deliveries of one day with their attempts, the kept ones (see `_find_deliveries_day`,
-    and `_late_events` for what changed since) set aside with their attempts, then put back.
-    Their dead letters stay where they are (no foreign key refers into the day)."""
-    attempts_part = partitions.name_for(ATTEMPTS, part.start)
-    has_attempts = _exists(connection, attempts_part)
-    attempts_default = partitions.default_name(ATTEMPTS)
+) -> dict[str, Any]:
+    """Under the locks: the day's deliveries whose event turned into one to keep since step 1
+    (`_late_events`) added to `keep_ids`, and listed in `late_ids` (dropped at the commit).
+    The statements' parameters."""
     params = {
         **_event_params(connection, part, horizon),
         "letter_floor": id_floor("dl", found.at - _LATE_MARGIN),
@@ -444,15 +429,34 @@ def _drop_deliveries_day(
         text(f"CREATE TEMP TABLE late_events ON COMMIT DROP AS {_late_events(connection, found)}"),
         params,
     )
+    for statement in (
+        "CREATE TEMP TABLE late_ids ON COMMIT DROP AS "
+        f"SELECT d.id FROM {part.name} d WHERE d.event_id IN (SELECT id FROM late_events)",
+        "INSERT INTO keep_ids SELECT id FROM late_ids",
+    ):
+        connection.execute(text(statement))
+    return params
+
+
+def _drop_deliveries_day(
+    connection: Connection, part: Partition, horizon: datetime, found: Found
+) -> tuple[Purged, int]:
+    """Deliveries of one day with their attempts, the kept ones (see `_find_deliveries_day`,
+    and `_late_events` for what changed since) set aside with their attempts, then put back.
+    Their dead letters stay where they are (no foreign key refers into the day)."""
+    attempts_part = part.of(ATTEMPTS)
+    has_attempts = _exists(connection, attempts_part)
+    attempts_default = partitions.default_name(ATTEMPTS)
+    params = _late_keep(connection, part, horizon, found)
     # Every lookup below is by key, through `= ANY(ARRAY(…))`: an index probe per kept row,
     # never a scan of the day (a hash join would read all of it, under the locks).
-    for ddl in (
-        f"INSERT INTO keep_ids SELECT d.id FROM {part.name} d "
-        "WHERE d.event_id IN (SELECT id FROM late_events)",
-        "CREATE TEMP TABLE kept_deliveries ON COMMIT DROP AS "
-        f"SELECT * FROM {part.name} WHERE id = ANY(ARRAY(SELECT id FROM keep_ids))",
-    ):
-        connection.execute(text(ddl), params)
+    connection.execute(
+        text(
+            "CREATE TEMP TABLE kept_deliveries ON COMMIT DROP AS "
+            f"SELECT * FROM {part.name} WHERE id = ANY(ARRAY(SELECT id FROM keep_ids))"
+        ),
+        params,
+    )
     of_kept = "delivery_id = ANY(ARRAY(SELECT id FROM kept_deliveries))"
     # The day's attempts are in its own attempts partition and, set aside by an earlier
     # attempts drop, in the default one: copied from each in turn, so that those step 1
@@ -488,8 +492,8 @@ def _drop_deliveries_day(
         - kept_aside
     )
     if has_attempts:
-        _detach(connection, ATTEMPTS.table, attempts_part)
-    _detach(connection, DELIVERIES.table, part.name)
+        partitions.detach(connection, ATTEMPTS.table, attempts_part)
+    partitions.detach(connection, DELIVERIES.table, part.name)
     kept = _put_back(
         connection,
         [("deliveries", "kept_deliveries"), ("attempts", "kept_attempts")],
@@ -603,6 +607,7 @@ def _drop_day(
     """
     _, find, drop_day = _BY_KIND[kind]
     with runtime.db.engine.connect() as connection:
+        shadow: swap.Shadow | None = None
         try:
             with connection.begin():
                 connection.execute(text(f"DROP TABLE IF EXISTS {_FOUND_TABLES}"))
@@ -610,6 +615,13 @@ def _drop_day(
             if writer is not None:
                 with connection.begin():
                     _archive_day(connection, kind, part, writer)
+            if kind == RetentionKind.EVENTS and part.sort == partitions.DAY:
+                with connection.begin():
+                    swapping = swap.worth_it(connection, part)
+                if swapping:
+                    shadow = swap.prepare(connection, part, sleep)
+                else:
+                    swap.undo(connection, part, sleep)
             for attempt in range(1, LOCK_TRIES + 1):
                 try:
                     with connection.begin():
@@ -618,8 +630,15 @@ def _drop_day(
                         # The rows put back go unchanged, with their parents, while
                         # everything they refer to is locked: their checks find nothing.
                         triggers.skip(connection)
-                        purged, kept = drop_day(connection, part, horizon, found)
+                        if shadow is None:
+                            purged, kept = drop_day(connection, part, horizon, found)
+                        else:
+                            _late_keep(connection, part, horizon, found)
+                            swap.swap_locked(connection, shadow, "late_ids")
                     locked_s = time.perf_counter() - locked_at
+                    if shadow is not None:
+                        swapped, shadow = shadow, None
+                        purged, kept = _swapped(connection, swapped, found)
                     _remove_detached(connection)
                     return purged, kept, locked_s
                 except OperationalError as exc:
@@ -632,8 +651,28 @@ def _drop_day(
             log.warning("partition not dropped", extra={"partition": part.name}, exc_info=True)
             return None
         finally:
+            if shadow is not None:
+                _give_up(connection, shadow, sleep)
             _forget_found(connection)
     return None
+
+
+def _swapped(connection: Connection, shadow: swap.Shadow, found: Found) -> tuple[Purged, int]:
+    """A swapped day's rows purged and deliveries kept, counted on its kept partitions after
+    the commit (not under the locks)."""
+    with connection.begin():
+        kept, kept_attempts = swap.kept_rows(connection, shadow, found.last_attempt)
+    return Purged(found.rows - kept - kept_attempts, found.attempt_rows - kept_attempts), kept
+
+
+def _give_up(connection: Connection, shadow: swap.Shadow, sleep: Callable[[float], None]) -> None:
+    """A swap not done: its triggers, checks and copies undone (or, if even that is refused
+    now, by the next try of the day; the triggers do nothing once their log is gone)."""
+    try:
+        connection.rollback()
+        swap.undo(connection, shadow.day, sleep)
+    except Exception:
+        log.warning("swap not undone", extra={"partition": shadow.day.name}, exc_info=True)
 
 
 def _forget_found(connection: Connection) -> None:
@@ -648,6 +687,17 @@ def _forget_found(connection: Connection) -> None:
     except Exception:
         log.warning("retention's temporary tables not dropped", exc_info=True)
         connection.invalidate()
+
+
+def _to_fold(connection: Connection, horizon: datetime) -> list[Partition]:
+    """Kept partitions (what swapped days kept) now holding fewer rows than a day worth
+    swapping: dropped the plain way, what they still keep put into the default partition,
+    so that days which kept much do not stay partitions of their own for ever."""
+    return [
+        p
+        for p in partitions.partitions(connection, DELIVERIES, partitions.KEPT)
+        if p.end <= horizon and _count(connection, p.name) < swap.SWAP_MIN_ROWS
+    ]
 
 
 def expired(connection: Connection, spec: partitions.Spec, horizon: datetime) -> list[Partition]:
@@ -680,6 +730,8 @@ def run(
         if not partitions.is_partitioned(connection, spec.table):
             return
         days = expired(connection, spec, horizon)
+        if kind == RetentionKind.EVENTS:
+            days = _to_fold(connection, horizon) + days
     with runtime.db.engine.connect() as connection:
         _remove_detached(connection)
     locked_s = 0.0

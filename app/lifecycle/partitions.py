@@ -14,6 +14,11 @@ rows pointing into it (a join reading the day's whole primary key, under the dro
 and every drop of an attempts day take `deliveries` whole, publishes and claims with it.
 Dead letters name their delivery without a key (migration 0022).
 
+A day whose kept rows are many is not emptied into the default partition when it expires:
+they are copied into a table of their own, which takes the day's place as its partition
+(`…_k<day>`, "kept"; `app.lifecycle.swap`). It holds only rows that must stay, shrinks as
+the row-level purge takes them once finished, and goes once few are left (`drop`).
+
 Unique indexes that do not hold the partition key cannot be enforced across partitions by
 PostgreSQL; those of `deliveries` are made on each partition instead (`LOCAL_INDEXES`). A
 publish writes an event's deliveries in one transaction, in the same millisecond, so one
@@ -43,7 +48,12 @@ AHEAD_DAYS = 7
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^(?P<table>[a-z_]+)_p(?P<day>\d{8})$")
+_NAME = re.compile(r"^(?P<table>[a-z_]+)_(?P<sort>[pkc])(?P<day>\d{8})$")
+# The sorts of partition of a range: a day as made ahead, or what a day kept at its drop;
+# and, never a partition, the log of rows written to a day while its kept rows are copied.
+DAY = "p"
+KEPT = "k"
+CHANGES = "c"
 
 
 @dataclass(frozen=True)
@@ -63,8 +73,9 @@ DELIVERIES = Spec("deliveries", "id", "dlv", "WITH (fillfactor = 70)")
 ATTEMPTS = Spec("attempts", "delivery_id", "dlv", refers_to="deliveries")
 # Parents before children: deliveries are referenced by attempts.
 SPECS: tuple[Spec, ...] = (DELIVERIES, ATTEMPTS)
-# The names of their day partitions, as a PostgreSQL regular expression.
-DAY_NAME_PATTERN = f"^({'|'.join(s.table for s in SPECS)})_p[0-9]{{8}}$"
+# The names of their day and kept partitions (and of a day's change log), as a PostgreSQL
+# regular expression.
+DAY_NAME_PATTERN = f"^({'|'.join(s.table for s in SPECS)})_[pkc][0-9]{{8}}$"
 
 # Per partition, the unique indexes PostgreSQL cannot hold on the parent (formatted with the
 # partition's name). They mirror uq_deliveries_event_endpoint and ix_deliveries_ordering.
@@ -86,6 +97,12 @@ class Partition:
     spec: Spec
     name: str
     start: datetime
+    sort: str = DAY
+
+    def of(self, spec: Spec) -> str:
+        """The name of the partition of `spec`'s table for the same range and sort (a
+        deliveries day's attempts)."""
+        return name_for(spec, self.start, self.sort)
 
     @property
     def end(self) -> datetime:
@@ -104,8 +121,8 @@ def day_start(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def name_for(spec: Spec, start: datetime) -> str:
-    return f"{spec.table}_p{start:%Y%m%d}"
+def name_for(spec: Spec, start: datetime, sort: str = DAY) -> str:
+    return f"{spec.table}_{sort}{start:%Y%m%d}"
 
 
 def default_name(spec: Spec) -> str:
@@ -130,8 +147,9 @@ def is_partitioned(connection: Connection, table: str) -> bool:
     return found == "p"
 
 
-def partitions(connection: Connection, spec: Spec) -> list[Partition]:
-    """The day partitions of a table, oldest first (the default partition left out)."""
+def partitions(connection: Connection, spec: Spec, sort: str = DAY) -> list[Partition]:
+    """The day partitions of a table (or with `sort=KEPT` its kept partitions), oldest first
+    (the default partition left out)."""
     names = connection.execute(
         text(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
@@ -142,9 +160,9 @@ def partitions(connection: Connection, spec: Spec) -> list[Partition]:
     found = []
     for name in names:
         match = _NAME.match(name)
-        if match is not None:
+        if match is not None and match["sort"] == sort:
             start = datetime.strptime(match["day"], "%Y%m%d").replace(tzinfo=UTC)
-            found.append(Partition(spec, name, start))
+            found.append(Partition(spec, name, start, sort))
     return sorted(found, key=lambda p: p.start)
 
 
@@ -161,7 +179,7 @@ def create(
             f"FOR VALUES FROM ('{part.low}') TO ('{part.high}') {spec.storage}"
         )
     )
-    _local_indexes(connection, spec, part.name)
+    local_indexes(connection, spec, part.name)
     if parent is None:
         local_key(connection, spec, part.name, part.start)
     return part
@@ -175,7 +193,7 @@ def create_default(connection: Connection, spec: Spec, parent: str | None = None
             f"DEFAULT {spec.storage}"
         )
     )
-    _local_indexes(connection, spec, name)
+    local_indexes(connection, spec, name)
     if parent is None:
         local_key(connection, spec, name, None)
     return name
@@ -221,6 +239,22 @@ def local_key(
     return key
 
 
+def detach(connection: Connection, table: str, name: str) -> None:
+    """The partition detached and its foreign keys dropped (under a drop's locks: catalog
+    changes only). Its files are removed after the commit (`drop._remove_detached`):
+    unlinking a day's files at the commit held every lock another 20 ms a day of 100,000
+    deliveries; and dropping a table whose keys are gone takes no lock on what they named."""
+    connection.execute(text(f"ALTER TABLE {table} DETACH PARTITION {name}"))
+    keys = connection.execute(
+        text(
+            "SELECT conname FROM pg_constraint WHERE contype = 'f' AND conrelid = to_regclass(:t)"
+        ),
+        {"t": name},
+    ).scalars()
+    for key in list(keys):
+        connection.execute(text(f'ALTER TABLE {name} DROP CONSTRAINT "{key}"'))
+
+
 def referred_by_key(connection: Connection, name: str) -> list[str]:
     """The tables a partition's own foreign keys refer to (dropping it takes them whole)."""
     return list(
@@ -250,7 +284,7 @@ def _spec_of(table: str) -> Spec:
     return next(s for s in SPECS if s.table == table)
 
 
-def _local_indexes(connection: Connection, spec: Spec, name: str) -> None:
+def local_indexes(connection: Connection, spec: Spec, name: str) -> None:
     for ddl in LOCAL_INDEXES.get(spec.table, ()):
         connection.execute(text(ddl.format(name=name)))
 

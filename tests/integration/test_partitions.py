@@ -22,7 +22,7 @@ from app.config import normalise_database_url
 from app.db import Database
 from app.feed.sequencer import sequence
 from app.ids import id_at
-from app.lifecycle import archive, drop, partitions, purge, triggers
+from app.lifecycle import archive, drop, partitions, purge, swap, triggers
 from app.lifecycle.partitions import ATTEMPTS, DELIVERIES
 from app.models import (
     DEAD,
@@ -53,6 +53,40 @@ def pg_runtime(runtime: Any) -> Any:
     if not runtime.db.is_postgres:
         pytest.skip("PostgreSQL only: SQLite keeps plain tables and batch deletes")
     return runtime
+
+
+@pytest.fixture(params=["copied", "swapped"])
+def way(request: Any, monkeypatch: Any) -> str:
+    """The two ways a dropped day's kept rows go: copied under the locks into the default
+    partition, or (a day keeping at least `swap.SWAP_MIN_ROWS`) swapped, a kept partition
+    of their own taking the day's place. Tests with this fixture run both."""
+    monkeypatch.setattr(swap, "SWAP_MIN_ROWS", 1 if request.param == "swapped" else 10**9)
+    return str(request.param)
+
+
+def _kept_home(way: str, day: datetime) -> str:
+    """Where a day's kept deliveries are after its drop, the `way` it went."""
+    if way == "copied":
+        return "deliveries_default"
+    return partitions.name_for(DELIVERIES, day, partitions.KEPT)
+
+
+def _nothing_left_of_a_swap(runtime: Any) -> None:
+    """No trigger, change log, default partition's check or unattached copy is left."""
+    with runtime.db.engine.connect() as connection:
+        assert not connection.execute(
+            text("SELECT tgname FROM pg_trigger WHERE tgname = :n"), {"n": swap.TRIGGER}
+        ).all()
+        assert not connection.execute(
+            text("SELECT conname FROM pg_constraint WHERE conname LIKE '%\\_default\\_not\\_%'")
+        ).all()
+        assert not connection.execute(
+            text(
+                "SELECT relname FROM pg_class WHERE relkind = 'r' AND NOT relispartition "
+                "AND relname ~ :p"
+            ),
+            {"p": partitions.DAY_NAME_PATTERN},
+        ).all()
 
 
 def _days(runtime: Any, spec: partitions.Spec) -> set[str]:
@@ -146,7 +180,7 @@ def test_the_scheduler_makes_today_and_the_week_ahead(pg_runtime) -> None:
 
 
 def test_retention_drops_past_days_whole_and_keeps_every_unfinished_row(
-    pg_runtime, fk_triggers
+    pg_runtime, fk_triggers, way
 ) -> None:
     t0, now = _a_past_day(pg_runtime)
     with pg_runtime.db.begin() as session:
@@ -207,11 +241,13 @@ def test_retention_drops_past_days_whole_and_keeps_every_unfinished_row(
     assert len(kept_letters) == 2 and kept_letters.items() <= letters_before.items()
     kept_audit = _row_versions(pg_runtime, "dead_letter_audit")
     assert len(kept_audit) == 2 and kept_audit.items() <= audit_before.items()
-    # The kept rows were put back through the parent: their day is gone, so the default.
+    # Copied: put back through the parent; their day is gone, so the default. Swapped: in
+    # the day's kept partition, with their attempts in its attempts' one.
     for _, delivery_id in kept.values():
-        assert _where(pg_runtime, "deliveries", delivery_id) == "deliveries_default"
+        assert _where(pg_runtime, "deliveries", delivery_id) == _kept_home(way, t0)
     assert report.purged[RetentionKind.EVENTS] == len(gone)
     assert report.purged[RetentionKind.ATTEMPTS] == len(gone) + 1  # and unread's
+    _nothing_left_of_a_swap(pg_runtime)
 
 
 @pytest.fixture
@@ -419,7 +455,7 @@ def _tables_named_as_days(runtime: Any) -> set[str]:
 
 
 def test_a_dropped_day_leaves_no_table_and_a_run_removes_what_a_dead_one_left(
-    pg_runtime,
+    pg_runtime, way
 ) -> None:
     """The locked step only detaches a day; its tables are removed after the commit. A
     retention process that died between the two left detached tables behind: the next run
@@ -438,7 +474,7 @@ def test_a_dropped_day_leaves_no_table_and_a_run_removes_what_a_dead_one_left(
     _make_days(pg_runtime, left)
     with pg_runtime.db.engine.begin() as connection:
         for spec in (ATTEMPTS, DELIVERIES):
-            drop._detach(connection, spec.table, partitions.name_for(spec, left))
+            partitions.detach(connection, spec.table, partitions.name_for(spec, left))
     stranded = {partitions.name_for(spec, left) for spec in partitions.SPECS}
     assert stranded <= _tables_named_as_days(pg_runtime)
 
@@ -447,7 +483,12 @@ def test_a_dropped_day_leaves_no_table_and_a_run_removes_what_a_dead_one_left(
     after = _tables_named_as_days(pg_runtime)
     assert not after & (gone | stranded)
     with pg_runtime.db.engine.connect() as connection:
-        attached = {p.name for s in partitions.SPECS for p in partitions.partitions(connection, s)}
+        attached = {
+            p.name
+            for s in partitions.SPECS
+            for sort in (partitions.DAY, partitions.KEPT)
+            for p in partitions.partitions(connection, s, sort)
+        }
     assert after == attached  # every table named as a day left is still a partition
     assert f"{partitions.day_start(t0):%Y-%m-%d}" not in _days(pg_runtime, DELIVERIES)
 
@@ -505,7 +546,7 @@ def test_attempts_go_by_their_own_days_and_what_they_left_goes_with_the_deliveri
         assert _ids(session, Event) == {retrying[0], young[0]}
 
 
-def test_a_drop_gives_way_to_traffic_holding_its_tables_and_never_fails_it(pg_runtime) -> None:
+def test_a_drop_gives_way_to_traffic_holding_its_tables_and_never_fails_it(pg_runtime, way) -> None:
     """A writer holding the deliveries table (as a claim or a publish does) keeps its
     transaction: the drop waits a bounded time, gives way, and drops the day once it is free.
     Had the drop locked the day's partition before the parent, the two would wait on each
@@ -523,6 +564,7 @@ def test_a_drop_gives_way_to_traffic_holding_its_tables_and_never_fails_it(pg_ru
         report = purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
         assert day in _days(pg_runtime, DELIVERIES)  # given way, not dropped
         assert not any(b.source.startswith("drop:") for b in report.batches)
+        _nothing_left_of_a_swap(pg_runtime)  # a swap given up is undone
     purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
     assert day not in _days(pg_runtime, DELIVERIES)
 
@@ -544,12 +586,14 @@ def _after_find(monkeypatch: Any, kind: RetentionKind, change: Any) -> None:
 
 
 def test_a_delivery_resent_or_dead_lettered_after_the_day_was_looked_at_stays(
-    pg_runtime, monkeypatch, fk_triggers
+    pg_runtime, monkeypatch, fk_triggers, way
 ) -> None:
     t0, now = _a_past_day(pg_runtime)
     with pg_runtime.db.begin() as session:
         h = History(session)
         push = h.endpoint()
+        # Kept from the start, so that the day is swapped when the test is run that way.
+        retrying = h.story(push, RETRYING, t0 + timedelta(minutes=3))
         resent = h.story(push, SUCCEEDED, t0)
         lettered = h.story(push, DEAD, t0 + timedelta(minutes=1))
         gone = h.story(push, SUCCEEDED, t0 + timedelta(minutes=2))
@@ -579,20 +623,21 @@ def test_a_delivery_resent_or_dead_lettered_after_the_day_was_looked_at_stays(
     assert day not in _days(pg_runtime, DELIVERIES)
     assert any(b.source == f"drop:{day}" for b in report.batches)
     with pg_runtime.db.begin() as session:
-        assert _ids(session, Delivery) == {resent[1], lettered[1], young[1]}
+        assert _ids(session, Delivery) == {resent[1], lettered[1], retrying[1], young[1]}
         assert gone[0] not in _ids(session, Event)
         assert set(session.scalars(select(Attempt.delivery_id))) == {
             resent[1],
             lettered[1],
+            retrying[1],
             young[1],
         }
         letter = session.scalars(select(DeadLetter)).one()
         assert (letter.delivery_id, letter.state) == (lettered[1], DL_OPEN)
-    assert _where(pg_runtime, "deliveries", resent[1]) == "deliveries_default"
+    assert _where(pg_runtime, "deliveries", resent[1]) == _kept_home(way, t0)
 
 
 def test_events_a_pull_endpoint_made_after_the_day_was_looked_at_owes_stay(
-    pg_runtime, monkeypatch
+    pg_runtime, monkeypatch, way
 ) -> None:
     t0, now = _a_past_day(pg_runtime)
     with pg_runtime.db.begin() as session:
@@ -659,7 +704,7 @@ def test_an_attempt_made_after_the_attempts_day_was_looked_at_stays(
 
 
 def test_a_day_is_archived_before_it_is_dropped_and_kept_when_it_cannot_be(
-    pg_runtime, tmp_path
+    pg_runtime, tmp_path, way
 ) -> None:
     t0, now = _a_past_day(pg_runtime)
     with pg_runtime.db.begin() as session:
@@ -695,6 +740,7 @@ def test_a_day_is_archived_before_it_is_dropped_and_kept_when_it_cannot_be(
         assert _ids(session, Delivery) >= {kept[1]}
         attempts_of = dict(session.execute(select(Attempt.id, Attempt.delivery_id)).all())
     assert len(archived["attempts"]) == 3 and not archived["attempts"] & set(attempts_of)
+    assert _where(pg_runtime, "deliveries", kept[1]) == _kept_home(way, t0)
 
 
 def test_only_a_role_allowed_to_skips_triggers(pg_runtime) -> None:
@@ -716,3 +762,167 @@ def test_only_a_role_allowed_to_skips_triggers(pg_runtime) -> None:
             assert connection.execute(text("SHOW session_replication_role")).scalar() == "origin"
         finally:
             transaction.rollback()
+
+
+# ------------------------------------------------------------------ days swapped, not copied
+
+
+def _after_prepare(monkeypatch: Any, change: Any) -> None:
+    """`change()` runs, committed by another connection, after a swap's copies are made and
+    brought up to date, before its locked step: only the change log can carry it over."""
+    prepare = swap.prepare
+
+    def prepare_then_change(connection: Any, day: Any, sleep: Any) -> Any:
+        shadow = prepare(connection, day, sleep)
+        change()
+        return shadow
+
+    monkeypatch.setattr(swap, "prepare", prepare_then_change)
+
+
+def _attempts_of(session: Any, delivery_id: str) -> list[int]:
+    return sorted(session.scalars(select(Attempt.n).where(Attempt.delivery_id == delivery_id)))
+
+
+@pytest.mark.parametrize("way", ["swapped"], indirect=True)
+def test_a_swapped_day_keeps_what_was_written_to_it_while_it_was_copied(
+    pg_runtime, monkeypatch, way
+) -> None:
+    t0, now = _a_past_day(pg_runtime)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        recorded = h.story(push, RETRYING, t0)  # tried again meanwhile: an attempt, a count
+        deleted = h.story(push, RETRYING, t0 + timedelta(minutes=1))  # its event deleted
+        retried = h.story(push, SUCCEEDED, t0 + timedelta(minutes=2))  # sent again meanwhile
+        gone = h.story(push, SUCCEEDED, t0 + timedelta(minutes=3))
+        young = h.story(push, SUCCEEDED, now - DAY)
+    sequence(pg_runtime.db)
+
+    def traffic() -> None:
+        with pg_runtime.db.begin() as session:
+            session.add(
+                Attempt(
+                    delivery_id=recorded[1],
+                    n=2,
+                    started_at=utcnow(),
+                    duration_ms=5,
+                    url="http://x/",
+                )
+            )
+            session.execute(
+                update(Delivery).where(Delivery.id == recorded[1]).values(attempt_count=2)
+            )
+            session.execute(
+                update(Delivery).where(Delivery.id == retried[1]).values(state=RETRYING)
+            )
+            session.execute(text("DELETE FROM events WHERE id = :i"), {"i": deleted[0]})
+
+    _after_prepare(monkeypatch, traffic)
+    day = f"{partitions.day_start(t0):%Y-%m-%d}"
+    report = purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
+
+    assert any(b.source == f"drop:{day}" for b in report.batches)
+    assert day not in _days(pg_runtime, DELIVERIES)
+    with pg_runtime.db.begin() as session:
+        assert _ids(session, Delivery) == {recorded[1], retried[1], young[1]}
+        assert gone[0] not in _ids(session, Event)
+        # As written after the copy: the new attempt and count, the resend.
+        assert session.get_one(Delivery, recorded[1]).attempt_count == 2
+        assert _attempts_of(session, recorded[1]) == [1, 2]
+        assert session.get_one(Delivery, retried[1]).state == RETRYING
+        assert _attempts_of(session, retried[1]) == [1]
+        assert _attempts_of(session, deleted[1]) == []
+    kept_home = _kept_home(way, t0)
+    for delivery_id in (recorded[1], retried[1]):
+        assert _where(pg_runtime, "deliveries", delivery_id) == kept_home
+    _nothing_left_of_a_swap(pg_runtime)
+    # The kept partition is the day's partition in all but name: its keys hold.
+    with pg_runtime.db.engine.connect() as connection:
+        refers = partitions.referred_by_key(connection, partitions.name_for(ATTEMPTS, t0, "k"))
+    assert refers == [kept_home]
+    with pytest.raises(IntegrityError), pg_runtime.db.begin() as session:
+        session.add(
+            Attempt(
+                delivery_id=id_at("dlv", t0 + timedelta(hours=5)),
+                n=1,
+                started_at=utcnow(),
+                duration_ms=5,
+                url="http://x/",
+            )
+        )
+
+
+@pytest.mark.parametrize("way", ["swapped"], indirect=True)
+def test_a_kept_partition_goes_once_empty_and_into_the_default_once_few_rows_are_left(
+    pg_runtime, monkeypatch, way
+) -> None:
+    t0, now = _a_past_day(pg_runtime)
+    t1 = t0 + DAY
+    _make_days(pg_runtime, t1)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        finishing = h.story(push, RETRYING, t0)
+        staying = h.story(push, RETRYING, t1)
+        h.story(push, SUCCEEDED, now - DAY)
+    sequence(pg_runtime.db)
+    kept_parts = {partitions.name_for(DELIVERIES, d, partitions.KEPT) for d in (t0, t1)}
+
+    def run() -> None:
+        purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
+
+    def kept_partitions() -> set[str]:
+        with pg_runtime.db.engine.connect() as connection:
+            return {p.name for p in partitions.partitions(connection, DELIVERIES, "k")}
+
+    run()
+    assert kept_partitions() == kept_parts
+    with pg_runtime.db.begin() as session:
+        session.execute(update(Delivery).where(Delivery.id == finishing[1]).values(state=SUCCEEDED))
+    run()  # the row-level purge takes the finished one from its kept partition
+    run()  # and the empty partition goes
+    assert kept_partitions() == {partitions.name_for(DELIVERIES, t1, partitions.KEPT)}
+    assert _where(pg_runtime, "deliveries", staying[1]) == _kept_home(way, t1)
+
+    monkeypatch.setattr(swap, "SWAP_MIN_ROWS", 5)  # one row left: fewer than a swap is for
+    run()
+    assert kept_partitions() == set()
+    assert _where(pg_runtime, "deliveries", staying[1]) == "deliveries_default"
+    with pg_runtime.db.begin() as session:
+        assert _attempts_of(session, staying[1]) == [1]
+        assert finishing[0] not in _ids(session, Event)
+    _nothing_left_of_a_swap(pg_runtime)
+
+
+@pytest.mark.parametrize("way", ["swapped"], indirect=True)
+def test_0024_down_puts_the_kept_partitions_rows_back_through_their_parents(
+    pg_runtime, migrated, way
+) -> None:
+    t0, now = _a_past_day(pg_runtime)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        kept = [h.story(push, RETRYING, t0 + n * timedelta(minutes=1)) for n in range(3)]
+        h.story(push, SUCCEEDED, now - DAY)
+    sequence(pg_runtime.db)
+    purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
+    assert _where(pg_runtime, "deliveries", kept[0][1]) == _kept_home(way, t0)
+
+    def rows() -> tuple[list[Any], list[Any]]:
+        with pg_runtime.db.engine.connect() as connection:
+            return (
+                connection.execute(text("SELECT * FROM deliveries ORDER BY id")).all(),
+                connection.execute(text("SELECT * FROM attempts ORDER BY id")).all(),
+            )
+
+    before = rows()
+    with migrated_back(migrated, "0023_attempt_keys_per_day"):
+        assert rows() == before
+        for _, delivery_id in kept:
+            assert _where(pg_runtime, "deliveries", delivery_id) == "deliveries_default"
+        with pg_runtime.db.engine.connect() as connection:
+            assert partitions.partitions(connection, DELIVERIES, partitions.KEPT) == []
+            assert not connection.execute(
+                text("SELECT proname FROM pg_proc WHERE proname LIKE 'kurir_retention_%'")
+            ).all()
