@@ -87,6 +87,8 @@ LOCK_RETRY_PAUSE_S = 0.5
 # publish in 400 meets a drop and the publishes' p99 (one in 100) is never set by drops.
 YIELD_FACTOR = 400
 YIELD_MIN_S = 0.5
+# Kept partitions (`app.lifecycle.swap`) let stand: two months of days whose kept rows stay.
+MAX_KEPT_PARTITIONS = 60
 # States still being worked on, spelt out so the partial index ix_deliveries_due answers.
 _UNFINISHED = tuple(s.value for s in DeliveryState if s not in policy.FINISHED_DELIVERY_STATES)
 _UNFINISHED_SQL = ", ".join(f"'{s}'" for s in _UNFINISHED)
@@ -690,13 +692,22 @@ def _forget_found(connection: Connection) -> None:
 
 
 def _to_fold(connection: Connection, horizon: datetime) -> list[Partition]:
-    """Kept partitions (what swapped days kept) now holding fewer rows than a day worth
-    swapping: dropped the plain way, what they still keep put into the default partition,
-    so that days which kept much do not stay partitions of their own for ever."""
-    return [
+    """Kept partitions (what swapped days kept) to drop the plain way, what they still keep
+    put into the default partition, oldest first: those now holding fewer rows than a day
+    worth swapping, and the oldest beyond `MAX_KEPT_PARTITIONS` whatever they hold, so that
+    days whose rows stay (open dead letters no one resolves) do not add a partition of
+    their own each for ever. The latter hold the tables as a plain drop of that many kept
+    rows does."""
+    kept = [
         p
         for p in partitions.partitions(connection, DELIVERIES, partitions.KEPT)
-        if p.end <= horizon and _count(connection, p.name) < swap.SWAP_MIN_ROWS
+        if p.end <= horizon
+    ]
+    beyond = len(kept) - MAX_KEPT_PARTITIONS
+    return [
+        p
+        for n, p in enumerate(kept)
+        if n < beyond or _count(connection, p.name) < swap.SWAP_MIN_ROWS
     ]
 
 

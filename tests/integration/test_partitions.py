@@ -854,43 +854,48 @@ def test_a_swapped_day_keeps_what_was_written_to_it_while_it_was_copied(
 
 
 @pytest.mark.parametrize("way", ["swapped"], indirect=True)
-def test_a_kept_partition_goes_once_empty_and_into_the_default_once_few_rows_are_left(
-    pg_runtime, monkeypatch, way
-) -> None:
+def test_a_kept_partition_goes_once_empty_few_or_one_too_many(pg_runtime, monkeypatch, way) -> None:
     t0, now = _a_past_day(pg_runtime)
-    t1 = t0 + DAY
-    _make_days(pg_runtime, t1)
+    days = [t0, t0 + DAY, t0 + 2 * DAY]
+    _make_days(pg_runtime, *days[1:])
     with pg_runtime.db.begin() as session:
         h = History(session)
         push = h.endpoint()
-        finishing = h.story(push, RETRYING, t0)
-        staying = h.story(push, RETRYING, t1)
+        finishing, few, capped = (h.story(push, RETRYING, day) for day in days)
+        h.story(push, RETRYING, days[2] + timedelta(minutes=1))  # two rows in the last day
         h.story(push, SUCCEEDED, now - DAY)
     sequence(pg_runtime.db)
-    kept_parts = {partitions.name_for(DELIVERIES, d, partitions.KEPT) for d in (t0, t1)}
 
     def run() -> None:
         purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
 
-    def kept_partitions() -> set[str]:
+    def kept_partitions() -> list[str]:
         with pg_runtime.db.engine.connect() as connection:
-            return {p.name for p in partitions.partitions(connection, DELIVERIES, "k")}
+            return [p.name for p in partitions.partitions(connection, DELIVERIES, "k")]
 
     run()
-    assert kept_partitions() == kept_parts
+    assert kept_partitions() == [partitions.name_for(DELIVERIES, d, "k") for d in days]
     with pg_runtime.db.begin() as session:
         session.execute(update(Delivery).where(Delivery.id == finishing[1]).values(state=SUCCEEDED))
     run()  # the row-level purge takes the finished one from its kept partition
     run()  # and the empty partition goes
-    assert kept_partitions() == {partitions.name_for(DELIVERIES, t1, partitions.KEPT)}
-    assert _where(pg_runtime, "deliveries", staying[1]) == _kept_home(way, t1)
+    assert kept_partitions() == [partitions.name_for(DELIVERIES, d, "k") for d in days[1:]]
+    assert _where(pg_runtime, "deliveries", few[1]) == _kept_home(way, days[1])
 
-    monkeypatch.setattr(swap, "SWAP_MIN_ROWS", 5)  # one row left: fewer than a swap is for
+    # A partition holding fewer rows than a day worth swapping goes (one row, not two).
+    monkeypatch.setattr(swap, "SWAP_MIN_ROWS", 2)
     run()
-    assert kept_partitions() == set()
-    assert _where(pg_runtime, "deliveries", staying[1]) == "deliveries_default"
+    assert kept_partitions() == [partitions.name_for(DELIVERIES, days[2], "k")]
+    assert _where(pg_runtime, "deliveries", few[1]) == "deliveries_default"
+
+    # Too many kept partitions: the oldest goes, however many rows it holds.
+    monkeypatch.setattr(drop, "MAX_KEPT_PARTITIONS", 0)
+    run()
+    assert kept_partitions() == []
     with pg_runtime.db.begin() as session:
-        assert _attempts_of(session, staying[1]) == [1]
+        for _, delivery_id in (few, capped):
+            assert _where(pg_runtime, "deliveries", delivery_id) == "deliveries_default"
+            assert _attempts_of(session, delivery_id) == [1]
         assert finishing[0] not in _ids(session, Event)
     _nothing_left_of_a_swap(pg_runtime)
 
