@@ -931,3 +931,44 @@ def test_0024_down_puts_the_kept_partitions_rows_back_through_their_parents(
             assert not connection.execute(
                 text("SELECT proname FROM pg_proc WHERE proname LIKE 'kurir_retention_%'")
             ).all()
+
+
+@pytest.mark.parametrize("way", ["swapped"], indirect=True)
+def test_what_a_dead_swap_left_never_fails_a_writer_and_is_undone_by_the_next_run(
+    pg_runtime, way
+) -> None:
+    """A retention process that died between a swap's copy and its locked step left its
+    triggers on the day, the default partitions' checks and the copies. Once the run that
+    follows has removed the log (as it removes any table named as a day that is no longer a
+    partition), the triggers do nothing: a write to the day still commits. That run then
+    clears the day and drops it."""
+    t0, now = _a_past_day(pg_runtime)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        kept = h.story(push, RETRYING, t0)
+        h.story(push, SUCCEEDED, now - DAY)
+    sequence(pg_runtime.db)
+    start = partitions.day_start(t0)
+    day = partitions.Partition(DELIVERIES, partitions.name_for(DELIVERIES, start), start)
+    with pg_runtime.db.engine.connect() as connection:
+        with connection.begin():
+            connection.execute(text("DROP TABLE IF EXISTS keep_ids"))
+            connection.execute(
+                text("CREATE TEMP TABLE keep_ids AS SELECT CAST(:i AS text) AS id"), {"i": kept[1]}
+            )
+        shadow = swap.prepare(connection, day, lambda _s: None)  # ... and the process died
+        with connection.begin():
+            connection.execute(text(f"DROP TABLE {shadow.changes}"))
+    with pg_runtime.db.begin() as session:  # the triggers find no log: the write commits
+        session.execute(update(Delivery).where(Delivery.id == kept[1]).values(attempt_count=5))
+    with pytest.raises(AssertionError):
+        _nothing_left_of_a_swap(pg_runtime)
+
+    purge.run(pg_runtime, now=now, sleep=lambda _s: None, kinds=[RetentionKind.EVENTS])
+
+    assert f"{t0:%Y-%m-%d}" not in _days(pg_runtime, DELIVERIES)
+    assert _where(pg_runtime, "deliveries", kept[1]) == _kept_home(way, t0)
+    with pg_runtime.db.begin() as session:
+        assert session.get_one(Delivery, kept[1]).attempt_count == 5
+    _nothing_left_of_a_swap(pg_runtime)
