@@ -389,7 +389,23 @@ def _find_deliveries_day(connection: Connection, part: Partition, horizon: datet
     if _exists(connection, attempts_part):
         attempt_rows = _count(connection, attempts_part)
         last_attempt = _last_id(connection, attempts_part)
+        _warm(connection, attempts_part, "delivery_id")
+    _warm(connection, part.name, "id")
     return Found(rows + attempt_rows, attempt_rows, at, last_attempt, pulls)
+
+
+def _warm(connection: Connection, name: str, column: str) -> None:
+    """The kept rows' pages read once, unlocked, by the lookups step 2 makes under the
+    locks (their index and heap pages; the whole row is asked for, so an index-only scan
+    will not do), so that step 2 finds them in memory. A month at 269,000 deliveries a day
+    on disk (the cache far smaller) held the tables 123 ms a day for 800 kept rows, reading
+    them there."""
+    connection.execute(
+        text(
+            f"SELECT count(x.*) FROM {name} x "
+            f"WHERE x.{column} = ANY(ARRAY(SELECT id FROM keep_ids))"
+        )
+    )
 
 
 def _late_events(connection: Connection, found: Found) -> str:
