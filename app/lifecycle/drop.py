@@ -358,17 +358,34 @@ def _find_deliveries_day(connection: Connection, part: Partition, horizon: datet
     pulls = _pull_endpoints(connection)
     params = _event_params(connection, part, horizon)
     # Materialised (and analysed) first: as a subquery under an OR, the planner may run it
-    # once per delivery of the day.
+    # once per delivery of the day. Only the window's events matter (a delivery whose event
+    # lies outside it is kept whole, below), and each branch is an index lookup: read as one
+    # OR over the window's events, it read two days of events from disk (0.45–0.8 s of a
+    # 1.4 s drop at 269,000 a day). An event's `created_at` and its id come from the same
+    # clock at its insert, so one made at or after the horizon has an id within
+    # `_LATE_MARGIN` of it; only a live pull endpoint's owed events need the scan.
+    owed = _owed_clause(connection)
     connection.execute(
         text(
             "CREATE TEMP TABLE held_events AS "
             f"SELECT event_id AS id FROM deliveries WHERE state IN ({_UNFINISHED_SQL}) "
+            "AND event_id >= :evt_low AND event_id < :evt_high "
             "UNION SELECT event_id FROM dead_letters "
-            "UNION SELECT e.id FROM events e WHERE e.id >= :evt_low AND e.id < :evt_high "
-            "AND (e.created_at >= :horizon OR e.feed_seq IS NULL OR e.feed_seq = :head"
-            f"{_owed_clause(connection)})"
+            "WHERE event_id >= :evt_low AND event_id < :evt_high "
+            "UNION SELECT id FROM events WHERE feed_seq IS NULL "
+            "AND id >= :evt_low AND id < :evt_high "
+            "UNION SELECT id FROM events WHERE feed_seq = :head "
+            "AND id >= :evt_low AND id < :evt_high "
+            "UNION SELECT id FROM events WHERE id >= :evt_recent AND id < :evt_high "
+            "AND created_at >= :horizon"
+            + (
+                " UNION SELECT e.id FROM events e WHERE e.id >= :evt_low AND e.id < :evt_high "
+                f"AND (FALSE{owed})"
+                if owed
+                else ""
+            )
         ),
-        params,
+        {**params, "evt_recent": id_floor("evt", horizon - _LATE_MARGIN)},
     )
     connection.execute(text("ANALYZE held_events"))
     connection.execute(

@@ -972,3 +972,35 @@ def test_what_a_dead_swap_left_never_fails_a_writer_and_is_undone_by_the_next_ru
     with pg_runtime.db.begin() as session:
         assert session.get_one(Delivery, kept[1]).attempt_count == 5
     _nothing_left_of_a_swap(pg_runtime)
+
+
+def test_an_event_made_at_the_horizon_keeps_its_deliveries_when_its_day_goes(
+    pg_runtime, way
+) -> None:
+    """The row-level rule keeps an event made at or after the horizon. Its id comes from the
+    same clock as its `created_at`, so the drop looks for one only among the ids of the last
+    minutes before the horizon: here a day ending 5 minutes before it, and an event of its
+    last minute stamped 1 minute after it (as a clock stepping back between the two could)."""
+    t0, now = _a_past_day(pg_runtime)
+    day_end = partitions.day_start(t0) + DAY
+    horizon = day_end + timedelta(minutes=5)
+    now = horizon + timedelta(days=pg_runtime.settings.retain_events_days)
+    with pg_runtime.db.begin() as session:
+        h = History(session)
+        push = h.endpoint()
+        late = h.story(push, SUCCEEDED, day_end - timedelta(minutes=1))
+        session.execute(
+            update(Event)
+            .where(Event.id == late[0])
+            .values(created_at=horizon + timedelta(minutes=1))
+        )
+        gone = h.story(push, SUCCEEDED, day_end - timedelta(minutes=2))
+        h.story(push, SUCCEEDED, now - DAY)
+    sequence(pg_runtime.db)
+
+    dropped = list(drop.run(pg_runtime, RetentionKind.EVENTS, horizon, sleep=lambda _s: None))
+
+    assert [d.day for d in dropped] == [partitions.day_start(t0)]
+    with pg_runtime.db.begin() as session:
+        assert late[1] in _ids(session, Delivery)
+        assert gone[1] not in _ids(session, Delivery)
