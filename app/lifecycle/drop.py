@@ -345,6 +345,12 @@ def _event_params(connection: Connection, part: Partition, horizon: datetime) ->
     return {
         "evt_low": id_floor("evt", part.start - _EVENT_WINDOW),
         "evt_high": id_floor("evt", part.end),
+        # Where the deliveries of those events are: a delivery is written only with its
+        # event, at its publish (`app.intake`), so its id is of the same moment; the margin
+        # covers the clock between the two. Looking there only, the unfinished deliveries
+        # of other days (today's backlog) are not read, under the locks or before them.
+        "dlv_low": id_floor("dlv", part.start - _EVENT_WINDOW - _LATE_MARGIN),
+        "dlv_high": id_floor("dlv", part.end + _LATE_MARGIN),
         "horizon": horizon,
         "head": head(connection),
         **_day_range(part),
@@ -369,6 +375,7 @@ def _find_deliveries_day(connection: Connection, part: Partition, horizon: datet
         text(
             "CREATE TEMP TABLE held_events AS "
             f"SELECT event_id AS id FROM deliveries WHERE state IN ({_UNFINISHED_SQL}) "
+            "AND id >= :dlv_low AND id < :dlv_high "
             "AND event_id >= :evt_low AND event_id < :evt_high "
             "UNION SELECT event_id FROM dead_letters "
             "WHERE event_id >= :evt_low AND event_id < :evt_high "
@@ -440,6 +447,7 @@ def _late_events(connection: Connection, found: Found) -> str:
             )
     return (
         f"SELECT event_id AS id FROM deliveries WHERE state IN ({_UNFINISHED_SQL}) "
+        "AND id >= :dlv_low AND id < :dlv_high "
         "AND event_id >= :evt_low AND event_id < :evt_high "
         "UNION SELECT event_id FROM dead_letters WHERE id >= :letter_floor "
         "AND event_id >= :evt_low AND event_id < :evt_high "
