@@ -43,11 +43,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from psycopg.errors import LockNotAvailable
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import OperationalError
 
-from app.lifecycle import partitions
+from app.lifecycle import giveway, partitions
 from app.lifecycle.partitions import ATTEMPTS, CHANGES, DELIVERIES, KEPT, Partition
 
 log = logging.getLogger(__name__)
@@ -55,21 +53,12 @@ log = logging.getLogger(__name__)
 # Kept deliveries from which a day is swapped rather than copied under the locks: the swap's
 # locked step is about 10 ms whatever it keeps, the plain drop's about 0.035 ms a kept row.
 SWAP_MIN_ROWS = 2000
-# The lock a step of its own takes briefly (a trigger, a key, a check): how long it waits,
-# how often it tries, and the pause between tries (as the drop's own).
-LOCK_TIMEOUT_MS = 100
-LOCK_TRIES = 20
-LOCK_RETRY_PAUSE_S = 0.5
 # Row triggers on the day's partitions, logging into the table named as their argument.
 TRIGGER = "kurir_retention_changes"
 _FUNCTIONS = {
     DELIVERIES.table: "kurir_retention_changed_delivery",
     ATTEMPTS.table: "kurir_retention_changed_attempt",
 }
-
-
-class Abandoned(Exception):
-    """A brief lock of the preparation was not granted in time: the day is left as it was."""
 
 
 @dataclass(frozen=True)
@@ -155,25 +144,18 @@ def worth_it(connection: Connection, day: Partition) -> bool:
 
 def _briefly(connection: Connection, statements: list[str], sleep: Callable[[float], None]) -> None:
     """Statements that take a lock writers wait on (a trigger on a day, a key on `events`, a
-    check on a default partition) in one short transaction, given way to traffic as the drop
-    gives way: `lock_timeout`, then a pause and another try.
+    check on a default partition) in one short transaction that gives way to traffic
+    (`giveway.locked`).
 
     Raises:
-        Abandoned: not granted in `LOCK_TRIES` tries.
+        giveway.NotGranted: not granted in time.
     """
-    for attempt in range(1, LOCK_TRIES + 1):
-        try:
-            with connection.begin():
-                connection.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'"))
-                for statement in statements:
-                    connection.execute(text(statement))
-            return
-        except OperationalError as exc:
-            if not isinstance(exc.orig, LockNotAvailable):
-                raise
-            if attempt == LOCK_TRIES:
-                raise Abandoned(statements[0]) from exc
-            sleep(LOCK_RETRY_PAUSE_S)
+
+    def run() -> None:
+        for statement in statements:
+            connection.execute(text(statement))
+
+    giveway.locked(connection, run, sleep)
 
 
 def undo(connection: Connection, day: Partition, sleep: Callable[[float], None]) -> None:
@@ -237,7 +219,7 @@ def prepare(
     (`keep_ids`) copied into tables ready to take its place, kept up to date by the log.
 
     Raises:
-        Abandoned: a brief lock was not granted in time; what was made is undone.
+        giveway.NotGranted: a brief lock was not granted in time; what was made is undone.
     """
     undo(connection, day, sleep)
     with connection.begin():
