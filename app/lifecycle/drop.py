@@ -154,10 +154,6 @@ def _lock_first(connection: Connection, kind: RetentionKind, part: Partition) ->
     connection.execute(text(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE"))
 
 
-def _exists(connection: Connection, name: str) -> bool:
-    return connection.execute(text("SELECT to_regclass(:n)"), {"n": name}).scalar() is not None
-
-
 def _remove_detached(connection: Connection) -> list[str]:
     """Drop every table named as a day partition that is no longer one: what the locked
     step detached (its own transaction, so the unlinking holds nothing of anyone's), and
@@ -401,7 +397,7 @@ def _find_deliveries_day(connection: Connection, part: Partition, horizon: datet
     rows = _count_by_key(connection, part.name)
     attempts_part = part.of(ATTEMPTS)
     last_attempt, attempt_rows = "", 0
-    if _exists(connection, attempts_part):
+    if partitions.exists(connection, attempts_part):
         attempt_rows = _count(connection, attempts_part)
         last_attempt = _last_id(connection, attempts_part)
     return Found(rows + attempt_rows, attempt_rows, at, last_attempt, pulls)
@@ -415,7 +411,7 @@ def _warm(connection: Connection, part: Partition) -> None:
     188 ms read cold, 118 ms warmed."""
     attempts_part = part.of(ATTEMPTS)
     for name, column in ((attempts_part, "delivery_id"), (part.name, "id")):
-        if _exists(connection, name):
+        if partitions.exists(connection, name):
             connection.execute(
                 text(
                     f"SELECT count(x.*) FROM {name} x "
@@ -480,7 +476,7 @@ def _drop_deliveries_day(
     and `_late_events` for what changed since) set aside with their attempts, then put back.
     Their dead letters stay where they are (no foreign key refers into the day)."""
     attempts_part = part.of(ATTEMPTS)
-    has_attempts = _exists(connection, attempts_part)
+    has_attempts = partitions.exists(connection, attempts_part)
     attempts_default = partitions.default_name(ATTEMPTS)
     params = _late_keep(connection, part, horizon, found)
     # Every lookup below is by key, through `= ANY(ARRAY(…))`: an index probe per kept row,

@@ -222,14 +222,14 @@ def local_key(
     target = spec.refers_to
     if start is not None:
         same_day = name_for(_spec_of(spec.refers_to), start)
-        if connection.execute(text("SELECT to_regclass(:n)"), {"n": same_day}).scalar():
+        if exists(connection, same_day):
             target = same_day
     key = key_name(name)
-    exists = connection.execute(
+    made = connection.execute(
         text("SELECT 1 FROM pg_constraint WHERE conname = :k AND conrelid = to_regclass(:t)"),
         {"k": key, "t": name},
     ).scalar()
-    if not exists:
+    if not made:
         connection.execute(
             text(
                 f"ALTER TABLE {name} ADD CONSTRAINT {key} FOREIGN KEY ({spec.column}) "
@@ -237,6 +237,11 @@ def local_key(
             )
         )
     return key
+
+
+def exists(connection: Connection, name: str) -> bool:
+    """Whether a table of that name exists (a partition, a detached one, a copy)."""
+    return connection.execute(text("SELECT to_regclass(:n)"), {"n": name}).scalar() is not None
 
 
 def detach(connection: Connection, table: str, name: str) -> None:

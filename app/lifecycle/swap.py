@@ -38,7 +38,6 @@ is gone.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,8 +46,6 @@ from sqlalchemy import Connection, text
 
 from app.lifecycle import giveway, partitions
 from app.lifecycle.partitions import ATTEMPTS, CHANGES, DELIVERIES, KEPT, Partition
-
-log = logging.getLogger(__name__)
 
 # Kept deliveries from which a day is swapped rather than copied under the locks: the swap's
 # locked step is about 10 ms whatever it keeps, the plain drop's about 0.035 ms a kept row.
@@ -119,15 +116,11 @@ def default_check(table: str, day: Partition) -> str:
     return f"{table}_default_not_{day.start:%Y%m%d}"
 
 
-def _exists(connection: Connection, name: str) -> bool:
-    return connection.execute(text("SELECT to_regclass(:n)"), {"n": name}).scalar() is not None
-
-
 def worth_it(connection: Connection, day: Partition) -> bool:
     """Whether the day is swapped: a day partition (not a kept one) keeping at least
     `SWAP_MIN_ROWS` deliveries (`keep_ids`, as step 1 of `drop` found them), with its
     attempts partition made and none of its attempts in the default partition."""
-    if day.sort != partitions.DAY or not _exists(connection, day.of(ATTEMPTS)):
+    if day.sort != partitions.DAY or not partitions.exists(connection, day.of(ATTEMPTS)):
         return False
     kept = connection.execute(text("SELECT count(*) FROM keep_ids")).scalar_one()
     if kept < SWAP_MIN_ROWS:
@@ -189,7 +182,7 @@ def _undoing(connection: Connection, shadow: Shadow) -> list[str]:
         ).scalar()
         if attached is False:  # a copy not attached (None: there is none)
             statements.append(f"DROP TABLE {name}")
-    if _exists(connection, shadow.changes):
+    if partitions.exists(connection, shadow.changes):
         statements.append(f"DROP TABLE {shadow.changes}")
     return statements
 
