@@ -2,7 +2,7 @@
 
     BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/kurir_month \\
         .venv/bin/python bench/lifecycle.py [--days 30] [--scale 1.0] [--retain-days 7]
-            [--publishes 400] [--rate 100] [--drain 2000] [--workers 2] [--repeat 20]
+            [--publishes 400] [--rate 100] [--drain 2000] [--workers 2] [--repeat 60]
             [--retention-yield N]
 
 Loads `--days` days of history into a fresh database (BENCH_DATABASE_URL, WIPED and migrated;
@@ -27,7 +27,10 @@ Then, with `--workers` `kurir worker` processes delivering to a local receiver:
              reads PostgreSQL's `pg_locks` every 50 ms: the strongest lock retention's backend
              held, and whether anyone waited on a lock; the slowest publishes are shown
              beside what retention was doing then
-  after      sizes, searches and pages again; the unfinished rows counted
+  after      sizes, searches and pages again, right away and (PostgreSQL) once autovacuum
+             has cleaned up after the purge, which on the first run over a month of history
+             is a vacuum of most of `events` (on a server without autovacuum, after a
+             `VACUUM (ANALYZE)` in its place); the unfinished rows counted
 
 Rates move with the machine's neighbours; each phase prints its own CPU figures.
 """
@@ -306,12 +309,47 @@ def reads(db: Any, endpoint_id: str, repeat: int) -> dict[str, tuple[float, floa
 
 
 def show_reads(
-    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+    before: dict[str, tuple[float, float]], afters: list[tuple[str, dict[str, tuple[float, float]]]]
 ) -> None:
-    print(f"  {'read':<36} {'before p50/p95 ms':>20} {'after p50/p95 ms':>20}")
+    heads = "".join(f" {label + ' p50/p95 ms':>22}" for label, _ in afters)
+    print(f"  {'read':<36} {'before p50/p95 ms':>20}{heads}")
     for name, (p50, p95) in before.items():
-        a50, a95 = after[name]
-        print(f"  {name:<36} {p50:9.1f} / {p95:7.1f}  {a50:9.1f} / {a95:7.1f}")
+        cells = "".join(f" {found[name][0]:11.1f} / {found[name][1]:7.1f}" for _, found in afters)
+        print(f"  {name:<36} {p50:9.1f} / {p95:7.1f} {cells}")
+
+
+def settle(db: Any, limit_s: float) -> tuple[float, str]:
+    """PostgreSQL: wait until no autovacuum runs in the bench's database and no table is
+    over autovacuum's default trigger (50 dead rows + 20 % of its live ones), for two looks
+    in a row 10 s apart (a worker starts within `autovacuum_naptime`, a minute). Where the
+    server runs without autovacuum, a `VACUUM (ANALYZE)` of the purged tables does what it
+    would have. Seconds waited, and how it ended."""
+    began = time.perf_counter()
+    with db.engine.connect() as connection:
+        if connection.execute(text("SELECT current_setting('autovacuum')")).scalar_one() != "on":
+            vacuum = connection.execution_options(isolation_level="AUTOCOMMIT")
+            vacuum.execute(text(f"VACUUM (ANALYZE) {', '.join(TABLES)}"))
+            return time.perf_counter() - began, "vacuumed by the bench (autovacuum is off)"
+    calm = 0
+    while time.perf_counter() - began < limit_s:
+        with db.engine.connect() as connection:
+            running = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_progress_vacuum "
+                    "WHERE datname = current_database()"
+                )
+            ).scalar_one()
+            due = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_user_tables "
+                    "WHERE n_dead_tup > 50 + 0.2 * n_live_tup"
+                )
+            ).scalar_one()
+        calm = calm + 1 if running == 0 and due == 0 else 0
+        if calm >= 2:
+            return time.perf_counter() - began, "settled (autovacuum done)"
+        time.sleep(10)
+    return time.perf_counter() - began, "still busy (autovacuum)"
 
 
 @dataclass
@@ -511,6 +549,7 @@ def _retain(env: dict[str, str], out: Any, ready: Any, go: Any) -> None:
             "p99_ms": pct([b.elapsed_ms for b in busy], 0.99),
             "drops_ms": [b.elapsed_ms for b in report.batches if b.source.startswith("drop:")],
             "locked_ms": [b.locked_ms for b in report.batches if b.locked_ms is not None],
+            "removed_ms": [b.removed_ms for b in report.batches if b.removed_ms is not None],
             "slowest": [
                 (b.source, b.examined, round(b.elapsed_ms, 1))
                 for b in sorted(busy, key=lambda b: -b.elapsed_ms)[:5]
@@ -634,7 +673,13 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--drain", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=60)
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=1800,
+        help="PostgreSQL: longest wait for autovacuum before the settled reads (0: none)",
+    )
     parser.add_argument("--batch-ms", type=int, default=50)
     parser.add_argument(
         "--retention-yield",
@@ -806,7 +851,9 @@ def _live(
             f"  whole days dropped (partitions): {len(drops)}, per day p50 "
             f"{statistics.median(drops):.0f} ms, max {max(drops):.0f} ms (target <= 1 s); "
             f"of which the tables locked p50 {statistics.median(result['locked_ms']):.0f} ms, "
-            f"max {max(result['locked_ms']):.0f} ms"
+            f"max {max(result['locked_ms']):.0f} ms; removing the detached tables' files "
+            f"after, p50 {statistics.median(result['removed_ms']):.0f} ms, "
+            f"max {max(result['removed_ms']):.0f} ms"
         )
     for kind, n in result["purged"].items():
         print(f"  {kind:<14} {n:,}")
@@ -821,8 +868,14 @@ def _live(
             f"longest wait seen {found.longest_wait_ms:.0f} ms"
         )
     show_sizes("after", sizes(rt.db))
+    after_reads = reads(rt.db, endpoint_id, args.repeat)
+    afters = [("after", after_reads)]
+    if rt.db.is_postgres and args.settle_s > 0:
+        waited, how = settle(rt.db, args.settle_s)
+        print(f"after the purge: {how}, {waited:.0f} s")
+        afters.append(("settled", reads(rt.db, endpoint_id, args.repeat)))
     print("reads before and after retention:")
-    show_reads(before_reads, reads(rt.db, endpoint_id, args.repeat))
+    show_reads(before_reads, afters)
     kept_open, kept_retrying = unfinished(rt.db)
     print(
         f"unfinished rows kept: {kept_open:,} of {loaded.open_letters:,} open dead letters, "

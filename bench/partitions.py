@@ -323,7 +323,8 @@ def main() -> None:
                 print(
                     f"\n## retention drop ({kind.value}) of {day.day:%Y-%m-%d}: "
                     f"{day.purged:,} rows dropped, {day.kept:,} kept, {way if day.kept else ''} "
-                    f"in {day.elapsed_ms:.0f} ms (the tables locked for {day.locked_ms:.0f} ms)"
+                    f"in {day.elapsed_ms:.0f} ms (the tables locked for {day.locked_ms:.0f} ms; "
+                    f"{day.removed_ms:.0f} ms removing the detached tables' files after)"
                 )
     swap.SWAP_MIN_ROWS = swap_min_rows
     _daily_or_weekly(db, ids["endpoint"])

@@ -111,8 +111,10 @@ class Batch:
     examined: int
     purged: int
     elapsed_ms: float
-    # A dropped day: of its time, how long it held the tables (see `drop`).
+    # A dropped day: of its time, how long it held the tables, and how long removing its
+    # detached tables' files took after (see `drop`).
     locked_ms: float | None = None
+    removed_ms: float | None = None
 
 
 @dataclass
@@ -543,6 +545,7 @@ def _drop_partitions(
                         day.purged,
                         day.elapsed_ms,
                         day.locked_ms,
+                        day.removed_ms,
                     )
                 )
                 if RetentionKind.ATTEMPTS in selected:

@@ -22,7 +22,7 @@ from app.config import normalise_database_url
 from app.db import Database
 from app.feed.sequencer import sequence
 from app.ids import id_at
-from app.lifecycle import archive, drop, partitions, purge, swap, triggers
+from app.lifecycle import archive, drop, giveway, partitions, purge, swap, triggers
 from app.lifecycle.partitions import ATTEMPTS, DELIVERIES
 from app.models import (
     DEAD,
@@ -1004,3 +1004,29 @@ def test_an_event_made_at_the_horizon_keeps_its_deliveries_when_its_day_goes(
     with pg_runtime.db.begin() as session:
         assert late[1] in _ids(session, Delivery)
         assert gone[1] not in _ids(session, Delivery)
+
+
+def test_a_locked_step_waits_briefly_for_locks_and_not_for_the_disk(pg_runtime) -> None:
+    """Retention's locked transactions bound their lock waits and commit without waiting
+    for the WAL flush, so the writers queued behind them go on at once; outside them the
+    connection's own settings stand."""
+
+    def settings() -> tuple[str, str]:
+        return (
+            connection.execute(text("SHOW lock_timeout")).scalar_one(),
+            connection.execute(text("SHOW synchronous_commit")).scalar_one(),
+        )
+
+    with pg_runtime.db.engine.connect() as connection:
+        with connection.begin():
+            # A production server's default (the test server runs without the flush).
+            connection.execute(text("SET synchronous_commit = on"))
+            before = settings()
+        inside = giveway.locked(connection, settings, sleep=lambda _s: None)
+        with connection.begin():
+            after = settings()
+            connection.execute(text("RESET synchronous_commit"))
+
+    assert inside == (f"{giveway.LOCK_TIMEOUT_MS}ms", "off")
+    assert after == before
+    assert before[1] == "on"
