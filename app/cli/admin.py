@@ -35,12 +35,14 @@ def db_upgrade(revision: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document.")
 def db_stats(as_json: bool) -> None:
     """Rows (and bytes, on PostgreSQL) per table, and per kind of history its retention:
-    days kept, horizon, rows purged, oldest row kept."""
+    days kept, horizon, rows purged, oldest row kept. A PostgreSQL table of 100,000 rows or
+    more shows its statistics' estimate (`~` before it; `rows_exact` false in JSON)."""
     runtime = make_runtime()
     with runtime.db.begin() as session:
         found = lifecycle.storage(session, runtime.settings, cli_actor())
     tables: list[dict[str, Any]] = [
-        {"table": t.table, "rows": t.rows, "bytes": t.bytes} for t in found.tables
+        {"table": t.table, "rows": t.rows, "rows_exact": t.exact, "bytes": t.bytes}
+        for t in found.tables
     ]
     kinds: list[dict[str, Any]] = [
         {
@@ -60,7 +62,11 @@ def db_stats(as_json: bool) -> None:
     _print_table(
         ("TABLE", "ROWS", "BYTES"),
         [
-            (t["table"], str(t["rows"]), "-" if t["bytes"] is None else str(t["bytes"]))
+            (
+                t["table"],
+                f"{'' if t['rows_exact'] else '~'}{t['rows']}",
+                "-" if t["bytes"] is None else str(t["bytes"]),
+            )
             for t in tables
         ],
     )

@@ -19,7 +19,7 @@ from app.cli import cli
 from app.clock import isoformat, parse_time, utcnow
 from app.feed.sequencer import sequence
 from app.ids import id_at
-from app.lifecycle import marks, purge
+from app.lifecycle import marks, purge, stats
 from app.models import (
     DEAD,
     DELIVERING,
@@ -709,7 +709,7 @@ def test_metrics_ui_and_db_stats_show_what_was_purged(client, runtime, settings)
     assert audit["rows_purged"] == 3 and audit["days"] == 365
     assert abs(parse_time(audit["oldest_kept_at"]) - (t0 + 300 * DAY)) < timedelta(seconds=1)
     rows = {t["table"]: t for t in stats["tables"]}
-    assert rows["audit_records"]["rows"] == 1
+    assert rows["audit_records"]["rows"] == 1 and rows["audit_records"]["rows_exact"] is True
     if runtime.settings.is_sqlite:
         assert rows["audit_records"]["bytes"] is None
     else:
@@ -726,3 +726,42 @@ def test_metrics_ui_and_db_stats_show_what_was_purged(client, runtime, settings)
     page = client.get("/ui/storage").get_data(as_text=True)
     assert 'data-testid="kind-audit"' in page and "365 days" in page
     assert 'data-testid="table-audit_records"' in page
+
+
+def test_a_large_table_shows_its_estimate_not_a_count(client, runtime, settings, monkeypatch):
+    """On PostgreSQL a table the statistics put at `stats.EXACT_BELOW` rows or more is not
+    counted (a month of deliveries would be read whole on every view): `kurir db stats` and
+    the storage page show the estimate, marked as one. Smaller tables, and every table on
+    SQLite, are counted."""
+    if runtime.settings.is_sqlite:
+        pytest.skip("PostgreSQL only: SQLite keeps no row estimates, every table is counted")
+    _audit_rows(runtime, 3, utcnow())
+    with runtime.db.engine.begin() as connection:
+        connection.execute(text("ANALYZE audit_records"))
+    env = {
+        "DATABASE_URL": settings.database_url,
+        "REDIS_URL": settings.redis_url,
+        "KURIR_DATA_DIR": str(settings.data_dir),
+        "KURIR_SECRET_KEY": settings.secret_key,
+    }
+
+    def audit_stat() -> dict[str, Any]:
+        result = CliRunner().invoke(cli, ["db", "stats", "--json"], env=env)
+        assert result.exit_code == 0, result.output
+        return next(t for t in json.loads(result.stdout)["tables"] if t["table"] == "audit_records")
+
+    assert audit_stat() == {**audit_stat(), "rows": 3, "rows_exact": True}
+    monkeypatch.setattr(stats, "EXACT_BELOW", 3)
+    estimated = audit_stat()
+    plain = CliRunner().invoke(cli, ["db", "stats"], env=env).stdout
+    with runtime.db.begin() as session:
+        create_operator(session, EMAIL, PASSWORD)
+    client.post(
+        "/ui/login", data={"email": EMAIL, "password": PASSWORD, "csrf_token": token(client)}
+    )
+    page = client.get("/ui/storage").get_data(as_text=True)
+
+    assert estimated["rows_exact"] is False and estimated["rows"] >= 3
+    assert f"~{estimated['rows']}" in plain.split("audit_records", 1)[1].splitlines()[0]
+    row = page.split('data-testid="table-audit_records"', 1)[1].split("</tr>", 1)[0]
+    assert "≈ " in row
