@@ -325,10 +325,10 @@ def settle(db: Any, limit_s: float) -> tuple[float, str]:
     server runs without autovacuum, a `VACUUM (ANALYZE)` of the purged tables does what it
     would have. Seconds waited, and how it ended."""
     began = time.perf_counter()
-    with db.engine.connect() as connection:
+    # VACUUM runs outside a transaction: the connection autocommits from its first statement.
+    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         if connection.execute(text("SELECT current_setting('autovacuum')")).scalar_one() != "on":
-            vacuum = connection.execution_options(isolation_level="AUTOCOMMIT")
-            vacuum.execute(text(f"VACUUM (ANALYZE) {', '.join(TABLES)}"))
+            connection.execute(text(f"VACUUM (ANALYZE) {', '.join(TABLES)}"))
             return time.perf_counter() - began, "vacuumed by the bench (autovacuum is off)"
     calm = 0
     while time.perf_counter() - began < limit_s:
