@@ -9,8 +9,8 @@ the whole table, which over a month of 10 million deliveries a day (300 million 
 estimate is the statistics' live rows, kept up to date by every commit (so without
 autovacuum too), or where those were reset (a crash) the planner's row count.
 
-At most three statements whatever the number of tables: sizes and estimates, then one
-`UNION ALL` of counts.
+Two statements whatever the number of tables: sizes and estimates (PostgreSQL), then one
+`UNION ALL` of the counts.
 """
 
 from __future__ import annotations
