@@ -933,6 +933,19 @@ class RetentionMark(Base):
     last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
+class MetricRollup(Base):
+    """Counts folded from an append-only history (`app.services.attempt_totals`): what rows
+    up to `through_id` added up to, kept whatever retention later purges of them."""
+
+    __tablename__ = "metric_rollups"
+
+    source: Mapped[str] = mapped_column(String(32), primary_key=True)
+    # The last id folded in (ids are creation times); None: nothing folded yet.
+    through_id: Mapped[str | None] = mapped_column(String(40))
+    counts: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class FeedPurge(Base):
     """How far retention has purged one partner's feed, per event type: the highest feed
     position purged and the horizon it was purged under. A cursor or acknowledgement behind

@@ -115,6 +115,14 @@ def make_partitions(runtime: Runtime) -> int:
         return len(partitions.create_ahead(connection, utcnow()))
 
 
+def fold_attempt_totals(runtime: Runtime) -> int:
+    """The attempts made since the last pass (less the last minutes) added to the totals
+    `/metrics` shows, so a scrape counts only the newest."""
+    from app.services import attempt_totals
+
+    return attempt_totals.fold(runtime)
+
+
 def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
     """Every job the scheduler runs; each later subsystem adds its own here."""
     from app.inbound import process as inbound_process
@@ -135,6 +143,7 @@ def periodic_jobs(runtime: Runtime) -> list[PeriodicJob]:
         PeriodicJob("purge-idempotency-keys", idempotency.purge_expired, IntervalTrigger(hours=1)),
         PeriodicJob("retention", run_retention, IntervalTrigger(hours=1)),
         PeriodicJob("make-partitions", make_partitions, IntervalTrigger(hours=1)),
+        PeriodicJob("fold-attempt-totals", fold_attempt_totals, IntervalTrigger(minutes=1)),
         PeriodicJob("report-contract-sunsets", report_sunsets, IntervalTrigger(minutes=5)),
         PeriodicJob("sync-operator-endpoints", sync_operator_endpoints, IntervalTrigger(minutes=1)),
         PeriodicJob(

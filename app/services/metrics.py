@@ -1,14 +1,18 @@
 """The figures `/metrics` shows, read from the stores at scrape time (read-only).
 
 The database is the truth, so the figures come from it: deliveries by state, attempts by
-outcome with a latency histogram built from `attempts.duration_ms` in one pass, dead letters,
-endpoints and inbound events by state, pull endpoints' lag, blocked ordering keys, and what
-retention purged per kind of history (its persisted marks). Queue
-depth and the age of the oldest waiting job come from RQ.
+outcome with a latency histogram, dead letters, endpoints and inbound events by state, pull
+endpoints' lag, blocked ordering keys, and what retention purged per kind of history (its
+persisted marks). Queue depth and the age of the oldest waiting job come from RQ.
 
 A reading is a fixed number of SQL statements, whatever the number of endpoints, so a scraper
-cannot make it dearer by adding endpoints. The figures are shown to whoever may scrape
-(`app.web.metrics` decides that and renders them), not to an actor, so nothing here takes one.
+cannot make it dearer by adding endpoints; nor does it read the history whole, so a month of
+10 million deliveries a day cannot either. Attempts are totals the scheduler keeps
+(`attempt_totals`: counters, which retention does not lower) plus the last minutes' attempts;
+rows by state are counted through an index where few (work still in flight), and estimated
+where the table is large and the state is history. The figures are shown to whoever may
+scrape (`app.web.metrics` decides that and renders them), not to an actor, so nothing here
+takes one.
 """
 
 from __future__ import annotations
@@ -20,19 +24,41 @@ from typing import Any
 import redis
 from rq import Queue
 from rq.job import Job
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from app.clock import utcnow
 from app.config import Settings
-from app.lifecycle import marks
-from app.models import Attempt, DeadLetter, Delivery, Endpoint, InboundEvent
+from app.lifecycle import marks, policy, stats
+from app.models import (
+    DELIVERY_STATES,
+    DL_STATES,
+    INBOUND_STATUSES,
+    DeadLetter,
+    Delivery,
+    Endpoint,
+    InboundEvent,
+)
 from app.queues import ALL_QUEUES
-from app.services import endpoints, feed
+from app.services import attempt_totals, endpoints, feed
+from app.services.attempt_totals import LATENCY_BUCKETS_S, Attempts
+from app.vocabulary import DeadLetterState
 from sender.ordering import BlockedCount
 
-# Upper bounds (seconds) of the attempt-duration histogram's buckets.
-LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0)
+__all__ = ["LATENCY_BUCKETS_S", "Attempts", "Figures", "QueueStat", "database", "queue_stats"]
+
+# Per table, every value its state column takes, and the values of rows still being worked on.
+_VALUES = {
+    Delivery.__tablename__: DELIVERY_STATES,
+    DeadLetter.__tablename__: DL_STATES,
+    InboundEvent.__tablename__: INBOUND_STATUSES,
+}
+_UNFINISHED_DELIVERIES = tuple(
+    s for s in DELIVERY_STATES if s not in policy.FINISHED_DELIVERY_STATES
+)
+_UNFINISHED_INBOUND = tuple(
+    s for s in INBOUND_STATUSES if s not in policy.FINISHED_INBOUND_STATUSES
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +71,7 @@ class QueueStat:
 def queue_stats(connection: redis.Redis) -> list[QueueStat]:
     """Depth and oldest-job age of every Kurir queue (raises if Redis is unreachable)."""
     now = utcnow()
-    stats = []
+    found = []
     for name in ALL_QUEUES:
         queue = Queue(name, connection=connection)
         depth = queue.count
@@ -59,24 +85,8 @@ def queue_stats(connection: redis.Redis) -> list[QueueStat]:
             if job is not None and job.enqueued_at is not None:
                 age = max(0.0, (now - job.enqueued_at).total_seconds())
                 break
-        stats.append(QueueStat(name, depth, age))
-    return stats
-
-
-@dataclass(frozen=True)
-class Attempts:
-    """Every attempt recorded, by outcome, and how many ended within each latency bucket."""
-
-    total: int
-    duration_ms: int  # summed
-    success: int  # a 2xx answer
-    network_error: int  # no answer at all: timeout, refused, blocked
-    within: tuple[int, ...]  # per bound of LATENCY_BUCKETS_S: attempts that took no longer
-
-    @property
-    def http_error(self) -> int:
-        """Any answer but a 2xx."""
-        return self.total - self.success - self.network_error
+        found.append(QueueStat(name, depth, age))
+    return found
 
 
 @dataclass(frozen=True)
@@ -94,32 +104,61 @@ class Figures:
     retention: list[marks.Mark]  # per kind: rows purged, oldest row kept (one statement)
 
 
-def _by(session: Session, column: Any, model: Any) -> dict[str, int]:
-    rows = session.execute(select(column, func.count()).select_from(model).group_by(column))
-    return {str(key): int(n) for key, n in rows}
-
-
-def _attempts(session: Session) -> Attempts:
-    ok = Attempt.response_status.between(200, 299)
-    columns = [
-        func.count(),
-        func.coalesce(func.sum(Attempt.duration_ms), 0),
-        func.coalesce(func.sum(case((ok, 1), else_=0)), 0),
-        func.coalesce(func.sum(case((Attempt.response_status.is_(None), 1), else_=0)), 0),
-    ] + [
-        func.coalesce(func.sum(case((Attempt.duration_ms <= bound * 1000, 1), else_=0)), 0)
-        for bound in LATENCY_BUCKETS_S
-    ]
-    row = session.execute(select(*columns).select_from(Attempt)).one()
-    total, sum_ms, success, network = (int(v) for v in row[:4])
-    return Attempts(total, sum_ms, success, network, tuple(int(v) for v in row[4:]))
+def _by(
+    session: Session, column: Any, model: Any, live: tuple[str, ...], total: int | None
+) -> dict[str, int]:
+    """Rows of `model` by `column`. Counted where that is cheap; on PostgreSQL, once the table
+    holds `stats.EXACT_BELOW` rows or more, only the `live` values (rows still being worked
+    on, few, found by an index) are counted, and the others share the rest of the table's
+    live rows as the planner's statistics divide them: counting them would read the whole
+    history at every scrape (the estimate is off by what the statistics are: autovacuum's
+    ANALYZE keeps them). `total`: the table's live rows (None: SQLite, always counted)."""
+    table, name = model.__tablename__, column.key
+    if total is None or total < stats.EXACT_BELOW:
+        rows = session.execute(select(column, func.count()).select_from(model).group_by(column))
+        return {str(key): int(n) for key, n in rows}
+    # The values spelt out, so that a partial index over exactly them answers.
+    spelt = ", ".join(f"'{value}'" for value in live)
+    counted = {
+        str(key): int(n)
+        for key, n in session.execute(
+            text(
+                f"SELECT {name}, count(*) FROM {table} "  # noqa: S608 - the model's names
+                f"WHERE {name} IN ({spelt}) GROUP BY {name}"
+            )
+        )
+    }
+    # The rest, shared as the statistics see it; without any (never analyzed) the first
+    # finished value, the history's bulk, is shown holding it all.
+    finished = [value for value in _VALUES[table] if value not in live]
+    seen = stats.shares(session, table, name)
+    weights = {value: seen.get(value, 0.0) for value in finished}
+    if not any(weights.values()):
+        weights[finished[0]] = 1.0
+    rest, whole = max(0, total - sum(counted.values())), sum(weights.values())
+    for value, weight in weights.items():
+        counted[value] = round(rest * weight / whole)
+    return counted
 
 
 def database(session: Session, settings: Settings) -> Figures:
     """Every database figure, a fixed number of statements."""
-    deliveries = _by(session, Delivery.state, Delivery)
-    attempts = _attempts(session)
-    letters = _by(session, DeadLetter.state, DeadLetter)
+    totals = stats.live_rows(session, list(_VALUES)) or {}
+    deliveries = _by(
+        session,
+        Delivery.state,
+        Delivery,
+        _UNFINISHED_DELIVERIES,
+        totals.get(Delivery.__tablename__),
+    )
+    attempts = attempt_totals.read(session)
+    letters = _by(
+        session,
+        DeadLetter.state,
+        DeadLetter,
+        (DeadLetterState.OPEN.value,),
+        totals.get(DeadLetter.__tablename__),
+    )
     live = {
         str(state): int(n)
         for state, n in session.execute(
@@ -131,6 +170,12 @@ def database(session: Session, settings: Settings) -> Figures:
     now = utcnow()
     lags = feed.pull_lags(session, settings, now)
     blocked = endpoints.blocked_key_counts(session)
-    inbound = _by(session, InboundEvent.status, InboundEvent)
+    inbound = _by(
+        session,
+        InboundEvent.status,
+        InboundEvent,
+        _UNFINISHED_INBOUND,
+        totals.get(InboundEvent.__tablename__),
+    )
     retention = marks.read(session)
     return Figures(now, deliveries, attempts, letters, live, lags, blocked, inbound, retention)

@@ -2,8 +2,8 @@
 
 The figures are `app.services.metrics`' (read from the stores at scrape time); this face
 renders them. A store that does not answer is reported as `kurir_<store>_up 0`, never as a
-failed scrape. Counts shrink when retention purges old rows; they are exposed as gauges for
-that reason.
+failed scrape. Attempts and their latency are counters (totals kept apart from the rows, which
+retention purges); rows by state are gauges.
 
 What a scrape may cost and show (docs/security.md):
 - a render is a fixed number of SQL statements, whatever the number of endpoints, and is
@@ -64,16 +64,22 @@ class _Writer:
 
 
 def _database_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -> None:
-    out.family("kurir_deliveries", "gauge", "Deliveries in the database, by state.")
+    out.family(
+        "kurir_deliveries",
+        "gauge",
+        "Deliveries in the database, by state (on PostgreSQL, once deliveries hold 100,000 "
+        "rows, succeeded and dead are estimated from the table's statistics).",
+    )
     for state in sorted(set(DELIVERY_STATES) | set(found.deliveries)):
         out.sample("kurir_deliveries", found.deliveries.get(state, 0), state=state)
 
     attempts = found.attempts
     out.family(
         "kurir_attempts",
-        "gauge",
-        "Delivery attempts recorded, by outcome (success = 2xx answer, http_error = "
-        "any other answer, network_error = no answer: timeout, refused, blocked).",
+        "counter",
+        "Delivery attempts ever recorded, by outcome (success = 2xx answer, http_error = "
+        "any other answer, network_error = no answer: timeout, refused, blocked); "
+        "retention's purges do not lower it.",
     )
     out.sample("kurir_attempts", attempts.success, outcome="success")
     out.sample("kurir_attempts", attempts.http_error, outcome="http_error")
@@ -89,7 +95,12 @@ def _database_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -
     out.sample("kurir_attempt_duration_seconds_sum", attempts.duration_ms / 1000.0)
     out.sample("kurir_attempt_duration_seconds_count", attempts.total)
 
-    out.family("kurir_dead_letters", "gauge", "Dead letters, by state (open = needs an operator).")
+    out.family(
+        "kurir_dead_letters",
+        "gauge",
+        "Dead letters, by state (open = needs an operator; on PostgreSQL, once they are "
+        "100,000 rows, resent and discarded are estimated).",
+    )
     for state in DL_STATES:
         out.sample("kurir_dead_letters", found.dead_letters.get(state, 0), state=state)
 
@@ -100,7 +111,12 @@ def _database_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -
     _feed_metrics(out, found, detailed=detailed)
     _ordering_metrics(out, found, detailed=detailed)
 
-    out.family("kurir_inbound_events", "gauge", "Received partner callbacks, by status.")
+    out.family(
+        "kurir_inbound_events",
+        "gauge",
+        "Received partner callbacks, by status (on PostgreSQL, once they are 100,000 rows, "
+        "applied and ignored are estimated).",
+    )
     for status in sorted(set(INBOUND_STATUSES) | set(found.inbound)):
         out.sample("kurir_inbound_events", found.inbound.get(status, 0), status=status)
 
