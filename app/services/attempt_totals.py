@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
 from app.clock import utcnow
@@ -133,35 +133,47 @@ def _step_end(session: Session, after: str | None, settled: str) -> str | None:
     return min(id_floor("att", moment + FOLD_STEP), settled)
 
 
-def _locked_rollup(session: Session, now: datetime) -> MetricRollup:
-    """The attempts' rollup row, made on first use, locked until the transaction ends: one
-    fold at a time (a second waits, then starts from where this one ended)."""
-    session.execute(
-        insert_for(session)(MetricRollup)
-        .values(source=SOURCE, through_id=None, counts={}, updated_at=now)
-        .on_conflict_do_nothing(index_elements=["source"])
-    )
-    return session.execute(
-        select(MetricRollup).where(MetricRollup.source == SOURCE).with_for_update()
-    ).scalar_one()
+def _store(
+    session: Session, after: str | None, end: str, counts: dict[str, Any], now: datetime
+) -> bool:
+    """Move the totals from `after` to `end`, only if no other fold moved them meanwhile
+    (compare and set: nothing is locked while the step is counted); whether it did."""
+    if after is None:
+        statement = (
+            insert_for(session)(MetricRollup)
+            .values(source=SOURCE, through_id=end, counts=counts, updated_at=now)
+            .on_conflict_do_nothing(index_elements=["source"])
+        )
+    else:
+        statement = (
+            update(MetricRollup)
+            .where(MetricRollup.source == SOURCE, MetricRollup.through_id == after)
+            .values(through_id=end, counts=counts, updated_at=now)
+        )
+    return session.execute(statement.returning(MetricRollup.source)).first() is not None
 
 
 def fold(runtime: Runtime, now: datetime | None = None) -> int:
     """Fold the attempts made up to `SETTLE` before now into the totals, at most a day of
-    them per transaction; how many were folded."""
+    them per step; how many were folded.
+
+    A step counts in a read-only transaction and then writes one row, so it never holds
+    SQLite's only writer (or the row, on PostgreSQL) while it reads a day of attempts.
+    """
     settled = id_floor("att", (now or utcnow()) - SETTLE)
     folded = 0
     while True:
         with runtime.db.begin() as session:
-            rollup = _locked_rollup(session, now or utcnow())
-            after = rollup.through_id
+            rollup = session.get(MetricRollup, SOURCE)
+            after = rollup.through_id if rollup is not None else None
             if after is not None and after >= settled:
                 return folded
             end = _step_end(session, after, settled)
             if end is None:
                 return folded
             step = count(session, after=after, through=end)
-            rollup.counts = (Attempts.from_stored(rollup.counts or {}) + step).stored()
-            rollup.through_id = end
-            rollup.updated_at = now or utcnow()
-            folded += step.total
+            counts = (Attempts.from_stored(rollup.counts if rollup else {}) + step).stored()
+        with runtime.db.begin() as session:
+            if _store(session, after, end, counts, now or utcnow()):
+                folded += step.total
+            # else another fold moved the totals meanwhile: go on from where it left them

@@ -58,7 +58,7 @@ def test_attempts_are_folded_a_day_at_a_time_and_counted_once(runtime):
 
     def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.lstrip().startswith("SELECT") and "FROM metric_rollups" in statement:
-            locks.append(statement)  # FOR UPDATE on PostgreSQL; SQLite's writer lock serializes
+            locks.append(statement)
 
     event.listen(runtime.db.engine, "before_cursor_execute", seen)
     try:
@@ -154,3 +154,25 @@ def test_a_large_history_is_estimated_by_state_not_counted(client, runtime, monk
         assert {s: found[f'kurir_deliveries{{state="{s}"}}'] for s in states} == expected
     reads = [s for s in statements if "FROM deliveries" in s and "GROUP BY state" in s]
     assert reads and all("'pending', 'delivering', 'retrying'" in s for s in reads), reads
+
+
+def test_a_fold_step_another_fold_overtook_writes_nothing(runtime):
+    """Steps count without a lock and then compare and set: a step whose starting point
+    another fold has moved meanwhile adds nothing, so two folds never count a day twice."""
+    with runtime.db.begin() as session:
+        scene = make_scene(session, runtime.secret_box)
+        endpoint = session.get_one(Endpoint, scene.endpoint_id)
+        partner = session.get_one(Partner, scene.partner_id)
+        delivery = make_delivery(session, endpoint, make_event(session, partner), "retrying", [])
+        _attempt(session, delivery.id, 1, utcnow() - timedelta(hours=2), 502)
+    assert attempt_totals.fold(runtime) == 1
+    with runtime.db.begin() as session:
+        through = session.get_one(MetricRollup, attempt_totals.SOURCE).through_id
+        later = id_at("att", utcnow())
+        # A first fold that lost the race to make the row, then a step from a stale point.
+        assert not attempt_totals._store(session, None, later, {"total": 99}, utcnow())
+        assert not attempt_totals._store(session, "att_0", later, {"total": 99}, utcnow())
+        rollup = session.get_one(MetricRollup, attempt_totals.SOURCE)
+        assert (rollup.through_id, rollup.counts["total"]) == (through, 1)
+    with runtime.db.begin() as session:
+        assert attempt_totals.read(session).total == 1
