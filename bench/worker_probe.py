@@ -85,9 +85,9 @@ def install() -> None:
 
     direct = DirectStatement._call
 
-    def counted_direct(self: DirectStatement, params: Any, *, fetch: bool) -> Any:
+    def counted_direct(self: DirectStatement, params: Any, *, fetch: bool, held: Any = None) -> Any:
         _count("sql", _statement_key(self.sql))
-        return direct(self, params, fetch=fetch)
+        return direct(self, params, fetch=fetch, held=held)
 
     DirectStatement._call = counted_direct  # type: ignore[method-assign]
 
