@@ -45,7 +45,18 @@ from app.services.attempt_totals import LATENCY_BUCKETS_S, Attempts
 from app.vocabulary import DeadLetterState
 from sender.ordering import BlockedCount
 
-__all__ = ["LATENCY_BUCKETS_S", "Attempts", "Figures", "QueueStat", "database", "queue_stats"]
+__all__ = [
+    "ESTIMATED_FROM",
+    "LATENCY_BUCKETS_S",
+    "Attempts",
+    "Figures",
+    "QueueStat",
+    "database",
+    "queue_stats",
+]
+
+# Rows from which a PostgreSQL table's finished states are estimated rather than counted.
+ESTIMATED_FROM = stats.EXACT_BELOW
 
 # Per table, every value its state column takes, and the values of rows still being worked on.
 _VALUES = {

@@ -67,8 +67,9 @@ def _database_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -
     out.family(
         "kurir_deliveries",
         "gauge",
-        "Deliveries in the database, by state (on PostgreSQL, once deliveries hold 100,000 "
-        "rows, succeeded and dead are estimated from the table's statistics).",
+        "Deliveries in the database, by state (on PostgreSQL, once deliveries hold "
+        f"{figures.ESTIMATED_FROM:,} rows, succeeded and dead are estimated from the table's "
+        "statistics).",
     )
     for state in sorted(set(DELIVERY_STATES) | set(found.deliveries)):
         out.sample("kurir_deliveries", found.deliveries.get(state, 0), state=state)
@@ -99,7 +100,7 @@ def _database_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -
         "kurir_dead_letters",
         "gauge",
         "Dead letters, by state (open = needs an operator; on PostgreSQL, once they are "
-        "100,000 rows, resent and discarded are estimated).",
+        f"{figures.ESTIMATED_FROM:,} rows, resent and discarded are estimated).",
     )
     for state in DL_STATES:
         out.sample("kurir_dead_letters", found.dead_letters.get(state, 0), state=state)
@@ -114,8 +115,8 @@ def _database_metrics(out: _Writer, found: figures.Figures, *, detailed: bool) -
     out.family(
         "kurir_inbound_events",
         "gauge",
-        "Received partner callbacks, by status (on PostgreSQL, once they are 100,000 rows, "
-        "applied and ignored are estimated).",
+        "Received partner callbacks, by status (on PostgreSQL, once they are "
+        f"{figures.ESTIMATED_FROM:,} rows, applied and ignored are estimated).",
     )
     for status in sorted(set(INBOUND_STATUSES) | set(found.inbound)):
         out.sample("kurir_inbound_events", found.inbound.get(status, 0), status=status)
