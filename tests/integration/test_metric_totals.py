@@ -149,9 +149,19 @@ def test_a_large_history_is_estimated_by_state_not_counted(client, runtime, monk
         event.remove(runtime.db.engine, "before_cursor_execute", seen)
 
     states = ("succeeded", "dead", "pending", "retrying", "delivering")
-    expected = {"succeeded": 6, "dead": 3, "pending": 2, "retrying": 1, "delivering": 0}
-    for found in (counted, estimated):
-        assert {s: found[f'kurir_deliveries{{state="{s}"}}'] for s in states} == expected
+    assert {s: counted[f'kurir_deliveries{{state="{s}"}}'] for s in states} == {
+        "succeeded": 6,
+        "dead": 3,
+        "pending": 2,
+        "retrying": 1,
+        "delivering": 0,
+    }
+    found = {s: estimated[f'kurir_deliveries{{state="{s}"}}'] for s in states}
+    # Work in flight counted; the rest (the statistics' live rows, which other backends'
+    # inserts and deletes reach a little late) shared 6 : 3, as ANALYZE found them.
+    assert (found["pending"], found["retrying"], found["delivering"]) == (2, 1, 0)
+    assert found["succeeded"] + found["dead"] >= 9
+    assert abs(found["succeeded"] - 2 * found["dead"]) <= 1, found
     reads = [s for s in statements if "FROM deliveries" in s and "GROUP BY state" in s]
     assert reads and all("'pending', 'delivering', 'retrying'" in s for s in reads), reads
 
