@@ -58,17 +58,27 @@ __all__ = [
 # Rows from which a PostgreSQL table's finished states are estimated rather than counted.
 ESTIMATED_FROM = stats.EXACT_BELOW
 
-# Per table, every value its state column takes, and the values of rows still being worked on.
-_VALUES = {
-    Delivery.__tablename__: DELIVERY_STATES,
-    DeadLetter.__tablename__: DL_STATES,
-    InboundEvent.__tablename__: INBOUND_STATUSES,
-}
-_UNFINISHED_DELIVERIES = tuple(
-    s for s in DELIVERY_STATES if s not in policy.FINISHED_DELIVERY_STATES
+
+@dataclass(frozen=True)
+class _States:
+    """A table's state column: every value it takes, and those of rows still being worked
+    on (few, found by an index, so always counted)."""
+
+    column: Any
+    values: tuple[str, ...]
+    live: tuple[str, ...]
+
+
+_DELIVERY_STATES = _States(
+    Delivery.state,
+    DELIVERY_STATES,
+    tuple(s for s in DELIVERY_STATES if s not in policy.FINISHED_DELIVERY_STATES),
 )
-_UNFINISHED_INBOUND = tuple(
-    s for s in INBOUND_STATUSES if s not in policy.FINISHED_INBOUND_STATUSES
+_LETTER_STATES = _States(DeadLetter.state, DL_STATES, (DeadLetterState.OPEN.value,))
+_INBOUND_STATES = _States(
+    InboundEvent.status,
+    INBOUND_STATUSES,
+    tuple(s for s in INBOUND_STATUSES if s not in policy.FINISHED_INBOUND_STATUSES),
 )
 
 
@@ -115,21 +125,20 @@ class Figures:
     retention: list[marks.Mark]  # per kind: rows purged, oldest row kept (one statement)
 
 
-def _by(
-    session: Session, column: Any, model: Any, live: tuple[str, ...], total: int | None
-) -> dict[str, int]:
-    """Rows of `model` by `column`. Counted where that is cheap; on PostgreSQL, once the table
-    holds `stats.EXACT_BELOW` rows or more, only the `live` values (rows still being worked
-    on, few, found by an index) are counted, and the others share the rest of the table's
-    live rows as the planner's statistics divide them: counting them would read the whole
-    history at every scrape (the estimate is off by what the statistics are: autovacuum's
-    ANALYZE keeps them). `total`: the table's live rows (None: SQLite, always counted)."""
-    table, name = model.__tablename__, column.key
+def _by(session: Session, states: _States, totals: dict[str, int] | None) -> dict[str, int]:
+    """A table's rows by state. Counted where that is cheap; on PostgreSQL, once the table
+    holds `stats.EXACT_BELOW` rows or more, only the live states are counted, and the others
+    share the rest of the table's live rows as the statistics divide them: counting them
+    would read the whole history at every scrape (the estimate is as recent as the last
+    ANALYZE, which autovacuum keeps). `totals`: live rows per table (None on SQLite)."""
+    column = states.column
+    table, name = column.class_.__tablename__, column.key
+    total = None if totals is None else totals.get(table, 0)
     if total is None or total < stats.EXACT_BELOW:
-        rows = session.execute(select(column, func.count()).select_from(model).group_by(column))
+        rows = session.execute(select(column, func.count()).group_by(column))
         return {str(key): int(n) for key, n in rows}
     # The values spelt out, so that a partial index over exactly them answers.
-    spelt = ", ".join(f"'{value}'" for value in live)
+    spelt = ", ".join(f"'{value}'" for value in states.live)
     counted = {
         str(key): int(n)
         for key, n in session.execute(
@@ -141,7 +150,7 @@ def _by(
     }
     # The rest, shared as the statistics see it; without any (never analyzed) the first
     # finished value, the history's bulk, is shown holding it all.
-    finished = [value for value in _VALUES[table] if value not in live]
+    finished = [value for value in states.values if value not in states.live]
     seen = stats.shares(session, table, name)
     weights = {value: seen.get(value, 0.0) for value in finished}
     if not any(weights.values()):
@@ -154,22 +163,10 @@ def _by(
 
 def database(session: Session, settings: Settings) -> Figures:
     """Every database figure, a fixed number of statements."""
-    totals = stats.live_rows(session, list(_VALUES)) or {}
-    deliveries = _by(
-        session,
-        Delivery.state,
-        Delivery,
-        _UNFINISHED_DELIVERIES,
-        totals.get(Delivery.__tablename__),
-    )
+    states = (_DELIVERY_STATES, _LETTER_STATES, _INBOUND_STATES)
+    totals = stats.live_rows(session, [s.column.class_.__tablename__ for s in states])
+    deliveries, letters, inbound = (_by(session, s, totals) for s in states)
     attempts = attempt_totals.read(session)
-    letters = _by(
-        session,
-        DeadLetter.state,
-        DeadLetter,
-        (DeadLetterState.OPEN.value,),
-        totals.get(DeadLetter.__tablename__),
-    )
     live = {
         str(state): int(n)
         for state, n in session.execute(
@@ -181,12 +178,5 @@ def database(session: Session, settings: Settings) -> Figures:
     now = utcnow()
     lags = feed.pull_lags(session, settings, now)
     blocked = endpoints.blocked_key_counts(session)
-    inbound = _by(
-        session,
-        InboundEvent.status,
-        InboundEvent,
-        _UNFINISHED_INBOUND,
-        totals.get(InboundEvent.__tablename__),
-    )
     retention = marks.read(session)
     return Figures(now, deliveries, attempts, letters, live, lags, blocked, inbound, retention)

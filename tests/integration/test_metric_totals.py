@@ -44,13 +44,18 @@ def _attempt(session: Any, delivery_id: str, n: int, at: Any, status: int | None
     )
 
 
+def _retrying_delivery(session: Any, runtime: Any) -> Any:
+    """A retrying delivery on a fresh partner's endpoint, with no attempt yet."""
+    scene = make_scene(session, runtime.secret_box)
+    endpoint = session.get_one(Endpoint, scene.endpoint_id)
+    partner = session.get_one(Partner, scene.partner_id)
+    return make_delivery(session, endpoint, make_event(session, partner), "retrying", [])
+
+
 def test_attempts_are_folded_a_day_at_a_time_and_counted_once(runtime):
     now = utcnow()
     with runtime.db.begin() as session:
-        scene = make_scene(session, runtime.secret_box)
-        endpoint = session.get_one(Endpoint, scene.endpoint_id)
-        partner = session.get_one(Partner, scene.partner_id)
-        delivery = make_delivery(session, endpoint, make_event(session, partner), "retrying", [])
+        delivery = _retrying_delivery(session, runtime)
         for n, days in enumerate((3, 2, 1), 1):
             _attempt(session, delivery.id, n, now - timedelta(days=days), 500)
         _attempt(session, delivery.id, 4, now, None)  # younger than SETTLE: not folded
@@ -82,10 +87,8 @@ def test_attempts_are_folded_a_day_at_a_time_and_counted_once(runtime):
 def test_a_scrape_keeps_counting_attempts_that_retention_purged(client, runtime):
     hour_ago = utcnow() - timedelta(hours=1)
     with runtime.db.begin() as session:
-        scene = make_scene(session, runtime.secret_box)
-        endpoint = session.get_one(Endpoint, scene.endpoint_id)
-        partner = session.get_one(Partner, scene.partner_id)
-        delivery = make_delivery(session, endpoint, make_event(session, partner), "retrying", [])
+        delivery = _retrying_delivery(session, runtime)
+        endpoint_id = delivery.endpoint_id
         for n in range(1, 7):
             _attempt(session, delivery.id, n, hour_ago + timedelta(seconds=n), 500)
     before = _scrape(client)
@@ -94,6 +97,8 @@ def test_a_scrape_keeps_counting_attempts_that_retention_purged(client, runtime)
     assert attempt_totals.fold(runtime) == 6
     with runtime.db.begin() as session:
         session.execute(delete(Attempt))  # what a purge does to the rows
+        endpoint = session.get_one(Endpoint, endpoint_id)
+        partner = session.get_one(Partner, endpoint.partner_id)
         make_delivery(session, endpoint, make_event(session, partner), "succeeded", [200])
     after = _scrape(client)
 
@@ -108,10 +113,7 @@ def test_the_scheduler_folds_the_attempt_totals(runtime):
     jobs = {job.name: job for job in periodic_jobs(runtime)}
     assert jobs["fold-attempt-totals"].run is fold_attempt_totals
     with runtime.db.begin() as session:
-        scene = make_scene(session, runtime.secret_box)
-        endpoint = session.get_one(Endpoint, scene.endpoint_id)
-        partner = session.get_one(Partner, scene.partner_id)
-        delivery = make_delivery(session, endpoint, make_event(session, partner), "retrying", [])
+        delivery = _retrying_delivery(session, runtime)
         _attempt(session, delivery.id, 1, utcnow() - timedelta(hours=1), 503)
     assert fold_attempt_totals(runtime) == 1
     with runtime.db.begin() as session:
@@ -170,10 +172,7 @@ def test_a_fold_step_another_fold_overtook_writes_nothing(runtime):
     """Steps count without a lock and then compare and set: a step whose starting point
     another fold has moved meanwhile adds nothing, so two folds never count a day twice."""
     with runtime.db.begin() as session:
-        scene = make_scene(session, runtime.secret_box)
-        endpoint = session.get_one(Endpoint, scene.endpoint_id)
-        partner = session.get_one(Partner, scene.partner_id)
-        delivery = make_delivery(session, endpoint, make_event(session, partner), "retrying", [])
+        delivery = _retrying_delivery(session, runtime)
         _attempt(session, delivery.id, 1, utcnow() - timedelta(hours=2), 502)
     assert attempt_totals.fold(runtime) == 1
     with runtime.db.begin() as session:
