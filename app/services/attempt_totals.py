@@ -160,7 +160,8 @@ def fold(runtime: Runtime, now: datetime | None = None) -> int:
     A step counts in a read-only transaction and then writes one row, so it never holds
     SQLite's only writer (or the row, on PostgreSQL) while it reads a day of attempts.
     """
-    settled = id_floor("att", (now or utcnow()) - SETTLE)
+    now = now or utcnow()
+    settled = id_floor("att", now - SETTLE)
     folded = 0
     while True:
         with runtime.db.begin() as session:
@@ -174,6 +175,6 @@ def fold(runtime: Runtime, now: datetime | None = None) -> int:
             step = count(session, after=after, through=end)
             counts = (Attempts.from_stored(rollup.counts if rollup else {}) + step).stored()
         with runtime.db.begin() as session:
-            if _store(session, after, end, counts, now or utcnow()):
+            if _store(session, after, end, counts, now):
                 folded += step.total
             # else another fold moved the totals meanwhile: go on from where it left them
